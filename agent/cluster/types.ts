@@ -1,0 +1,40 @@
+// Where the world comes from. Static mode reads it from the config file; Kubernetes mode from
+// informers. Either way the agent sees one snapshot shape and a change signal.
+import type { Pod } from '../types.ts';
+import type { ProviderSettings } from '../providers/types.ts';
+
+export interface Caller {
+  namespace: string;
+  pod: string;
+}
+
+export interface ClusterSnapshot {
+  /** Model-server pods on this node. */
+  pods: Pod[];
+  /** Namespace name → its annotations (kinference.io/* shortcuts). */
+  namespaces: Map<string, Record<string, string>>;
+  /** InferencePolicy objects as found (apiVersion/kind optional); validated by agent/policy. */
+  policies: unknown[];
+  providers: ProviderSettings[];
+  /** Gossip addresses (host:port) of the other agents. */
+  peers: string[];
+  /** Pod IP on this node → who is calling (its namespace is the tenant). */
+  callers: Map<string, Caller>;
+}
+
+export interface DiscoveryStatus {
+  /** Every source has listed at least once. */
+  synced: boolean;
+  /** All watches are connected now (false: serving the last known view). */
+  connected: boolean;
+  lastError?: string;
+}
+
+export interface Discovery {
+  start(): Promise<void>;
+  snapshot(): ClusterSnapshot;
+  /** Called (debounced by the implementation) after any change to the snapshot. */
+  onChange(listener: () => void): void;
+  status(): DiscoveryStatus;
+  stop(): Promise<void>;
+}

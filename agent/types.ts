@@ -1,0 +1,102 @@
+// The core data of DESIGN.md. Plain data only: the pure core (classify, policy, predict, route)
+// and the I/O shells (server, telemetry, forward, providers, gossip, cluster) exchange these.
+
+export type Engine = 'vllm' | 'tgi' | 'sglang';
+export const ENGINES: readonly Engine[] = ['vllm', 'tgi', 'sglang'];
+
+/** A model-server pod, local or learned through gossip. */
+export interface Pod {
+  /** Stable identity: the Kubernetes uid, or `namespace/name` in static mode. */
+  uid: string;
+  name: string;
+  namespace: string;
+  /** Node the pod runs on (= the origin agent for gossip). */
+  node: string;
+  /** host:port of the model server's HTTP listener. */
+  address: string;
+  models: string[];
+  /** Undefined until configured or detected from the first scrape. */
+  engine?: Engine;
+}
+
+/** One parsed scrape of a model server's /metrics, engine-neutral. */
+export interface PodLoad {
+  /** Clock time (ms) when the scrape completed. */
+  at: number;
+  engine: Engine;
+  /** Requests waiting for a slot in the running batch. */
+  waiting: number;
+  /** Requests in the running batch. */
+  running: number;
+  /** KV-cache use, 0..1; NaN when the engine does not report it. */
+  kvCache: number;
+  /** Cumulative TTFT histogram sum (s) and count; absent for engines without one (TGI). */
+  ttftSum?: number;
+  ttftCount?: number;
+  /** Cumulative queue-time histogram sum (s) and count. */
+  queueTimeSum?: number;
+  queueTimeCount?: number;
+  /** Cumulative token and request counters. */
+  promptTokens?: number;
+  generationTokens?: number;
+  finished?: number;
+}
+
+/**
+ * The per-pod latency model's parameters: predicted TTFT (ms) =
+ *   base + perQueued·queued + perRunning·running + perKPromptTokens·(promptTokens/1000).
+ * Gossiped as-is, so a remote agent predicts for any prompt size without a second model.
+ */
+export interface PredictorParams {
+  base: number;
+  perQueued: number;
+  perRunning: number;
+  perKPromptTokens: number;
+}
+
+/** What an agent knows, and gossips, about one pod. */
+export interface PodEstimate {
+  pod: Pod;
+  /** Queue length averaged over the agent's reference window. */
+  queued: number;
+  /** Queue length at the last scrape. */
+  queuedNow: number;
+  running: number;
+  kvCache: number;
+  params: PredictorParams;
+  /** Origin's clock (ms) when this estimate was produced. */
+  at: number;
+  origin: string;
+  version: number;
+}
+
+/** Everything the router needs to know about one request; built by the ingress shell. */
+export interface RouteRequest {
+  kind: RequestKind;
+  model: string;
+  tenant: string;
+  namespace: string;
+  tags: readonly string[];
+  promptTokens: number;
+  stream: boolean;
+}
+
+export type RequestKind = 'chat' | 'completions' | 'embeddings';
+
+export type ExcludeMetric = 'queued' | 'running' | 'kvCache' | 'predictedTTFT';
+
+export interface ExcludeRule {
+  metric: ExcludeMetric;
+  above: number;
+  windowMs: number;
+}
+
+/** The policy that applies to one request, after resolution and namespace annotations. */
+export interface EffectivePolicy {
+  /** `namespace/name` of the InferencePolicy that matched, or `builtin/default`. */
+  name: string;
+  sloTtftMs: number;
+  exclude: ExcludeRule[];
+  overflow: { providers: string[]; denyTags: string[]; denyTenants: string[] };
+  waitMaxMs: number;
+}
