@@ -1,0 +1,122 @@
+// Per-pod time-to-first-token model, learned online.
+//
+// TTFT is, to first order, linear in what stands in front of the request:
+//   ttft ≈ base + perQueued·queued + perRunning·running + perKPromptTokens·(promptTokens/1000)
+// `queued` is the wait for a batch slot (each queued request ahead costs a slice of a decode),
+// `running` slows prefill as the batch fills, and prompt size sets prefill work. A pod half as
+// fast has every coefficient doubled, which is exactly what a per-pod fit learns.
+//
+// Fit: recursive least squares with exponential forgetting. It is O(d²) = 16 multiply-adds per
+// observation, needs no stored history, tracks drift (a pod slowing as its output mix changes)
+// through the forgetting factor, and starts from a prior that is sensible before any data.
+// A prediction is 4 multiply-adds, so it costs nanoseconds per candidate.
+import type { PredictorParams } from '../types.ts';
+
+export interface Features {
+  queued: number;
+  running: number;
+  promptTokens: number;
+}
+
+export interface PredictorOptions {
+  /** Forgetting factor λ: the fit remembers ~1/(1-λ) recent observations. */
+  forgetting: number;
+  /** Prior parameters, before any observation. */
+  prior: PredictorParams;
+  /** Prior variance on each parameter: large = trust data quickly. */
+  priorVariance: number;
+  /** Floor for any prediction (ms): a network round trip and a scheduler step. */
+  minTtftMs: number;
+}
+
+/** A prior shaped like an 8B model on one GPU (see the simulator's latency model in README). */
+export const DEFAULT_PREDICTOR: PredictorOptions = {
+  forgetting: 0.98,
+  prior: { base: 25, perQueued: 200, perRunning: 2, perKPromptTokens: 250 },
+  priorVariance: 1e4,
+  minTtftMs: 1,
+};
+
+const DIM = 4;
+
+function featureVector(f: Features): [number, number, number, number] {
+  return [1, f.queued, f.running, f.promptTokens / 1000];
+}
+
+export function predictWith(params: PredictorParams, f: Features, minTtftMs = DEFAULT_PREDICTOR.minTtftMs): number {
+  const y =
+    params.base +
+    params.perQueued * f.queued +
+    params.perRunning * f.running +
+    (params.perKPromptTokens * f.promptTokens) / 1000;
+  return y > minTtftMs ? y : minTtftMs;
+}
+
+export class TtftPredictor {
+  readonly options: PredictorOptions;
+  #theta: number[];
+  /** Inverse-covariance-like matrix P of RLS, row-major DIM×DIM. */
+  #p: Float64Array;
+  #observations = 0;
+  /** Running mean absolute percentage error of predictions made just before each observation. */
+  #apeSum = 0;
+
+  constructor(options: Partial<PredictorOptions> = {}) {
+    this.options = { ...DEFAULT_PREDICTOR, ...options };
+    const { base, perQueued, perRunning, perKPromptTokens } = this.options.prior;
+    this.#theta = [base, perQueued, perRunning, perKPromptTokens];
+    this.#p = new Float64Array(DIM * DIM);
+    for (let i = 0; i < DIM; i++) this.#p[i * DIM + i] = this.options.priorVariance;
+  }
+
+  get params(): PredictorParams {
+    const [base, perQueued, perRunning, perKPromptTokens] = this.#theta;
+    return { base, perQueued, perRunning, perKPromptTokens };
+  }
+
+  get observations(): number {
+    return this.#observations;
+  }
+
+  /** Mean absolute percentage error of one-step-ahead predictions so far (NaN before data). */
+  get mape(): number {
+    return this.#observations === 0 ? NaN : this.#apeSum / this.#observations;
+  }
+
+  predict(f: Features): number {
+    return predictWith(this.params, f, this.options.minTtftMs);
+  }
+
+  /** Learn from one measured TTFT (ms) for a request sent when the pod looked like `f`. */
+  observe(f: Features, ttftMs: number): void {
+    if (!Number.isFinite(ttftMs) || ttftMs < 0) return;
+    const predicted = this.predict(f);
+    if (ttftMs > 0) this.#apeSum += Math.abs(predicted - ttftMs) / ttftMs;
+    this.#observations++;
+
+    const x = featureVector(f);
+    const lambda = this.options.forgetting;
+    const p = this.#p;
+    // k = P·x / (λ + xᵀ·P·x)
+    const px = [0, 0, 0, 0];
+    for (let i = 0; i < DIM; i++) {
+      let s = 0;
+      for (let j = 0; j < DIM; j++) s += p[i * DIM + j] * x[j];
+      px[i] = s;
+    }
+    let denominator = lambda;
+    for (let i = 0; i < DIM; i++) denominator += x[i] * px[i];
+    const error = ttftMs - (this.#theta[0] * x[0] + this.#theta[1] * x[1] + this.#theta[2] * x[2] + this.#theta[3] * x[3]);
+    for (let i = 0; i < DIM; i++) this.#theta[i] += (px[i] / denominator) * error;
+    // P = (P - k·xᵀ·P) / λ ; P is symmetric so xᵀ·P = (P·x)ᵀ.
+    for (let i = 0; i < DIM; i++) {
+      for (let j = 0; j < DIM; j++) p[i * DIM + j] = (p[i * DIM + j] - (px[i] * px[j]) / denominator) / lambda;
+    }
+    // Bound P so a long run of identical features (an idle pod) cannot wind the gain up
+    // (covariance wind-up under forgetting); scaling the whole matrix keeps it symmetric.
+    let trace = 0;
+    for (let i = 0; i < DIM; i++) trace += p[i * DIM + i];
+    const maxTrace = this.options.priorVariance * DIM * 100;
+    if (trace > maxTrace) for (let i = 0; i < DIM * DIM; i++) p[i] *= maxTrace / trace;
+  }
+}

@@ -1,0 +1,27 @@
+// What the router sees of one pod at decision time. Built by the agent from local telemetry or
+// a peer's gossiped estimate; plain data plus one windowed-average accessor.
+import type { Pod, PredictorParams } from '../types.ts';
+
+export type WindowedMetric = 'queued' | 'running' | 'kvCache';
+
+export interface Candidate {
+  pod: Pod;
+  where: 'local' | 'peer';
+  /** ms since the last good scrape (local) or since the origin produced the estimate (peer). */
+  ageMs: number;
+  /** Older than this, the view is stale and the pod is not a candidate. */
+  maxAgeMs: number;
+  healthy: boolean;
+  queuedNow: number;
+  running: number;
+  kvCache: number;
+  /** Average of a metric over the window a policy names (peers: the gossiped reference window). */
+  average(metric: WindowedMetric, windowMs: number): number;
+  params: PredictorParams;
+  /** This agent's requests to the pod that have not finished. */
+  inFlight: number;
+  /** This agent's requests sent since the pod's last scrape or report: queue the pod hasn't shown yet. */
+  unseenSent: number;
+  /** Added latency for reaching the pod (0 for local pods). */
+  networkCostMs: number;
+}

@@ -1,0 +1,46 @@
+// Filters: each says why a candidate cannot take this request, or nothing.
+import type { EffectivePolicy, RouteRequest } from '../types.ts';
+import type { Candidate } from './candidate.ts';
+
+export type DropReason = 'model-not-served' | 'unhealthy' | 'stale' | 'excluded' | 'over-slo';
+
+export interface Drop {
+  reason: DropReason;
+  detail: string;
+}
+
+export interface FilterContext {
+  request: RouteRequest;
+  policy: EffectivePolicy;
+  /** Predicted TTFT + network cost for the candidate (computed once by the router). */
+  predictedMs: number;
+}
+
+export type Filter = (c: Candidate, ctx: FilterContext) => Drop | undefined;
+
+const round = (x: number, digits = 2) => Math.round(x * 10 ** digits) / 10 ** digits;
+
+export const modelServed: Filter = (c, { request }) =>
+  c.pod.models.includes(request.model) ? undefined : { reason: 'model-not-served', detail: `serves ${c.pod.models.join(',')}` };
+
+export const healthy: Filter = (c) => (c.healthy ? undefined : { reason: 'unhealthy', detail: 'failing scrapes or requests' });
+
+export const fresh: Filter = (c) =>
+  c.ageMs <= c.maxAgeMs ? undefined : { reason: 'stale', detail: `last report ${Math.round(c.ageMs)}ms ago (limit ${c.maxAgeMs}ms)` };
+
+export const excludeRules: Filter = (c, { policy, predictedMs }) => {
+  for (const rule of policy.exclude) {
+    const value = rule.metric === 'predictedTTFT' ? predictedMs : c.average(rule.metric, rule.windowMs);
+    if (value > rule.above) {
+      const over = rule.metric === 'predictedTTFT' ? 'now' : `avg over ${rule.windowMs / 1000}s`;
+      return { reason: 'excluded', detail: `${rule.metric} ${round(value)} > ${rule.above} (${over})` };
+    }
+  }
+  return undefined;
+};
+
+export const withinSlo: Filter = (c, { policy, predictedMs }) =>
+  predictedMs <= policy.sloTtftMs ? undefined : { reason: 'over-slo', detail: `predicted ${Math.round(predictedMs)}ms > SLO ${policy.sloTtftMs}ms` };
+
+/** Kinference's filter chain, cheapest first. */
+export const DEFAULT_FILTERS: readonly Filter[] = [modelServed, healthy, fresh, excludeRules, withinSlo];

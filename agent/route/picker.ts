@@ -1,0 +1,37 @@
+// Pickers: choose among scored candidates. Randomness is injected.
+import type { Candidate } from './candidate.ts';
+
+export interface Scored {
+  candidate: Candidate;
+  /** Predicted TTFT (ms) including network cost. */
+  predictedMs: number;
+  /** Ranking score (ms): the prediction plus a small in-flight spread term. */
+  score: number;
+}
+
+export type Picker = (scored: readonly Scored[], rand: () => number) => Scored | undefined;
+
+export interface NearTieOptions {
+  /** Candidates within this many ms of the best … */
+  absoluteMs: number;
+  /** … or within this fraction of the best score are near-ties. */
+  fraction: number;
+}
+
+/**
+ * The fastest, chosen at random among near-ties so concurrent decisions made on the same stale
+ * view don't herd onto one pod. Peer scores already carry the network cost.
+ */
+export function fastestAmongNearTies(options: NearTieOptions): Picker {
+  return (scored, rand) => {
+    if (scored.length === 0) return undefined;
+    let best = scored[0];
+    for (const s of scored) if (s.score < best.score) best = s;
+    const limit = best.score + Math.max(options.absoluteMs, best.score * options.fraction);
+    const ties = scored.filter((s) => s.score <= limit);
+    // Among near-ties a local pod wins: same expected latency, no cross-node hop to go wrong.
+    const localTies = ties.filter((s) => s.candidate.where === 'local');
+    const pool = localTies.length > 0 ? localTies : ties;
+    return pool[Math.min(pool.length - 1, Math.floor(rand() * pool.length))];
+  };
+}

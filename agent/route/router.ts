@@ -1,0 +1,115 @@
+// The routing decision for one request: a pure function of candidates, policy and request.
+// Filters drop candidates with a reason, the scorer ranks the rest, the picker chooses; with no
+// candidate left the policy decides between overflow, a bounded wait, and rejection.
+import type { EffectivePolicy, RouteRequest } from '../types.ts';
+import type { Candidate } from './candidate.ts';
+import { DEFAULT_FILTERS, type Drop, type Filter } from './filters.ts';
+import { fastestAmongNearTies, type Picker, type Scored } from './picker.ts';
+import { predictedTtft, type Scorer } from './score.ts';
+
+export interface Strategy {
+  filters: readonly Filter[];
+  score: Scorer;
+  pick: Picker;
+  /** Score added per in-flight request of this agent, so equal pods share a burst. */
+  inFlightCostMs: number;
+}
+
+export const KINFERENCE_STRATEGY: Strategy = {
+  filters: DEFAULT_FILTERS,
+  score: predictedTtft,
+  pick: fastestAmongNearTies({ absoluteMs: 5, fraction: 0.05 }),
+  inFlightCostMs: 1,
+};
+
+/** Whether this request's data may leave the cluster, and through which providers. */
+export interface LeaveVerdict {
+  allowed: boolean;
+  reason: string;
+  /** Providers in policy order that can serve this model now (breaker closed). */
+  providers: readonly string[];
+}
+
+export interface DroppedCandidate extends Drop {
+  pod: string;
+  where: 'local' | 'peer';
+  predictedMs: number;
+}
+
+export type Decision =
+  | ({ action: 'pod'; chosen: Scored; predictedTtftMs: number } & DecisionBasis)
+  | ({ action: 'overflow'; providers: readonly string[] } & DecisionBasis)
+  | ({ action: 'wait'; maxWaitMs: number } & DecisionBasis)
+  | ({ action: 'reject'; status: 429 | 503; message: string } & DecisionBasis);
+
+export interface DecisionBasis {
+  policy: string;
+  leave: LeaveVerdict;
+  /** Candidates that passed every filter, best first. */
+  scored: Scored[];
+  dropped: DroppedCandidate[];
+}
+
+/** `peer/<node>/<pod>` or `local/<pod>`: the name people see in headers and explain. */
+export function candidateName(c: Candidate): string {
+  return c.where === 'local' ? `local/${c.pod.name}` : `peer/${c.pod.node}/${c.pod.name}`;
+}
+
+export interface DecideInput {
+  request: RouteRequest;
+  policy: EffectivePolicy;
+  candidates: readonly Candidate[];
+  leave: LeaveVerdict;
+  /** The request already waited this long (ms); a wait decision only covers what is left. */
+  waitedMs?: number;
+  rand: () => number;
+  strategy?: Strategy;
+}
+
+export function decide(input: DecideInput): Decision {
+  const { request, policy, candidates, leave, rand } = input;
+  const strategy = input.strategy ?? KINFERENCE_STRATEGY;
+  const scored: Scored[] = [];
+  const dropped: DroppedCandidate[] = [];
+  let servesModel = 0;
+
+  for (const candidate of candidates) {
+    const predictedMs = strategy.score(candidate, request);
+    let drop: Drop | undefined;
+    for (const filter of strategy.filters) {
+      drop = filter(candidate, { request, policy, predictedMs });
+      if (drop) break;
+    }
+    if (drop?.reason !== 'model-not-served') servesModel++;
+    if (drop) {
+      // Pods of other models are noise in explain output; keep only those that could have served.
+      if (drop.reason !== 'model-not-served') {
+        dropped.push({ ...drop, pod: candidateName(candidate), where: candidate.where, predictedMs });
+      }
+      continue;
+    }
+    scored.push({ candidate, predictedMs, score: predictedMs + strategy.inFlightCostMs * candidate.inFlight });
+  }
+  scored.sort((a, b) => a.score - b.score);
+  const basis: DecisionBasis = { policy: policy.name, leave, scored, dropped };
+
+  const chosen = strategy.pick(scored, rand);
+  if (chosen) return { action: 'pod', chosen, predictedTtftMs: chosen.predictedMs, ...basis };
+
+  if (leave.allowed && leave.providers.length > 0) return { action: 'overflow', providers: leave.providers, ...basis };
+
+  // Unknown models are answered 404 by the ingress before routing; here the model exists
+  // somewhere (a pod elsewhere, a provider), just nowhere this request may go.
+  if (servesModel === 0) {
+    return { action: 'reject', status: 503, message: `no pod serves model ${request.model} and ${leave.reason}`, ...basis };
+  }
+
+  const left = policy.waitMaxMs - (input.waitedMs ?? 0);
+  if (left > 0) return { action: 'wait', maxWaitMs: left, ...basis };
+  return {
+    action: 'reject',
+    status: 429,
+    message: `no pod can answer model ${request.model} within the SLO (${policy.sloTtftMs}ms) and ${leave.reason}`,
+    ...basis,
+  };
+}

@@ -1,0 +1,76 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { TtftPredictor, predictWith } from '../agent/predict/predictor.ts';
+import { estimatePromptTokens } from '../agent/predict/tokens.ts';
+
+/** A pod whose true TTFT is linear in its state, with multiplicative noise. */
+function truePod(slowdown: number) {
+  return (q: number, r: number, p: number) => slowdown * (20 + 180 * q + 3 * r + 0.25 * p);
+}
+
+function seeded(seed: number) {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function train(predictor: TtftPredictor, pod: ReturnType<typeof truePod>, n: number, rand: () => number) {
+  for (let i = 0; i < n; i++) {
+    const q = Math.floor(rand() * 6);
+    const r = Math.floor(rand() * 16);
+    const p = 100 + Math.floor(rand() * 2000);
+    predictor.observe({ queued: q, running: r, promptTokens: p }, pod(q, r, p) * (0.95 + 0.1 * rand()));
+  }
+}
+
+test('learns a pod half as fast as twice the predicted TTFT', () => {
+  const rand = seeded(7);
+  const fast = new TtftPredictor();
+  const slow = new TtftPredictor();
+  train(fast, truePod(1), 300, rand);
+  train(slow, truePod(2), 300, rand);
+  const state = { queued: 3, running: 8, promptTokens: 1000 };
+  const ratio = slow.predict(state) / fast.predict(state);
+  assert.ok(ratio > 1.8 && ratio < 2.2, `slow/fast ratio ${ratio}`);
+  const truth = truePod(2)(3, 8, 1000);
+  assert.ok(Math.abs(slow.predict(state) - truth) / truth < 0.1, `slow prediction ${slow.predict(state)} vs ${truth}`);
+});
+
+test('predicts sensibly before any observation (the prior)', () => {
+  const p = new TtftPredictor();
+  assert.ok(p.predict({ queued: 0, running: 0, promptTokens: 100 }) < p.predict({ queued: 4, running: 0, promptTokens: 100 }));
+  assert.ok(p.predict({ queued: 0, running: 0, promptTokens: 100 }) < p.predict({ queued: 0, running: 0, promptTokens: 4000 }));
+  assert.ok(Number.isNaN(p.mape));
+});
+
+test('tracks a pod that slows down (forgetting)', () => {
+  const rand = seeded(3);
+  const p = new TtftPredictor();
+  train(p, truePod(1), 300, rand);
+  train(p, truePod(3), 300, rand);
+  const state = { queued: 2, running: 4, promptTokens: 500 };
+  const truth = truePod(3)(2, 4, 500);
+  assert.ok(Math.abs(p.predict(state) - truth) / truth < 0.1, `${p.predict(state)} vs ${truth}`);
+});
+
+test('ignores non-finite observations and never predicts below the floor', () => {
+  const p = new TtftPredictor();
+  p.observe({ queued: 0, running: 0, promptTokens: 10 }, NaN);
+  p.observe({ queued: 0, running: 0, promptTokens: 10 }, -5);
+  assert.equal(p.observations, 0);
+  assert.equal(predictWith({ base: -100, perQueued: 0, perRunning: 0, perKPromptTokens: 0 }, { queued: 0, running: 0, promptTokens: 0 }), 1);
+});
+
+test('estimates prompt tokens from chat, completions and embeddings bodies', () => {
+  const text = 'x'.repeat(400);
+  assert.equal(estimatePromptTokens({ messages: [{ role: 'user', content: text }] }), 104);
+  assert.equal(estimatePromptTokens({ messages: [{ role: 'user', content: [{ type: 'text', text }] }] }), 104);
+  assert.equal(estimatePromptTokens({ prompt: text }), 100);
+  assert.equal(estimatePromptTokens({ input: [text, text] }), 200);
+  assert.equal(estimatePromptTokens({}), 1);
+});

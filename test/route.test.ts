@@ -1,0 +1,125 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Candidate } from '../agent/route/candidate.ts';
+import { decide, type LeaveVerdict } from '../agent/route/router.ts';
+import type { EffectivePolicy, RouteRequest } from '../agent/types.ts';
+
+const POLICY: EffectivePolicy = {
+  name: 'builtin/default',
+  sloTtftMs: 500,
+  exclude: [{ metric: 'queued', above: 2, windowMs: 30_000 }],
+  overflow: { providers: [], denyTags: [], denyTenants: [] },
+  waitMaxMs: 2000,
+};
+const REQUEST: RouteRequest = { kind: 'chat', model: 'm', tenant: 't', namespace: 't', tags: [], promptTokens: 200, stream: true };
+const STAY: LeaveVerdict = { allowed: false, reason: 'no overflow providers in policy', providers: [] };
+const LEAVE: LeaveVerdict = { allowed: true, reason: 'allowed', providers: ['p1', 'p2'] };
+
+function pod(name: string, overrides: Partial<Candidate> & { avgQueued?: number } = {}): Candidate {
+  const { avgQueued, ...rest } = overrides;
+  return {
+    pod: { uid: `ns/${name}`, name, namespace: 'ns', node: 'node-a', address: '127.0.0.1:1', models: ['m'] },
+    where: 'local',
+    ageMs: 10,
+    maxAgeMs: 200,
+    healthy: true,
+    queuedNow: 0,
+    running: 0,
+    kvCache: 0.1,
+    average: (metric) => (metric === 'queued' ? (avgQueued ?? 0) : 0),
+    params: { base: 20, perQueued: 100, perRunning: 2, perKPromptTokens: 200 },
+    inFlight: 0,
+    unseenSent: 0,
+    networkCostMs: 0,
+    ...rest,
+  };
+}
+
+const first = () => 0;
+
+test('sends the request to the pod with the lowest predicted TTFT', () => {
+  const d = decide({ request: REQUEST, policy: POLICY, leave: STAY, rand: first, candidates: [pod('busy', { queuedNow: 2 }), pod('idle'), pod('mid', { queuedNow: 1 })] });
+  assert.equal(d.action, 'pod');
+  assert.equal(d.action === 'pod' && d.chosen.candidate.pod.name, 'idle');
+  assert.deepEqual(d.scored.map((s) => s.candidate.pod.name), ['idle', 'mid', 'busy']);
+});
+
+test('a pod half as fast loses to a faster pod with the same load', () => {
+  const slow = pod('slow', { running: 4, params: { base: 40, perQueued: 200, perRunning: 4, perKPromptTokens: 400 } });
+  const d = decide({ request: REQUEST, policy: POLICY, leave: STAY, rand: first, candidates: [slow, pod('fast', { running: 4 })] });
+  assert.equal(d.action === 'pod' && d.chosen.candidate.pod.name, 'fast');
+});
+
+test('drops stale, unhealthy, excluded and over-SLO pods, each with its reason', () => {
+  const d = decide({
+    request: REQUEST,
+    policy: POLICY,
+    leave: STAY,
+    rand: first,
+    candidates: [
+      pod('stale', { ageMs: 500 }),
+      pod('sick', { healthy: false }),
+      pod('queued', { avgQueued: 2.5 }),
+      pod('slow', { queuedNow: 10 }),
+      pod('other-model', { pod: { uid: 'x', name: 'other', namespace: 'ns', node: 'n', address: 'a', models: ['z'] } }),
+      pod('ok'),
+    ],
+  });
+  assert.equal(d.action === 'pod' && d.chosen.candidate.pod.name, 'ok');
+  assert.deepEqual(
+    d.dropped.map((x) => [x.pod, x.reason]),
+    [['local/stale', 'stale'], ['local/sick', 'unhealthy'], ['local/queued', 'excluded'], ['local/slow', 'over-slo']],
+  );
+  assert.match(d.dropped[2].detail, /queued 2.5 > 2 \(avg over 30s\)/);
+});
+
+test('counts requests sent since the last scrape as queue, so a burst spreads', () => {
+  const d = decide({ request: REQUEST, policy: POLICY, leave: STAY, rand: first, candidates: [pod('a', { unseenSent: 2 }), pod('b')] });
+  assert.equal(d.action === 'pod' && d.chosen.candidate.pod.name, 'b');
+});
+
+test('randomises among near-ties but never beyond them', () => {
+  const candidates = [pod('a'), pod('b', { running: 1 }), pod('far', { queuedNow: 1 })];
+  const chosen = new Set<string>();
+  for (const r of [0, 0.3, 0.6, 0.99]) {
+    const d = decide({ request: REQUEST, policy: POLICY, leave: STAY, rand: () => r, candidates });
+    if (d.action === 'pod') chosen.add(d.chosen.candidate.pod.name);
+  }
+  assert.deepEqual([...chosen].sort(), ['a', 'b']);
+});
+
+test('with equal predictions a local pod wins over a peer pod', () => {
+  const peer = pod('remote', { where: 'peer', networkCostMs: 0, pod: { uid: 'r', name: 'remote', namespace: 'ns', node: 'node-b', address: 'x', models: ['m'] } });
+  for (const r of [0, 0.5, 0.99]) {
+    const d = decide({ request: REQUEST, policy: POLICY, leave: STAY, rand: () => r, candidates: [peer, pod('here')] });
+    assert.equal(d.action === 'pod' && d.chosen.candidate.pod.name, 'here');
+  }
+});
+
+test('a peer pod wins when the local pods are excluded', () => {
+  const peer = pod('remote', { where: 'peer', networkCostMs: 1, pod: { uid: 'r', name: 'remote', namespace: 'ns', node: 'node-b', address: 'x', models: ['m'] } });
+  const d = decide({ request: REQUEST, policy: POLICY, leave: STAY, rand: first, candidates: [pod('here', { avgQueued: 5 }), peer] });
+  assert.equal(d.action === 'pod' && d.chosen.candidate.pod.node, 'node-b');
+});
+
+test('overflows only when no pod qualifies and the request may leave', () => {
+  const busy = [pod('a', { avgQueued: 3 }), pod('b', { queuedNow: 9 })];
+  const out = decide({ request: REQUEST, policy: POLICY, leave: LEAVE, rand: first, candidates: busy });
+  assert.equal(out.action, 'overflow');
+  assert.deepEqual(out.action === 'overflow' && out.providers, ['p1', 'p2']);
+  const stays = decide({ request: REQUEST, policy: POLICY, leave: LEAVE, rand: first, candidates: [...busy, pod('c')] });
+  assert.equal(stays.action, 'pod');
+});
+
+test('a request that may not leave waits for the rest of wait.max, then gets 429', () => {
+  const busy = [pod('a', { avgQueued: 3 })];
+  const d = decide({ request: REQUEST, policy: POLICY, leave: STAY, rand: first, candidates: busy, waitedMs: 500 });
+  assert.deepEqual(d.action === 'wait' && d.maxWaitMs, 1500);
+  const late = decide({ request: REQUEST, policy: POLICY, leave: STAY, rand: first, candidates: busy, waitedMs: 2000 });
+  assert.equal(late.action === 'reject' && late.status, 429);
+});
+
+test('503 when no pod serves the model and it may not leave', () => {
+  const d = decide({ request: REQUEST, policy: POLICY, leave: STAY, rand: first, candidates: [] });
+  assert.equal(d.action === 'reject' && d.status, 503);
+});
