@@ -1,0 +1,219 @@
+// Reads and validates the agent's config file once at start, and turns it into typed settings
+// with milliseconds and defaults. Errors name the key, what was expected and what was found.
+import { readFileSync } from 'node:fs';
+import { Value } from '@sinclair/typebox/value';
+import { parse as parseYaml } from 'yaml';
+import type { Pod } from '../types.ts';
+import type { ProviderSettings } from '../providers/types.ts';
+import { parseDuration } from './duration.ts';
+import type { SecretRef } from './secrets.ts';
+import { loadPolicies } from '../policy/schema.ts';
+import { compilePolicies } from '../policy/resolve.ts';
+import { AgentConfigSchema, type AgentConfigFile, type ProviderConfigFile } from './schema.ts';
+
+export interface Limits {
+  maxBodyBytes: number;
+  podConnectTimeoutMs: number;
+  podIdleTimeoutMs: number;
+  maxRetries: number;
+  drainTimeoutMs: number;
+  scrapeTimeoutMs: number;
+  maxWaiting: number;
+}
+
+export interface GossipSettings {
+  bind: string;
+  key: SecretRef;
+  intervalMs: number;
+  fanout: number;
+  ttlMs: number;
+  networkCostMs: number;
+}
+
+export interface AgentSettings {
+  node: string;
+  listen: { api: string; admin: string };
+  discovery: 'static' | 'kubernetes';
+  scrapeIntervalMs: number;
+  pods: Pod[];
+  peers: string[];
+  gossip?: GossipSettings;
+  tenantHeader: string;
+  /** The operator named a tenant header: trust it even in Kubernetes mode. */
+  tenantHeaderExplicit: boolean;
+  providers: ProviderSettings[];
+  policies: unknown[];
+  namespaces: Map<string, Record<string, string>>;
+  limits: Limits;
+  kubernetes: NonNullable<AgentConfigFile['kubernetes']>;
+  logLevel: 'debug' | 'info' | 'warn' | 'error';
+}
+
+export const DEFAULT_LIMITS: Limits = {
+  maxBodyBytes: 4 * 1024 * 1024,
+  podConnectTimeoutMs: 10_000,
+  podIdleTimeoutMs: 120_000,
+  maxRetries: 2,
+  drainTimeoutMs: 25_000,
+  scrapeTimeoutMs: 1_000,
+  maxWaiting: 1_000,
+};
+
+export const DEFAULT_PROVIDER_TIMEOUT_MS = 10_000;
+
+export class ConfigError extends Error {
+  readonly problems: string[];
+  constructor(source: string, problems: string[]) {
+    super(`invalid config ${source}:\n  ${problems.join('\n  ')}`);
+    this.problems = problems;
+  }
+}
+
+/** `/listen/api` → `listen.api`, `/pods/0/name` → `pods[0].name`. */
+export function jsonPointerToPath(pointer: string): string {
+  const parts = pointer.split('/').slice(1).map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
+  return parts.reduce((path, part) => (/^\d+$/.test(part) ? `${path}[${part}]` : path ? `${path}.${part}` : part), '') || '(root)';
+}
+
+function describeFound(value: unknown): string {
+  if (value === undefined) return 'nothing';
+  const text = JSON.stringify(value);
+  return text.length > 60 ? `${text.slice(0, 57)}...` : text;
+}
+
+/** What a schema node wants, in words a person configuring the agent understands. */
+function expectation(schema: unknown, fallback: string): string {
+  const node = schema as { description?: string; pattern?: string; anyOf?: { const?: unknown }[] };
+  const literals = node.anyOf?.map((option) => option.const);
+  if (literals?.length && literals.every((l) => typeof l === 'string')) return `expected one of ${literals.join(', ')}`;
+  if (node.pattern && node.description) return `expected ${node.description}`;
+  return fallback.charAt(0).toLowerCase() + fallback.slice(1);
+}
+
+/** Schema errors as `path: message (found X)`, one per path, most specific first. */
+export function schemaProblems(schema: Parameters<typeof Value.Errors>[0], value: unknown): string[] {
+  const seen = new Set<string>();
+  const problems: string[] = [];
+  for (const error of Value.Errors(schema, value)) {
+    const path = jsonPointerToPath(error.path);
+    if (seen.has(path)) continue;
+    seen.add(path);
+    problems.push(`${path}: ${expectation(error.schema, error.message)}, found ${describeFound(error.value)}`);
+  }
+  return problems;
+}
+
+function providerSettings(p: ProviderConfigFile): ProviderSettings {
+  return {
+    name: p.name,
+    kind: p.kind,
+    endpoint: p.endpoint,
+    region: p.region,
+    models: p.models,
+    apiKey: p.apiKey,
+    azureApiVersion: p.azureApiVersion,
+    credentials: p.credentials,
+    timeoutMs: p.timeout ? parseDuration(p.timeout) : DEFAULT_PROVIDER_TIMEOUT_MS,
+  };
+}
+
+function crossChecks(file: AgentConfigFile): string[] {
+  const problems: string[] = [];
+  const discovery = file.discovery ?? 'static';
+  if (discovery === 'static' && !file.pods?.length) problems.push('pods: static discovery needs at least one pod');
+  if (file.listen.gossip && !file.gossip) problems.push('gossip: listen.gossip is set, so gossip.key is required');
+  const names = new Set<string>();
+  (file.providers ?? []).forEach((p, i) => {
+    if (names.has(p.name)) problems.push(`providers[${i}].name: duplicate provider "${p.name}"`);
+    names.add(p.name);
+    if (p.kind === 'openai' && !p.endpoint) problems.push(`providers[${i}].endpoint: required for kind openai`);
+    if (p.kind === 'bedrock' && !p.region && !p.endpoint) problems.push(`providers[${i}].region: required for kind bedrock`);
+  });
+  const pods = new Set<string>();
+  (file.pods ?? []).forEach((p, i) => {
+    const id = `${p.namespace ?? 'default'}/${p.name}`;
+    if (pods.has(id)) problems.push(`pods[${i}].name: duplicate pod "${id}"`);
+    pods.add(id);
+  });
+  return problems;
+}
+
+/** Policies in the config file are checked like `kinference policy check` checks a CRD object. */
+function policyProblems(docs: unknown[], providers: ProviderConfigFile[]): string[] {
+  const { policies, errors } = loadPolicies(docs);
+  const problems = errors.flatMap((e) => e.errors.map((x) => `policies[${e.index}]${x.path ? `.${x.path}` : ''}: ${x.message}`));
+  problems.push(...compilePolicies(policies).problems.map((p) => `policies: ${p}`));
+  const known = new Set(providers.map((p) => p.name));
+  policies.forEach((policy, i) => {
+    for (const name of policy.spec.overflow?.providers ?? []) {
+      if (!known.has(name)) problems.push(`policies[${i}].spec.overflow.providers: no provider named "${name}" in providers`);
+    }
+  });
+  return problems;
+}
+
+/** Validated settings from a parsed config object; throws ConfigError naming every bad key. */
+export function settingsFromObject(raw: unknown, source = 'config'): AgentSettings {
+  const problems = schemaProblems(AgentConfigSchema, raw);
+  if (problems.length) throw new ConfigError(source, problems);
+  const file = raw as AgentConfigFile;
+  const cross = [...crossChecks(file), ...policyProblems(file.policies ?? [], file.providers ?? [])];
+  if (cross.length) throw new ConfigError(source, cross);
+
+  const scrapeIntervalMs = parseDuration(file.scrapeInterval ?? '100ms');
+  const limits = file.limits ?? {};
+  return {
+    node: file.node,
+    listen: { api: file.listen.api, admin: file.listen.admin },
+    discovery: file.discovery ?? 'static',
+    scrapeIntervalMs,
+    pods: (file.pods ?? []).map((p) => {
+      const namespace = p.namespace ?? 'default';
+      return { uid: `${namespace}/${p.name}`, name: p.name, namespace, node: file.node, address: p.address, models: p.models, engine: p.engine };
+    }),
+    peers: file.peers ?? [],
+    gossip:
+      file.listen.gossip && file.gossip
+        ? {
+            bind: file.listen.gossip,
+            key: file.gossip.key,
+            intervalMs: parseDuration(file.gossip.interval ?? '200ms'),
+            fanout: file.gossip.fanout ?? 3,
+            ttlMs: parseDuration(file.gossip.ttl ?? '3s'),
+            networkCostMs: parseDuration(file.gossip.networkCost ?? '2ms'),
+          }
+        : undefined,
+    tenantHeader: (file.tenantHeader ?? 'x-kinference-tenant').toLowerCase(),
+    tenantHeaderExplicit: file.tenantHeader !== undefined,
+    providers: (file.providers ?? []).map(providerSettings),
+    policies: file.policies ?? [],
+    namespaces: new Map(Object.entries(file.namespaces ?? {})),
+    limits: {
+      maxBodyBytes: limits.maxBodyBytes ?? DEFAULT_LIMITS.maxBodyBytes,
+      podConnectTimeoutMs: limits.podConnectTimeout ? parseDuration(limits.podConnectTimeout) : DEFAULT_LIMITS.podConnectTimeoutMs,
+      podIdleTimeoutMs: limits.podIdleTimeout ? parseDuration(limits.podIdleTimeout) : DEFAULT_LIMITS.podIdleTimeoutMs,
+      maxRetries: limits.maxRetries ?? DEFAULT_LIMITS.maxRetries,
+      drainTimeoutMs: limits.drainTimeout ? parseDuration(limits.drainTimeout) : DEFAULT_LIMITS.drainTimeoutMs,
+      scrapeTimeoutMs: limits.scrapeTimeout ? parseDuration(limits.scrapeTimeout) : Math.max(DEFAULT_LIMITS.scrapeTimeoutMs, scrapeIntervalMs),
+      maxWaiting: limits.maxWaiting ?? DEFAULT_LIMITS.maxWaiting,
+    },
+    kubernetes: file.kubernetes ?? {},
+    logLevel: file.logLevel ?? 'info',
+  };
+}
+
+export function loadConfigFile(path: string): AgentSettings {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (error) {
+    throw new ConfigError(path, [`cannot read file: ${(error as Error).message}`]);
+  }
+  let raw: unknown;
+  try {
+    raw = parseYaml(text);
+  } catch (error) {
+    throw new ConfigError(path, [`not valid YAML: ${(error as Error).message.split('\n')[0]}`]);
+  }
+  return settingsFromObject(raw, path);
+}

@@ -1,0 +1,113 @@
+// The agent's configuration file (CONTRACT.md "Agent configuration"), as one TypeBox schema.
+// Validated once at start; a wrong key or value exits non-zero naming the key.
+import { Type, type Static } from '@sinclair/typebox';
+
+const DurationString = Type.String({ pattern: '^\\d+(\\.\\d+)?(ms|s|m|h)$', description: 'duration like 250ms, 30s, 1m' });
+const HostPort = Type.String({ pattern: '^(\\[[0-9a-fA-F:.]+\\]|[A-Za-z0-9.-]+):\\d{1,5}$', description: 'host:port' });
+const Name = Type.String({ minLength: 1, maxLength: 253 });
+const SecretRef = Type.Union([
+  Type.Object({ env: Name }, { additionalProperties: false }),
+  Type.Object({ file: Name }, { additionalProperties: false }),
+]);
+
+const StaticPod = Type.Object(
+  {
+    name: Name,
+    namespace: Type.Optional(Name),
+    address: HostPort,
+    engine: Type.Optional(Type.Union([Type.Literal('vllm'), Type.Literal('tgi'), Type.Literal('sglang')])),
+    models: Type.Array(Name, { minItems: 1 }),
+  },
+  { additionalProperties: false },
+);
+
+const ProviderConfig = Type.Object(
+  {
+    name: Name,
+    kind: Type.Union([Type.Literal('openai'), Type.Literal('bedrock')]),
+    endpoint: Type.Optional(Type.String({ pattern: '^https?://' })),
+    region: Type.Optional(Name),
+    models: Type.Record(Type.String(), Type.String()),
+    apiKey: Type.Optional(SecretRef),
+    azureApiVersion: Type.Optional(Name),
+    credentials: Type.Optional(
+      Type.Object(
+        { accessKeyId: SecretRef, secretAccessKey: SecretRef, sessionToken: Type.Optional(SecretRef) },
+        { additionalProperties: false },
+      ),
+    ),
+    timeout: Type.Optional(DurationString),
+  },
+  { additionalProperties: false },
+);
+
+const Limits = Type.Object(
+  {
+    /** Largest request body accepted (bytes); larger → 413. */
+    maxBodyBytes: Type.Optional(Type.Integer({ minimum: 1024 })),
+    /** Time to the upstream pod's response headers; past it the pod counts as failed (retry). */
+    podConnectTimeout: Type.Optional(DurationString),
+    /** Longest gap between two chunks of an upstream stream before it is cut. */
+    podIdleTimeout: Type.Optional(DurationString),
+    /** How many other pods a request may try after a pod fails before its first byte. */
+    maxRetries: Type.Optional(Type.Integer({ minimum: 0, maximum: 10 })),
+    /** Time allowed for in-flight requests to finish after SIGTERM. */
+    drainTimeout: Type.Optional(DurationString),
+    /** Per-scrape timeout of a pod's /metrics. */
+    scrapeTimeout: Type.Optional(DurationString),
+    /** Requests waiting for a pod at once; beyond it new waiters get 429 at once. */
+    maxWaiting: Type.Optional(Type.Integer({ minimum: 0 })),
+  },
+  { additionalProperties: false },
+);
+
+const Gossip = Type.Object(
+  {
+    key: SecretRef,
+    interval: Type.Optional(DurationString),
+    fanout: Type.Optional(Type.Integer({ minimum: 1, maximum: 16 })),
+    ttl: Type.Optional(DurationString),
+    /** Added to a peer pod's predicted TTFT: the cost of the cross-node hop. */
+    networkCost: Type.Optional(DurationString),
+  },
+  { additionalProperties: false },
+);
+
+const Kubernetes = Type.Object(
+  {
+    /** Path to a kubeconfig; absent: in-cluster config, else the default kubeconfig. */
+    kubeconfig: Type.Optional(Name),
+    podIP: Type.Optional(Name),
+    agentNamespace: Type.Optional(Name),
+    gossipService: Type.Optional(Name),
+    providersConfigMap: Type.Optional(Name),
+  },
+  { additionalProperties: false },
+);
+
+export const AgentConfigSchema = Type.Object(
+  {
+    node: Name,
+    listen: Type.Object(
+      { api: HostPort, admin: HostPort, gossip: Type.Optional(HostPort) },
+      { additionalProperties: false },
+    ),
+    discovery: Type.Optional(Type.Union([Type.Literal('static'), Type.Literal('kubernetes')])),
+    scrapeInterval: Type.Optional(DurationString),
+    pods: Type.Optional(Type.Array(StaticPod)),
+    peers: Type.Optional(Type.Array(HostPort)),
+    gossip: Type.Optional(Gossip),
+    tenantHeader: Type.Optional(Name),
+    providers: Type.Optional(Type.Array(ProviderConfig)),
+    /** InferencePolicy objects; validated by agent/policy against the CRD's schema. */
+    policies: Type.Optional(Type.Array(Type.Unknown())),
+    namespaces: Type.Optional(Type.Record(Type.String(), Type.Record(Type.String(), Type.String()))),
+    limits: Type.Optional(Limits),
+    kubernetes: Type.Optional(Kubernetes),
+    logLevel: Type.Optional(Type.Union([Type.Literal('debug'), Type.Literal('info'), Type.Literal('warn'), Type.Literal('error')])),
+  },
+  { additionalProperties: false },
+);
+
+export type AgentConfigFile = Static<typeof AgentConfigSchema>;
+export type ProviderConfigFile = Static<typeof ProviderConfig>;

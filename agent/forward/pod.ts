@@ -1,0 +1,100 @@
+// One concern: send one request to one pod and hand back its answer, holding the first byte
+// back so a failure before it can still be retried on another pod.
+import { Agent, request, errors as undiciErrors } from 'undici';
+
+export interface PodTimeouts {
+  /** Until the pod's response headers. */
+  connectMs: number;
+  /** Longest silence between two chunks of the body. */
+  idleMs: number;
+}
+
+/** Keep-alive connection pools, one per pod origin, shared by every request of the agent. */
+export function createPodDispatcher(): Agent {
+  return new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 300_000, connections: 512, pipelining: 1 });
+}
+
+export type PodAttempt =
+  | {
+      ok: true;
+      status: number;
+      contentType: string;
+      /** The first body chunk (undefined for an empty body). */
+      first: Uint8Array | undefined;
+      /** The rest of the body, chunk by chunk as it arrives. */
+      rest: AsyncIterator<Uint8Array>;
+      /** ms from sending to the first body byte. */
+      firstByteMs: number;
+      /** Stops the upstream request (the client left). */
+      abort: () => void;
+    }
+  | {
+      ok: false;
+      /** True when another pod may be tried: nothing reached the client and the pod is at fault. */
+      retryable: boolean;
+      status?: number;
+      /** Upstream body for non-retryable pod answers (e.g. vLLM's 400 for a too-long prompt). */
+      body?: Uint8Array;
+      contentType?: string;
+      error: string;
+    };
+
+function describe(error: unknown): string {
+  if (error instanceof undiciErrors.HeadersTimeoutError) return 'timed out waiting for response headers';
+  if (error instanceof undiciErrors.BodyTimeoutError) return 'timed out waiting for the body';
+  const e = error as { code?: string; message?: string; cause?: { code?: string } };
+  return e.code ?? e.cause?.code ?? e.message ?? String(error);
+}
+
+/**
+ * POST `body` to `http://address/path`. Resolves once the first body byte is in hand, or with a
+ * failure. Never rejects.
+ */
+export async function sendToPod(
+  dispatcher: Agent,
+  address: string,
+  path: string,
+  body: Uint8Array,
+  clientSignal: AbortSignal,
+  timeouts: PodTimeouts,
+  now: () => number = performance.now.bind(performance),
+): Promise<PodAttempt> {
+  const controller = new AbortController();
+  const onClientGone = () => controller.abort(new Error('client disconnected'));
+  if (clientSignal.aborted) onClientGone();
+  clientSignal.addEventListener('abort', onClientGone, { once: true });
+  const started = now();
+  try {
+    const response = await request(`http://${address}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body,
+      signal: controller.signal,
+      dispatcher,
+      headersTimeout: timeouts.connectMs,
+      bodyTimeout: timeouts.idleMs,
+    });
+    const contentType = String(response.headers['content-type'] ?? 'application/json');
+    if (response.statusCode >= 400) {
+      const bytes = new Uint8Array(await response.body.arrayBuffer());
+      // 429 (queue full) and 5xx are the pod's trouble: another pod may do better.
+      const retryable = response.statusCode === 429 || response.statusCode >= 500;
+      return { ok: false, retryable, status: response.statusCode, body: bytes, contentType, error: `pod answered ${response.statusCode}` };
+    }
+    const iterator = response.body[Symbol.asyncIterator]() as AsyncIterator<Uint8Array>;
+    const first = await iterator.next();
+    return {
+      ok: true,
+      status: response.statusCode,
+      contentType,
+      first: first.done ? undefined : first.value,
+      rest: iterator,
+      firstByteMs: now() - started,
+      abort: () => controller.abort(new Error('client disconnected')),
+    };
+  } catch (error) {
+    return { ok: false, retryable: !clientSignal.aborted, error: describe(error) };
+  } finally {
+    clientSignal.removeEventListener('abort', onClientGone);
+  }
+}

@@ -1,0 +1,76 @@
+// Relays an upstream body to the client chunk by chunk, as it arrives. A failure after the first
+// byte can no longer change the status, so a stream ends with an OpenAI-style error event and
+// `data: [DONE]` (what vLLM itself does); a client that leaves aborts the upstream request.
+import { SSE_DONE, sseErrorFrame } from '../../shared/openai/errors.ts';
+
+export interface RelayHooks {
+  /** Called once when the relay ends: ok = the upstream body completed. */
+  onEnd(outcome: { ok: boolean; error?: string; bytes: number }): void;
+}
+
+export function relayStream(
+  first: Uint8Array | undefined,
+  rest: AsyncIterator<Uint8Array>,
+  abortUpstream: () => void,
+  isEventStream: boolean,
+  hooks: RelayHooks,
+): ReadableStream<Uint8Array> {
+  const encoder = new TextEncoder();
+  let bytes = 0;
+  let ended = false;
+  const end = (ok: boolean, error?: string) => {
+    if (ended) return;
+    ended = true;
+    hooks.onEnd({ ok, error, bytes });
+  };
+  return new ReadableStream<Uint8Array>(
+    {
+      start(controller) {
+        if (first) {
+          bytes += first.byteLength;
+          controller.enqueue(first);
+        }
+      },
+      async pull(controller) {
+        try {
+          const next = await rest.next();
+          if (next.done) {
+            end(true);
+            controller.close();
+            return;
+          }
+          bytes += next.value.byteLength;
+          controller.enqueue(next.value);
+        } catch (error) {
+          const message = `upstream failed mid-stream: ${(error as Error).message ?? error}`;
+          end(false, message);
+          if (isEventStream) {
+            controller.enqueue(encoder.encode(sseErrorFrame(502, message, { code: 'upstream_stream_error' })));
+            controller.enqueue(encoder.encode(SSE_DONE));
+            controller.close();
+          } else {
+            controller.error(error);
+          }
+        }
+      },
+      cancel() {
+        end(false, 'client disconnected');
+        abortUpstream();
+      },
+    },
+    // One chunk of read-ahead at most: a slow client slows the pod's socket, not our memory.
+    { highWaterMark: 1 },
+  );
+}
+
+/** Reads the rest of a (non-stream) body into one buffer. */
+export async function readRest(first: Uint8Array | undefined, rest: AsyncIterator<Uint8Array>, limitBytes: number): Promise<Uint8Array> {
+  const chunks: Uint8Array[] = first ? [first] : [];
+  let total = first?.byteLength ?? 0;
+  for (let next = await rest.next(); !next.done; next = await rest.next()) {
+    total += next.value.byteLength;
+    if (total > limitBytes) throw new Error(`upstream body larger than ${limitBytes} bytes`);
+    chunks.push(next.value);
+  }
+  return Buffer.concat(chunks);
+}

@@ -1,0 +1,297 @@
+// The agent's live view of every pod it may route to: its own node's pods (scraped telemetry and
+// a predictor learned from the TTFTs it measures) and other nodes' pods (gossiped estimates).
+// It turns that view into router candidates, keeps per-pod request bookkeeping, and wakes
+// requests waiting for a pod whenever something changes.
+import { TtftPredictor, type PredictorOptions } from '../predict/predictor.ts';
+import type { Candidate, WindowedMetric } from '../route/candidate.ts';
+import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
+import type { Pod, PodEstimate, PodLoad } from '../types.ts';
+
+export interface PoolOptions {
+  node: string;
+  scrapeIntervalMs: number;
+  /** Gossiped estimates older than this are stale (the origin's TTL covers silent origins). */
+  peerMaxAgeMs: number;
+  networkCostMs: number;
+  /** The window gossiped as a pod's `queued` (and used for peers' exclusion rules). */
+  referenceWindowMs: number;
+  /** A pod that failed a request before its first byte sits out this long. */
+  failureCooldownMs: number;
+  now: () => number;
+  predictor?: Partial<PredictorOptions>;
+}
+
+interface LocalPod {
+  pod: Pod;
+  /** The scraper's record of the pod (windows, latest load); absent until the first good scrape. */
+  telemetry: PodTelemetry | undefined;
+  predictor: TtftPredictor;
+  lastGoodAt: number;
+  lastLoad: PodLoad | undefined;
+  inFlight: number;
+  unseenSent: number;
+  unhealthyUntil: number;
+  /** Own streamed-TTFT observations in the current second: when few, histogram deltas teach instead. */
+  recentOwnObservations: number;
+  recentWindowStart: number;
+}
+
+interface PeerTraffic {
+  inFlight: number;
+  unseenSent: number;
+  lastVersion: number;
+  unhealthyUntil: number;
+}
+
+type Waiter = () => void;
+
+export class PodPool {
+  readonly options: PoolOptions;
+  readonly #local = new Map<string, LocalPod>();
+  #remote: PodEstimate[] = [];
+  readonly #peerTraffic = new Map<string, PeerTraffic>();
+  readonly #waiters = new Set<Waiter>();
+  #version = 0;
+
+  constructor(options: PoolOptions) {
+    this.options = options;
+  }
+
+  /** Bumped on every change; gossip publishes when it moves. */
+  get version(): number {
+    return this.#version;
+  }
+
+  localPods(): Pod[] {
+    return [...this.#local.values()].map((l) => l.pod);
+  }
+
+  /** Replaces the set of local pods (discovery); keeps what is known about pods that stay. */
+  setLocalPods(pods: readonly Pod[]): void {
+    const next = new Set(pods.map((p) => p.uid));
+    for (const uid of this.#local.keys()) if (!next.has(uid)) this.#local.delete(uid);
+    for (const pod of pods) {
+      const existing = this.#local.get(pod.uid);
+      if (existing) existing.pod = { ...pod, engine: pod.engine ?? existing.pod.engine };
+      else {
+        this.#local.set(pod.uid, {
+          pod,
+          telemetry: undefined,
+          predictor: new TtftPredictor(this.options.predictor),
+          lastGoodAt: -Infinity,
+          lastLoad: undefined,
+          inFlight: 0,
+          unseenSent: 0,
+          unhealthyUntil: 0,
+          recentOwnObservations: 0,
+          recentWindowStart: 0,
+        });
+      }
+    }
+    this.#changed();
+  }
+
+  /** A good scrape of a local pod; `telemetry` (the scraper's) has already recorded `load`. */
+  recordLoad(uid: string, load: PodLoad, telemetry: PodTelemetry): void {
+    const local = this.#local.get(uid);
+    if (!local) return;
+    const previous = local.lastLoad;
+    local.lastLoad = load;
+    local.telemetry = telemetry;
+    const delta = telemetry.lastDelta;
+    local.lastGoodAt = load.at;
+    local.pod.engine ??= load.engine;
+    // Our requests sent before this scrape now show in its queue; stop counting them twice.
+    local.unseenSent = 0;
+    // Few own streamed requests to learn from (other agents' or direct traffic dominates this
+    // pod): learn from the pod's own TTFT histogram instead, using the state at the previous
+    // scrape as the features those requests met.
+    if (previous && delta?.ttft && delta.ttft.count > 0 && local.recentOwnObservations < 2) {
+      const promptTokens = delta.promptTokens !== undefined ? delta.promptTokens / delta.ttft.count : 256;
+      local.predictor.observe({ queued: previous.waiting, running: previous.running, promptTokens }, delta.ttft.mean * 1000);
+    }
+    this.#changed();
+  }
+
+  /** A failed scrape: nothing to record (it goes stale on its own), but waiters re-decide. */
+  recordScrapeFailure(uid: string): void {
+    if (this.#local.has(uid)) this.#changed();
+  }
+
+  /** Other nodes' pods, as gossip currently knows them. */
+  setRemote(estimates: readonly PodEstimate[]): void {
+    this.#remote = estimates.filter((e) => e.origin !== this.options.node);
+    const live = new Set(this.#remote.map((e) => e.pod.uid));
+    for (const e of this.#remote) {
+      const traffic = this.#peerTraffic.get(e.pod.uid);
+      if (traffic && e.version !== traffic.lastVersion) {
+        traffic.lastVersion = e.version;
+        traffic.unseenSent = 0;
+      }
+    }
+    for (const uid of this.#peerTraffic.keys()) if (!live.has(uid)) this.#peerTraffic.delete(uid);
+    this.#changed();
+  }
+
+  candidates(): Candidate[] {
+    const now = this.options.now();
+    const out: Candidate[] = [];
+    for (const local of this.#local.values()) {
+      const load = local.lastLoad;
+      const telemetry = local.telemetry;
+      out.push({
+        pod: local.pod,
+        where: 'local',
+        ageMs: now - local.lastGoodAt,
+        maxAgeMs: 2 * this.options.scrapeIntervalMs,
+        healthy: now >= local.unhealthyUntil,
+        queuedNow: load?.waiting ?? 0,
+        running: load?.running ?? 0,
+        kvCache: load?.kvCache ?? NaN,
+        average: (metric: WindowedMetric, windowMs: number) => {
+          if (!telemetry) return 0;
+          const window = metric === 'queued' ? telemetry.waiting : metric === 'running' ? telemetry.running : telemetry.kvCache;
+          const value = window.average(windowMs, now);
+          return Number.isNaN(value) ? 0 : value;
+        },
+        params: local.predictor.params,
+        inFlight: local.inFlight,
+        unseenSent: local.unseenSent,
+        networkCostMs: 0,
+      });
+    }
+    for (const estimate of this.#remote) {
+      const traffic = this.#peerTraffic.get(estimate.pod.uid);
+      out.push({
+        pod: estimate.pod,
+        where: 'peer',
+        ageMs: Math.max(0, now - estimate.at),
+        maxAgeMs: this.options.peerMaxAgeMs,
+        healthy: now >= (traffic?.unhealthyUntil ?? 0),
+        queuedNow: estimate.queuedNow,
+        running: estimate.running,
+        kvCache: estimate.kvCache,
+        // A peer gossips one reference window; it stands in for whatever window a rule names.
+        average: (metric: WindowedMetric) => (metric === 'queued' ? estimate.queued : metric === 'running' ? estimate.running : estimate.kvCache),
+        params: estimate.params,
+        inFlight: traffic?.inFlight ?? 0,
+        unseenSent: traffic?.unseenSent ?? 0,
+        networkCostMs: this.options.networkCostMs,
+      });
+    }
+    return out;
+  }
+
+  /** What this agent gossips about its own pods. */
+  localEstimates(version: number): PodEstimate[] {
+    const now = this.options.now();
+    const out: PodEstimate[] = [];
+    for (const local of this.#local.values()) {
+      const load = local.lastLoad;
+      if (!load || !local.telemetry) continue;
+      const queued = local.telemetry.waiting.average(this.options.referenceWindowMs, now);
+      out.push({
+        pod: local.pod,
+        queued: Number.isNaN(queued) ? load.waiting : queued,
+        queuedNow: load.waiting,
+        running: load.running,
+        kvCache: load.kvCache,
+        params: local.predictor.params,
+        at: local.lastGoodAt,
+        origin: this.options.node,
+        version,
+      });
+    }
+    return out;
+  }
+
+  /** Request bookkeeping for one request sent to `c`. */
+  begin(c: Candidate, promptTokens: number): { firstByte(ms: number): void; end(ok: boolean): void } {
+    const features = { queued: c.queuedNow + c.unseenSent, running: c.running, promptTokens };
+    const local = c.where === 'local' ? this.#local.get(c.pod.uid) : undefined;
+    const traffic = c.where === 'peer' ? this.#trafficFor(c.pod.uid) : undefined;
+    const counters = local ?? traffic!;
+    counters.inFlight++;
+    counters.unseenSent++;
+    let ended = false;
+    return {
+      firstByte: (ms: number) => {
+        if (!local) return;
+        const now = this.options.now();
+        if (now - local.recentWindowStart > 1000) {
+          local.recentWindowStart = now;
+          local.recentOwnObservations = 0;
+        }
+        local.recentOwnObservations++;
+        local.predictor.observe(features, ms);
+      },
+      end: () => {
+        if (ended) return;
+        ended = true;
+        counters.inFlight--;
+        this.#changed();
+      },
+    };
+  }
+
+  markFailed(c: Candidate): void {
+    const until = this.options.now() + this.options.failureCooldownMs;
+    if (c.where === 'local') {
+      const local = this.#local.get(c.pod.uid);
+      if (local) local.unhealthyUntil = until;
+    } else this.#trafficFor(c.pod.uid).unhealthyUntil = until;
+    this.#changed();
+  }
+
+  nextChange(timeoutMs: number, signal: AbortSignal): Promise<'change' | 'timeout' | 'aborted'> {
+    if (signal.aborted) return Promise.resolve('aborted');
+    return new Promise((resolve) => {
+      const finish = (result: 'change' | 'timeout' | 'aborted') => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', onAbort);
+        this.#waiters.delete(waiter);
+        resolve(result);
+      };
+      const waiter = () => finish('change');
+      const onAbort = () => finish('aborted');
+      const timer = setTimeout(() => finish('timeout'), timeoutMs);
+      signal.addEventListener('abort', onAbort, { once: true });
+      this.#waiters.add(waiter);
+    });
+  }
+
+  /** Per-pod details for /debug/state and the dashboard. */
+  debugState() {
+    const now = this.options.now();
+    return {
+      local: [...this.#local.values()].map((l) => ({
+        pod: l.pod,
+        load: l.lastLoad,
+        queuedAvg30s: l.telemetry?.waiting.average(30_000, now) ?? null,
+        ageMs: now - l.lastGoodAt,
+        inFlight: l.inFlight,
+        unseenSent: l.unseenSent,
+        healthy: now >= l.unhealthyUntil,
+        predictor: { params: l.predictor.params, observations: l.predictor.observations, mape: l.predictor.mape },
+      })),
+      remote: this.#remote.map((e) => ({ ...e, ageMs: now - e.at, traffic: this.#peerTraffic.get(e.pod.uid) })),
+    };
+  }
+
+  #trafficFor(uid: string): PeerTraffic {
+    let traffic = this.#peerTraffic.get(uid);
+    if (!traffic) {
+      traffic = { inFlight: 0, unseenSent: 0, lastVersion: -1, unhealthyUntil: 0 };
+      this.#peerTraffic.set(uid, traffic);
+    }
+    return traffic;
+  }
+
+  #changed(): void {
+    this.#version++;
+    if (this.#waiters.size === 0) return;
+    const waiters = [...this.#waiters];
+    this.#waiters.clear();
+    for (const wake of waiters) wake();
+  }
+}

@@ -1,0 +1,42 @@
+// The OpenAI-compatible listener. Thin: each route hands the raw Request to the request path.
+import { Hono } from 'hono';
+import { getConnInfo } from '@hono/node-server/conninfo';
+import { errorResponse } from '../../shared/openai/errors.ts';
+import type { RequestPath } from './inference.ts';
+
+export interface ApiDeps {
+  requestPath: RequestPath;
+  /** The union of models served by known pods and providers. */
+  models(): string[];
+  /** False while draining: new requests get 503 so clients retry elsewhere. */
+  accepting(): boolean;
+}
+
+export function createApiApp(deps: ApiDeps): Hono {
+  const app = new Hono();
+  const remoteIp = (c: Parameters<typeof getConnInfo>[0]) => {
+    try {
+      return getConnInfo(c).remote.address;
+    } catch {
+      return undefined;
+    }
+  };
+  app.use('*', async (c, next) => {
+    if (!deps.accepting()) return errorResponse(503, 'this agent is shutting down', { code: 'draining', headers: { 'retry-after': '1', connection: 'close' } });
+    await next();
+  });
+  app.post('/v1/chat/completions', (c) => deps.requestPath.handle('chat', c.req.raw, remoteIp(c)));
+  app.post('/v1/completions', (c) => deps.requestPath.handle('completions', c.req.raw, remoteIp(c)));
+  app.post('/v1/embeddings', (c) => deps.requestPath.handle('embeddings', c.req.raw, remoteIp(c)));
+  app.get('/v1/models', (c) => {
+    const created = Math.floor(Date.now() / 1000);
+    const data = deps.models().map((id) => ({ id, object: 'model', created, owned_by: 'kinference' }));
+    return c.json({ object: 'list', data }, 200, { 'x-kinference-route': 'local/agent' });
+  });
+  app.notFound((c) => errorResponse(404, `no route ${c.req.method} ${c.req.path}`, { code: 'unknown_route' }));
+  app.onError((error) => {
+    console.error('kinference: unhandled error in the API listener', error);
+    return errorResponse(500, 'internal error in the agent', { type: 'server_error' });
+  });
+  return app;
+}

@@ -1,0 +1,229 @@
+// The life of one inference request: validate, identify, classify, resolve policy, then decide
+// and act until answered — forward to a pod (retrying another before the first byte), overflow
+// to providers, wait for a pod, or reject. Every answer says where it went.
+import { errorResponse } from '../../shared/openai/errors.ts';
+import { relayStream, readRest } from '../forward/relay.ts';
+import { sendToPod, type PodTimeouts } from '../forward/pod.ts';
+import type { Agent as Dispatcher } from 'undici';
+import { estimatePromptTokens } from '../predict/tokens.ts';
+import { candidateName, decide, type Decision, type LeaveVerdict } from '../route/router.ts';
+import type { Candidate } from '../route/candidate.ts';
+import type { EffectivePolicy, RequestKind, RouteRequest } from '../types.ts';
+import type { Metrics } from './metrics.ts';
+import { parseInferenceRequest, readBoundedBody, RequestError, type ParsedRequest } from './request.ts';
+import type { Identity } from './identify.ts';
+
+export const UPSTREAM_PATHS: Record<RequestKind, string> = {
+  chat: '/v1/chat/completions',
+  completions: '/v1/completions',
+  embeddings: '/v1/embeddings',
+};
+
+/** What the request path needs from the rest of the agent. */
+export interface RequestPathDeps {
+  metrics: Metrics;
+  dispatcher: Dispatcher;
+  limits: { maxBodyBytes: number; maxRetries: number; maxWaiting: number } & { pod: PodTimeouts };
+  now: () => number;
+  rand: () => number;
+  identify(req: Request, remoteIp: string | undefined): Identity;
+  classify(headerTags: string | null, body: Record<string, unknown>): string[];
+  isKnownModel(model: string): boolean;
+  policyFor(identity: Identity, model: string): EffectivePolicy;
+  leaveVerdict(policy: EffectivePolicy, request: RouteRequest): LeaveVerdict;
+  pool: {
+    candidates(): Candidate[];
+    /** Bookkeeping for one request sent to a pod; returns hooks for its first byte and end. */
+    begin(c: Candidate, promptTokens: number): { firstByte(ms: number): void; end(ok: boolean): void };
+    /** The pod failed before its first byte: keep it out of decisions for a moment. */
+    markFailed(c: Candidate): void;
+    /** Resolves at the next change of any candidate (scrape, gossip, a request ending). */
+    nextChange(timeoutMs: number, signal: AbortSignal): Promise<'change' | 'timeout' | 'aborted'>;
+  };
+  overflow(request: RouteRequest, parsed: ParsedRequest, providers: readonly string[], signal: AbortSignal): Promise<Response | undefined>;
+}
+
+export function withHeaders(response: Response, headers: Record<string, string>): Response {
+  const merged = new Headers(response.headers);
+  for (const [k, v] of Object.entries(headers)) merged.set(k, v);
+  return new Response(response.body, { status: response.status, headers: merged });
+}
+
+function retryAfterSeconds(policy: EffectivePolicy): string {
+  return String(Math.max(1, Math.ceil(policy.waitMaxMs / 1000)));
+}
+
+export class RequestPath {
+  readonly deps: RequestPathDeps;
+  #waiting = 0;
+
+  constructor(deps: RequestPathDeps) {
+    this.deps = deps;
+  }
+
+  /** The routing input for a parsed request (also used by /explain). */
+  routeRequest(parsed: ParsedRequest, identity: Identity, tags: string[]): RouteRequest {
+    return {
+      kind: parsed.kind,
+      model: parsed.model,
+      tenant: identity.tenant,
+      namespace: identity.namespace,
+      tags,
+      promptTokens: estimatePromptTokens(parsed.body),
+      stream: parsed.stream,
+    };
+  }
+
+  /** A decision now, with no side effect: what /explain shows. */
+  explain(request: RouteRequest, identity: Identity): Decision {
+    const policy = this.deps.policyFor(identity, request.model);
+    return decide({ request, policy, candidates: this.deps.pool.candidates(), leave: this.deps.leaveVerdict(policy, request), rand: this.deps.rand });
+  }
+
+  async handle(kind: RequestKind, req: Request, remoteIp: string | undefined): Promise<Response> {
+    const { metrics } = this.deps;
+    metrics.inFlight.inc();
+    let route = 'rejected';
+    let outcome = 'error';
+    try {
+      const response = await this.#handle(kind, req, remoteIp);
+      route = response.headers.get('x-kinference-route')?.split('/')[0] ?? 'rejected';
+      outcome = response.ok ? 'ok' : String(response.status);
+      return response;
+    } catch (error) {
+      if (error instanceof RequestError) {
+        outcome = String(error.status);
+        return errorResponse(error.status, error.message, { param: error.param, code: error.code });
+      }
+      if (req.signal.aborted) {
+        outcome = 'cancelled';
+        return errorResponse(499, 'client closed the request', { code: 'client_closed' });
+      }
+      console.error('kinference: unexpected error on the request path', error);
+      return errorResponse(500, 'internal error in the agent', { type: 'server_error' });
+    } finally {
+      metrics.inFlight.dec();
+      metrics.requests.inc({ api: kind, route, outcome });
+    }
+  }
+
+  async #handle(kind: RequestKind, req: Request, remoteIp: string | undefined): Promise<Response> {
+    const deps = this.deps;
+    // Pods get the client's bytes as they came: no re-serialisation on the hot path.
+    const body = await readBoundedBody(req, deps.limits.maxBodyBytes);
+    const parsed = parseInferenceRequest(kind, body);
+    if (!deps.isKnownModel(parsed.model)) {
+      throw new RequestError(404, `The model \`${parsed.model}\` does not exist.`, 'model', 'model_not_found');
+    }
+    const identity = deps.identify(req, remoteIp);
+    const tags = deps.classify(req.headers.get('x-kinference-tags'), parsed.body);
+    const request = this.routeRequest(parsed, identity, tags);
+    const policy = deps.policyFor(identity, parsed.model);
+    const started = deps.now();
+    const tried = new Set<string>();
+    let podAttempts = 0;
+
+    for (;;) {
+      const leave = deps.leaveVerdict(policy, request);
+      const candidates = deps.pool.candidates().filter((c) => !tried.has(c.pod.uid));
+      const decision = decide({ request, policy, candidates, leave, waitedMs: deps.now() - started, rand: deps.rand });
+      for (const d of decision.dropped) deps.metrics.dropped.inc({ reason: d.reason });
+
+      if (decision.action === 'pod') {
+        const chosen = decision.chosen.candidate;
+        podAttempts++;
+        const answer = await this.#sendToPod(chosen, parsed, body, request, decision.predictedTtftMs, req.signal);
+        if (answer) return answer;
+        tried.add(chosen.pod.uid);
+        if (req.signal.aborted) throw new Error('client gone');
+        if (podAttempts > deps.limits.maxRetries) {
+          return errorResponse(502, `the model server failed before answering (tried ${podAttempts} pods)`, { code: 'upstream_failed' });
+        }
+        deps.metrics.retries.inc();
+        continue;
+      }
+
+      if (decision.action === 'overflow') {
+        const answer = await deps.overflow(request, parsed, decision.providers, req.signal);
+        if (answer) return answer;
+        return errorResponse(503, `no pod can answer in time and every overflow provider failed (${decision.providers.join(', ')})`, {
+          code: 'providers_unavailable',
+          headers: { 'retry-after': retryAfterSeconds(policy) },
+        });
+      }
+
+      if (decision.action === 'wait') {
+        if (this.#waiting >= deps.limits.maxWaiting) {
+          deps.metrics.waits.inc({ outcome: 'full' });
+          return errorResponse(429, 'too many requests are already waiting for a pod', { code: 'wait_queue_full', headers: { 'retry-after': retryAfterSeconds(policy) } });
+        }
+        this.#waiting++;
+        try {
+          const woke = await deps.pool.nextChange(decision.maxWaitMs, req.signal);
+          if (woke === 'aborted') {
+            deps.metrics.waits.inc({ outcome: 'cancelled' });
+            throw new Error('client gone');
+          }
+        } finally {
+          this.#waiting--;
+        }
+        continue;
+      }
+
+      if (decision.status === 429 && podAttempts === 0) deps.metrics.waits.inc({ outcome: 'timeout' });
+      return errorResponse(decision.status, decision.message, {
+        code: decision.status === 429 ? 'no_capacity_in_time' : 'no_capacity',
+        headers: { 'retry-after': retryAfterSeconds(policy), 'x-kinference-policy': policy.name },
+      });
+    }
+  }
+
+  /** One attempt at one pod. Undefined: it failed before the first byte and another may be tried. */
+  async #sendToPod(
+    candidate: Candidate,
+    parsed: ParsedRequest,
+    body: Uint8Array,
+    request: RouteRequest,
+    predictedMs: number,
+    signal: AbortSignal,
+  ): Promise<Response | undefined> {
+    const deps = this.deps;
+    const route = candidateName(candidate);
+    const ticket = deps.pool.begin(candidate, request.promptTokens);
+    const attempt = await sendToPod(deps.dispatcher, candidate.pod.address, UPSTREAM_PATHS[parsed.kind], body, signal, deps.limits.pod);
+    const headers = {
+      'x-kinference-route': route,
+      'x-kinference-predicted-ttft-ms': String(Math.round(predictedMs)),
+    };
+    if (!attempt.ok) {
+      ticket.end(false);
+      if (attempt.retryable) {
+        deps.pool.markFailed(candidate);
+        return undefined;
+      }
+      // The pod refused the request itself (e.g. prompt longer than its context): pass it on.
+      return new Response((attempt.body ?? null) as BodyInit | null, { status: attempt.status ?? 502, headers: { 'content-type': attempt.contentType ?? 'application/json', ...headers } });
+    }
+    const routeLabel = candidate.where;
+    if (parsed.stream) {
+      ticket.firstByte(attempt.firstByteMs);
+      deps.metrics.upstreamTtft.observe({ route: routeLabel }, attempt.firstByteMs / 1000);
+      if (candidate.where === 'local' && attempt.firstByteMs > 0) {
+        deps.metrics.predictionError.observe(Math.abs(predictedMs - attempt.firstByteMs) / attempt.firstByteMs);
+      }
+      const stream = relayStream(attempt.first, attempt.rest, attempt.abort, attempt.contentType.includes('event-stream'), {
+        onEnd: ({ ok }) => ticket.end(ok),
+      });
+      return new Response(stream, { status: attempt.status, headers: { 'content-type': attempt.contentType, 'cache-control': 'no-cache', ...headers } });
+    }
+    try {
+      const bytes = await readRest(attempt.first, attempt.rest, 64 * 1024 * 1024);
+      ticket.end(true);
+      return new Response(bytes as BodyInit, { status: attempt.status, headers: { 'content-type': attempt.contentType, ...headers } });
+    } catch (error) {
+      ticket.end(false);
+      if (signal.aborted) throw error;
+      return errorResponse(502, `the model server failed while answering: ${(error as Error).message}`, { code: 'upstream_failed', headers });
+    }
+  }
+}

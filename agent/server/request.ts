@@ -1,0 +1,113 @@
+// Ingress: read a bounded body, parse it, and check the fields routing depends on. Everything
+// else passes through to the model server untouched (it knows its own sampling parameters).
+import type { RequestKind } from '../types.ts';
+
+export class RequestError extends Error {
+  readonly status: number;
+  readonly param: string | null;
+  readonly code: string | null;
+  constructor(status: number, message: string, param: string | null = null, code: string | null = null) {
+    super(message);
+    this.status = status;
+    this.param = param;
+    this.code = code;
+  }
+}
+
+/** The body as bytes, refusing (413) past `limit` without reading the rest into memory. */
+export async function readBoundedBody(req: Request, limit: number): Promise<Uint8Array> {
+  const declared = Number(req.headers.get('content-length') ?? NaN);
+  if (declared > limit) throw new RequestError(413, `request body is ${declared} bytes; the limit is ${limit}`, null, 'body_too_large');
+  if (!req.body) return new Uint8Array();
+  const reader = req.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > limit) {
+      await reader.cancel().catch(() => {});
+      throw new RequestError(413, `request body exceeds the limit of ${limit} bytes`, null, 'body_too_large');
+    }
+    chunks.push(value);
+  }
+  return Buffer.concat(chunks);
+}
+
+export interface ParsedRequest {
+  kind: RequestKind;
+  body: Record<string, unknown>;
+  model: string;
+  stream: boolean;
+}
+
+const ROLES = new Set(['system', 'developer', 'user', 'assistant', 'tool', 'function']);
+
+function isTokenArray(value: unknown): boolean {
+  return Array.isArray(value) && value.length > 0 && value.every((t) => Number.isInteger(t));
+}
+
+function checkOptional(body: Record<string, unknown>, param: string, ok: (v: unknown) => boolean, expected: string) {
+  const value = body[param];
+  if (value !== undefined && value !== null && !ok(value)) {
+    throw new RequestError(400, `'${param}' must be ${expected}`, param, 'invalid_type');
+  }
+}
+
+const positiveInteger = (v: unknown) => Number.isInteger(v) && (v as number) > 0;
+
+function checkMessages(messages: unknown): void {
+  if (!Array.isArray(messages) || messages.length === 0) {
+    throw new RequestError(400, "'messages' must be a non-empty array", 'messages', 'invalid_type');
+  }
+  messages.forEach((m, i) => {
+    if (!m || typeof m !== 'object' || Array.isArray(m)) throw new RequestError(400, `'messages[${i}]' must be an object`, `messages[${i}]`, 'invalid_type');
+    const { role, content } = m as Record<string, unknown>;
+    if (typeof role !== 'string' || !ROLES.has(role)) {
+      throw new RequestError(400, `'messages[${i}].role' must be one of ${[...ROLES].join(', ')}`, `messages[${i}].role`, 'invalid_value');
+    }
+    if (content !== undefined && content !== null && typeof content !== 'string' && !Array.isArray(content)) {
+      throw new RequestError(400, `'messages[${i}].content' must be a string or an array of content parts`, `messages[${i}].content`, 'invalid_type');
+    }
+  });
+}
+
+function checkPromptLike(body: Record<string, unknown>, param: 'prompt' | 'input'): void {
+  const value = body[param];
+  const ok =
+    (typeof value === 'string') ||
+    isTokenArray(value) ||
+    (Array.isArray(value) && value.length > 0 && (value.every((v) => typeof v === 'string') || value.every(isTokenArray)));
+  if (!ok) throw new RequestError(400, `'${param}' must be a string, an array of strings, or token ids`, param, 'invalid_type');
+}
+
+/** Parses and checks a JSON body for one of the OpenAI routes. Throws RequestError (400). */
+export function parseInferenceRequest(kind: RequestKind, bytes: Uint8Array): ParsedRequest {
+  if (bytes.byteLength === 0) throw new RequestError(400, 'request body is empty; expected a JSON object', null, 'invalid_json');
+  let body: unknown;
+  try {
+    body = JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8'));
+  } catch (error) {
+    throw new RequestError(400, `request body is not valid JSON: ${(error as Error).message}`, null, 'invalid_json');
+  }
+  if (!body || typeof body !== 'object' || Array.isArray(body)) {
+    throw new RequestError(400, 'request body must be a JSON object', null, 'invalid_type');
+  }
+  const b = body as Record<string, unknown>;
+  if (typeof b.model !== 'string' || b.model.length === 0) {
+    throw new RequestError(400, "'model' is required and must be a non-empty string", 'model', 'invalid_type');
+  }
+  if (kind === 'chat') checkMessages(b.messages);
+  if (kind === 'completions') checkPromptLike(b, 'prompt');
+  if (kind === 'embeddings') checkPromptLike(b, 'input');
+  checkOptional(b, 'stream', (v) => typeof v === 'boolean', 'a boolean');
+  checkOptional(b, 'stream_options', (v) => typeof v === 'object' && !Array.isArray(v), 'an object');
+  checkOptional(b, 'max_tokens', positiveInteger, 'a positive integer');
+  checkOptional(b, 'max_completion_tokens', positiveInteger, 'a positive integer');
+  checkOptional(b, 'n', positiveInteger, 'a positive integer');
+  checkOptional(b, 'temperature', (v) => typeof v === 'number' && v >= 0 && v <= 2, 'a number between 0 and 2');
+  checkOptional(b, 'top_p', (v) => typeof v === 'number' && v >= 0 && v <= 1, 'a number between 0 and 1');
+  if (kind === 'embeddings' && b.stream === true) throw new RequestError(400, "embeddings do not support 'stream'", 'stream', 'invalid_value');
+  return { kind, body: b, model: b.model, stream: b.stream === true };
+}
