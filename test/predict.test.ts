@@ -74,3 +74,23 @@ test('estimates prompt tokens from chat, completions and embeddings bodies', () 
   assert.equal(estimatePromptTokens({ input: [text, text] }), 200);
   assert.equal(estimatePromptTokens({}), 1);
 });
+
+test('the node model learns a pod half as fast as half as fast, sharing the shape across pods', async () => {
+  const { NodeModel } = await import('../agent/predict/node-model.ts');
+  const rand = seeded(11);
+  const model = new NodeModel();
+  const pods = { fast: truePod(1), slow: truePod(2) };
+  for (let i = 0; i < 400; i++) {
+    const [uid, pod] = i % 4 === 3 ? ['slow', pods.slow] : ['fast', pods.fast];
+    const q = Math.floor(rand() * 4);
+    const r = Math.floor(rand() * 16);
+    const p = 100 + Math.floor(rand() * 1500);
+    model.observe(uid, { queued: q, running: r, promptTokens: p }, pod(q, r, p) * (0.95 + 0.1 * rand()));
+  }
+  const state = { queued: 1, running: 8, promptTokens: 600 };
+  const ratio = model.predict('slow', state) / model.predict('fast', state);
+  assert.ok(ratio > 1.8 && ratio < 2.2, `slow/fast ratio ${ratio}`);
+  assert.ok(model.stats('fast').mape < 0.15, `fast MAPE ${model.stats('fast').mape}`);
+  const truth = pods.slow(1, 8, 600);
+  assert.ok(Math.abs(model.predict('slow', state) - truth) / truth < 0.1);
+});

@@ -73,13 +73,21 @@ test('drops stale, unhealthy, excluded and over-SLO pods, each with its reason',
   assert.match(d.dropped[2].detail, /queued 2.5 > 2 \(avg over 30s\)/);
 });
 
+test('a pod already holding requests costs more than its prediction alone, in proportion to its speed', () => {
+  // Same prediction for this request, but "busy" holds 6 running requests: the load term prices them.
+  const busy = pod('busy', { running: 6, params: { base: 8, perQueued: 100, perRunning: 2, perKPromptTokens: 200 } });
+  const d = decide({ request: REQUEST, policy: POLICY, leave: STAY, rand: first, candidates: [busy, pod('idle')] });
+  assert.equal(d.action === 'pod' && d.chosen.candidate.pod.name, 'idle');
+  assert.equal(Math.round(d.scored[1].predictedMs), Math.round(d.scored[0].predictedMs));
+});
+
 test('counts requests sent since the last scrape as queue, so a burst spreads', () => {
   const d = decide({ request: REQUEST, policy: POLICY, leave: STAY, rand: first, candidates: [pod('a', { unseenSent: 2 }), pod('b')] });
   assert.equal(d.action === 'pod' && d.chosen.candidate.pod.name, 'b');
 });
 
 test('randomises among near-ties but never beyond them', () => {
-  const candidates = [pod('a'), pod('b', { running: 1 }), pod('far', { queuedNow: 1 })];
+  const candidates = [pod('a'), pod('b', { params: { base: 22, perQueued: 100, perRunning: 2, perKPromptTokens: 200 } }), pod('far', { queuedNow: 1 })];
   const chosen = new Set<string>();
   for (const r of [0, 0.3, 0.6, 0.99]) {
     const d = decide({ request: REQUEST, policy: POLICY, leave: STAY, rand: () => r, candidates });

@@ -2,7 +2,8 @@
 // a predictor learned from the TTFTs it measures) and other nodes' pods (gossiped estimates).
 // It turns that view into router candidates, keeps per-pod request bookkeeping, and wakes
 // requests waiting for a pod whenever something changes.
-import { TtftPredictor, type PredictorOptions } from '../predict/predictor.ts';
+import { NodeModel } from '../predict/node-model.ts';
+import type { PredictorOptions } from '../predict/predictor.ts';
 import type { Candidate, WindowedMetric } from '../route/candidate.ts';
 import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
 import type { Pod, PodEstimate, PodLoad } from '../types.ts';
@@ -25,15 +26,13 @@ interface LocalPod {
   pod: Pod;
   /** The scraper's record of the pod (windows, latest load); absent until the first good scrape. */
   telemetry: PodTelemetry | undefined;
-  predictor: TtftPredictor;
   lastGoodAt: number;
   lastLoad: PodLoad | undefined;
   inFlight: number;
   unseenSent: number;
   unhealthyUntil: number;
-  /** Own streamed-TTFT observations in the current second: when few, histogram deltas teach instead. */
-  recentOwnObservations: number;
-  recentWindowStart: number;
+  /** When this agent last measured a TTFT at the pod; long ago, the pod's histograms teach instead. */
+  lastOwnObservationAt: number;
 }
 
 interface PeerTraffic {
@@ -45,9 +44,12 @@ interface PeerTraffic {
 
 type Waiter = () => void;
 
+const OWN_OBSERVATIONS_FRESH_MS = 5000;
+
 export class PodPool {
   readonly options: PoolOptions;
   readonly #local = new Map<string, LocalPod>();
+  readonly #model: NodeModel;
   #remote: PodEstimate[] = [];
   readonly #peerTraffic = new Map<string, PeerTraffic>();
   readonly #waiters = new Set<Waiter>();
@@ -55,6 +57,7 @@ export class PodPool {
 
   constructor(options: PoolOptions) {
     this.options = options;
+    this.#model = new NodeModel(options.predictor);
   }
 
   /** Bumped on every change; gossip publishes when it moves. */
@@ -69,7 +72,11 @@ export class PodPool {
   /** Replaces the set of local pods (discovery); keeps what is known about pods that stay. */
   setLocalPods(pods: readonly Pod[]): void {
     const next = new Set(pods.map((p) => p.uid));
-    for (const uid of this.#local.keys()) if (!next.has(uid)) this.#local.delete(uid);
+    for (const uid of this.#local.keys()) {
+      if (next.has(uid)) continue;
+      this.#local.delete(uid);
+      this.#model.forget(uid);
+    }
     for (const pod of pods) {
       const existing = this.#local.get(pod.uid);
       if (existing) existing.pod = { ...pod, engine: pod.engine ?? existing.pod.engine };
@@ -77,14 +84,12 @@ export class PodPool {
         this.#local.set(pod.uid, {
           pod,
           telemetry: undefined,
-          predictor: new TtftPredictor(this.options.predictor),
           lastGoodAt: -Infinity,
           lastLoad: undefined,
           inFlight: 0,
           unseenSent: 0,
           unhealthyUntil: 0,
-          recentOwnObservations: 0,
-          recentWindowStart: 0,
+          lastOwnObservationAt: -Infinity,
         });
       }
     }
@@ -103,12 +108,12 @@ export class PodPool {
     local.pod.engine ??= load.engine;
     // Our requests sent before this scrape now show in its queue; stop counting them twice.
     local.unseenSent = 0;
-    // Few own streamed requests to learn from (other agents' or direct traffic dominates this
-    // pod): learn from the pod's own TTFT histogram instead, using the state at the previous
-    // scrape as the features those requests met.
-    if (previous && delta?.ttft && delta.ttft.count > 0 && local.recentOwnObservations < 2) {
+    // No streamed requests of our own to learn from lately (other agents' or direct traffic is
+    // all this pod gets): learn from the pod's own TTFT histogram instead, with the state at the
+    // previous scrape as the features those requests met. Coarser, so only as a fallback.
+    if (previous && delta?.ttft && delta.ttft.count > 0 && load.at - local.lastOwnObservationAt > OWN_OBSERVATIONS_FRESH_MS) {
       const promptTokens = delta.promptTokens !== undefined ? delta.promptTokens / delta.ttft.count : 256;
-      local.predictor.observe({ queued: previous.waiting, running: previous.running, promptTokens }, delta.ttft.mean * 1000);
+      this.#model.observe(uid, { queued: previous.waiting, running: previous.running, promptTokens }, delta.ttft.mean * 1000);
     }
     this.#changed();
   }
@@ -154,7 +159,7 @@ export class PodPool {
           const value = window.average(windowMs, now);
           return Number.isNaN(value) ? 0 : value;
         },
-        params: local.predictor.params,
+        params: this.#model.params(local.pod.uid),
         inFlight: local.inFlight,
         unseenSent: local.unseenSent,
         networkCostMs: 0,
@@ -196,7 +201,7 @@ export class PodPool {
         queuedNow: load.waiting,
         running: load.running,
         kvCache: load.kvCache,
-        params: local.predictor.params,
+        params: this.#model.params(local.pod.uid),
         at: local.lastGoodAt,
         origin: this.options.node,
         version,
@@ -217,13 +222,8 @@ export class PodPool {
     return {
       firstByte: (ms: number) => {
         if (!local) return;
-        const now = this.options.now();
-        if (now - local.recentWindowStart > 1000) {
-          local.recentWindowStart = now;
-          local.recentOwnObservations = 0;
-        }
-        local.recentOwnObservations++;
-        local.predictor.observe(features, ms);
+        local.lastOwnObservationAt = this.options.now();
+        this.#model.observe(local.pod.uid, features, ms);
       },
       end: () => {
         if (ended) return;
@@ -272,7 +272,7 @@ export class PodPool {
         inFlight: l.inFlight,
         unseenSent: l.unseenSent,
         healthy: now >= l.unhealthyUntil,
-        predictor: { params: l.predictor.params, observations: l.predictor.observations, mape: l.predictor.mape },
+        predictor: { params: this.#model.params(l.pod.uid), ...this.#model.stats(l.pod.uid) },
       })),
       remote: this.#remote.map((e) => ({ ...e, ageMs: now - e.at, traffic: this.#peerTraffic.get(e.pod.uid) })),
     };

@@ -2,14 +2,17 @@
 //
 // TTFT is, to first order, linear in what stands in front of the request:
 //   ttft ≈ base + perQueued·queued + perRunning·running + perKPromptTokens·(promptTokens/1000)
-// `queued` is the wait for a batch slot (each queued request ahead costs a slice of a decode),
-// `running` slows prefill as the batch fills, and prompt size sets prefill work. A pod half as
-// fast has every coefficient doubled, which is exactly what a per-pod fit learns.
+// `queued` (requests ahead, including this agent's not yet scraped) is the wait for a batch
+// slot, `running` slows prefill and interleaves decode steps, and prompt size sets prefill
+// work. A pod half as fast has every coefficient doubled, which is exactly what a per-pod fit
+// learns. (We tried a hinge at the batch size — "slots to wait for" — and dropped it: the batch
+// size is not in any engine's metrics, and estimating it from the peak running count put the
+// hinge in the wrong place on pods that had not yet been full, doubling the error.)
 //
-// Fit: recursive least squares with exponential forgetting. It is O(d²) = 16 multiply-adds per
-// observation, needs no stored history, tracks drift (a pod slowing as its output mix changes)
-// through the forgetting factor, and starts from a prior that is sensible before any data.
-// A prediction is 4 multiply-adds, so it costs nanoseconds per candidate.
+// Fit: recursive least squares with exponential forgetting, weighted to minimise relative
+// error. It is O(d²) = 16 multiply-adds per observation, needs no stored history, tracks drift
+// (a pod slowing as its output mix changes) through the forgetting factor, and starts from a
+// prior that is sensible before any data. A prediction is 4 multiply-adds.
 import type { PredictorParams } from '../types.ts';
 
 export interface Features {
@@ -33,7 +36,7 @@ export interface PredictorOptions {
 export const DEFAULT_PREDICTOR: PredictorOptions = {
   forgetting: 0.98,
   prior: { base: 25, perQueued: 200, perRunning: 2, perKPromptTokens: 250 },
-  priorVariance: 1e4,
+  priorVariance: 1e6,
   minTtftMs: 1,
 };
 
@@ -94,7 +97,12 @@ export class TtftPredictor {
     if (ttftMs > 0) this.#apeSum += Math.abs(predicted - ttftMs) / ttftMs;
     this.#observations++;
 
-    const x = featureVector(f);
+    // Weighted least squares with weight 1/ttft²: the fit minimises *relative* error, which is
+    // what routing compares (a 50 ms miss matters at 60 ms, not at 6 s). Unweighted, the rare
+    // multi-second queue waits dominate the squares and light requests are over-predicted 2×.
+    const scale = 1 / Math.max(ttftMs, 10 * this.options.minTtftMs);
+    const x = featureVector(f).map((v) => v * scale);
+    const target = ttftMs * scale;
     const lambda = this.options.forgetting;
     const p = this.#p;
     // k = P·x / (λ + xᵀ·P·x)
@@ -106,8 +114,11 @@ export class TtftPredictor {
     }
     let denominator = lambda;
     for (let i = 0; i < DIM; i++) denominator += x[i] * px[i];
-    const error = ttftMs - (this.#theta[0] * x[0] + this.#theta[1] * x[1] + this.#theta[2] * x[2] + this.#theta[3] * x[3]);
+    const error = target - (this.#theta[0] * x[0] + this.#theta[1] * x[1] + this.#theta[2] * x[2] + this.#theta[3] * x[3]);
     for (let i = 0; i < DIM; i++) this.#theta[i] += (px[i] / denominator) * error;
+    // Every cost is physical, so none is negative: project back onto θ ≥ 0. Without this a
+    // burst of noisy samples can tilt a coefficient below zero and make a long queue look free.
+    for (let i = 0; i < DIM; i++) if (this.#theta[i] < 0) this.#theta[i] = 0;
     // P = (P - k·xᵀ·P) / λ ; P is symmetric so xᵀ·P = (P·x)ᵀ.
     for (let i = 0; i < DIM; i++) {
       for (let j = 0; j < DIM; j++) p[i * DIM + j] = (p[i * DIM + j] - (px[i] * px[j]) / denominator) / lambda;

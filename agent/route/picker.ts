@@ -5,7 +5,7 @@ export interface Scored {
   candidate: Candidate;
   /** Predicted TTFT (ms) including network cost. */
   predictedMs: number;
-  /** Ranking score (ms): the prediction plus a small in-flight spread term. */
+  /** Ranking cost (ms): the prediction plus the load term (score.ts). */
   score: number;
 }
 

@@ -5,21 +5,23 @@ import type { EffectivePolicy, RouteRequest } from '../types.ts';
 import type { Candidate } from './candidate.ts';
 import { DEFAULT_FILTERS, type Drop, type Filter } from './filters.ts';
 import { fastestAmongNearTies, type Picker, type Scored } from './picker.ts';
-import { predictedTtft, type Scorer } from './score.ts';
+import { predictedTtft, predictionPlusLoad, type Cost, type Scorer } from './score.ts';
 
+/** A routing strategy is data: how to predict, which filters, how to rank, how to pick. */
 export interface Strategy {
   filters: readonly Filter[];
-  score: Scorer;
+  /** Predicted TTFT (ms) of this request at the candidate: the SLO filter and explain use it. */
+  predict: Scorer;
+  /** Ranking cost (ms), from the prediction. */
+  cost: Cost;
   pick: Picker;
-  /** Score added per in-flight request of this agent, so equal pods share a burst. */
-  inFlightCostMs: number;
 }
 
 export const KINFERENCE_STRATEGY: Strategy = {
   filters: DEFAULT_FILTERS,
-  score: predictedTtft,
+  predict: predictedTtft,
+  cost: predictionPlusLoad(0.3),
   pick: fastestAmongNearTies({ absoluteMs: 5, fraction: 0.05 }),
-  inFlightCostMs: 1,
 };
 
 /** Whether this request's data may leave the cluster, and through which providers. */
@@ -74,7 +76,7 @@ export function decide(input: DecideInput): Decision {
   let servesModel = 0;
 
   for (const candidate of candidates) {
-    const predictedMs = strategy.score(candidate, request);
+    const predictedMs = strategy.predict(candidate, request);
     let drop: Drop | undefined;
     for (const filter of strategy.filters) {
       drop = filter(candidate, { request, policy, predictedMs });
@@ -88,7 +90,7 @@ export function decide(input: DecideInput): Decision {
       }
       continue;
     }
-    scored.push({ candidate, predictedMs, score: predictedMs + strategy.inFlightCostMs * candidate.inFlight });
+    scored.push({ candidate, predictedMs, score: strategy.cost(candidate, predictedMs, request) });
   }
   scored.sort((a, b) => a.score - b.score);
   const basis: DecisionBasis = { policy: policy.name, leave, scored, dropped };

@@ -1,0 +1,83 @@
+// The latency model of one node's pods: a shared shape times a per-pod speed.
+//
+//   ttft(pod, features) = speed(pod) · shared(features)
+//
+// `shared` is the linear TTFT model (predictor.ts) fitted to every local pod's observations,
+// each normalised by its pod's speed; `speed` is one number per pod, learned as an average of
+// log(measured / predicted). Why not a full model per pod: four parameters per pod need far
+// more data than a pod gets, and a pod that draws a few unlucky samples early looks slow,
+// stops receiving traffic, and never gets the chance to look fast again. One parameter per pod
+// converges in a handful of requests, and the shape — how queue, batch and prompt add up — is
+// the same on every replica of an engine. A pod half as fast gets speed 2, and the shape
+// learns from its requests too.
+import type { PredictorParams } from '../types.ts';
+import { TtftPredictor, predictWith, type Features, type PredictorOptions } from './predictor.ts';
+
+interface PodSpeed {
+  /** log of the pod's slowness relative to the shared shape. */
+  logSpeed: number;
+  observations: number;
+  apeSum: number;
+}
+
+/** Measured/predicted ratios outside this range are treated as this range (outliers). */
+const MAX_RATIO = 8;
+/** Slowest adaptation of a pod's speed (per observation) once it has plenty of data. */
+const MIN_SPEED_GAIN = 0.05;
+
+export class NodeModel {
+  readonly #shared: TtftPredictor;
+  readonly #pods = new Map<string, PodSpeed>();
+
+  constructor(options: Partial<PredictorOptions> = {}) {
+    this.#shared = new TtftPredictor(options);
+  }
+
+  #pod(uid: string): PodSpeed {
+    let pod = this.#pods.get(uid);
+    if (!pod) {
+      pod = { logSpeed: 0, observations: 0, apeSum: 0 };
+      this.#pods.set(uid, pod);
+    }
+    return pod;
+  }
+
+  forget(uid: string): void {
+    this.#pods.delete(uid);
+  }
+
+  speed(uid: string): number {
+    return Math.exp(this.#pods.get(uid)?.logSpeed ?? 0);
+  }
+
+  /** The pod's model as plain parameters (what the router and gossip use). */
+  params(uid: string): PredictorParams {
+    const shared = this.#shared.params;
+    const s = this.speed(uid);
+    return { base: shared.base * s, perQueued: shared.perQueued * s, perRunning: shared.perRunning * s, perKPromptTokens: shared.perKPromptTokens * s };
+  }
+
+  predict(uid: string, f: Features): number {
+    return predictWith(this.params(uid), f, this.#shared.options.minTtftMs);
+  }
+
+  /** Learn from one measured TTFT (ms) of a request sent to `uid` when it looked like `f`. */
+  observe(uid: string, f: Features, ttftMs: number): void {
+    if (!Number.isFinite(ttftMs) || ttftMs <= 0) return;
+    const pod = this.#pod(uid);
+    const predicted = this.predict(uid, f);
+    pod.apeSum += Math.abs(predicted - ttftMs) / ttftMs;
+    pod.observations++;
+    // Speed first: an average in log space, fast at first (1/n), then an EWMA that follows drift.
+    const ratio = Math.min(MAX_RATIO, Math.max(1 / MAX_RATIO, ttftMs / predicted));
+    const gain = Math.max(MIN_SPEED_GAIN, 1 / (pod.observations + 1));
+    pod.logSpeed += gain * Math.log(ratio);
+    // Then the shape, on the measurement as if the pod had speed 1.
+    this.#shared.observe(f, ttftMs / Math.exp(pod.logSpeed));
+  }
+
+  stats(uid: string): { speed: number; observations: number; mape: number } {
+    const pod = this.#pods.get(uid);
+    return { speed: this.speed(uid), observations: pod?.observations ?? 0, mape: pod && pod.observations ? pod.apeSum / pod.observations : NaN };
+  }
+}

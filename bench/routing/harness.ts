@@ -1,0 +1,180 @@
+// Replays one scenario's recorded arrivals against a pool of simulated vLLM engines in virtual
+// time, routing each arrival with one strategy. Scrapes happen every scrapeIntervalMs of
+// virtual time, exactly as the agent's scraper would see the pods.
+import { TtftPredictor } from '../../agent/predict/predictor.ts';
+import { PodTelemetry } from '../../agent/telemetry/pod-telemetry.ts';
+import type { PodLoad, PredictorParams } from '../../agent/types.ts';
+import { VirtualClock } from '../../shared/sim/clock.ts';
+import { SimEngine, type EngineSnapshot } from '../../shared/sim/engine.ts';
+import { mulberry32 } from '../../shared/sim/random.ts';
+import type { BenchPod, StrategyFactory } from './strategies.ts';
+import { generateArrivals, generateDirect, type Arrival, type Phase, type PromptMix } from './workload.ts';
+
+export interface Scenario {
+  name: string;
+  speeds: number[];
+  phases: Phase[];
+  mix: PromptMix;
+  sloMs: number;
+  /** Traffic straight to one pod, as a fraction of that pod's capacity. */
+  direct?: { pod: number; load: number };
+  seed: number;
+}
+
+export interface RunResult {
+  requests: number;
+  rejected: number;
+  p50: number;
+  p90: number;
+  p99: number;
+  sloAttainment: number;
+  /** Mean absolute percentage error of the strategy's TTFT predictions (NaN if it makes none). */
+  mape: number;
+  /** ms of real time the run took. */
+  wallMs: number;
+}
+
+export const SCRAPE_INTERVAL_MS = 100;
+const MAX_SEQS = 16;
+
+function engineFor(clock: VirtualClock, speed: number, seed: number): SimEngine {
+  return new SimEngine({ maxSeqs: MAX_SEQS, speed, seed, maxQueue: 100_000 }, clock);
+}
+
+export function loadOf(s: EngineSnapshot): PodLoad {
+  const finished = s.counters.finished;
+  return {
+    at: s.at,
+    engine: 'vllm',
+    waiting: s.waiting,
+    running: s.running,
+    kvCache: s.kvCache,
+    ttftSum: s.histograms.ttft.sum,
+    ttftCount: s.histograms.ttft.count,
+    queueTimeSum: s.histograms.queue.sum,
+    queueTimeCount: s.histograms.queue.count,
+    promptTokens: s.counters.promptTokens,
+    generationTokens: s.counters.generationTokens,
+    finished: finished.stop + finished.length + finished.abort,
+  };
+}
+
+function percentile(sorted: number[], q: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+}
+
+/** Requests per second one speed-1 pod completes when saturated with this mix. */
+export function calibrateCapacity(mix: PromptMix, seed = 99): number {
+  const clock = new VirtualClock();
+  const engine = engineFor(clock, 1, seed);
+  const work = generateArrivals(seed, [{ ms: 1_000_000, load: 1 }], 1, mix).slice(0, 600);
+  for (const a of work) engine.submit({ promptTokens: a.promptTokens, maxTokens: a.maxTokens });
+  const end = engine.runUntilIdle();
+  return (work.length / end) * 1000;
+}
+
+/** The oracle's model: least squares (RLS without forgetting) on the true queue at arrival. */
+export function fitOracleModel(mix: PromptMix, capacityPerS: number, seed = 7): PredictorParams {
+  const fit = new TtftPredictor({ forgetting: 1, priorVariance: 1e8 });
+  for (const load of [0.5, 0.8, 0.95, 1.1]) {
+    const clock = new VirtualClock();
+    const engine = engineFor(clock, 1, seed);
+    for (const a of generateArrivals(seed, [{ ms: 60_000, load }], capacityPerS, mix)) {
+      clock.set(a.at);
+      engine.advanceTo(a.at);
+      const s = engine.snapshot();
+      const features = { queued: s.waiting, running: s.running, promptTokens: a.promptTokens };
+      engine.submit({ promptTokens: a.promptTokens, maxTokens: a.maxTokens }, {
+        onToken: (at, n) => {
+          if (n === 1) fit.observe(features, at - a.at);
+        },
+      });
+    }
+    engine.runUntilIdle();
+  }
+  return fit.params;
+}
+
+export function runScenario(scenario: Scenario, factory: StrategyFactory, capacityPerPodS: number, oracleModel: PredictorParams): RunResult {
+  const started = performance.now();
+  const clock = new VirtualClock();
+  const pods: BenchPod[] = scenario.speeds.map((speed, index) => ({
+    index,
+    pod: { uid: `bench/pod-${index}`, name: `pod-${index}`, namespace: 'bench', node: 'bench', address: `sim:${index}`, models: ['m'], engine: 'vllm' },
+    engine: engineFor(clock, speed, scenario.seed * 100 + index),
+    speed,
+    inFlight: 0,
+    telemetry: new PodTelemetry(),
+  }));
+  const totalCapacity = capacityPerPodS * scenario.speeds.reduce((a, b) => a + b, 0);
+  const arrivals = generateArrivals(scenario.seed, scenario.phases, totalCapacity, scenario.mix);
+  const end = scenario.phases.reduce((t, p) => t + p.ms, 0);
+  const direct = scenario.direct
+    ? generateDirect(scenario.seed + 1, scenario.direct.pod, scenario.direct.load * capacityPerPodS * scenario.speeds[scenario.direct.pod], 0, end)
+    : [];
+  const events: Arrival[] = [...arrivals, ...direct].sort((a, b) => a.at - b.at);
+  const strategy = factory({ pods, now: () => clock.now(), rand: mulberry32(scenario.seed + 2), sloMs: scenario.sloMs, scrapeIntervalMs: SCRAPE_INTERVAL_MS, oracleModel });
+
+  const ttfts: number[] = [];
+  let apeSum = 0;
+  let apeCount = 0;
+  let rejected = 0;
+  let nextScrape = 0;
+  const advance = (t: number) => {
+    clock.set(t);
+    for (const p of pods) p.engine.advanceTo(t);
+  };
+
+  for (const a of events) {
+    while (nextScrape <= a.at) {
+      advance(nextScrape);
+      for (const p of pods) {
+        const load = loadOf(p.engine.snapshot());
+        p.telemetry.record(load);
+        p.lastLoad = load;
+        strategy.scraped?.(p, load);
+      }
+      nextScrape += SCRAPE_INTERVAL_MS;
+    }
+    advance(a.at);
+    if (a.direct !== undefined) {
+      pods[a.direct].engine.submit({ promptTokens: a.promptTokens, maxTokens: a.maxTokens });
+      continue;
+    }
+    const choice = strategy.choose(a);
+    const pod = pods[choice.pod];
+    const result = pod.engine.submit({ promptTokens: a.promptTokens, maxTokens: a.maxTokens }, {
+      onToken: (at, n) => {
+        if (n !== 1) return;
+        const ttft = at - a.at;
+        ttfts.push(ttft);
+        if (choice.predictedMs !== undefined && ttft > 0) {
+          apeSum += Math.abs(choice.predictedMs - ttft) / ttft;
+          apeCount++;
+        }
+        choice.firstToken?.(ttft);
+      },
+      onDone: () => {
+        pod.inFlight--;
+        choice.done?.();
+      },
+    });
+    if (result.accepted) pod.inFlight++;
+    else rejected++;
+  }
+  for (const p of pods) p.engine.runUntilIdle();
+
+  const sorted = ttfts.sort((x, y) => x - y);
+  const requests = arrivals.length;
+  return {
+    requests,
+    rejected,
+    p50: percentile(sorted, 0.5),
+    p90: percentile(sorted, 0.9),
+    p99: percentile(sorted, 0.99),
+    sloAttainment: sorted.filter((t) => t <= scenario.sloMs).length / requests,
+    mape: apeCount ? apeSum / apeCount : NaN,
+    wallMs: performance.now() - started,
+  };
+}

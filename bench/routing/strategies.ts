@@ -1,0 +1,222 @@
+// The routing strategies compared by `npm run bench:routing`, over the same candidates.
+// Baselines reimplement what each system does, from its public description; Kinference is the
+// production pool + predictor + router, unmodified.
+import { PodPool } from '../../agent/pool/pool.ts';
+import { decide } from '../../agent/route/router.ts';
+import type { Candidate } from '../../agent/route/candidate.ts';
+import type { EffectivePolicy, Pod, PodLoad, PredictorParams, RouteRequest } from '../../agent/types.ts';
+import type { PodTelemetry } from '../../agent/telemetry/pod-telemetry.ts';
+import type { SimEngine } from '../../shared/sim/engine.ts';
+import type { Arrival } from './workload.ts';
+
+export interface BenchPod {
+  index: number;
+  pod: Pod;
+  /** The simulated server itself: only the oracle may look. */
+  engine: SimEngine;
+  speed: number;
+  /** This agent's requests to the pod that have not finished. */
+  inFlight: number;
+  /** The last scrape, as every realistic strategy sees it. */
+  lastLoad?: PodLoad;
+  telemetry: PodTelemetry;
+}
+
+export interface Choice {
+  pod: number;
+  /** The strategy's own TTFT prediction, for MAPE (Kinference only). */
+  predictedMs?: number;
+  firstToken?(ms: number): void;
+  done?(): void;
+}
+
+export interface BenchStrategy {
+  choose(a: Arrival): Choice;
+  scraped?(p: BenchPod, load: PodLoad): void;
+}
+
+export interface StrategyContext {
+  pods: BenchPod[];
+  now: () => number;
+  rand: () => number;
+  sloMs: number;
+  scrapeIntervalMs: number;
+  /** Linear TTFT model fitted offline at speed 1 on the true queue: the oracle's knowledge. */
+  oracleModel: PredictorParams;
+}
+
+export type StrategyFactory = (ctx: StrategyContext) => BenchStrategy;
+
+function randomAmongMin(values: number[], rand: () => number): number {
+  const best = Math.min(...values);
+  const ties = values.flatMap((v, i) => (v === best ? [i] : []));
+  return ties[Math.floor(rand() * ties.length)];
+}
+
+/** What a Kubernetes Service (kube-proxy) does, in effect. */
+const roundRobin: StrategyFactory = (ctx) => {
+  let next = 0;
+  return { choose: () => ({ pod: next++ % ctx.pods.length }) };
+};
+
+/** Fewest of this agent's own requests in flight (Envoy LEAST_REQUEST with full scan). */
+const leastRequest: StrategyFactory = (ctx) => ({
+  choose: () => ({ pod: randomAmongMin(ctx.pods.map((p) => p.inFlight), ctx.rand) }),
+});
+
+/**
+ * Linkerd's balancer: power of two choices over a peak-EWMA of observed latency (here, TTFT)
+ * multiplied by outstanding requests. The EWMA jumps up to a new peak at once and decays
+ * toward lower values with a 10 s time constant.
+ */
+const peakEwma: StrategyFactory = (ctx) => {
+  const decayMs = 10_000;
+  const defaultRttMs = 100;
+  const ewma = ctx.pods.map(() => ({ value: defaultRttMs, at: 0 }));
+  const cost = (i: number) => {
+    const e = ewma[i];
+    return e.value * (ctx.pods[i].inFlight + 1);
+  };
+  return {
+    choose: () => {
+      const n = ctx.pods.length;
+      const a = Math.floor(ctx.rand() * n);
+      let b = Math.floor(ctx.rand() * (n - 1));
+      if (b >= a) b++;
+      const pod = cost(a) <= cost(b) ? a : b;
+      return {
+        pod,
+        firstToken: (ms) => {
+          const e = ewma[pod];
+          const now = ctx.now();
+          if (ms > e.value) e.value = ms;
+          else {
+            const w = Math.exp(-(now - e.at) / decayMs);
+            e.value = e.value * w + ms * (1 - w);
+          }
+          e.at = now;
+        },
+      };
+    },
+  };
+};
+
+/**
+ * The Gateway API Inference Extension's default scheduling profile without prefix affinity:
+ * queue scorer and KV-cache-utilisation scorer, equal weights, on scraped metrics; highest wins.
+ */
+const queueKv: StrategyFactory = (ctx) => ({
+  choose: () => {
+    const loads = ctx.pods.map((p) => p.lastLoad);
+    const queues = loads.map((l) => l?.waiting ?? 0);
+    const minQ = Math.min(...queues);
+    const maxQ = Math.max(...queues);
+    const scores = loads.map((l, i) => {
+      const queueScore = maxQ === minQ ? 1 : (maxQ - queues[i]) / (maxQ - minQ);
+      const kvScore = 1 - (Number.isFinite(l?.kvCache) ? (l!.kvCache as number) : 0);
+      return -(queueScore + kvScore);
+    });
+    return { pod: randomAmongMin(scores, ctx.rand) };
+  },
+});
+
+/**
+ * Kinference's router with perfect information: each pod's true queue and batch at the instant
+ * of decision (no scrape lag, no unseen requests) and its true speed, with the TTFT model fitted
+ * offline on the true queue. What Kinference would do if it could see everything.
+ */
+const oracle: StrategyFactory = (ctx) => {
+  const policy = benchPolicy(ctx.sloMs);
+  const fallback = { ...policy, sloTtftMs: Infinity, exclude: [] };
+  const stay = { allowed: false, reason: 'bench', providers: [] };
+  return {
+    choose: (a) => {
+      const candidates: Candidate[] = ctx.pods.map((p) => {
+        const s = p.engine.snapshot();
+        const m = ctx.oracleModel;
+        const slow = 1 / p.speed;
+        return {
+          pod: p.pod,
+          where: 'local',
+          ageMs: 0,
+          maxAgeMs: Infinity,
+          healthy: true,
+          queuedNow: s.waiting,
+          running: s.running,
+          kvCache: s.kvCache,
+          average: (metric) => (metric === 'queued' ? p.telemetry.waiting.average(30_000, ctx.now()) || 0 : 0),
+          params: { base: m.base * slow, perQueued: m.perQueued * slow, perRunning: m.perRunning * slow, perKPromptTokens: m.perKPromptTokens * slow },
+          inFlight: p.inFlight,
+          unseenSent: 0,
+          networkCostMs: 0,
+        };
+      });
+      const request = benchRequest(a);
+      let d = decide({ request, policy, candidates, leave: stay, rand: ctx.rand });
+      if (d.action !== 'pod') d = decide({ request, policy: fallback, candidates, leave: stay, rand: ctx.rand });
+      if (d.action !== 'pod') throw new Error('no pod at all');
+      const chosen = d.chosen.candidate.pod.uid;
+      return { pod: ctx.pods.findIndex((p) => p.pod.uid === chosen) };
+    },
+  };
+};
+
+function benchPolicy(sloMs: number): EffectivePolicy {
+  return {
+    name: 'bench',
+    sloTtftMs: sloMs,
+    exclude: [{ metric: 'queued', above: 2, windowMs: 30_000 }],
+    overflow: { providers: [], denyTags: [], denyTenants: [] },
+    waitMaxMs: 0,
+  };
+}
+
+function benchRequest(a: Arrival): RouteRequest {
+  return { kind: 'chat', model: 'm', tenant: 't', namespace: 't', tags: [], promptTokens: a.promptTokens, stream: true };
+}
+
+/** Kinference: the production pool (telemetry windows, per-pod predictor) and router. */
+const kinference: StrategyFactory = (ctx) => {
+  const pool = new PodPool({
+    node: 'bench',
+    scrapeIntervalMs: ctx.scrapeIntervalMs,
+    peerMaxAgeMs: 3000,
+    networkCostMs: 0,
+    referenceWindowMs: 30_000,
+    failureCooldownMs: 1000,
+    now: ctx.now,
+  });
+  pool.setLocalPods(ctx.pods.map((p) => p.pod));
+  const indexOf = new Map(ctx.pods.map((p) => [p.pod.uid, p.index]));
+  const policy = benchPolicy(ctx.sloMs);
+  // No overflow and no waiting in this comparison: when every pod is excluded, the request
+  // still goes to the fastest predicted pod, as it would after its bounded wait.
+  const fallback: EffectivePolicy = { ...policy, sloTtftMs: Infinity, exclude: [] };
+  const stay = { allowed: false, reason: 'bench', providers: [] };
+  return {
+    scraped: (p, load) => pool.recordLoad(p.pod.uid, load, p.telemetry),
+    choose: (a) => {
+      const request = benchRequest(a);
+      const candidates = pool.candidates();
+      let d = decide({ request, policy, candidates, leave: stay, rand: ctx.rand });
+      if (d.action !== 'pod') d = decide({ request, policy: fallback, candidates, leave: stay, rand: ctx.rand });
+      if (d.action !== 'pod') throw new Error('no pod at all');
+      const ticket = pool.begin(d.chosen.candidate, a.promptTokens);
+      return {
+        pod: indexOf.get(d.chosen.candidate.pod.uid)!,
+        predictedMs: d.predictedTtftMs,
+        firstToken: (ms) => ticket.firstByte(ms),
+        done: () => ticket.end(true),
+      };
+    },
+  };
+};
+
+export const STRATEGIES: [string, StrategyFactory][] = [
+  ['round-robin', roundRobin],
+  ['least-request', leastRequest],
+  ['peak-EWMA P2C', peakEwma],
+  ['queue+KV', queueKv],
+  ['kinference', kinference],
+  ['oracle', oracle],
+];
