@@ -1,0 +1,284 @@
+// Amazon Bedrock through Converse / ConverseStream: the I/O half. Translation lives in
+// bedrock-converse.ts (request/response) and bedrock-stream.ts (event stream → SSE).
+//
+// Chat only: `/completions` wants a raw-text continuation, and Converse always applies the
+// model's chat template, so serving it here would quietly change what the client asked for;
+// `supports()` says no and the chain moves on. Embeddings are a different Bedrock API.
+import { randomUUID } from 'node:crypto';
+import { Sha256 } from '@aws-crypto/sha256-js';
+import { SignatureV4 } from '@smithy/signature-v4';
+import { resolveSecret } from '../config/secrets.ts';
+import type { RequestKind } from '../types.ts';
+import { errorResponse } from '../../shared/openai/errors.ts';
+import type { ProviderCall, ProviderSettings } from './types.ts';
+import {
+  bedrockErrorCode,
+  bedrockErrorStatus,
+  fromConverseResponse,
+  toConverseRequest,
+  TranslationError,
+  type ConverseRequest,
+  type ConverseResponse,
+} from './bedrock-converse.ts';
+import { ConverseStreamTranslator, EventStreamDecoder, EventStreamError, type StreamEvent } from './bedrock-stream.ts';
+import {
+  createDispatcher,
+  type ClosableProvider,
+  type ProviderDeps,
+  failure,
+  header,
+  JSON_HEADERS,
+  postUpstream,
+  ProviderError,
+  readText,
+  redact,
+  SSE_HEADERS,
+  type UpstreamResponse,
+} from './upstream.ts';
+
+export interface BedrockDeps extends ProviderDeps {
+  /** Clock (ms) for `created` and SigV4 dates. */
+  now?: () => number;
+}
+
+/** Region from settings, else from a standard endpoint host. */
+export function bedrockRegion(settings: ProviderSettings): string | undefined {
+  if (settings.region) return settings.region;
+  const host = settings.endpoint ? new URL(settings.endpoint).hostname : '';
+  return /^bedrock-runtime(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com$/.exec(host)?.[1];
+}
+
+/** `{endpoint}/model/{modelId}/converse[-stream]`; model ids contain `:`, so the segment is encoded. */
+export function converseUrl(endpoint: string, modelId: string, stream: boolean): URL {
+  const base = endpoint.replace(/\/+$/, '');
+  return new URL(`${base}/model/${encodeURIComponent(modelId)}/${stream ? 'converse-stream' : 'converse'}`);
+}
+
+export function createBedrockProvider(settings: ProviderSettings, deps: BedrockDeps = {}): ClosableProvider {
+  const name = settings.name;
+  const region = bedrockRegion(settings);
+  if (!settings.apiKey && !settings.credentials) {
+    throw new Error(`provider ${name}: bedrock needs apiKey or credentials`);
+  }
+  if (!region && (!settings.endpoint || settings.credentials)) {
+    throw new Error(`provider ${name}: bedrock needs a region`);
+  }
+  const endpoint = settings.endpoint ?? `https://bedrock-runtime.${region}.amazonaws.com`;
+  const ownDispatcher = deps.dispatcher ? undefined : createDispatcher(settings.timeoutMs);
+  const dispatcher = deps.dispatcher ?? ownDispatcher!;
+  const now = deps.now ?? Date.now;
+
+  /** Auth headers for this request, secrets read now; returns the values to redact too. */
+  async function authorize(url: URL, headers: Record<string, string>, body: string): Promise<{ headers: Record<string, string>; secrets: string[] }> {
+    try {
+      if (settings.apiKey) {
+        const key = resolveSecret(settings.apiKey, deps.env);
+        return { headers: { ...headers, authorization: `Bearer ${key}` }, secrets: [key] };
+      }
+      const c = settings.credentials!;
+      const credentials = {
+        accessKeyId: resolveSecret(c.accessKeyId, deps.env),
+        secretAccessKey: resolveSecret(c.secretAccessKey, deps.env),
+        sessionToken: c.sessionToken ? resolveSecret(c.sessionToken, deps.env) : undefined,
+      };
+      const signer = new SignatureV4({ service: 'bedrock', region: region!, sha256: Sha256, credentials });
+      const signed = await signer.sign(
+        {
+          method: 'POST',
+          protocol: url.protocol,
+          hostname: url.hostname,
+          port: url.port ? Number(url.port) : undefined,
+          path: url.pathname,
+          query: {},
+          headers: { ...headers, host: url.host },
+          body,
+        },
+        { signingDate: new Date(now()) },
+      );
+      const secrets = [credentials.secretAccessKey, credentials.sessionToken ?? ''];
+      return { headers: signed.headers as Record<string, string>, secrets };
+    } catch (err) {
+      throw new ProviderError(name, 'config', err instanceof Error && err.message.startsWith('secret ') ? err.message : 'cannot sign the request');
+    }
+  }
+
+  async function send(call: ProviderCall): Promise<Response> {
+    const modelId = settings.models[call.model];
+    if (modelId === undefined) {
+      return errorResponse(404, `model ${call.model} is not offered by provider ${name}`, { code: 'model_not_found', param: 'model' });
+    }
+    if (call.kind !== 'chat') {
+      return errorResponse(400, `provider ${name} serves chat completions only`, { code: 'unsupported_request' });
+    }
+    let converse: ConverseRequest;
+    try {
+      converse = toConverseRequest(call.body);
+    } catch (err) {
+      if (err instanceof TranslationError) return errorResponse(400, err.message, { param: err.param });
+      throw err;
+    }
+    const stream = call.body.stream === true;
+    const url = converseUrl(endpoint, modelId, stream);
+    const body = JSON.stringify(converse);
+    const { headers, secrets } = await authorize(url, {
+      'content-type': 'application/json',
+      accept: stream ? 'application/vnd.amazon.eventstream' : 'application/json',
+    }, body);
+    const res = await postUpstream({ provider: name, url, headers, body, signal: call.signal, timeoutMs: settings.timeoutMs, dispatcher });
+    const ctx = () => ({ timedOut: res.timedOut(), aborted: call.signal.aborted, timeoutMs: settings.timeoutMs });
+    const meta = {
+      id: `chatcmpl-${header(res.headers, 'x-amzn-requestid') ?? randomUUID()}`,
+      created: Math.floor(now() / 1000),
+      model: modelId,
+    };
+
+    if (res.status !== 200) {
+      res.settle();
+      let text: string;
+      try {
+        text = await readText(res.body);
+      } catch (err) {
+        throw failure(name, err, ctx());
+      }
+      return bedrockErrorResponse(name, res.status, header(res.headers, 'x-amzn-errortype'), text, secrets);
+    }
+    if (!stream) {
+      res.settle();
+      let parsed: ConverseResponse;
+      try {
+        parsed = JSON.parse(await res.body.text()) as ConverseResponse;
+      } catch (err) {
+        if (err instanceof SyntaxError) return errorResponse(502, `provider ${name} returned a malformed response`, { code: 'upstream_malformed' });
+        throw failure(name, err, ctx());
+      }
+      return new Response(JSON.stringify(fromConverseResponse(parsed, meta)), { status: 200, headers: JSON_HEADERS });
+    }
+    return streamResponse(res, call, meta);
+  }
+
+  /**
+   * ConverseStream. The connect/headers deadline runs until the first event: Bedrock's 200 says
+   * nothing yet, and an exception arriving first (throttling) is still a failure before the first
+   * byte, which the chain can fail over on.
+   */
+  async function streamResponse(res: UpstreamResponse, call: ProviderCall, meta: { id: string; created: number; model: string }): Promise<Response> {
+    const it = res.body[Symbol.asyncIterator]() as AsyncIterator<Uint8Array>;
+    const decoder = new EventStreamDecoder();
+    const queue: StreamEvent[] = [];
+    const ctx = () => ({ timedOut: res.timedOut(), aborted: call.signal.aborted, timeoutMs: settings.timeoutMs });
+
+    try {
+      while (queue.length === 0) {
+        const next = await it.next();
+        if (next.done) break;
+        queue.push(...decoder.push(next.value));
+      }
+    } catch (err) {
+      res.settle();
+      res.body.destroy();
+      if (err instanceof EventStreamError) return errorResponse(502, `provider ${name}: ${err.message}`, { code: 'upstream_stream_error' });
+      throw failure(name, err, ctx());
+    }
+    res.settle();
+    const first = queue[0];
+    if (first === undefined) {
+      return errorResponse(502, `provider ${name}: stream ended before any event`, { code: 'upstream_stream_error' });
+    }
+    if (first.type === 'exception') {
+      res.body.destroy();
+      return errorResponse(bedrockErrorStatus(first.exceptionType, 500), first.message, { code: bedrockErrorCode(first.exceptionType) });
+    }
+
+    const translator = new ConverseStreamTranslator({
+      ...meta,
+      includeUsage: (call.body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
+    });
+    const encoder = new TextEncoder();
+    const body = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        while (true) {
+          const frames: string[] = [];
+          for (const ev of queue.splice(0)) frames.push(...translator.event(ev));
+          if (!translator.done) {
+            try {
+              const next = await it.next();
+              if (next.done) {
+                frames.push(...(decoder.pending
+                  ? translator.fail(502, `provider ${name}: stream ended inside an event`, 'upstream_stream_error')
+                  : translator.end()));
+              } else {
+                queue.push(...decoder.push(next.value));
+              }
+            } catch (err) {
+              const message = err instanceof EventStreamError
+                ? `provider ${name}: ${err.message}`
+                : call.signal.aborted ? `provider ${name}: request aborted` : `provider ${name}: stream broke`;
+              frames.push(...translator.fail(502, message, 'upstream_stream_error'));
+            }
+          }
+          if (frames.length > 0) controller.enqueue(encoder.encode(frames.join('')));
+          if (translator.done) {
+            controller.close();
+            // After metadata only the end of the HTTP body is left: read it so the socket goes
+            // back to the pool (a new TLS handshake per stream would cost more than this).
+            if (translator.failed) res.body.destroy();
+            else void drain(it, () => res.body.destroy());
+            return;
+          }
+          if (frames.length > 0) return;
+        }
+      },
+      cancel() {
+        res.body.destroy();
+      },
+    });
+    return new Response(body, { status: 200, headers: SSE_HEADERS });
+  }
+
+  return {
+    name,
+    kind: 'bedrock',
+    models: Object.keys(settings.models),
+    supports: (kind: RequestKind, model: string) => kind === 'chat' && Object.hasOwn(settings.models, model),
+    send,
+    close: async () => {
+      await ownDispatcher?.close();
+    },
+  };
+}
+
+/** Reads what is left of a finished stream, giving up (and dropping the socket) past a few KiB. */
+async function drain(it: AsyncIterator<Uint8Array>, destroy: () => void): Promise<void> {
+  let bytes = 0;
+  try {
+    while (true) {
+      const next = await it.next();
+      if (next.done) return;
+      bytes += next.value.byteLength;
+      if (bytes > 16 * 1024) return destroy();
+    }
+  } catch {
+    destroy();
+  }
+}
+
+/** Bedrock's `{message}` + `x-amzn-errortype` → an OpenAI error Response. Pure. */
+export function bedrockErrorResponse(provider: string, status: number, errorType: string | undefined, text: string, secrets: readonly string[] = []): Response {
+  const mapped = bedrockErrorStatus(errorType, status);
+  const code = bedrockErrorCode(errorType);
+  let message: string;
+  if (mapped === 401 || mapped === 403) {
+    // AWS quotes the canonical request (session token included) in signature errors: never relay.
+    message = `provider ${provider} rejected the configured credentials${code ? ` (${code})` : ''}`;
+  } else {
+    let parsed: { message?: unknown; Message?: unknown } | undefined;
+    try {
+      parsed = JSON.parse(text) as typeof parsed;
+    } catch {
+      parsed = undefined;
+    }
+    const upstream = typeof parsed?.message === 'string' ? parsed.message : typeof parsed?.Message === 'string' ? parsed.Message : undefined;
+    message = redact(upstream ?? `provider ${provider} returned HTTP ${status}`, secrets);
+  }
+  return errorResponse(mapped, message, { code });
+}

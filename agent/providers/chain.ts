@@ -1,0 +1,92 @@
+// The overflow chain: try the policy's providers in order until one answers. A provider that
+// fails before the first byte (no connection, no headers in time, throttled, broken, or our own
+// account rejected) is recorded and the next is tried; a provider that says the *request* is
+// wrong (400, 413, 422, …) has answered, and that answer goes back to the client, since the
+// next provider would say the same.
+import type { Provider, ProviderCall } from './types.ts';
+import type { BreakerSet } from './breaker.ts';
+import { isProviderFault, ProviderError, type FailureReason } from './upstream.ts';
+
+export { isProviderFault };
+
+export interface Attempt {
+  provider: string;
+  outcome: 'answered' | 'failed' | 'skipped';
+  /** Why it was skipped or failed. */
+  reason?: 'unsupported' | 'breaker-open' | 'status' | FailureReason | 'error';
+  /** HTTP status of the provider's answer, when there was one. */
+  status?: number;
+  /** Safe to show: never holds credentials. */
+  message?: string;
+  /** Time spent on this provider, per the injected clock. */
+  ms?: number;
+}
+
+export interface ChainOptions {
+  breakers: Pick<BreakerSet, 'get'>;
+  now: () => number;
+  onAttempt?: (attempt: Attempt) => void;
+}
+
+export type ChainResult =
+  | { ok: true; provider: string; response: Response; attempts: Attempt[] }
+  | { ok: false; attempts: Attempt[] };
+
+export async function tryProviders(providers: readonly Provider[], call: ProviderCall, opts: ChainOptions): Promise<ChainResult> {
+  const attempts: Attempt[] = [];
+  const record = (a: Attempt) => {
+    attempts.push(a);
+    opts.onAttempt?.(a);
+  };
+
+  for (const provider of providers) {
+    if (call.signal.aborted) break;
+    if (!provider.supports(call.kind, call.model)) {
+      record({ provider: provider.name, outcome: 'skipped', reason: 'unsupported' });
+      continue;
+    }
+    const breaker = opts.breakers.get(provider.name);
+    const started = opts.now();
+    if (!breaker.allow(started)) {
+      record({ provider: provider.name, outcome: 'skipped', reason: 'breaker-open' });
+      continue;
+    }
+
+    let response: Response;
+    try {
+      response = await provider.send(call);
+    } catch (err) {
+      const reason: Attempt['reason'] = err instanceof ProviderError ? err.reason : 'error';
+      const message = err instanceof ProviderError ? err.message : `provider ${provider.name}: request failed`;
+      if (call.signal.aborted) {
+        // The client left: that says nothing about the provider's health.
+        breaker.release();
+        record({ provider: provider.name, outcome: 'failed', reason: 'aborted', message, ms: opts.now() - started });
+        break;
+      }
+      breaker.onFailure(opts.now());
+      record({ provider: provider.name, outcome: 'failed', reason, message, ms: opts.now() - started });
+      continue;
+    }
+
+    if (isProviderFault(response.status)) {
+      breaker.onFailure(opts.now());
+      record({ provider: provider.name, outcome: 'failed', reason: 'status', status: response.status, message: await errorMessage(response), ms: opts.now() - started });
+      continue;
+    }
+    breaker.onSuccess();
+    record({ provider: provider.name, outcome: 'answered', status: response.status, ms: opts.now() - started });
+    return { ok: true, provider: provider.name, response, attempts };
+  }
+  return { ok: false, attempts };
+}
+
+/** The message of a discarded OpenAI error answer (bodies are small; reading frees the socket). */
+async function errorMessage(response: Response): Promise<string | undefined> {
+  try {
+    const body = (await response.json()) as { error?: { message?: unknown } };
+    return typeof body.error?.message === 'string' ? body.error.message : undefined;
+  } catch {
+    return undefined;
+  }
+}

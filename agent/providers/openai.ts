@@ -1,0 +1,262 @@
+// Any provider that speaks OpenAI's protocol: OpenAI, Azure OpenAI, Databricks serving endpoints,
+// Bedrock's OpenAI-compatible endpoint, another vLLM. The body goes out as the client sent it
+// with `model` swapped for the provider's id; the answer comes back byte for byte.
+//
+// The response's `model` field is NOT rewritten back to the client's name: it names what actually
+// served the request (as OpenAI's own dated model ids do), and leaving it lets the stream relay
+// stay a byte copy. The Bedrock adapter follows the same rule (it reports the Bedrock model id).
+import type { Dispatcher } from 'undici';
+import { resolveSecret } from '../config/secrets.ts';
+import type { RequestKind } from '../types.ts';
+import { errorResponse, SSE_DONE, sseErrorFrame } from '../../shared/openai/errors.ts';
+import type { ProviderCall, ProviderSettings } from './types.ts';
+import {
+  createDispatcher,
+  type ClosableProvider,
+  type ProviderDeps,
+  failure,
+  header,
+  JSON_HEADERS,
+  postUpstream,
+  ProviderError,
+  readText,
+  redact,
+  SSE_HEADERS,
+} from './upstream.ts';
+
+const DEFAULT_OPENAI_ENDPOINT = 'https://api.openai.com/v1';
+
+const ROUTES: Record<RequestKind, string> = {
+  chat: 'chat/completions',
+  completions: 'completions',
+  embeddings: 'embeddings',
+};
+
+/** The URL one call goes to. Pure. */
+export function openAIUrl(settings: ProviderSettings, kind: RequestKind, providerModel: string): URL {
+  const base = (settings.endpoint ?? DEFAULT_OPENAI_ENDPOINT).replace(/\/+$/, '');
+  if (settings.azureApiVersion !== undefined) {
+    const url = new URL(`${base}/openai/deployments/${encodeURIComponent(providerModel)}/${ROUTES[kind]}`);
+    url.searchParams.set('api-version', settings.azureApiVersion);
+    return url;
+  }
+  return new URL(`${base}/${ROUTES[kind]}`);
+}
+
+/** Authentication headers: Azure's `api-key`, or a bearer token. Pure (the key is passed in). */
+export function authHeaders(settings: ProviderSettings, key: string | undefined): Record<string, string> {
+  if (key === undefined) return {};
+  return settings.azureApiVersion !== undefined ? { 'api-key': key } : { authorization: `Bearer ${key}` };
+}
+
+/**
+ * An upstream error as an OpenAI error Response with the same status. OpenAI-shaped bodies keep
+ * their message/type/param/code; anything else is wrapped. Credential rejections never echo the
+ * upstream message (providers quote key fragments in it). Pure.
+ */
+export function upstreamErrorResponse(
+  provider: string,
+  status: number,
+  text: string,
+  opts: { secrets?: readonly string[]; retryAfter?: string } = {},
+): Response {
+  const headers: Record<string, string> = opts.retryAfter ? { 'retry-after': opts.retryAfter } : {};
+  const parsed = parseJson(text);
+  const err = parsed && typeof parsed === 'object' ? (parsed as { error?: unknown }).error : undefined;
+  let message: string;
+  let type: string | undefined;
+  let param: string | null = null;
+  let code: string | null = null;
+  if (err && typeof err === 'object' && typeof (err as { message?: unknown }).message === 'string') {
+    const e = err as { message: string; type?: unknown; param?: unknown; code?: unknown };
+    message = e.message;
+    type = typeof e.type === 'string' ? e.type : undefined;
+    param = typeof e.param === 'string' ? e.param : null;
+    code = e.code === undefined || e.code === null ? null : String(e.code);
+  } else if (parsed && typeof parsed === 'object' && typeof (parsed as { message?: unknown }).message === 'string') {
+    // Databricks: {"error_code": "...", "message": "..."}
+    const p = parsed as { message: string; error_code?: unknown };
+    message = p.message;
+    code = typeof p.error_code === 'string' ? p.error_code : null;
+  } else if (typeof err === 'string') {
+    message = err;
+  } else {
+    const snippet = text.trim().slice(0, 200);
+    message = `provider ${provider} returned HTTP ${status}${snippet ? `: ${snippet}` : ''}`;
+  }
+  if (status === 401 || status === 403) {
+    message = `provider ${provider} rejected the configured credentials (HTTP ${status})`;
+  }
+  return errorResponse(status, redact(message, opts.secrets ?? []), { type, param, code, headers });
+}
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Relays an SSE body event by event: bytes go out as soon as an event is complete (so a token is
+ * never held back), and a partial event is held until its blank line arrives. That way, when the
+ * upstream breaks mid-event, the partial event is dropped and the client sees a clean error event
+ * and `data: [DONE]` instead of half a JSON object.
+ */
+export function relaySse(
+  upstream: AsyncIterable<Uint8Array>,
+  opts: { onCancel: () => void; describeBreak: (err: unknown) => string },
+): ReadableStream<Uint8Array> {
+  const it = upstream[Symbol.asyncIterator]();
+  const encoder = new TextEncoder();
+  let tail: Uint8Array = new Uint8Array(0);
+  let sawDone = false;
+  let finished = false;
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      // Loop until something is enqueued: the stream only calls pull again after an enqueue.
+      while (!finished) {
+        let next: IteratorResult<Uint8Array>;
+        try {
+          next = await it.next();
+        } catch (err) {
+          finished = true;
+          if (!sawDone) {
+            controller.enqueue(encoder.encode(sseErrorFrame(502, opts.describeBreak(err), { code: 'upstream_stream_error' }) + SSE_DONE));
+          }
+          controller.close();
+          return;
+        }
+        if (next.done) {
+          finished = true;
+          if (tail.byteLength > 0) controller.enqueue(tail);
+          controller.close();
+          return;
+        }
+        const bytes = concat(tail, next.value);
+        const cut = lastEventEnd(bytes);
+        tail = bytes.subarray(cut);
+        if (cut > 0) {
+          const events = bytes.subarray(0, cut);
+          if (!sawDone && Buffer.from(events.buffer, events.byteOffset, events.byteLength).includes('data: [DONE]')) sawDone = true;
+          controller.enqueue(events);
+          return;
+        }
+      }
+    },
+    cancel() {
+      finished = true;
+      opts.onCancel();
+    },
+  });
+}
+
+function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
+  if (a.byteLength === 0) return b;
+  const out = new Uint8Array(a.byteLength + b.byteLength);
+  out.set(a, 0);
+  out.set(b, a.byteLength);
+  return out;
+}
+
+/** Index just past the last blank line ("\n\n", "\r\n\r\n" or a mix) in bytes, or 0. */
+export function lastEventEnd(bytes: Uint8Array): number {
+  for (let i = bytes.byteLength - 1; i >= 1; i--) {
+    if (bytes[i] !== 0x0a) continue;
+    if (bytes[i - 1] === 0x0a) return i + 1;
+    if (bytes[i - 1] === 0x0d && i >= 2 && bytes[i - 2] === 0x0a) return i + 1;
+  }
+  return 0;
+}
+
+export function createOpenAIProvider(settings: ProviderSettings, deps: ProviderDeps = {}): ClosableProvider {
+  const ownDispatcher = deps.dispatcher ? undefined : createDispatcher(settings.timeoutMs);
+  const dispatcher = deps.dispatcher ?? (ownDispatcher as Dispatcher);
+  const models = Object.keys(settings.models);
+  const name = settings.name;
+
+  async function send(call: ProviderCall): Promise<Response> {
+    const providerModel = settings.models[call.model];
+    if (providerModel === undefined) {
+      return errorResponse(404, `model ${call.model} is not offered by provider ${name}`, { code: 'model_not_found', param: 'model' });
+    }
+    let key: string | undefined;
+    try {
+      key = settings.apiKey ? resolveSecret(settings.apiKey, deps.env) : undefined;
+    } catch (err) {
+      throw new ProviderError(name, 'config', (err as Error).message);
+    }
+    const secrets = key ? [key] : [];
+    const wantsStream = call.kind !== 'embeddings' && call.body.stream === true;
+    const res = await postUpstream({
+      provider: name,
+      url: openAIUrl(settings, call.kind, providerModel),
+      headers: {
+        'content-type': 'application/json',
+        accept: wantsStream ? 'text/event-stream' : 'application/json',
+        ...authHeaders(settings, key),
+      },
+      body: JSON.stringify({ ...call.body, model: providerModel }),
+      signal: call.signal,
+      timeoutMs: settings.timeoutMs,
+      dispatcher,
+    });
+    res.settle();
+    const passHeaders: Record<string, string> = {};
+    const requestId = header(res.headers, 'x-request-id');
+    if (requestId) passHeaders['x-request-id'] = requestId;
+
+    const readCtx = () => ({ timedOut: res.timedOut(), aborted: call.signal.aborted, timeoutMs: settings.timeoutMs });
+    if (res.status < 200 || res.status >= 300) {
+      let text: string;
+      try {
+        text = await readText(res.body);
+      } catch (err) {
+        throw failure(name, err, readCtx());
+      }
+      return upstreamErrorResponse(name, res.status, text, { secrets, retryAfter: header(res.headers, 'retry-after') });
+    }
+
+    const contentType = header(res.headers, 'content-type') ?? '';
+    if (wantsStream && contentType.startsWith('text/event-stream')) {
+      const body = relaySse(res.body, {
+        onCancel: () => res.body.destroy(),
+        describeBreak: (err) =>
+          call.signal.aborted
+            ? `provider ${name}: request aborted`
+            : `provider ${name}: stream broke${codeOf(err)}`,
+      });
+      return new Response(body, { status: res.status, headers: { ...SSE_HEADERS, ...passHeaders } });
+    }
+
+    // A complete JSON document: read it whole so a malformed answer becomes a 502 the chain
+    // can fail over on, rather than garbage handed to the client.
+    let text: string;
+    try {
+      text = await res.body.text();
+    } catch (err) {
+      throw failure(name, err, readCtx());
+    }
+    if (parseJson(text) === undefined) {
+      return errorResponse(502, `provider ${name} returned a malformed response`, { code: 'upstream_malformed' });
+    }
+    return new Response(text, { status: res.status, headers: { ...JSON_HEADERS, ...passHeaders } });
+  }
+
+  return {
+    name,
+    kind: 'openai',
+    models,
+    supports: (_kind: RequestKind, model: string) => Object.hasOwn(settings.models, model),
+    send,
+    close: async () => {
+      await ownDispatcher?.close();
+    },
+  };
+}
+
+function codeOf(err: unknown): string {
+  const code = err && typeof err === 'object' ? (err as { code?: unknown }).code : undefined;
+  return typeof code === 'string' ? ` (${code})` : '';
+}
