@@ -1,0 +1,240 @@
+// Engine adapters: one parsed /metrics page → one engine-neutral `PodLoad`.
+//
+// Each adapter names the samples it reads (its selector, so the parser skips the rest) and how to
+// fold label sets into one pod-level number. Names checked against the engines' sources:
+// vLLM v1/metrics/loggers.py, TGI docs/source/reference/metrics.md, SGLang srt/metrics/collector.py.
+
+import type { Engine, PodLoad } from '../types.ts';
+import { MetricSelector, type MetricPage, type Series } from './promtext.ts';
+
+export type LoadResult = { ok: true; load: PodLoad } | { ok: false; error: string };
+
+export interface EngineAdapter {
+  readonly engine: Engine;
+  /** The samples `toLoad` reads. */
+  readonly selector: MetricSelector;
+  /** Name whose presence identifies the engine (for detection). */
+  readonly signature: string;
+  toLoad(page: MetricPage, at: number): LoadResult;
+}
+
+function histogramNames(family: string): string[] {
+  return [`${family}_sum`, `${family}_count`];
+}
+
+function missing(engine: Engine, name: string): LoadResult {
+  return { ok: false, error: `${engine} page has no ${name}` };
+}
+
+/** Copies the defined optional fields onto the load; absent is different from zero. */
+function withOptional(load: PodLoad, extra: {
+  ttft?: { sum: number; count: number };
+  queueTime?: { sum: number; count: number };
+  promptTokens?: number;
+  generationTokens?: number;
+  finished?: number;
+}): PodLoad {
+  if (extra.ttft) { load.ttftSum = extra.ttft.sum; load.ttftCount = extra.ttft.count; }
+  if (extra.queueTime) { load.queueTimeSum = extra.queueTime.sum; load.queueTimeCount = extra.queueTime.count; }
+  if (extra.promptTokens !== undefined) load.promptTokens = extra.promptTokens;
+  if (extra.generationTokens !== undefined) load.generationTokens = extra.generationTokens;
+  if (extra.finished !== undefined) load.finished = extra.finished;
+  return load;
+}
+
+// ── vLLM ─────────────────────────────────────────────────────────────────────────────────────────
+// Series carry `engine` (data-parallel index) and `model_name`; a pod is the sum of its engines.
+
+const VLLM = {
+  waiting: 'vllm:num_requests_waiting',
+  running: 'vllm:num_requests_running',
+  kv: 'vllm:kv_cache_usage_perc',
+  kvBefore09: 'vllm:gpu_cache_usage_perc',
+  ttft: 'vllm:time_to_first_token_seconds',
+  queueTime: 'vllm:request_queue_time_seconds',
+  promptTokens: 'vllm:prompt_tokens_total',
+  generationTokens: 'vllm:generation_tokens_total',
+  finished: 'vllm:request_success_total',
+} as const;
+
+export const vllmAdapter: EngineAdapter = {
+  engine: 'vllm',
+  signature: VLLM.waiting,
+  selector: new MetricSelector([
+    VLLM.waiting, VLLM.running, VLLM.kv, VLLM.kvBefore09,
+    ...histogramNames(VLLM.ttft), ...histogramNames(VLLM.queueTime),
+    VLLM.promptTokens, VLLM.generationTokens, VLLM.finished,
+  ]),
+  toLoad(page, at) {
+    const waiting = page.sum(VLLM.waiting);
+    const running = page.sum(VLLM.running);
+    if (waiting === undefined) return missing('vllm', VLLM.waiting);
+    if (running === undefined) return missing('vllm', VLLM.running);
+    // Engines are equal-sized replicas, so their mean is the pod's share of KV capacity used.
+    // Versions around 0.9–0.10 emit both names; the newer one wins.
+    const kvCache = page.mean(VLLM.kv) ?? page.mean(VLLM.kvBefore09) ?? NaN;
+    return {
+      ok: true,
+      load: withOptional({ at, engine: 'vllm', waiting, running, kvCache }, {
+        ttft: page.histogram(VLLM.ttft),
+        queueTime: page.histogram(VLLM.queueTime),
+        promptTokens: page.sum(VLLM.promptTokens),
+        generationTokens: page.sum(VLLM.generationTokens),
+        finished: page.sum(VLLM.finished), // over finished_reason (stop, length, abort, …) and engines
+      }),
+    };
+  },
+};
+
+// ── TGI ──────────────────────────────────────────────────────────────────────────────────────────
+// Rust `metrics` exporter: no `_total` on counters, no KV gauge, no TTFT histogram. Token counts
+// only exist as per-request histograms, whose `_sum` is the cumulative token count.
+
+const TGI = {
+  waiting: 'tgi_queue_size',
+  running: 'tgi_batch_current_size',
+  queueTime: 'tgi_request_queue_duration',
+  inputLength: 'tgi_request_input_length',
+  generatedTokens: 'tgi_request_generated_tokens',
+  finished: 'tgi_request_success',
+} as const;
+
+export const tgiAdapter: EngineAdapter = {
+  engine: 'tgi',
+  signature: TGI.waiting,
+  selector: new MetricSelector([
+    TGI.waiting, TGI.running, ...histogramNames(TGI.queueTime),
+    `${TGI.inputLength}_sum`, `${TGI.generatedTokens}_sum`, TGI.finished, `${TGI.finished}_total`,
+  ]),
+  toLoad(page, at) {
+    const waiting = page.sum(TGI.waiting);
+    const running = page.sum(TGI.running);
+    if (waiting === undefined) return missing('tgi', TGI.waiting);
+    if (running === undefined) return missing('tgi', TGI.running);
+    return {
+      ok: true,
+      load: withOptional({ at, engine: 'tgi', waiting, running, kvCache: NaN }, {
+        queueTime: page.histogram(TGI.queueTime),
+        promptTokens: page.sum(`${TGI.inputLength}_sum`),
+        generationTokens: page.sum(`${TGI.generatedTokens}_sum`),
+        finished: page.sum(TGI.finished) ?? page.sum(`${TGI.finished}_total`),
+      }),
+    };
+  },
+};
+
+// ── SGLang ───────────────────────────────────────────────────────────────────────────────────────
+// Scheduler gauges are written by every rank (`tp_rank`, `pp_rank`, optionally `dp_rank`). Tensor-
+// parallel ranks share one scheduler state, so they repeat the same queue: take one rank per
+// data-parallel group and add the groups up.
+
+const SGLANG = {
+  waiting: 'sglang:num_queue_reqs',
+  running: 'sglang:num_running_reqs',
+  kv: 'sglang:token_usage',
+  ttft: 'sglang:time_to_first_token_seconds',
+  queueTime: 'sglang:queue_time_seconds',
+  promptTokens: 'sglang:prompt_tokens_total',
+  generationTokens: 'sglang:generation_tokens_total',
+  finished: 'sglang:num_requests_total',
+} as const;
+
+function rankOf(series: Series, label: string): number {
+  const raw = series.labels[label];
+  const n = raw === undefined ? NaN : Number(raw);
+  return Number.isNaN(n) ? Infinity : n;
+}
+
+/**
+ * One representative per data-parallel group: the series at the lowest (tp_rank, pp_rank).
+ * A group without rank labels is kept whole (per-process totals, e.g. the tokenizer's counters).
+ */
+export function onePerDpGroup(series: readonly Series[]): Series[] {
+  const groups = new Map<string, Series[]>();
+  for (const s of series) {
+    const key = s.labels.dp_rank ?? '';
+    const members = groups.get(key);
+    if (members === undefined) groups.set(key, [s]);
+    else members.push(s);
+  }
+  const picked: Series[] = [];
+  for (const members of groups.values()) {
+    if (!members.some((s) => s.labels.tp_rank !== undefined)) {
+      picked.push(...members);
+      continue;
+    }
+    let best = members[0];
+    for (const s of members) {
+      const tp = rankOf(s, 'tp_rank') - rankOf(best, 'tp_rank');
+      if (tp < 0 || (tp === 0 && rankOf(s, 'pp_rank') < rankOf(best, 'pp_rank'))) best = s;
+    }
+    picked.push(best);
+  }
+  return picked;
+}
+
+function sumRanks(page: MetricPage, name: string): number | undefined {
+  const picked = onePerDpGroup(page.series(name));
+  return picked.length === 0 ? undefined : picked.reduce((total, s) => total + s.value, 0);
+}
+
+function meanRanks(page: MetricPage, name: string): number | undefined {
+  const picked = onePerDpGroup(page.series(name));
+  return picked.length === 0 ? undefined : picked.reduce((total, s) => total + s.value, 0) / picked.length;
+}
+
+function histogramRanks(page: MetricPage, family: string): { sum: number; count: number } | undefined {
+  const sum = sumRanks(page, `${family}_sum`);
+  const count = sumRanks(page, `${family}_count`);
+  return sum === undefined || count === undefined ? undefined : { sum, count };
+}
+
+export const sglangAdapter: EngineAdapter = {
+  engine: 'sglang',
+  signature: SGLANG.waiting,
+  selector: new MetricSelector([
+    SGLANG.waiting, SGLANG.running, SGLANG.kv,
+    ...histogramNames(SGLANG.ttft), ...histogramNames(SGLANG.queueTime),
+    SGLANG.promptTokens, SGLANG.generationTokens, SGLANG.finished,
+  ]),
+  toLoad(page, at) {
+    const waiting = sumRanks(page, SGLANG.waiting);
+    const running = sumRanks(page, SGLANG.running);
+    if (waiting === undefined) return missing('sglang', SGLANG.waiting);
+    if (running === undefined) return missing('sglang', SGLANG.running);
+    return {
+      ok: true,
+      load: withOptional({ at, engine: 'sglang', waiting, running, kvCache: meanRanks(page, SGLANG.kv) ?? NaN }, {
+        ttft: histogramRanks(page, SGLANG.ttft),
+        queueTime: histogramRanks(page, SGLANG.queueTime),
+        promptTokens: sumRanks(page, SGLANG.promptTokens),
+        generationTokens: sumRanks(page, SGLANG.generationTokens),
+        finished: sumRanks(page, SGLANG.finished),
+      }),
+    };
+  },
+};
+
+// ── Choosing an adapter ──────────────────────────────────────────────────────────────────────────
+
+export const ADAPTERS: Readonly<Record<Engine, EngineAdapter>> = {
+  vllm: vllmAdapter,
+  tgi: tgiAdapter,
+  sglang: sglangAdapter,
+};
+
+/** Every adapter's samples: parse an unknown pod's page once with this, detect, then adapt. */
+export const ANY_ENGINE_SELECTOR = MetricSelector.union(vllmAdapter.selector, tgiAdapter.selector, sglangAdapter.selector);
+
+/** The engine whose signature gauge is on the page; undefined when none or several are. */
+export function detectEngine(page: MetricPage): Engine | undefined {
+  const found = Object.values(ADAPTERS).filter((a) => page.has(a.signature));
+  return found.length === 1 ? found[0].engine : undefined;
+}
+
+/** Adapt with the given engine, or detect it first. */
+export function toPodLoad(page: MetricPage, at: number, engine?: Engine): LoadResult {
+  const chosen = engine ?? detectEngine(page);
+  if (chosen === undefined) return { ok: false, error: 'cannot tell the engine from the page (no vLLM, TGI or SGLang queue gauge)' };
+  return ADAPTERS[chosen].toLoad(page, at);
+}

@@ -1,0 +1,484 @@
+// Prometheus text exposition (0.0.4) and OpenMetrics parser, for the scrape path.
+//
+// It runs every 25–100 ms per pod on pages of a few hundred lines of which we need a dozen, so it
+// reads only the samples a `MetricSelector` asks for: an unwanted line costs one scan of its name
+// and an `indexOf('\n')`. It never throws: malformed lines are skipped and counted, so the caller
+// can decide whether a page with errors is still usable (the adapters decide by whether the
+// series they need are there).
+
+export type Labels = Readonly<Record<string, string>>;
+
+export interface Series {
+  readonly labels: Labels;
+  readonly value: number;
+  /** As written: integer ms in the Prometheus format, seconds in OpenMetrics. Rarely present. */
+  readonly timestamp?: number;
+}
+
+export type MetricType =
+  | 'counter' | 'gauge' | 'histogram' | 'summary' | 'untyped'
+  | 'unknown' | 'info' | 'stateset' | 'gaugehistogram';
+
+/** Label subset that must match exactly, or a predicate. */
+export type LabelMatch = Readonly<Record<string, string>> | ((labels: Labels) => boolean);
+
+export interface Diagnostic {
+  /** 1-based line number. */
+  line: number;
+  reason: string;
+}
+
+export interface HistogramTotals {
+  sum: number;
+  count: number;
+  /** Cumulative counts by upper bound, ascending; only when `_bucket` samples were selected. */
+  buckets?: { le: number; count: number }[];
+}
+
+const SUFFIXES = ['_bucket', '_sum', '_count', '_total', '_created', '_info', '_gcount', '_gsum'];
+
+/** Strings grouped by length, so a name in the page is compared in place without slicing it. */
+class ByLength {
+  readonly #table: (string[] | undefined)[] = [];
+
+  add(name: string): void {
+    const bucket = (this.#table[name.length] ??= []);
+    if (!bucket.includes(name)) bucket.push(name);
+  }
+
+  /** The stored string equal to `text[start, end)`, if any. */
+  find(text: string, start: number, end: number): string | undefined {
+    const bucket = this.#table[end - start];
+    if (bucket === undefined) return undefined;
+    for (const name of bucket) if (text.startsWith(name, start)) return name;
+    return undefined;
+  }
+
+  *[Symbol.iterator](): IterableIterator<string> {
+    for (const bucket of this.#table) if (bucket) yield* bucket;
+  }
+}
+
+/**
+ * Which sample names to read. Names are sample names as they appear on the line
+ * (`vllm:time_to_first_token_seconds_sum`, `vllm:prompt_tokens_total`), so one selector works for
+ * the Prometheus and OpenMetrics variants alike. Prefixes select every name that starts with them.
+ */
+export class MetricSelector {
+  readonly #names = new ByLength();
+  readonly #prefixes: readonly string[];
+  /** Family names (suffix stripped) whose TYPE lines are worth recording. */
+  readonly #families = new ByLength();
+
+  constructor(names: Iterable<string>, prefixes: Iterable<string> = []) {
+    this.#prefixes = [...new Set(prefixes)];
+    for (const name of names) {
+      this.#names.add(name);
+      this.#families.add(name);
+      for (const suffix of SUFFIXES) {
+        if (name.endsWith(suffix)) this.#families.add(name.slice(0, -suffix.length));
+      }
+    }
+  }
+
+  /** Every sample on the page. */
+  static everything(): MetricSelector {
+    return new MetricSelector([], ['']);
+  }
+
+  /** The union of several selectors (e.g. every engine's, for detection). */
+  static union(...selectors: MetricSelector[]): MetricSelector {
+    return new MetricSelector(
+      selectors.flatMap((s) => [...s.#names]),
+      selectors.flatMap((s) => s.#prefixes),
+    );
+  }
+
+  names(): string[] {
+    return [...this.#names];
+  }
+
+  wants(name: string): boolean {
+    return this.nameAt(name, 0, name.length) !== undefined;
+  }
+
+  /**
+   * The wanted name equal to `text[start, end)`, or undefined. Rejecting costs no allocation, and
+   * a wanted exact name comes back as the selector's own string, so pages share it.
+   */
+  nameAt(text: string, start: number, end: number): string | undefined {
+    const known = this.#names.find(text, start, end);
+    if (known !== undefined) return known;
+    for (const prefix of this.#prefixes) {
+      if (prefix.length <= end - start && text.startsWith(prefix, start)) return text.slice(start, end);
+    }
+    return undefined;
+  }
+
+  /** Whether a TYPE line for the family at `text[start, end)` is worth keeping. */
+  wantsFamilyAt(text: string, start: number, end: number): boolean {
+    if (this.#families.find(text, start, end) !== undefined) return true;
+    for (const prefix of this.#prefixes) {
+      if (prefix.length <= end - start && text.startsWith(prefix, start)) return true;
+    }
+    return false;
+  }
+}
+
+/** A parsed page: the selected series by sample name, plus what went wrong reading it. */
+export class MetricPage {
+  readonly #samples: ReadonlyMap<string, readonly Series[]>;
+  readonly #types: ReadonlyMap<string, MetricType>;
+  /** Malformed lines (of those read: unwanted lines are only checked up to their name). */
+  readonly errors: number;
+  /** The first few errors, for logs. */
+  readonly diagnostics: readonly Diagnostic[];
+  readonly lines: number;
+  /** An OpenMetrics `# EOF` was seen. */
+  readonly eof: boolean;
+
+  constructor(
+    samples: ReadonlyMap<string, readonly Series[]>,
+    types: ReadonlyMap<string, MetricType>,
+    report: { errors: number; diagnostics: readonly Diagnostic[]; lines: number; eof: boolean },
+  ) {
+    this.#samples = samples;
+    this.#types = types;
+    this.errors = report.errors;
+    this.diagnostics = report.diagnostics;
+    this.lines = report.lines;
+    this.eof = report.eof;
+  }
+
+  names(): IterableIterator<string> {
+    return this.#samples.keys();
+  }
+
+  has(name: string): boolean {
+    return this.#samples.has(name);
+  }
+
+  /** TYPE of a family (`vllm:time_to_first_token_seconds`), when it was declared and selected. */
+  type(family: string): MetricType | undefined {
+    return this.#types.get(family);
+  }
+
+  series(name: string, where?: LabelMatch): readonly Series[] {
+    const all = this.#samples.get(name) ?? NONE;
+    return where === undefined ? all : all.filter((s) => labelsMatch(s.labels, where));
+  }
+
+  first(name: string, where?: LabelMatch): Series | undefined {
+    for (const s of this.#samples.get(name) ?? NONE) if (where === undefined || labelsMatch(s.labels, where)) return s;
+    return undefined;
+  }
+
+  /** Sum over matching series; undefined when none match (absent is not zero). */
+  sum(name: string, where?: LabelMatch): number | undefined {
+    let total: number | undefined;
+    for (const s of this.#samples.get(name) ?? NONE) {
+      if (where === undefined || labelsMatch(s.labels, where)) total = (total ?? 0) + s.value;
+    }
+    return total;
+  }
+
+  max(name: string, where?: LabelMatch): number | undefined {
+    let best: number | undefined;
+    for (const s of this.#samples.get(name) ?? NONE) {
+      if ((where === undefined || labelsMatch(s.labels, where)) && (best === undefined || s.value > best)) best = s.value;
+    }
+    return best;
+  }
+
+  mean(name: string, where?: LabelMatch): number | undefined {
+    let total = 0;
+    let n = 0;
+    for (const s of this.#samples.get(name) ?? NONE) {
+      if (where === undefined || labelsMatch(s.labels, where)) { total += s.value; n++; }
+    }
+    return n === 0 ? undefined : total / n;
+  }
+
+  /**
+   * A histogram's (or summary's) `_sum` and `_count` summed over matching series, e.g. across
+   * vLLM's `engine` label. Undefined unless both were selected and present.
+   */
+  histogram(family: string, where?: LabelMatch): HistogramTotals | undefined {
+    const sum = this.sum(`${family}_sum`, where);
+    const count = this.sum(`${family}_count`, where);
+    if (sum === undefined || count === undefined) return undefined;
+    const bucketSeries = this.series(`${family}_bucket`, where);
+    if (bucketSeries.length === 0) return { sum, count };
+    const byLe = new Map<number, number>();
+    for (const s of bucketSeries) {
+      const le = parseFloatToken(s.labels.le ?? '');
+      if (le !== undefined) byLe.set(le, (byLe.get(le) ?? 0) + s.value);
+    }
+    const buckets = [...byLe].sort((a, b) => a[0] - b[0]).map(([le, n]) => ({ le, count: n }));
+    return { sum, count, buckets };
+  }
+}
+
+export function labelsMatch(labels: Labels, where: LabelMatch): boolean {
+  if (typeof where === 'function') return where(labels);
+  for (const key in where) if (labels[key] !== where[key]) return false;
+  return true;
+}
+
+const NONE: readonly Series[] = Object.freeze([]);
+const NO_LABELS: Labels = Object.freeze(Object.create(null) as Record<string, string>);
+const MAX_DIAGNOSTICS = 5;
+
+const TAB = 9;
+const SPACE = 32;
+const QUOTE = 34;
+const HASH = 35;
+const COMMA = 44;
+const EQUALS = 61;
+const BACKSLASH = 92;
+const OPEN_BRACE = 123;
+const CLOSE_BRACE = 125;
+
+// Character classes by code, for the per-character loops (a table read beats a chain of compares).
+const NAME_START = new Uint8Array(128);
+const NAME_CHAR = new Uint8Array(128);
+const LABEL_NAME_CHAR = new Uint8Array(128);
+for (let c = 0; c < 128; c++) {
+  const letter = (c >= 97 && c <= 122) || (c >= 65 && c <= 90) || c === 95; // a-z A-Z _
+  const digit = c >= 48 && c <= 57;
+  NAME_START[c] = letter || c === 58 ? 1 : 0; // and :
+  NAME_CHAR[c] = letter || digit || c === 58 ? 1 : 0;
+  LABEL_NAME_CHAR[c] = letter || digit ? 1 : 0;
+}
+
+const isNameStart = (c: number): boolean => c < 128 && NAME_START[c] === 1;
+const isNameChar = (c: number): boolean => c < 128 && NAME_CHAR[c] === 1;
+const isLabelNameChar = (c: number): boolean => c < 128 && LABEL_NAME_CHAR[c] === 1;
+
+function skipBlanks(text: string, i: number, end: number): number {
+  while (i < end) {
+    const c = text.charCodeAt(i);
+    if (c !== SPACE && c !== TAB) break;
+    i++;
+  }
+  return i;
+}
+
+function tokenEnd(text: string, i: number, end: number): number {
+  while (i < end) {
+    const c = text.charCodeAt(i);
+    if (c === SPACE || c === TAB) break;
+    i++;
+  }
+  return i;
+}
+
+/** Go float syntax as Prometheus writes it; undefined when it is not a number. */
+export function parseFloatToken(token: string): number | undefined {
+  if (token.length === 0) return undefined;
+  const n = Number(token);
+  if (!Number.isNaN(n)) {
+    // Number() accepts things Go does not (hex integers, binary, octal); no exporter writes them.
+    return n;
+  }
+  switch (token.toLowerCase()) {
+    case 'nan': case '+nan': case '-nan': return NaN;
+    case 'inf': case '+inf': case 'infinity': case '+infinity': return Infinity;
+    case '-inf': case '-infinity': return -Infinity;
+    default: return undefined;
+  }
+}
+
+class PageBuilder {
+  readonly samples = new Map<string, Series[]>();
+  readonly types = new Map<string, MetricType>();
+  errors = 0;
+  readonly diagnostics: Diagnostic[] = [];
+  lines = 0;
+  eof = false;
+
+  fail(reason: string): void {
+    this.errors++;
+    if (this.diagnostics.length < MAX_DIAGNOSTICS) this.diagnostics.push({ line: this.lines, reason });
+  }
+}
+
+const TYPES = new Set<string>(['counter', 'gauge', 'histogram', 'summary', 'untyped', 'unknown', 'info', 'stateset', 'gaugehistogram']);
+
+/** Parse a page, keeping only what `select` asks for (everything when omitted). Never throws. */
+export function parsePromText(text: string, select: MetricSelector = EVERYTHING): MetricPage {
+  const page = new PageBuilder();
+  const length = text.length;
+  let pos = 0;
+  while (pos < length) {
+    let next = text.indexOf('\n', pos);
+    if (next === -1) next = length;
+    let end = next;
+    if (end > pos && text.charCodeAt(end - 1) === 13) end--; // CRLF
+    page.lines++;
+    const start = skipBlanks(text, pos, end);
+    if (start < end) {
+      if (text.charCodeAt(start) === HASH) {
+        if (readComment(text, start + 1, end, select, page)) {
+          if (text.slice(next + 1).trim() !== '') page.fail('content after # EOF');
+          break;
+        }
+      } else {
+        readSample(text, start, end, select, page);
+      }
+    }
+    pos = next + 1;
+  }
+  return new MetricPage(page.samples, page.types, page);
+}
+
+const EVERYTHING = MetricSelector.everything();
+
+/** Handles `# HELP`, `# TYPE`, `# UNIT`, `# EOF` and plain comments; true at `# EOF`. */
+function readComment(text: string, i: number, end: number, select: MetricSelector, page: PageBuilder): boolean {
+  i = skipBlanks(text, i, end);
+  const wordEnd = tokenEnd(text, i, end);
+  const word = wordEnd - i;
+  if (word === 3 && text.startsWith('EOF', i)) {
+    page.eof = true;
+    return true;
+  }
+  if (word !== 4 || !text.startsWith('TYPE', i)) return false; // HELP, UNIT, comments: nothing we use
+  const nameStart = skipBlanks(text, wordEnd, end);
+  const nameEnd = tokenEnd(text, nameStart, end);
+  const typeStart = skipBlanks(text, nameEnd, end);
+  const typeEnd = tokenEnd(text, typeStart, end);
+  if (nameStart === nameEnd || typeStart === typeEnd) {
+    page.fail('malformed TYPE line');
+    return false;
+  }
+  if (!select.wantsFamilyAt(text, nameStart, nameEnd)) return false;
+  const type = text.slice(typeStart, typeEnd);
+  if (TYPES.has(type)) page.types.set(text.slice(nameStart, nameEnd), type as MetricType);
+  else page.fail(`unknown metric type "${type.slice(0, 40)}"`);
+  return false;
+}
+
+function readSample(text: string, start: number, end: number, select: MetricSelector, page: PageBuilder): void {
+  let i = start;
+  if (!isNameStart(text.charCodeAt(i))) {
+    page.fail('expected a metric name');
+    return;
+  }
+  i++;
+  while (i < end && isNameChar(text.charCodeAt(i))) i++;
+  const nameEnd = i;
+  const after = i < end ? text.charCodeAt(i) : -1;
+  if (after !== OPEN_BRACE && after !== SPACE && after !== TAB) {
+    page.fail(after === -1 ? 'sample without a value' : 'invalid character in metric name');
+    return;
+  }
+  const name = select.nameAt(text, start, nameEnd);
+  if (name === undefined) return;
+
+  let labels = NO_LABELS;
+  i = skipBlanks(text, i, end); // blanks may separate the name from `{`
+  if (i < end && text.charCodeAt(i) === OPEN_BRACE) {
+    const read = readLabels(text, i + 1, end);
+    if (typeof read === 'string') {
+      page.fail(read);
+      return;
+    }
+    labels = read.labels;
+    i = read.next;
+  }
+  i = skipBlanks(text, i, end);
+  const valueEnd = tokenEnd(text, i, end);
+  const value = parseFloatToken(text.slice(i, valueEnd));
+  if (value === undefined) {
+    page.fail(i === valueEnd ? 'sample without a value' : 'invalid sample value');
+    return;
+  }
+  i = skipBlanks(text, valueEnd, end);
+  let timestamp: number | undefined;
+  if (i < end && text.charCodeAt(i) !== HASH) {
+    const tsEnd = tokenEnd(text, i, end);
+    timestamp = parseFloatToken(text.slice(i, tsEnd));
+    if (timestamp === undefined || !Number.isFinite(timestamp)) {
+      page.fail('invalid timestamp');
+      return;
+    }
+    i = skipBlanks(text, tsEnd, end);
+    if (i < end && text.charCodeAt(i) !== HASH) {
+      page.fail('unexpected text after the timestamp');
+      return;
+    }
+  }
+  // Whatever follows ` # ` is an OpenMetrics exemplar: not needed for load.
+
+  const series: Series = timestamp === undefined ? { labels, value } : { labels, value, timestamp };
+  const list = page.samples.get(name);
+  if (list === undefined) page.samples.set(name, [series]);
+  else list.push(series);
+}
+
+/** Reads `name="value", ...}` starting after `{`; returns the labels and the index after `}`, or an error. */
+function readLabels(text: string, i: number, end: number): { labels: Labels; next: number } | string {
+  const labels: Record<string, string> = {};
+  while (true) {
+    i = skipBlanks(text, i, end);
+    if (i >= end) return 'unterminated label set';
+    if (text.charCodeAt(i) === CLOSE_BRACE) return { labels, next: i + 1 };
+
+    const nameStart = i;
+    while (i < end && isLabelNameChar(text.charCodeAt(i))) i++;
+    if (i === nameStart) return 'expected a label name';
+    const name = text.slice(nameStart, i);
+    i = skipBlanks(text, i, end);
+    if (i >= end || text.charCodeAt(i) !== EQUALS) return 'expected = after a label name';
+    i = skipBlanks(text, i + 1, end);
+    if (i >= end || text.charCodeAt(i) !== QUOTE) return 'expected a quoted label value';
+    i++;
+
+    // Fast path: no escapes, one slice.
+    let j = i;
+    while (j < end) {
+      const c = text.charCodeAt(j);
+      if (c === QUOTE || c === BACKSLASH) break;
+      j++;
+    }
+    let value: string;
+    if (j < end && text.charCodeAt(j) === QUOTE) {
+      value = text.slice(i, j);
+    } else {
+      const read = readEscapedValue(text, i, end);
+      if (read === undefined) return 'unterminated label value';
+      value = read.value;
+      j = read.quoteAt;
+    }
+    if (name === '__proto__') Object.defineProperty(labels, name, { value, enumerable: true });
+    else labels[name] = value;
+
+    i = skipBlanks(text, j + 1, end);
+    if (i >= end) return 'unterminated label set';
+    const c = text.charCodeAt(i);
+    if (c === COMMA) i++;           // a trailing comma before `}` is legal
+    else if (c !== CLOSE_BRACE) return 'expected , or } after a label value';
+  }
+}
+
+function readEscapedValue(text: string, i: number, end: number): { value: string; quoteAt: number } | undefined {
+  let value = '';
+  let runStart = i;
+  while (i < end) {
+    const c = text.charCodeAt(i);
+    if (c === QUOTE) return { value: value + text.slice(runStart, i), quoteAt: i };
+    if (c === BACKSLASH) {
+      if (i + 1 >= end) return undefined;
+      value += text.slice(runStart, i);
+      const e = text.charCodeAt(i + 1);
+      // The format defines \\ \" \n; keep any other escape verbatim rather than reject the line.
+      value += e === 110 ? '\n' : e === BACKSLASH ? '\\' : e === QUOTE ? '"' : text.slice(i, i + 2);
+      i += 2;
+      runStart = i;
+    } else {
+      i++;
+    }
+  }
+  return undefined;
+}

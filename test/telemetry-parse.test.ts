@@ -1,0 +1,193 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { MetricSelector, parseFloatToken, parsePromText } from '../agent/telemetry/promtext.ts';
+
+const fixture = (name: string) => readFileSync(new URL(`./fixtures/metrics/${name}`, import.meta.url), 'utf8');
+
+void test('reads a full vLLM page with two engines, keeping _created families apart from their counters', () => {
+  const page = parsePromText(fixture('vllm-v1-two-engines.txt'));
+  assert.equal(page.errors, 0, JSON.stringify(page.diagnostics));
+  assert.equal(page.sum('vllm:num_requests_waiting'), 7);
+  assert.equal(page.sum('vllm:num_requests_running'), 21);
+  assert.equal(page.first('vllm:num_requests_waiting', { engine: '1' })?.value, 4);
+  assert.equal(page.sum('vllm:prompt_tokens_total'), 1_234_567 + 987_654);
+  assert.equal(page.series('vllm:prompt_tokens_created').length, 2);
+  assert.equal(page.sum('vllm:request_success_total', { finished_reason: 'stop' }), 1600);
+  assert.equal(page.type('vllm:time_to_first_token_seconds'), 'histogram');
+  assert.equal(page.type('vllm:prompt_tokens_total'), 'counter');
+  assert.equal(page.type('vllm:prompt_tokens_created'), 'gauge');
+  assert.equal(page.sum('python_gc_collections_total'), 1622 + 147 + 9);
+  assert.equal(page.first('process_virtual_memory_bytes')?.value, 5.3125470208e10);
+  // lora_requests_info keeps stale label sets; commas inside a value are part of it.
+  const lora = page.series('vllm:lora_requests_info');
+  assert.equal(lora.length, 2);
+  assert.equal(lora[1].labels.running_lora_adapters, 'sql-lora,chat-lora');
+  assert.equal(page.max('vllm:lora_requests_info'), 1.7519025567e9);
+});
+
+void test('reads only the samples a selector asks for', () => {
+  const select = new MetricSelector(['vllm:num_requests_waiting', 'vllm:time_to_first_token_seconds_sum', 'vllm:time_to_first_token_seconds_count']);
+  const page = parsePromText(fixture('vllm-v1-two-engines.txt'), select);
+  assert.deepEqual([...page.names()].sort(), [
+    'vllm:num_requests_waiting', 'vllm:time_to_first_token_seconds_count', 'vllm:time_to_first_token_seconds_sum',
+  ]);
+  assert.deepEqual(page.histogram('vllm:time_to_first_token_seconds'), { sum: 71.25 + 55.5, count: 843 + 693 });
+  assert.equal(page.type('vllm:time_to_first_token_seconds'), 'histogram');
+  assert.equal(page.type('python_info'), undefined);
+  assert.equal(page.errors, 0);
+});
+
+void test('selects by prefix', () => {
+  const page = parsePromText(fixture('vllm-v1-two-engines.txt'), new MetricSelector([], ['process_']));
+  assert.deepEqual([...page.names()], [
+    'process_virtual_memory_bytes', 'process_resident_memory_bytes', 'process_start_time_seconds',
+    'process_cpu_seconds_total', 'process_open_fds', 'process_max_fds',
+  ]);
+});
+
+void test('reads escaped and unusual label values, odd spacing and a trailing comma', () => {
+  const page = parsePromText(fixture('edge-cases.txt'));
+  assert.equal(page.errors, 0, JSON.stringify(page.diagnostics));
+  const [escaped, odd, trailing, spaced] = page.series('edge_escaped');
+  assert.deepEqual({ ...escaped.labels }, { path: 'C:\\models\\llama', quote: 'say "hi"', newline: 'a\nb' });
+  assert.deepEqual({ ...odd.labels }, { odd: 'x, y} = z', spaces: '  padded  ', utf8: '日本語 ✓ ünïcødé' });
+  assert.deepEqual({ ...trailing.labels }, { trailing: 'comma' });
+  assert.deepEqual({ ...spaced.labels }, { spaced: 'out' });
+  assert.equal(spaced.value, 4);
+});
+
+void test('reads NaN, ±Inf, exponents, timestamps, and a last line without a newline', () => {
+  const page = parsePromText(fixture('edge-cases.txt'));
+  const value = (v: string) => page.first('edge_values', { v })?.value;
+  assert.ok(Number.isNaN(value('nan')));
+  assert.equal(value('pinf'), Infinity);
+  assert.equal(value('ninf'), -Infinity);
+  assert.equal(value('exp'), 1.7e9);
+  assert.equal(value('neg'), -0.0005);
+  assert.equal(value('int'), 42);
+  assert.deepEqual(page.series('edge_timestamped_total').map((s) => [s.value, s.timestamp]), [[7, 1751902400000], [8, 1751902400001]]);
+  assert.equal(page.first('edge_last_line_without_newline')?.value, 9);
+});
+
+void test('reads a histogram whose _bucket, _sum and _count come in any order', () => {
+  const page = parsePromText(fixture('edge-cases.txt'));
+  assert.deepEqual(page.histogram('edge_histogram'), {
+    sum: 2.5, count: 4, buckets: [{ le: 0.5, count: 1 }, { le: 1, count: 3 }, { le: Infinity, count: 4 }],
+  });
+});
+
+void test('CRLF line endings read the same as LF', () => {
+  const lf = fixture('edge-cases.txt');
+  const a = parsePromText(lf);
+  const b = parsePromText(lf.replace(/\n/g, '\r\n'));
+  assert.equal(b.errors, 0, JSON.stringify(b.diagnostics));
+  assert.deepEqual([...b.names()], [...a.names()]);
+  for (const name of a.names()) assert.deepEqual(b.series(name), a.series(name));
+});
+
+void test('reads OpenMetrics: # EOF, # UNIT, counters typed without _total, exemplars, timestamps in seconds', () => {
+  const page = parsePromText(fixture('vllm-openmetrics.txt'));
+  assert.equal(page.errors, 0, JSON.stringify(page.diagnostics));
+  assert.equal(page.eof, true);
+  assert.equal(page.type('vllm:prompt_tokens'), 'counter');
+  assert.equal(page.sum('vllm:prompt_tokens_total'), 4096);
+  assert.equal(page.first('vllm:num_requests_waiting')?.timestamp, 1751902400.123);
+  assert.deepEqual(page.series('vllm:time_to_first_token_seconds_bucket').map((s) => s.value), [20, 29, 30]);
+  assert.equal(page.first('vllm:time_to_first_token_seconds_bucket')?.timestamp, undefined); // the exemplar's, not ours
+});
+
+void test('counts text after # EOF as an error', () => {
+  const page = parsePromText('a 1\n# EOF\nb 2\n');
+  assert.equal(page.errors, 1);
+  assert.equal(page.has('b'), false);
+  assert.equal(parsePromText('a 1\n# EOF\n').errors, 0);
+});
+
+void test('each malformed line is skipped and counted, and the rest of the page still reads', () => {
+  const bad = [
+    'm{a="b" 1', 'm{a=b} 1', 'm{a="b"', 'm{="x"} 1', 'm{a="x\\', 'm 1 2 3', 'm abc', 'm', 'm{a="1"}',
+    '1m 1', 'm-x 1', 'm 1 notatime', 'm{a="b"c="d"} 1', 'm{a."b"="c"} 1', '# TYPE m', '# TYPE m sideways',
+  ];
+  for (const line of bad) {
+    const page = parsePromText(`good 1\n${line}\ngood 2\n`);
+    assert.equal(page.errors, 1, `"${line}" should be one error, got ${JSON.stringify(page.diagnostics)}`);
+    assert.equal(page.diagnostics[0].line, 2);
+    assert.deepEqual(page.series('good').map((s) => s.value), [1, 2], line);
+    assert.equal(page.has('m'), false, line);
+  }
+});
+
+void test('keeps at most five diagnostics but counts every error', () => {
+  const page = parsePromText(Array.from({ length: 50 }, () => 'x{').join('\n'));
+  assert.equal(page.errors, 50);
+  assert.equal(page.diagnostics.length, 5);
+});
+
+void test('never throws on random bytes, and reports them', () => {
+  let seed = 42;
+  const random = () => ((seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31);
+  let reported = 0;
+  for (let round = 0; round < 300; round++) {
+    const bytes = Buffer.alloc(1 + Math.floor(random() * 2000));
+    for (let i = 0; i < bytes.length; i++) bytes[i] = Math.floor(random() * 256);
+    const page = parsePromText(bytes.toString('utf8'));
+    if (page.errors > 0) reported++;
+  }
+  assert.ok(reported > 290, `only ${reported} of 300 garbage pages reported errors`);
+});
+
+void test('never throws on a page truncated at any point, and keeps the series before the cut', () => {
+  const text = fixture('vllm-v1-two-engines.txt');
+  const select = new MetricSelector(['vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc']);
+  const full = parsePromText(text, select);
+  for (let cut = 0; cut <= text.length; cut += 7) {
+    const page = parsePromText(text.slice(0, cut), select);
+    assert.ok(page.series('vllm:num_requests_waiting').length <= 2);
+    if (cut > text.indexOf('vllm:gpu_cache_usage_perc')) {
+      assert.deepEqual(page.series('vllm:num_requests_waiting'), full.series('vllm:num_requests_waiting'));
+    }
+  }
+  // Cut inside a wanted label value: one error, not a wrong series.
+  const midLabel = text.indexOf('vllm:kv_cache_usage_perc{engine="1') + 'vllm:kv_cache_usage_perc{engine="'.length;
+  const page = parsePromText(text.slice(0, midLabel), select);
+  assert.equal(page.errors, 1);
+  assert.equal(page.series('vllm:kv_cache_usage_perc').length, 1);
+});
+
+void test('reads a huge label value', () => {
+  const huge = 'x'.repeat(1_000_000);
+  const page = parsePromText(`# TYPE big gauge\nbig{v="${huge}",w="\\"${huge}"} 1\nsmall 2\n`);
+  assert.equal(page.errors, 0);
+  assert.equal(page.first('big')?.labels.v.length, 1_000_000);
+  assert.equal(page.first('big')?.labels.w.length, 1_000_001);
+  assert.equal(page.first('small')?.value, 2);
+});
+
+void test('an empty page is valid and empty', () => {
+  for (const text of ['', '\n', '\r\n\r\n', '   \n\t\n', '# just a comment']) {
+    const page = parsePromText(text);
+    assert.equal(page.errors, 0);
+    assert.deepEqual([...page.names()], []);
+  }
+});
+
+void test('sum and friends tell absent from zero', () => {
+  const page = parsePromText('zero 0\n');
+  assert.equal(page.sum('zero'), 0);
+  assert.equal(page.sum('absent'), undefined);
+  assert.equal(page.mean('absent'), undefined);
+  assert.equal(page.histogram('absent'), undefined);
+  assert.equal(page.sum('zero', (labels) => labels.x === 'y'), undefined);
+});
+
+void test('parses Go float syntax', () => {
+  assert.equal(parseFloatToken('1.7e+09'), 1.7e9);
+  assert.equal(parseFloatToken('+Inf'), Infinity);
+  assert.equal(parseFloatToken('-inf'), -Infinity);
+  assert.ok(Number.isNaN(parseFloatToken('NaN') as number));
+  assert.equal(parseFloatToken('-0'), -0);
+  assert.equal(parseFloatToken(''), undefined);
+  assert.equal(parseFloatToken('1e'), undefined);
+  assert.equal(parseFloatToken('one'), undefined);
+});

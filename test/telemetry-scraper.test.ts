@@ -1,0 +1,258 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { gzipSync } from 'node:zlib';
+import { Scraper, type ScraperOptions } from '../agent/telemetry/scraper.ts';
+import type { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
+import type { Pod, PodLoad } from '../agent/types.ts';
+
+interface FakeServer {
+  address: string;
+  requests: number;
+  connections: number;
+  maxConcurrent: number;
+  handler: (req: IncomingMessage, res: ServerResponse) => void;
+  close(): Promise<void>;
+}
+
+async function fakeModelServer(handler: FakeServer['handler']): Promise<FakeServer> {
+  let concurrent = 0;
+  const server = createServer((req, res) => {
+    state.requests++;
+    concurrent++;
+    state.maxConcurrent = Math.max(state.maxConcurrent, concurrent);
+    res.on('close', () => concurrent--);
+    state.handler(req, res);
+  });
+  server.on('connection', () => state.connections++);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  const state: FakeServer = {
+    address: `127.0.0.1:${port}`,
+    requests: 0,
+    connections: 0,
+    maxConcurrent: 0,
+    handler,
+    close: () => new Promise((resolve) => {
+      server.closeAllConnections();
+      server.close(() => resolve());
+    }),
+  };
+  return state;
+}
+
+function vllmPage(waiting: number, running: number, ttftSum = 0, ttftCount = 0): string {
+  return [
+    '# HELP vllm:num_requests_waiting Number of requests waiting to be processed.',
+    '# TYPE vllm:num_requests_waiting gauge',
+    `vllm:num_requests_waiting{engine="0",model_name="m"} ${waiting}.0`,
+    '# TYPE vllm:num_requests_running gauge',
+    `vllm:num_requests_running{engine="0",model_name="m"} ${running}.0`,
+    '# TYPE vllm:kv_cache_usage_perc gauge',
+    'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5',
+    '# TYPE vllm:time_to_first_token_seconds histogram',
+    `vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} ${ttftSum}`,
+    `vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} ${ttftCount}.0`,
+    '',
+  ].join('\n');
+}
+
+const serve = (body: () => string) => (_req: IncomingMessage, res: ServerResponse) => {
+  res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
+  res.end(body());
+};
+
+const pod = (name: string, address: string, engine?: Pod['engine']): Pod =>
+  ({ uid: `inference/${name}`, name, namespace: 'inference', node: 'node-a', address, models: ['m'], ...(engine ? { engine } : {}) });
+
+async function waitFor(what: string, condition: () => boolean, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function recordingScraper(options: ScraperOptions) {
+  const loads: { pod: Pod; load: PodLoad; telemetry: PodTelemetry }[] = [];
+  const errors: { pod: Pod; error: string }[] = [];
+  const scraper = new Scraper(options, (p, load, telemetry) => loads.push({ pod: p, load, telemetry }), (p, error) => errors.push({ pod: p, error }));
+  return { scraper, loads, errors };
+}
+
+void test('scrapes a pod over one kept-alive connection, detects its engine and follows the page as it changes', async (t) => {
+  let waiting = 3;
+  const server = await fakeModelServer(serve(() => vllmPage(waiting, 8)));
+  const { scraper, loads, errors } = recordingScraper({ intervalMs: 25 });
+  t.after(async () => { await scraper.stop(); await server.close(); });
+
+  const p = pod('llama-0', server.address);
+  scraper.setPods([p]);
+  scraper.start();
+  await waitFor('a first load', () => loads.length > 0);
+  assert.equal(loads[0].load.waiting, 3);
+  assert.equal(loads[0].load.running, 8);
+  assert.equal(loads[0].pod.engine, 'vllm');
+  assert.equal(scraper.pod(p.uid)?.engine, 'vllm');
+  assert.equal(p.engine, undefined, 'the caller\'s pod object is not mutated');
+
+  waiting = 9;
+  await waitFor('the new queue length', () => loads.at(-1)?.load.waiting === 9);
+  await waitFor('a few more scrapes', () => server.requests >= 8);
+  assert.equal(server.connections, 1);
+  assert.deepEqual(errors, []);
+  const health = scraper.health(p.uid);
+  assert.equal(health?.consecutiveFailures, 0);
+  assert.equal(health?.parseErrors, 0);
+  assert.ok((health?.scrapes ?? 0) >= 8);
+  assert.equal(scraper.isStale(p.uid), false);
+});
+
+void test('reports the TTFT of the requests finished between two scrapes', async (t) => {
+  let count = 10;
+  let sum = 5;
+  const server = await fakeModelServer(serve(() => vllmPage(0, 1, sum, count)));
+  const { scraper, loads } = recordingScraper({ intervalMs: 25 });
+  t.after(async () => { await scraper.stop(); await server.close(); });
+  scraper.setPods([pod('llama-0', server.address, 'vllm')]);
+  scraper.start();
+  await waitFor('a first load', () => loads.length > 0);
+  count = 14;
+  sum = 7;
+  await waitFor('the new requests', () => (loads.at(-1)?.telemetry.lastDelta?.ttft?.count ?? 0) > 0);
+  const ttft = loads.at(-1)?.telemetry.lastDelta?.ttft;
+  assert.equal(ttft?.count, 4);
+  assert.equal(ttft?.mean, 0.5);
+});
+
+void test('a hung pod times out, and is never scraped twice at once', async (t) => {
+  const server = await fakeModelServer(() => { /* never answers */ });
+  const { scraper, errors } = recordingScraper({ intervalMs: 10, timeoutMs: 60 });
+  t.after(async () => { await scraper.stop(); await server.close(); });
+  const p = pod('stuck', server.address, 'vllm');
+  scraper.setPods([p]);
+  scraper.start();
+  await waitFor('three timeouts', () => errors.length >= 3);
+  assert.equal(errors[0].error, 'timed out after 60 ms');
+  assert.equal(server.maxConcurrent, 1);
+  assert.ok((scraper.health(p.uid)?.consecutiveFailures ?? 0) >= 3);
+  assert.equal(scraper.health(p.uid)?.lastGoodAt, undefined);
+  assert.equal(scraper.isStale(p.uid), true);
+});
+
+void test('an HTTP error is a failed scrape, and the pod turns stale after two intervals without a good one', async (t) => {
+  let healthy = true;
+  const server = await fakeModelServer((req, res) => {
+    if (healthy) return serve(() => vllmPage(1, 1))(req, res);
+    res.writeHead(500).end('engine dead');
+  });
+  let clock = 1_000_000;
+  const { scraper, loads, errors } = recordingScraper({ intervalMs: 20, now: () => clock });
+  t.after(async () => { await scraper.stop(); await server.close(); });
+  const p = pod('llama-0', server.address);
+  scraper.setPods([p]);
+  scraper.start();
+  await waitFor('a good scrape', () => loads.length > 0);
+  assert.equal(loads[0].load.at, 1_000_000);
+
+  healthy = false;
+  clock = 2_000_000;
+  await waitFor('two failures', () => (scraper.health(p.uid)?.consecutiveFailures ?? 0) >= 2);
+  assert.equal(errors[0].error, 'HTTP 500');
+  assert.equal(scraper.health(p.uid)?.lastError, 'HTTP 500');
+  assert.equal(scraper.health(p.uid)?.lastGoodAt, 1_000_000);
+  assert.equal(scraper.isStale(p.uid, 1_000_000 + 40), false);
+  assert.equal(scraper.isStale(p.uid, 1_000_000 + 41), true);
+  assert.equal(scraper.isStale(p.uid), true);
+  assert.equal(scraper.isStale('inference/unknown', 1_000_000), true);
+  assert.equal(server.connections, 1, 'error bodies are read, so the connection is reused');
+
+  healthy = true;
+  await waitFor('recovery', () => scraper.health(p.uid)?.consecutiveFailures === 0);
+  assert.equal(scraper.isStale(p.uid), false);
+});
+
+void test('a removed pod stops being scraped, and the others go on', async (t) => {
+  const a = await fakeModelServer(serve(() => vllmPage(1, 1)));
+  const b = await fakeModelServer(serve(() => vllmPage(2, 2)));
+  const { scraper } = recordingScraper({ intervalMs: 15 });
+  t.after(async () => { await scraper.stop(); await a.close(); await b.close(); });
+  const podA = pod('a', a.address);
+  const podB = pod('b', b.address);
+  scraper.setPods([podA, podB]);
+  scraper.start();
+  await waitFor('both scraped', () => a.requests >= 2 && b.requests >= 2);
+
+  scraper.setPods([podA]);
+  const bAtRemoval = b.requests;
+  const aAtRemoval = a.requests;
+  await waitFor('a goes on', () => a.requests >= aAtRemoval + 5);
+  assert.ok(b.requests <= bAtRemoval + 1, 'at most the scrape already in flight'); // in flight requests are aborted
+  assert.equal(scraper.health(podB.uid), undefined);
+  assert.deepEqual(scraper.pods().map((p) => p.name), ['a']);
+
+  scraper.setPods([podA, podB]); // and it can come back
+  await waitFor('b scraped again', () => b.requests >= bAtRemoval + 2);
+});
+
+void test('stop() ends every loop', async (t) => {
+  const server = await fakeModelServer(serve(() => vllmPage(1, 1)));
+  const { scraper } = recordingScraper({ intervalMs: 10 });
+  t.after(() => server.close());
+  scraper.setPods([pod('a', server.address)]);
+  scraper.start();
+  await waitFor('some scrapes', () => server.requests >= 3);
+  await scraper.stop();
+  const after = server.requests;
+  await sleep(60);
+  assert.equal(server.requests, after);
+  assert.equal(scraper.running, false);
+});
+
+void test('decodes a gzipped page when asked for gzip', async (t) => {
+  let acceptEncoding: string | undefined;
+  const server = await fakeModelServer((req, res) => {
+    acceptEncoding = req.headers['accept-encoding'];
+    res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4', 'content-encoding': 'gzip' });
+    res.end(gzipSync(vllmPage(6, 2)));
+  });
+  const { scraper, loads } = recordingScraper({ intervalMs: 25, gzip: true });
+  t.after(async () => { await scraper.stop(); await server.close(); });
+  scraper.setPods([pod('a', server.address)]);
+  scraper.start();
+  await waitFor('a load', () => loads.length > 0);
+  assert.equal(acceptEncoding, 'gzip');
+  assert.equal(loads[0].load.waiting, 6);
+});
+
+void test('garbage, an oversized page and a mismatched engine are failures, not loads', async (t) => {
+  const garbage = await fakeModelServer(serve(() => '\u0000\u00ff{{{ not metrics\n\u0007garbage}} 1 2 3 4\n'));
+  const huge = await fakeModelServer(serve(() => vllmPage(1, 1) + `# ${'x'.repeat(20_000)}\n`));
+  const vllm = await fakeModelServer(serve(() => vllmPage(1, 1)));
+  const { scraper, loads, errors } = recordingScraper({ intervalMs: 25, maxBodyBytes: 10_000 });
+  t.after(async () => { await scraper.stop(); await garbage.close(); await huge.close(); await vllm.close(); });
+  scraper.setPods([pod('garbage', garbage.address), pod('huge', huge.address), pod('configured-tgi', vllm.address, 'tgi')]);
+  scraper.start();
+  const errorOf = (name: string) => errors.find((e) => e.pod.name === name)?.error;
+  await waitFor('three kinds of failure', () => ['garbage', 'huge', 'configured-tgi'].every((n) => errorOf(n) !== undefined));
+  assert.match(errorOf('garbage') ?? '', /^not a metrics page \(\d+ malformed lines, first: line 1: /);
+  assert.equal(errorOf('huge'), 'page larger than 10000 bytes');
+  assert.equal(errorOf('configured-tgi'), 'tgi page has no tgi_queue_size');
+  assert.deepEqual(loads, []);
+  assert.equal(scraper.pod('inference/garbage')?.engine, undefined);
+});
+
+void test('an unreachable pod is a failure with the reason', async (t) => {
+  const server = await fakeModelServer(serve(() => ''));
+  const address = server.address;
+  await server.close(); // nothing listens on this port now
+  const { scraper, errors } = recordingScraper({ intervalMs: 25 });
+  t.after(() => scraper.stop());
+  scraper.setPods([pod('gone', address)]);
+  scraper.start();
+  await waitFor('a failure', () => errors.length > 0);
+  assert.match(errors[0].error, /ECONNREFUSED/);
+});

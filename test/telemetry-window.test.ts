@@ -1,0 +1,140 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { TimeWindow } from '../agent/telemetry/window.ts';
+import { PodTelemetry, intervalDelta } from '../agent/telemetry/pod-telemetry.ts';
+import type { PodLoad } from '../agent/types.ts';
+
+const close = (actual: number, expected: number, tolerance = 1e-9) =>
+  assert.ok(Math.abs(actual - expected) <= tolerance, `${actual} is not within ${tolerance} of ${expected}`);
+
+void test('a constant value averages to itself', () => {
+  const w = new TimeWindow({ spanMs: 60_000, bucketMs: 500 });
+  for (let t = 0; t <= 60_000; t += 25) w.record(t, 3);
+  assert.equal(w.average(30_000, 60_000), 3);
+  assert.equal(w.max(30_000, 60_000), 3);
+});
+
+void test('the average is weighted by how long each value held, not by how many samples it had', () => {
+  const w = new TimeWindow({ spanMs: 60_000, bucketMs: 1000 });
+  // 10 s at 0 scraped once a second, then 10 s at 10 scraped every 25 ms.
+  for (let t = 0; t < 10_000; t += 1000) w.record(t, 0);
+  for (let t = 10_000; t <= 20_000; t += 25) w.record(t, 10);
+  close(w.average(20_000, 20_000), 5);
+});
+
+void test('the window covers only its last windowMs', () => {
+  const w = new TimeWindow({ spanMs: 60_000, bucketMs: 500 });
+  w.record(0, 100);
+  w.record(30_000, 2); // 100 held for 30 s, then 2
+  assert.equal(w.average(10_000, 40_000), 2);
+  close(w.average(20_000, 40_000), 51); // half at 100, half at 2
+  assert.equal(w.max(10_000, 40_000), 2);
+  assert.equal(w.max(20_000, 40_000), 100);
+});
+
+void test('a window boundary inside a bucket is pro-rated', () => {
+  const w = new TimeWindow({ spanMs: 10_000, bucketMs: 1000 });
+  w.record(0, 0);
+  w.record(5_000, 10);
+  w.record(10_000, 10);
+  // [4500, 10000]: 500 ms of 0 then 5 s of 10.
+  close(w.average(5_500, 10_000), (10 * 5000) / 5500);
+});
+
+void test('the last value holds until now', () => {
+  const w = new TimeWindow({ spanMs: 10_000, bucketMs: 100 });
+  w.record(0, 4);
+  assert.equal(w.average(1000, 0), 4);
+  assert.equal(w.average(1000, 5_000), 4);
+  w.record(5_000, 0);
+  close(w.average(10_000, 10_000), 2);
+});
+
+void test('memory stays bounded: old buckets are reused, long gaps keep only the tail', () => {
+  const w = new TimeWindow({ spanMs: 2_000, bucketMs: 100 });
+  for (let t = 0; t <= 1_000_000; t += 25) w.record(t, t < 999_000 ? 50 : 1);
+  assert.equal(w.average(1_000, 1_000_000), 1);
+  assert.equal(w.max(1_000, 1_000_000), 1);
+  w.record(5_000_000, 7); // 4,000 s of 1 held: still only the span's buckets are touched
+  assert.equal(w.average(2_000, 5_000_000), 1);
+  assert.equal(w.average(2_000, 5_001_000), 4);
+});
+
+void test('a query longer than the span is clamped to the span', () => {
+  const w = new TimeWindow({ spanMs: 1_000, bucketMs: 100 });
+  w.record(0, 100);
+  w.record(10_000, 0);
+  assert.equal(w.average(60_000, 10_500), w.average(1_000, 10_500));
+  assert.equal(w.average(60_000, 10_500), 50); // [9500, 10500]: 100 until 10 s, then 0
+});
+
+void test('NaN marks the value unknown; nothing known gives NaN', () => {
+  const w = new TimeWindow({ spanMs: 10_000, bucketMs: 100 });
+  assert.ok(Number.isNaN(w.average(1000, 0)));
+  assert.ok(Number.isNaN(w.max(1000, 0)));
+  w.record(0, 2);
+  w.record(1000, NaN);
+  w.record(3000, 4);
+  close(w.average(4000, 4000), 3); // 1 s of 2, 2 s unknown, 1 s of 4
+  const kv = new TimeWindow();
+  for (let t = 0; t < 5000; t += 100) kv.record(t, NaN);
+  assert.ok(Number.isNaN(kv.average(30_000, 5000)));
+});
+
+void test('out-of-order samples are dropped', () => {
+  const w = new TimeWindow({ spanMs: 10_000, bucketMs: 100 });
+  w.record(1000, 1);
+  w.record(500, 100);
+  assert.equal(w.max(10_000, 2000), 1);
+});
+
+void test('rejects a window that cannot work', () => {
+  assert.throws(() => new TimeWindow({ spanMs: 10, bucketMs: 0 }));
+  assert.throws(() => new TimeWindow({ spanMs: 10, bucketMs: 100 }));
+});
+
+const load = (at: number, extra: Partial<PodLoad> = {}): PodLoad =>
+  ({ at, engine: 'vllm', waiting: 0, running: 0, kvCache: 0, ...extra });
+
+void test('the TTFT delta is the mean of the requests that got their first token in the interval', () => {
+  const delta = intervalDelta(
+    load(1000, { ttftSum: 10, ttftCount: 20, finished: 5, promptTokens: 100 }),
+    load(1100, { ttftSum: 13, ttftCount: 26, finished: 9, promptTokens: 100 }),
+  );
+  assert.equal(delta.intervalMs, 100);
+  assert.equal(delta.ttft?.count, 6);
+  close(delta.ttft?.mean ?? NaN, 0.5);
+  assert.equal(delta.finished, 4);
+  assert.equal(delta.promptTokens, 0);
+  assert.equal(delta.queueTime, undefined);
+});
+
+void test('no request finishing gives a count of 0 and no mean; a restart counts from zero', () => {
+  const idle = intervalDelta(load(0, { ttftSum: 10, ttftCount: 20 }), load(100, { ttftSum: 10, ttftCount: 20 }));
+  assert.equal(idle.ttft?.count, 0);
+  assert.ok(Number.isNaN(idle.ttft?.mean));
+  const restarted = intervalDelta(load(0, { ttftSum: 10, ttftCount: 20, finished: 50 }), load(100, { ttftSum: 0.6, ttftCount: 2, finished: 2 }));
+  assert.equal(restarted.ttft?.count, 2);
+  close(restarted.ttft?.mean ?? NaN, 0.3);
+  assert.equal(restarted.finished, 2);
+});
+
+void test('PodTelemetry keeps windows of the scraped gauges and the last delta', () => {
+  const pod = new PodTelemetry({ spanMs: 60_000, bucketMs: 250 });
+  assert.equal(pod.record(load(0, { waiting: 4, running: 8, kvCache: 0.5, ttftSum: 0, ttftCount: 0 })), undefined);
+  pod.record(load(10_000, { waiting: 0, running: 8, kvCache: 0.9, ttftSum: 2, ttftCount: 4 }));
+  pod.record(load(20_000, { waiting: 0, running: 2, kvCache: 0.9, ttftSum: 2, ttftCount: 4 }));
+  close(pod.averageQueued(20_000), 2);
+  close(pod.averageQueued(30_000, 30_000), 4 / 3);
+  assert.equal(pod.maxQueued(5_000), 0);
+  assert.equal(pod.maxRunning(20_000), 8);
+  close(pod.averageKvCache(20_000), 0.7);
+  assert.equal(pod.maxKvCache(30_000), 0.9);
+  close(pod.averageRunning(20_000, 30_000), (8 * 10 + 2 * 10) / 20);
+  assert.equal(pod.latest?.at, 20_000);
+  assert.equal(pod.lastDelta?.ttft?.count, 0);
+  pod.markUnknown(25_000); // e.g. scrapes started failing: 0 held until 25 s, then unknown
+  assert.equal(pod.averageQueued(30_000, 40_000), 0);
+  assert.ok(Number.isNaN(pod.averageQueued(10_000, 40_000)));
+  assert.ok(Number.isNaN(pod.maxRunning(10_000, 40_000)));
+});
