@@ -1,0 +1,150 @@
+// Validating OpenAI request bodies the way vLLM does, reduced to what the simulator needs. Pure.
+
+import { estimateTokens, isRecord, messagesText } from './text.ts';
+
+export interface RequestError {
+  status: number;
+  message: string;
+  param: string | null;
+}
+
+export interface GenerationSpec {
+  kind: 'chat' | 'text';
+  model: string;
+  promptTokens: number;
+  /** Exact output length when the client set max_tokens / max_completion_tokens. */
+  maxTokens?: number;
+  /** What is left of the context window: the most a sampled length may reach. */
+  capTokens: number;
+  stream: boolean;
+  includeUsage: boolean;
+}
+
+export interface EmbeddingSpec {
+  model: string;
+  /** One text per input, for deterministic vectors. */
+  texts: string[];
+  promptTokens: number;
+}
+
+export interface ModelRules {
+  models: readonly string[];
+  maxModelLen: number;
+}
+
+type Result<T> = { ok: true; value: T } | { ok: false; error: RequestError };
+
+const fail = (status: number, message: string, param: string | null = null) =>
+  ({ ok: false, error: { status, message, param } }) as const;
+
+export function parseJson(text: string): Result<Record<string, unknown>> {
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch (err) {
+    return fail(400, `Invalid JSON in request body: ${(err as Error).message}`);
+  }
+  if (!isRecord(body)) return fail(400, 'The request body must be a JSON object.');
+  return { ok: true, value: body };
+}
+
+function checkModel(body: Record<string, unknown>, rules: ModelRules): Result<string> {
+  const model = body.model;
+  if (typeof model !== 'string' || model === '') return fail(400, 'The `model` field is required.', 'model');
+  if (!rules.models.includes(model)) return fail(404, `The model \`${model}\` does not exist.`, 'model');
+  return { ok: true, value: model };
+}
+
+export function parseGeneration(
+  kind: 'chat' | 'text',
+  body: Record<string, unknown>,
+  rules: ModelRules,
+): Result<GenerationSpec> {
+  const model = checkModel(body, rules);
+  if (!model.ok) return model;
+
+  let promptTokens: number;
+  if (kind === 'chat') {
+    const messages = body.messages;
+    if (!Array.isArray(messages) || messages.length === 0) {
+      return fail(400, '`messages` must be a non-empty array.', 'messages');
+    }
+    promptTokens = estimateTokens(messagesText(messages));
+  } else {
+    const prompt = promptTokenCount(body.prompt);
+    if (prompt === undefined) return fail(400, '`prompt` must be a string, a list of strings or token ids.', 'prompt');
+    promptTokens = prompt;
+  }
+
+  const stream = body.stream === true;
+  const options = body.stream_options;
+  if (options !== undefined && options !== null && !stream) {
+    return fail(400, 'Stream options can only be defined when `stream=True`.', 'stream_options');
+  }
+  const includeUsage = stream && isRecord(options) && options.include_usage === true;
+
+  const rawMax = body.max_completion_tokens ?? body.max_tokens;
+  let maxTokens: number | undefined;
+  if (rawMax !== undefined && rawMax !== null) {
+    if (typeof rawMax !== 'number' || !Number.isInteger(rawMax) || rawMax < 1) {
+      return fail(400, '`max_tokens` must be an integer of at least 1.', 'max_tokens');
+    }
+    maxTokens = rawMax;
+  }
+
+  const requested = promptTokens + (maxTokens ?? 0);
+  if (promptTokens >= rules.maxModelLen || requested > rules.maxModelLen) {
+    const what = kind === 'chat' ? 'messages' : 'prompt';
+    return fail(
+      400,
+      `This model's maximum context length is ${rules.maxModelLen} tokens. However, you requested ` +
+        `${requested} tokens (${promptTokens} in the ${what}, ${maxTokens ?? 0} in the completion). ` +
+        `Please reduce the length of the ${what} or completion.`,
+    );
+  }
+  return {
+    ok: true,
+    value: {
+      kind,
+      model: model.value,
+      promptTokens,
+      maxTokens,
+      capTokens: rules.maxModelLen - promptTokens,
+      stream,
+      includeUsage,
+    },
+  };
+}
+
+export function parseEmbedding(body: Record<string, unknown>, rules: ModelRules): Result<EmbeddingSpec> {
+  const model = checkModel(body, rules);
+  if (!model.ok) return model;
+  const input = body.input;
+  let texts: string[];
+  if (typeof input === 'string') texts = [input];
+  else if (Array.isArray(input) && input.length > 0 && input.every((x) => typeof x === 'string')) {
+    texts = input as string[];
+  } else if (Array.isArray(input) && input.length > 0 && input.every(isTokenIds)) {
+    texts = (input as number[][]).map((ids) => JSON.stringify(ids));
+  } else if (isTokenIds(input)) {
+    texts = [JSON.stringify(input)];
+  } else {
+    return fail(400, '`input` must be a string, a list of strings or token ids.', 'input');
+  }
+  const promptTokens = texts.reduce((sum, t) => sum + estimateTokens(t), 0);
+  return { ok: true, value: { model: model.value, texts, promptTokens } };
+}
+
+/** A completions `prompt`: text, texts (counted together) or token ids. */
+function promptTokenCount(prompt: unknown): number | undefined {
+  if (typeof prompt === 'string') return estimateTokens(prompt);
+  if (isTokenIds(prompt)) return Math.max(1, prompt.length);
+  if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((p) => typeof p === 'string')) {
+    return estimateTokens(prompt.join('\n'));
+  }
+  return undefined;
+}
+
+function isTokenIds(v: unknown): v is number[] {
+  return Array.isArray(v) && v.length > 0 && v.every((x) => Number.isInteger(x));
+}

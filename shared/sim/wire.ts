@@ -1,0 +1,166 @@
+// vLLM's OpenAI-compatible response shapes, as plain objects. Pure: ids and times come in.
+
+import { STATUS_CODES } from 'node:http';
+
+export interface Usage {
+  prompt_tokens: number;
+  total_tokens: number;
+  completion_tokens: number;
+  prompt_tokens_details: null;
+}
+
+export function usage(promptTokens: number, completionTokens: number): Usage {
+  return {
+    prompt_tokens: promptTokens,
+    total_tokens: promptTokens + completionTokens,
+    completion_tokens: completionTokens,
+    prompt_tokens_details: null,
+  };
+}
+
+/** Fields every completion object and chunk starts with. */
+export interface Envelope {
+  id: string;
+  created: number;
+  model: string;
+}
+
+export function chatCompletion(env: Envelope, content: string, finishReason: string, u: Usage) {
+  return {
+    id: env.id,
+    object: 'chat.completion',
+    created: env.created,
+    model: env.model,
+    choices: [
+      {
+        index: 0,
+        message: { role: 'assistant', content, tool_calls: [] },
+        logprobs: null,
+        finish_reason: finishReason,
+        stop_reason: null,
+      },
+    ],
+    usage: u,
+    prompt_logprobs: null,
+  };
+}
+
+export function textCompletion(env: Envelope, text: string, finishReason: string, u: Usage) {
+  return {
+    id: env.id,
+    object: 'text_completion',
+    created: env.created,
+    model: env.model,
+    choices: [{ index: 0, text, logprobs: null, finish_reason: finishReason, stop_reason: null }],
+    usage: u,
+  };
+}
+
+/**
+ * One streamed chunk. `usageNull` adds `"usage": null`, which OpenAI (and the agent's relay)
+ * expect on every chunk but the last when the client asked for `stream_options.include_usage`.
+ */
+export function chatChunk(
+  env: Envelope,
+  delta: Record<string, string>,
+  finishReason: string | null,
+  usageNull: boolean,
+) {
+  const choice: Record<string, unknown> = { index: 0, delta, logprobs: null, finish_reason: finishReason };
+  if (finishReason !== null) choice.stop_reason = null;
+  const chunk: Record<string, unknown> = {
+    id: env.id,
+    object: 'chat.completion.chunk',
+    created: env.created,
+    model: env.model,
+    choices: [choice],
+  };
+  if (usageNull) chunk.usage = null;
+  return chunk;
+}
+
+export function completionChunk(
+  env: Envelope,
+  text: string,
+  finishReason: string | null,
+  usageNull: boolean,
+) {
+  const choice: Record<string, unknown> = { index: 0, text, logprobs: null, finish_reason: finishReason };
+  if (finishReason !== null) choice.stop_reason = null;
+  const chunk: Record<string, unknown> = {
+    id: env.id,
+    object: 'text_completion',
+    created: env.created,
+    model: env.model,
+    choices: [choice],
+  };
+  if (usageNull) chunk.usage = null;
+  return chunk;
+}
+
+/** The extra last chunk of `include_usage`: no choices, only usage. */
+export function usageChunk(env: Envelope, object: string, u: Usage) {
+  return { id: env.id, object, created: env.created, model: env.model, choices: [], usage: u };
+}
+
+export function embeddingsResponse(env: Envelope, vectors: number[][], promptTokens: number) {
+  return {
+    id: env.id,
+    object: 'list',
+    created: env.created,
+    model: env.model,
+    data: vectors.map((embedding, index) => ({ index, object: 'embedding', embedding })),
+    usage: usage(promptTokens, 0),
+  };
+}
+
+export function modelList(models: readonly string[], created: number, maxModelLen: number) {
+  return {
+    object: 'list',
+    data: models.map((id) => ({
+      id,
+      object: 'model',
+      created,
+      owned_by: 'vllm',
+      root: id,
+      parent: null,
+      max_model_len: maxModelLen,
+      permission: [
+        {
+          id: `modelperm-${id}`,
+          object: 'model_permission',
+          created,
+          allow_create_engine: false,
+          allow_sampling: true,
+          allow_logprobs: true,
+          allow_search_indices: false,
+          allow_view: true,
+          allow_fine_tuning: false,
+          organization: '*',
+          group: null,
+          is_blocking: false,
+        },
+      ],
+    })),
+  };
+}
+
+export interface VllmErrorBody {
+  error: { message: string; type: string; param: string | null; code: number };
+}
+
+/**
+ * vLLM's error body: like OpenAI's, but `type` is named after the HTTP status
+ * ("BadRequestError", "NotFoundError") and `code` is the status number.
+ */
+export function vllmError(status: number, message: string, param: string | null = null): VllmErrorBody {
+  const phrase = (STATUS_CODES[status] ?? 'Unknown').replace(/[^A-Za-z]/g, '');
+  const type = phrase.endsWith('Error') ? phrase : `${phrase}Error`;
+  return { error: { message, type, param, code: status } };
+}
+
+export function sse(data: unknown): string {
+  return `data: ${JSON.stringify(data)}\n\n`;
+}
+
+export const SSE_DONE = 'data: [DONE]\n\n';
