@@ -1,0 +1,404 @@
+// The InferencePolicy model: ONE TypeBox schema from which the agent's validator and the CRD's
+// OpenAPI v3 schema are both derived, so `policy check`, the agent and the API server agree.
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { TypeCompiler } from '@sinclair/typebox/compiler';
+
+export const API_GROUP = 'kinference.io';
+export const API_VERSION = 'kinference.io/v1alpha1';
+export const KIND = 'InferencePolicy';
+
+/** Same grammar as agent/config/duration.ts, anchored without surrounding spaces (RE2-compatible). */
+export const DURATION_PATTERN = '^[0-9]+(\\.[0-9]+)?(ms|s|m|h)$';
+/** Request tags are lowercased by the classifier, so a deny tag outside this charset never matches. */
+export const TAG_PATTERN = '^[a-z0-9][a-z0-9._-]*$';
+
+export const EXCLUDE_METRICS = ['queued', 'running', 'kvCache', 'predictedTTFT'] as const;
+
+// `expected` is our own keyword: the validator's words for what a field wants. It never reaches
+// the CRD (toOpenAPI keeps only keywords Kubernetes knows).
+const Duration = (description: string) =>
+  Type.String({ pattern: DURATION_PATTERN, maxLength: 32, expected: 'a duration like 30s', description });
+
+const Name = (description?: string) =>
+  Type.String({ minLength: 1, maxLength: 253, expected: 'a non-empty name', ...(description ? { description } : {}) });
+
+const NameList = (description: string, maxItems: number) =>
+  Type.Array(Name(), { minItems: 1, maxItems, expected: 'a non-empty list of names', description });
+
+const strict = { additionalProperties: false } as const;
+
+export const ExcludeRuleSchema = Type.Object(
+  {
+    metric: Type.Union(
+      EXCLUDE_METRICS.map((m) => Type.Literal(m)),
+      { description: 'queued: waiting requests; running: requests in the batch; kvCache: KV-cache use 0..1; predictedTTFT: predicted time to first token in ms.' },
+    ),
+    above: Type.Number({ minimum: 0, expected: 'a number ≥ 0', description: 'Threshold; for kvCache a fraction 0..1, for predictedTTFT milliseconds.' }),
+    window: Duration('The metric is averaged over this window, e.g. 30s.'),
+  },
+  {
+    ...strict,
+    description: 'A pod whose windowed metric is above the threshold is bypassed.',
+    'x-kubernetes-validations': [
+      { rule: "self.metric != 'kvCache' || self.above <= 1.0", message: 'kvCache is a fraction: above must be between 0 and 1' },
+    ],
+  },
+);
+
+export const InferencePolicySpecSchema = Type.Object(
+  {
+    models: Type.Optional(NameList('Models this policy applies to; absent: every model.', 256)),
+    tenants: Type.Optional(NameList('Tenants this policy applies to; absent: every tenant (tenant = caller namespace unless annotated).', 256)),
+    slo: Type.Optional(
+      Type.Object({ ttft: Type.Optional(Duration('A pod predicted slower than this to first token is not a candidate.')) }, {
+        ...strict,
+        description: 'Latency target.',
+      }),
+    ),
+    exclude: Type.Optional(
+      Type.Array(ExcludeRuleSchema, {
+        maxItems: 16,
+        expected: 'a list of exclusion rules',
+        description: 'A pod matching any rule is bypassed. Absent: the built-in rule (queued above 2 over 30s); []: no rule.',
+      }),
+    ),
+    overflow: Type.Optional(
+      Type.Object(
+        {
+          providers: Type.Optional(
+            Type.Array(Name(), {
+              maxItems: 16,
+              expected: 'a list of provider names',
+              description: 'Names of providers declared in the agent configuration, tried in order; empty or absent: requests never leave the cluster.',
+            }),
+          ),
+          deny: Type.Optional(
+            Type.Object(
+              {
+                tags: Type.Optional(
+                  Type.Array(
+                    Type.String({ pattern: TAG_PATTERN, maxLength: 64, expected: 'a lowercase tag of a-z 0-9 . _ -' }),
+                    { maxItems: 64, expected: 'a list of tags', description: 'A request with any of these tags never leaves. Absent: [pii].' },
+                  ),
+                ),
+                tenants: Type.Optional(
+                  Type.Array(Name(), { maxItems: 256, expected: 'a list of tenants', description: "These tenants' requests never leave." }),
+                ),
+              },
+              { ...strict, description: 'Conditions under which a request may not leave.' },
+            ),
+          ),
+        },
+        { ...strict, description: 'Whether and where a request may leave the cluster when no pod can take it.' },
+      ),
+    ),
+    wait: Type.Optional(
+      Type.Object(
+        { max: Type.Optional(Duration('How long a request that may not leave waits for a pod before 429.')) },
+        { ...strict, description: 'Bounded local wait.' },
+      ),
+    ),
+  },
+  { ...strict, description: 'Which requests this policy covers and how they are routed.' },
+);
+
+export const PolicyConditionSchema = Type.Object(
+  {
+    type: Type.String({ maxLength: 316 }),
+    status: Type.Union([Type.Literal('True'), Type.Literal('False'), Type.Literal('Unknown')]),
+    reason: Type.Optional(Type.String({ maxLength: 1024 })),
+    message: Type.Optional(Type.String({ maxLength: 32768 })),
+    lastTransitionTime: Type.Optional(Type.String({ format: 'date-time' })),
+    observedGeneration: Type.Optional(Type.Integer({ minimum: 0, format: 'int64' })),
+  },
+  strict,
+);
+
+export const PolicyStatusSchema = Type.Object(
+  {
+    observedGeneration: Type.Optional(Type.Integer({ minimum: 0, format: 'int64', description: 'Generation the conditions describe.' })),
+    conditions: Type.Optional(
+      Type.Array(PolicyConditionSchema, {
+        maxItems: 16,
+        description: 'Accepted, Ambiguous, …',
+        'x-kubernetes-list-type': 'map',
+        'x-kubernetes-list-map-keys': ['type'],
+      }),
+    ),
+  },
+  { ...strict, description: 'Set by the control plane.' },
+);
+
+/**
+ * A whole InferencePolicy object as the agent reads it. Metadata is Kubernetes' own: extra keys
+ * (uid, labels, …) are allowed; `namespace: "*"` (static config only) means every namespace.
+ * apiVersion/kind are optional here because the static config lists bare `{metadata, spec}`;
+ * `policy check` requires them (see validatePolicy's `requireTypeMeta`).
+ */
+export const InferencePolicySchema = Type.Object(
+  {
+    apiVersion: Type.Optional(Type.Literal(API_VERSION)),
+    kind: Type.Optional(Type.Literal(KIND)),
+    metadata: Type.Object(
+      {
+        name: Name('Policy name; the annotation kinference.io/policy selects by it.'),
+        namespace: Type.String({ minLength: 1, maxLength: 253, expected: 'a namespace, or "*" for every namespace' }),
+      },
+      { additionalProperties: true },
+    ),
+    spec: InferencePolicySpecSchema,
+    // Written by a controller, never input: whatever is there must not make a policy invalid.
+    status: Type.Optional(Type.Unknown()),
+  },
+  strict,
+);
+
+export type InferencePolicySpec = Static<typeof InferencePolicySpecSchema>;
+export type InferencePolicy = Static<typeof InferencePolicySchema>;
+export type PolicyStatus = Static<typeof PolicyStatusSchema>;
+
+// ---------------------------------------------------------------------------------------------
+// Validation
+
+export interface PolicyError {
+  /** Where, e.g. `spec.exclude[0].window`. Empty for the document itself. */
+  path: string;
+  /** The same place as keys and indexes, e.g. ['spec', 'exclude', 0, 'window']. */
+  at: (string | number)[];
+  /** What was expected and what was found. */
+  message: string;
+}
+
+export type PolicyValidation =
+  | { ok: true; policy: InferencePolicy; errors: [] }
+  | { ok: false; errors: PolicyError[] };
+
+export interface ValidateOptions {
+  /** Require `apiVersion: kinference.io/v1alpha1` and `kind: InferencePolicy` (policy files). */
+  requireTypeMeta?: boolean;
+}
+
+const compiled = TypeCompiler.Compile(InferencePolicySchema);
+
+// ValueErrorType numbers from @sinclair/typebox/errors (0.34), kept local so the hot checks stay plain.
+const OBJECT_ADDITIONAL_PROPERTIES = 42;
+const OBJECT_REQUIRED_PROPERTY = 45;
+
+/** Validates one InferencePolicy document; never throws. */
+export function validatePolicy(doc: unknown, options: ValidateOptions = {}): PolicyValidation {
+  const errors: PolicyError[] = [];
+  const seen = new Set<string>();
+  if (options.requireTypeMeta && isRecord(doc)) {
+    if (doc.apiVersion === undefined) errors.push({ path: 'apiVersion', at: ['apiVersion'], message: `missing, expected "${API_VERSION}"` });
+    if (doc.kind === undefined) errors.push({ path: 'kind', at: ['kind'], message: `missing, expected "${KIND}"` });
+  }
+  for (const error of compiled.Errors(doc)) {
+    const path = dotPath(error.path);
+    // TypeBox reports a missing field twice (required, then wrong type): the first says it best.
+    if (seen.has(path)) continue;
+    seen.add(path);
+    const at = pointerSegments(error.path);
+    errors.push({ path, at, message: describe(error.type, error.schema, error.value, String(at.at(-1) ?? '')) });
+  }
+  errors.push(...semanticErrors(doc).filter((e) => !seen.has(e.path)));
+  if (errors.length > 0) return { ok: false, errors };
+  return { ok: true, policy: doc as InferencePolicy, errors: [] };
+}
+
+export interface PolicyLoadError {
+  index: number;
+  /** `namespace/name` when the metadata says it, else `#index`. */
+  name: string;
+  errors: PolicyError[];
+}
+
+/**
+ * Validates the policies a cluster snapshot or config file holds; the valid ones are returned,
+ * each invalid one is reported and left out (one bad object must not stop the others).
+ */
+export function loadPolicies(docs: readonly unknown[]): { policies: InferencePolicy[]; errors: PolicyLoadError[] } {
+  const policies: InferencePolicy[] = [];
+  const errors: PolicyLoadError[] = [];
+  docs.forEach((doc, index) => {
+    const result = validatePolicy(doc);
+    if (result.ok) policies.push(result.policy);
+    else errors.push({ index, name: describeDoc(doc) ?? `#${index}`, errors: result.errors });
+  });
+  return { policies, errors };
+}
+
+/** `namespace/name` from whatever metadata a document has, for messages. */
+export function describeDoc(doc: unknown): string | undefined {
+  if (!isRecord(doc) || !isRecord(doc.metadata)) return undefined;
+  const { name, namespace } = doc.metadata;
+  if (typeof name !== 'string') return undefined;
+  return `${typeof namespace === 'string' ? namespace : '?'}/${name}`;
+}
+
+/**
+ * Rules a schema cannot say alone; the CRD says the same with x-kubernetes-validations. Written
+ * defensively so it also runs on a document with schema errors and all problems show at once.
+ */
+function semanticErrors(doc: unknown): PolicyError[] {
+  const errors: PolicyError[] = [];
+  const exclude = isRecord(doc) && isRecord(doc.spec) ? doc.spec.exclude : undefined;
+  if (!Array.isArray(exclude)) return errors;
+  exclude.forEach((rule: unknown, i) => {
+    if (isRecord(rule) && rule.metric === 'kvCache' && typeof rule.above === 'number' && rule.above > 1) {
+      errors.push({ path: `spec.exclude[${i}].above`, at: ['spec', 'exclude', i, 'above'], message: `expected a fraction between 0 and 1 for kvCache, found ${rule.above}` });
+    }
+  });
+  return errors;
+}
+
+function describe(type: number, schema: TSchema, value: unknown, key: string): string {
+  if (type === OBJECT_ADDITIONAL_PROPERTIES) {
+    // The schema here is the parent object's; the unknown key is the path's last segment.
+    const known = Object.keys((schema as { properties?: object }).properties ?? {});
+    const hint = closest(key, known);
+    return `unknown field, expected one of ${known.join(', ')}${hint ? ` (did you mean "${hint}"?)` : ''}`;
+  }
+  if (type === OBJECT_REQUIRED_PROPERTY) return `missing, expected ${expectedOf(schema)}`;
+  return `expected ${expectedOf(schema)}, found ${found(value)}`;
+}
+
+function expectedOf(schema: TSchema): string {
+  if (typeof schema.expected === 'string') return schema.expected;
+  const literals = literalValues(schema);
+  if (literals) return literals.length === 1 ? JSON.stringify(literals[0]) : `one of ${literals.join(', ')}`;
+  switch (schema.type) {
+    case 'object': return 'an object';
+    case 'array': return 'a list';
+    case 'number': return typeof schema.minimum === 'number' ? `a number ≥ ${schema.minimum}` : 'a number';
+    case 'integer': return 'an integer';
+    case 'boolean': return 'true or false';
+    case 'string': return schema.minLength ? 'a non-empty string' : 'a string';
+    default: return 'a valid value';
+  }
+}
+
+function literalValues(schema: TSchema): unknown[] | undefined {
+  if ('const' in schema) return [schema.const];
+  if (Array.isArray(schema.anyOf) && schema.anyOf.every((s: TSchema) => 'const' in s)) {
+    return schema.anyOf.map((s: TSchema) => s.const);
+  }
+  return undefined;
+}
+
+function found(value: unknown): string {
+  if (value === undefined) return 'nothing';
+  if (value === null) return 'null';
+  if (typeof value === 'string') return JSON.stringify(value.length > 60 ? `${value.slice(0, 57)}...` : value);
+  if (Array.isArray(value)) return value.length === 0 ? 'an empty list' : `a list of ${value.length}`;
+  if (typeof value === 'object') return 'an object';
+  return String(value);
+}
+
+function pointerSegments(pointer: string): (string | number)[] {
+  return pointer.split('/').slice(1).map((raw) => {
+    const part = raw.replaceAll('~1', '/').replaceAll('~0', '~');
+    return /^\d+$/.test(part) ? Number(part) : part;
+  });
+}
+
+/** `/spec/exclude/0/window` → `spec.exclude[0].window` (JSON pointer unescaped). */
+export function dotPath(pointer: string): string {
+  return formatPath(pointerSegments(pointer));
+}
+
+/** ['spec', 'exclude', 0, 'window'] → `spec.exclude[0].window`. */
+export function formatPath(segments: readonly (string | number)[]): string {
+  let out = '';
+  for (const part of segments) {
+    if (typeof part === 'number') out += `[${part}]`;
+    else if (/^[A-Za-z_$][\w$-]*$/.test(part)) out += out ? `.${part}` : part;
+    else out += `[${JSON.stringify(part)}]`;
+  }
+  return out;
+}
+
+function closest(key: string, candidates: string[]): string | undefined {
+  let best: string | undefined;
+  let bestDistance = Infinity;
+  for (const candidate of candidates) {
+    const d = editDistance(key.toLowerCase(), candidate.toLowerCase());
+    if (d < bestDistance) [best, bestDistance] = [candidate, d];
+  }
+  return bestDistance <= Math.max(1, Math.floor(key.length / 3)) ? best : undefined;
+}
+
+function editDistance(a: string, b: string): number {
+  let row = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const next = [i];
+    for (let j = 1; j <= b.length; j++) {
+      next[j] = Math.min(row[j] + 1, next[j - 1] + 1, row[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+    }
+    row = next;
+  }
+  return row[b.length];
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+// ---------------------------------------------------------------------------------------------
+// OpenAPI v3 (Kubernetes structural schema)
+
+/** Keywords a CRD's structural schema accepts and that we use; everything else is dropped. */
+// (In this order in the output, so the rendered CRD reads type first.)
+const OPENAPI_KEYWORDS = [
+  'type', 'format', 'description', 'enum', 'pattern', 'minimum', 'maximum', 'minLength',
+  'maxLength', 'minItems', 'maxItems', 'nullable', 'x-kubernetes-list-type',
+  'x-kubernetes-list-map-keys', 'x-kubernetes-preserve-unknown-fields', 'x-kubernetes-validations',
+  'required', 'properties', 'items',
+] as const;
+
+type OpenAPISchema = Record<string, unknown>;
+
+/**
+ * The TypeBox schema rewritten as a Kubernetes structural schema: unions of literals become
+ * `enum`, `additionalProperties: false` goes (the API server prunes and, with strict field
+ * validation, rejects unknown fields itself), and only OpenAPI keywords Kubernetes accepts stay.
+ */
+export function toOpenAPI(schema: TSchema): OpenAPISchema {
+  const literals = literalValues(schema);
+  if (literals) {
+    const types = new Set(literals.map((v) => typeof v));
+    const out: OpenAPISchema = { type: [...types][0], enum: literals };
+    if (schema.description) out.description = schema.description;
+    return out;
+  }
+  const out: OpenAPISchema = {};
+  for (const key of OPENAPI_KEYWORDS) {
+    const value: unknown = schema[key];
+    if (value === undefined) continue;
+    if (key === 'properties') {
+      out.properties = Object.fromEntries(
+        Object.entries(value as Record<string, TSchema>).map(([name, child]) => [name, toOpenAPI(child)]),
+      );
+    } else if (key === 'items') {
+      out.items = toOpenAPI(value as TSchema);
+    } else {
+      out[key] = structuredClone(value);
+    }
+  }
+  return out;
+}
+
+/** The CRD's `openAPIV3Schema`: the whole object, spec from the one source, plus status. */
+export function inferencePolicyOpenAPISchema(): OpenAPISchema {
+  return {
+    type: 'object',
+    description: 'InferencePolicy says, for matching models and tenants, the TTFT target, the exclusion rules, whether and where requests may overflow, and how long they may wait.',
+    required: ['spec'],
+    properties: {
+      apiVersion: { type: 'string' },
+      kind: { type: 'string' },
+      metadata: { type: 'object' },
+      spec: toOpenAPI(InferencePolicySpecSchema),
+      status: toOpenAPI(PolicyStatusSchema),
+    },
+  };
+}

@@ -1,0 +1,192 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { runPolicyCheck } from '../agent/cli/policy-check.ts';
+
+const dir = mkdtempSync(join(tmpdir(), 'kinference-policy-check-'));
+
+function file(name: string, text: string): string {
+  const path = join(dir, name);
+  writeFileSync(path, text);
+  return path;
+}
+
+async function check(...files: string[]): Promise<{ code: number; out: string[]; err: string[] }> {
+  const out: string[] = [];
+  const err: string[] = [];
+  const code = await runPolicyCheck(files, { log: (l) => out.push(l), error: (l) => err.push(l) });
+  return { code, out, err };
+}
+
+const GOOD = `apiVersion: kinference.io/v1alpha1
+kind: InferencePolicy
+metadata: {name: team-a, namespace: team-a}
+spec:
+  models: [llama-3-8b]
+  slo: {ttft: 500ms}
+  exclude:
+    - {metric: queued, above: 2, window: 30s}
+  overflow:
+    providers: [bedrock, databricks]
+    deny: {tags: [pii], tenants: [finance]}
+  wait: {max: 2s}
+---
+apiVersion: kinference.io/v1alpha1
+kind: InferencePolicy
+metadata: {name: default, namespace: team-a}
+spec: {}
+---
+`;
+
+void test('valid policies: exit 0 and "ok: N policies"', async () => {
+  const r = await check(file('good.yaml', GOOD));
+  assert.equal(r.code, 0);
+  assert.deepEqual(r.err, []);
+  assert.deepEqual(r.out, ['ok: 2 policies']);
+});
+
+void test('an invalid field: exit 1, the file, doc number, policy, path, expected and found', async () => {
+  const path = file('bad-window.yaml', `${GOOD}apiVersion: kinference.io/v1alpha1
+kind: InferencePolicy
+metadata: {name: slow, namespace: team-b}
+spec:
+  exclude:
+    - {metric: queued, above: 2, window: 30 seconds}
+`);
+  const r = await check(path);
+  assert.equal(r.code, 1);
+  assert.equal(r.err[0], `${path}: doc 3 (team-b/slow): spec.exclude[0].window: expected a duration like 30s, found "30 seconds" (line 24)`);
+  assert.equal(r.err.at(-1), '1 error');
+});
+
+void test('a typo in a key is caught with a suggestion', async () => {
+  const path = file('typo.yaml', `apiVersion: kinference.io/v1alpha1
+kind: InferencePolicy
+metadata: {name: p, namespace: ns}
+spec:
+  sloo: {ttft: 500ms}
+`);
+  const r = await check(path);
+  assert.equal(r.code, 1);
+  assert.match(r.err[0], /doc 1 \(ns\/p\): spec\.sloo: unknown field, .*\(did you mean "slo"\?\) \(line 5\)$/);
+});
+
+void test('other kinds are errors; a List of policies is fine', async () => {
+  const path = file('mixed.yaml', `apiVersion: v1
+kind: ConfigMap
+metadata: {name: x}
+---
+apiVersion: v1
+kind: List
+items:
+  - apiVersion: kinference.io/v1alpha1
+    kind: InferencePolicy
+    metadata: {name: a, namespace: ns}
+    spec: {}
+  - apiVersion: kinference.io/v1alpha1
+    kind: InferencePolicy
+    metadata: {name: b, namespace: ns}
+    spec: {wait: {max: forever}}
+`);
+  const r = await check(path);
+  assert.equal(r.code, 1);
+  assert.equal(r.err[0], `${path}: doc 1: kind: expected InferencePolicy (or a List of them), found "ConfigMap" (line 2)`);
+  assert.equal(r.err[1], `${path}: doc 2 items[1] (ns/b): spec.wait.max: expected a duration like 30s, found "forever" (line 15)`);
+});
+
+void test('policy files must carry apiVersion and kind', async () => {
+  const path = file('bare.yaml', 'metadata: {name: a, namespace: ns}\nspec: {}\n');
+  const r = await check(path);
+  assert.equal(r.code, 1);
+  assert.match(r.err[0], /doc 1: kind: expected InferencePolicy \(or a List of them\), found nothing/);
+});
+
+void test('ties across files are reported with both places', async () => {
+  const a = file('tie-a.yaml', GOOD);
+  const b = file('tie-b.yaml', `apiVersion: kinference.io/v1alpha1
+kind: InferencePolicy
+metadata: {name: other, namespace: team-a}
+spec: {models: [llama-3-8b, mistral-7b]}
+`);
+  const r = await check(a, b);
+  assert.equal(r.code, 1);
+  assert.equal(r.err.length, 2);
+  assert.match(r.err[0], new RegExp(`^${b}: doc 1 \\(team-a/other\\): spec: ambiguous: ties with team-a/team-a .*models \\[llama-3-8b\\].*\\[other: ${a}: doc 1\\]`));
+});
+
+void test('a Namespace that pins one of two tied policies resolves the tie; its annotations are checked', async () => {
+  const policies = file('pinned.yaml', `${GOOD}apiVersion: kinference.io/v1alpha1
+kind: InferencePolicy
+metadata: {name: strict, namespace: team-a}
+spec: {slo: {ttft: 300ms}}
+`);
+  const tied = await check(policies);
+  assert.equal(tied.code, 1);
+  const namespace = file('ns.yaml', `apiVersion: v1
+kind: Namespace
+metadata:
+  name: team-a
+  annotations:
+    kinference.io/policy: strict
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: team-b
+  annotations:
+    kinference.io/ttft-slo: quick
+`);
+  const r = await check(policies, namespace);
+  assert.equal(r.code, 1);
+  assert.deepEqual(r.err, [
+    `${namespace}: doc 2 (namespace team-b): metadata.annotations["kinference.io/ttft-slo"]: expected a duration like 800ms, found "quick" (line 13)`,
+    '1 error',
+  ]);
+});
+
+void test('an agent config file: its policies and namespace annotations are checked', async () => {
+  const path = file('agent.yaml', `node: node-a
+policies:
+  - metadata: {name: default, namespace: "*"}
+    spec: {slo: {ttft: 800ms}}
+  - metadata: {name: typo, namespace: team-a}
+    spec: {overflow: {provider: [bedrock]}}
+namespaces:
+  team-a: {kinference.io/overflow: perhaps}
+`);
+  const r = await check(path);
+  assert.equal(r.code, 1);
+  assert.match(r.err[0], /doc 1 policies\[1\] \(team-a\/typo\): spec\.overflow\.provider: unknown field.*did you mean "providers"\?/);
+  assert.match(r.err[1], /doc 1: namespaces\.team-a\["kinference\.io\/overflow"\]: expected allow or deny, found "perhaps" \(line 8\)/);
+});
+
+void test('warnings do not fail the check', async () => {
+  const path = file('warn.yaml', `apiVersion: kinference.io/v1alpha1
+kind: InferencePolicy
+metadata: {name: open, namespace: ns}
+spec: {overflow: {providers: [bedrock], deny: {tags: [internal]}}}
+`);
+  const r = await check(path);
+  assert.equal(r.code, 0);
+  assert.match(r.out[0], /spec\.overflow\.deny\.tags: warning: requests tagged pii may leave the cluster to bedrock/);
+  assert.equal(r.out[1], 'ok: 1 policy, 1 warning');
+});
+
+void test('unreadable files, YAML syntax errors and empty files fail', async () => {
+  const missing = join(dir, 'missing.yaml');
+  const broken = file('broken.yaml', 'spec: [a\n');
+  const empty = file('empty.yaml', '# nothing here\n');
+  const r = await check(missing, broken, empty);
+  assert.equal(r.code, 1);
+  assert.match(r.err[0], new RegExp(`^${missing}: cannot read: ENOENT`));
+  assert.match(r.err[1], new RegExp(`^${broken}: doc 1: invalid YAML: .*\\(line \\d+\\)$`));
+  assert.equal(r.err[2], `${empty}: no InferencePolicy or Namespace documents`);
+});
+
+void test('no files is a usage error', async () => {
+  const r = await check();
+  assert.equal(r.code, 2);
+  assert.match(r.err[0], /^usage: kinference policy check FILE/);
+});
