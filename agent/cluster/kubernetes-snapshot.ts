@@ -1,0 +1,221 @@
+// Kubernetes objects → the agent's ClusterSnapshot. Pure: the informers hand in what they hold,
+// these functions decide what the router may use. Objects arrive both from lists (where the API
+// server omits apiVersion/kind on built-in items) and from watch events, so nothing here depends
+// on apiVersion/kind being present.
+import { ENGINES } from '../types.ts';
+import type { Engine, Pod } from '../types.ts';
+import type { Caller } from './types.ts';
+
+export const POOL_LABEL = 'kinference.io/pool';
+export const MODEL_ANNOTATION = 'kinference.io/model';
+export const ENGINE_ANNOTATION = 'kinference.io/engine';
+export const PORT_ANNOTATION = 'kinference.io/port';
+export const ANNOTATION_PREFIX = 'kinference.io/';
+export const SERVICE_NAME_LABEL = 'kubernetes.io/service-name';
+
+/** The fields of the objects we read; everything else is ignored. */
+export interface ObjectMeta {
+  name?: string;
+  namespace?: string;
+  uid?: string;
+  resourceVersion?: string;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+  deletionTimestamp?: string | Date;
+  managedFields?: unknown;
+}
+
+export interface KubeObject {
+  apiVersion?: string;
+  kind?: string;
+  metadata?: ObjectMeta;
+}
+
+export interface PodObject extends KubeObject {
+  spec?: {
+    nodeName?: string;
+    hostNetwork?: boolean;
+    containers?: { name?: string; ports?: { name?: string; containerPort?: number; protocol?: string }[] }[];
+  };
+  status?: {
+    phase?: string;
+    podIP?: string;
+    podIPs?: { ip?: string }[];
+    conditions?: { type?: string; status?: string }[];
+  };
+}
+
+export interface EndpointSliceObject extends KubeObject {
+  addressType?: string;
+  endpoints?: {
+    addresses?: string[];
+    nodeName?: string;
+    conditions?: { ready?: boolean; serving?: boolean; terminating?: boolean };
+  }[];
+  ports?: { name?: string; port?: number; protocol?: string }[];
+}
+
+export interface ConfigMapObject extends KubeObject {
+  data?: Record<string, string>;
+}
+
+/** host:port, bracketing IPv6 literals. */
+export function hostPort(host: string, port: number): string {
+  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
+}
+
+export function isModelServer(pod: PodObject, poolLabel = POOL_LABEL): boolean {
+  const meta = pod.metadata ?? {};
+  return meta.labels?.[poolLabel] !== undefined || meta.annotations?.[MODEL_ANNOTATION] !== undefined;
+}
+
+function isReady(pod: PodObject): boolean {
+  return (pod.status?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True');
+}
+
+function servingPort(pod: PodObject): number | undefined {
+  const annotated = pod.metadata?.annotations?.[PORT_ANNOTATION];
+  if (annotated !== undefined) {
+    const port = Number(annotated.trim());
+    return Number.isInteger(port) && port > 0 && port < 65536 ? port : undefined;
+  }
+  for (const container of pod.spec?.containers ?? []) {
+    for (const port of container.ports ?? []) {
+      if (port.name === 'http' && port.containerPort !== undefined) return port.containerPort;
+    }
+  }
+  return undefined;
+}
+
+/** Why a model-server pod is not routable now, or undefined when it is. */
+export function unroutableReason(pod: PodObject): string | undefined {
+  if (pod.metadata?.deletionTimestamp) return 'terminating';
+  if (pod.status?.phase !== 'Running') return `phase ${pod.status?.phase ?? 'unknown'}`;
+  if (!isReady(pod)) return 'not ready';
+  if (!pod.status?.podIP) return 'no pod IP';
+  if (servingPort(pod) === undefined) {
+    return `no port (annotation ${PORT_ANNOTATION} or a container port named http)`;
+  }
+  return undefined;
+}
+
+function splitList(value: string | undefined): string[] {
+  if (value === undefined) return [];
+  return [...new Set(value.split(',').map((s) => s.trim()).filter((s) => s !== ''))];
+}
+
+/**
+ * The routable model-server pods on `node`: labelled `poolLabel` or annotated with their models.
+ * A terminating or not-ready pod is left out rather than marked: the router has no use for an
+ * address it must not send to.
+ */
+export function modelServerPods(pods: readonly PodObject[], node: string, poolLabel = POOL_LABEL): Pod[] {
+  const out: Pod[] = [];
+  for (const pod of pods) {
+    if (pod.spec?.nodeName !== node || !isModelServer(pod, poolLabel) || unroutableReason(pod) !== undefined) continue;
+    const meta = pod.metadata ?? {};
+    const engine = meta.annotations?.[ENGINE_ANNOTATION]?.trim();
+    const name = meta.name ?? '';
+    const namespace = meta.namespace ?? 'default';
+    const result: Pod = {
+      uid: meta.uid ?? `${namespace}/${name}`,
+      name,
+      namespace,
+      node,
+      address: hostPort(pod.status!.podIP!, servingPort(pod)!),
+      models: splitList(meta.annotations?.[MODEL_ANNOTATION]),
+    };
+    if (engine !== undefined && (ENGINES as readonly string[]).includes(engine)) result.engine = engine as Engine;
+    out.push(result);
+  }
+  return out.sort((a, b) => `${a.namespace}/${a.name}`.localeCompare(`${b.namespace}/${b.name}`));
+}
+
+/**
+ * Pod IP → caller for every pod on `node` that owns its IP. Host-network pods share the node's
+ * address with every other host-network pod, so their IP names no single namespace; finished
+ * pods' IPs may already belong to a new pod.
+ */
+export function callersByIp(pods: readonly PodObject[], node: string): Map<string, Caller> {
+  const entries: [string, Caller][] = [];
+  for (const pod of pods) {
+    if (pod.spec?.nodeName !== node || pod.spec?.hostNetwork) continue;
+    const phase = pod.status?.phase;
+    if (phase === 'Succeeded' || phase === 'Failed') continue;
+    const ips = new Set<string>();
+    if (pod.status?.podIP) ips.add(pod.status.podIP);
+    for (const { ip } of pod.status?.podIPs ?? []) if (ip) ips.add(ip);
+    const caller = { namespace: pod.metadata?.namespace ?? 'default', pod: pod.metadata?.name ?? '' };
+    for (const ip of ips) entries.push([ip, caller]);
+  }
+  entries.sort(([a], [b]) => a.localeCompare(b));
+  return new Map(entries);
+}
+
+/**
+ * Namespace → its kinference.io/* annotations. Other annotations are dropped: they are not ours
+ * and can be large (kubectl's last-applied-configuration), and every agent holds every namespace.
+ */
+export function namespaceAnnotations(namespaces: readonly KubeObject[]): Map<string, Record<string, string>> {
+  const entries: [string, Record<string, string>][] = [];
+  for (const ns of namespaces) {
+    const name = ns.metadata?.name;
+    if (!name) continue;
+    const ours: Record<string, string> = {};
+    for (const [key, value] of Object.entries(ns.metadata?.annotations ?? {}).sort(([a], [b]) => a.localeCompare(b))) {
+      if (key.startsWith(ANNOTATION_PREFIX)) ours[key] = value;
+    }
+    entries.push([name, ours]);
+  }
+  entries.sort(([a], [b]) => a.localeCompare(b));
+  return new Map(entries);
+}
+
+/** InferencePolicy objects as found, minus server bookkeeping, with apiVersion/kind filled in. */
+export function policyObjects(policies: readonly KubeObject[]): unknown[] {
+  return policies
+    .map((policy) => {
+      const { managedFields: _managed, ...metadata } = policy.metadata ?? {};
+      return { ...policy, apiVersion: policy.apiVersion ?? 'kinference.io/v1alpha1', kind: policy.kind ?? 'InferencePolicy', metadata };
+    })
+    .sort((a, b) =>
+      `${a.metadata.namespace ?? ''}/${a.metadata.name ?? ''}`.localeCompare(`${b.metadata.namespace ?? ''}/${b.metadata.name ?? ''}`),
+    );
+}
+
+export interface PeerOptions {
+  /** This agent's node: its own endpoint is not a peer. */
+  node: string;
+  /** This agent's pod IP (downward API), excluded too. */
+  podIP?: string;
+  /** Overrides the port the EndpointSlices carry. */
+  gossipPort?: number;
+}
+
+const DEFAULT_GOSSIP_PORT = 7946;
+
+function slicePort(slice: EndpointSliceObject): number | undefined {
+  const ports = slice.ports ?? [];
+  return (ports.find((p) => p.name === 'gossip') ?? (ports.length === 1 ? ports[0] : undefined))?.port;
+}
+
+/**
+ * Gossip addresses of the other agents. Not-ready agents are included on purpose (the gossip
+ * Service publishes them): an agent becomes ready only after it has heard the cluster, and a
+ * terminating one still owns its node's estimates while it drains.
+ */
+export function peerAddresses(slices: readonly EndpointSliceObject[], opts: PeerOptions): string[] {
+  const peers = new Set<string>();
+  for (const slice of slices) {
+    if (slice.addressType === 'FQDN') continue;
+    const port = opts.gossipPort ?? slicePort(slice) ?? DEFAULT_GOSSIP_PORT;
+    for (const endpoint of slice.endpoints ?? []) {
+      if (endpoint.nodeName !== undefined && endpoint.nodeName === opts.node) continue;
+      for (const address of endpoint.addresses ?? []) {
+        if (address === opts.podIP) continue;
+        peers.add(hostPort(address, port));
+      }
+    }
+  }
+  return [...peers].sort();
+}
