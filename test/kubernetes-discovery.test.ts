@@ -203,8 +203,9 @@ void describe('kubernetes discovery', () => {
       ['team-b', {}],
     ]);
     const policies = snap.policies as { apiVersion: string; kind: string; metadata: { name: string; namespace: string }; spec: unknown }[];
+    // The policy in the agent's namespace (kinference) is cluster-wide.
     assert.deepEqual(policies.map((p) => [p.apiVersion, p.kind, `${p.metadata.namespace}/${p.metadata.name}`]), [
-      ['kinference.io/v1alpha1', 'InferencePolicy', 'kinference/default'],
+      ['kinference.io/v1alpha1', 'InferencePolicy', '*/default'],
       ['kinference.io/v1alpha1', 'InferencePolicy', 'team-a/strict'],
     ]);
     assert.deepEqual(policies[1].spec, { models: ['llama-3-8b'], slo: { ttft: '500ms' } });

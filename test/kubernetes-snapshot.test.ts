@@ -103,3 +103,14 @@ void describe('providers.yaml', () => {
     assert.throws(() => parseProvidersConfigMap({ 'providers.yaml': '- name: [unclosed' }, 'configmap k/p'), /configmap k\/p: providers.yaml is not valid YAML/);
   });
 });
+
+it('a policy in the agent namespace applies cluster-wide', () => {
+  const policies = policyObjects(
+    [
+      { metadata: { name: 'global', namespace: 'kinference' } },
+      { metadata: { name: 'team', namespace: 'team-a' } },
+    ],
+    'kinference',
+  ) as { metadata: { name: string; namespace: string } }[];
+  assert.deepEqual(policies.map((p) => `${p.metadata.namespace}/${p.metadata.name}`), ['*/global', 'team-a/team']);
+});

@@ -171,11 +171,16 @@ export function namespaceAnnotations(namespaces: readonly KubeObject[]): Map<str
   return new Map(entries);
 }
 
-/** InferencePolicy objects as found, minus server bookkeeping, with apiVersion/kind filled in. */
-export function policyObjects(policies: readonly KubeObject[]): unknown[] {
+/**
+ * InferencePolicy objects as found, minus server bookkeeping, with apiVersion/kind filled in.
+ * A policy in the agent's own namespace is cluster-wide (namespace `*`): a Kubernetes object
+ * cannot live in `*`, and the platform team owns the agent's namespace anyway.
+ */
+export function policyObjects(policies: readonly KubeObject[], clusterWideNamespace?: string): unknown[] {
   return policies
     .map((policy) => {
       const { managedFields: _managed, ...metadata } = policy.metadata ?? {};
+      if (clusterWideNamespace !== undefined && metadata.namespace === clusterWideNamespace) metadata.namespace = '*';
       return { ...policy, apiVersion: policy.apiVersion ?? 'kinference.io/v1alpha1', kind: policy.kind ?? 'InferencePolicy', metadata };
     })
     .sort((a, b) =>

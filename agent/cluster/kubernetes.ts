@@ -303,7 +303,7 @@ export function createKubernetesDiscovery(opts: KubernetesDiscoveryOptions): Kub
     const next: ClusterSnapshot = {
       pods: modelServerPods(pods, node, podLabel),
       namespaces: namespaceAnnotations(byName.namespaces.informer.list()),
-      policies: policyObjects(byName.policies.informer.list()),
+      policies: policyObjects(byName.policies.informer.list(), agentNamespace),
       providers: currentProviders(),
       peers: peerAddresses(byName.peers.informer.list() as EndpointSliceObject[], { node, podIP: opts.podIP, gossipPort: opts.gossipPort }),
       callers: callersByIp(pods, node),

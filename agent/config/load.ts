@@ -139,25 +139,45 @@ function crossChecks(file: AgentConfigFile): string[] {
 }
 
 /** Policies in the config file are checked like `kinference policy check` checks a CRD object. */
-function policyProblems(docs: unknown[], providers: ProviderConfigFile[]): string[] {
+function policyProblems(file: AgentConfigFile): string[] {
+  const docs = file.policies ?? [];
   const { policies, errors } = loadPolicies(docs);
   const problems = errors.flatMap((e) => e.errors.map((x) => `policies[${e.index}]${x.path ? `.${x.path}` : ''}: ${x.message}`));
-  problems.push(...compilePolicies(policies).problems.map((p) => `policies: ${p}`));
-  const known = new Set(providers.map((p) => p.name));
-  policies.forEach((policy, i) => {
+  problems.push(...compilePolicies(policies, new Map(Object.entries(file.namespaces ?? {}))).problems.map((p) => `policies: ${p}`));
+  const known = new Set((file.providers ?? []).map((p) => p.name));
+  for (const policy of policies) {
+    const index = docs.indexOf(policy);
     for (const name of policy.spec.overflow?.providers ?? []) {
-      if (!known.has(name)) problems.push(`policies[${i}].spec.overflow.providers: no provider named "${name}" in providers`);
+      if (!known.has(name)) problems.push(`policies[${index}].spec.overflow.providers: no provider named "${name}" in providers`);
     }
-  });
+  }
   return problems;
 }
 
+/**
+ * In a DaemonSet every agent shares one config file; what differs per pod comes from the
+ * downward API: KINFERENCE_NODE (spec.nodeName) and KINFERENCE_POD_IP (status.podIP).
+ */
+function withDownwardApi(raw: unknown, env: NodeJS.ProcessEnv): unknown {
+  if (!raw || typeof raw !== 'object' || Array.isArray(raw)) return raw;
+  const file = { ...(raw as Record<string, unknown>) };
+  if (file.node === undefined && env.KINFERENCE_NODE) file.node = env.KINFERENCE_NODE;
+  if (file.discovery === 'kubernetes' && env.KINFERENCE_POD_IP) {
+    const kubernetes = (file.kubernetes ?? {}) as Record<string, unknown>;
+    if (kubernetes.podIP === undefined) file.kubernetes = { ...kubernetes, podIP: env.KINFERENCE_POD_IP };
+  }
+  return file;
+}
+
 /** Validated settings from a parsed config object; throws ConfigError naming every bad key. */
-export function settingsFromObject(raw: unknown, source = 'config'): AgentSettings {
-  const problems = schemaProblems(AgentConfigSchema, raw);
+export function settingsFromObject(input: unknown, source = 'config', env: NodeJS.ProcessEnv = process.env): AgentSettings {
+  const raw = withDownwardApi(input, env);
+  const problems = schemaProblems(AgentConfigSchema, raw).map((p) =>
+    p.startsWith('node: ') ? `${p} (set node, or KINFERENCE_NODE from the downward API)` : p,
+  );
   if (problems.length) throw new ConfigError(source, problems);
   const file = raw as AgentConfigFile;
-  const cross = [...crossChecks(file), ...policyProblems(file.policies ?? [], file.providers ?? [])];
+  const cross = [...crossChecks(file), ...policyProblems(file)];
   if (cross.length) throw new ConfigError(source, cross);
 
   const scrapeIntervalMs = parseDuration(file.scrapeInterval ?? '100ms');
