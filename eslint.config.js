@@ -5,6 +5,7 @@ import tseslint from 'typescript-eslint';
 export default tseslint.config(
   { ignores: ['node_modules/**', 'shared/proto/generated/**', 'bench/results/**'] },
   js.configs.recommended,
+  { files: ['bin/**/*.js'], languageOptions: { globals: { process: 'readonly' } } },
   ...tseslint.configs.recommended,
   {
     files: ['**/*.ts'],

@@ -2,22 +2,14 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { TtftPredictor, predictWith } from '../agent/predict/predictor.ts';
 import { estimatePromptTokens } from '../agent/predict/tokens.ts';
+import { mulberry32 } from '../shared/sim/random.ts';
 
 /** A pod whose true TTFT is linear in its state, with multiplicative noise. */
 function truePod(slowdown: number) {
   return (q: number, r: number, p: number) => slowdown * (20 + 180 * q + 3 * r + 0.25 * p);
 }
 
-function seeded(seed: number) {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const seeded = mulberry32;
 
 function train(predictor: TtftPredictor, pod: ReturnType<typeof truePod>, n: number, rand: () => number) {
   for (let i = 0; i < n; i++) {

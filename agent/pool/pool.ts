@@ -6,7 +6,8 @@ import { NodeModel } from '../predict/node-model.ts';
 import type { PredictorOptions } from '../predict/predictor.ts';
 import type { Candidate, WindowedMetric } from '../route/candidate.ts';
 import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
-import type { Pod, PodEstimate, PodLoad } from '../types.ts';
+import { predictedTtft } from '../route/score.ts';
+import type { Pod, PodEstimate, PodLoad, RouteRequest } from '../types.ts';
 
 export interface PoolOptions {
   node: string;
@@ -44,6 +45,9 @@ interface PeerTraffic {
 
 type Waiter = () => void;
 
+/** What /debug/state and the dashboard predict for: a typical chat turn. */
+const REFERENCE_REQUEST: RouteRequest = { kind: 'chat', model: '', tenant: '', namespace: '', tags: [], promptTokens: 256, stream: true };
+
 const OWN_OBSERVATIONS_FRESH_MS = 5000;
 
 export class PodPool {
@@ -54,15 +58,29 @@ export class PodPool {
   readonly #peerTraffic = new Map<string, PeerTraffic>();
   readonly #waiters = new Set<Waiter>();
   #version = 0;
+  /** Bumped when pods come or go (local discovery, gossip), not on every scrape. */
+  #podsVersion = 0;
+  #models: { version: number; models: ReadonlySet<string> } = { version: -1, models: new Set() };
 
   constructor(options: PoolOptions) {
     this.options = options;
     this.#model = new NodeModel(options.predictor);
   }
 
-  /** Bumped on every change; gossip publishes when it moves. */
+  /** Bumped on every change (a scrape, a gossip update, a request ending). */
   get version(): number {
     return this.#version;
+  }
+
+  /** Every model a known pod serves; recomputed only when the set of pods changes. */
+  servedModels(): ReadonlySet<string> {
+    if (this.#models.version !== this.#podsVersion) {
+      const models = new Set<string>();
+      for (const l of this.#local.values()) for (const m of l.pod.models) models.add(m);
+      for (const e of this.#remote) for (const m of e.pod.models) models.add(m);
+      this.#models = { version: this.#podsVersion, models };
+    }
+    return this.#models.models;
   }
 
   localPods(): Pod[] {
@@ -93,6 +111,7 @@ export class PodPool {
         });
       }
     }
+    this.#podsVersion++;
     this.#changed();
   }
 
@@ -135,6 +154,7 @@ export class PodPool {
       }
     }
     for (const uid of this.#peerTraffic.keys()) if (!live.has(uid)) this.#peerTraffic.delete(uid);
+    this.#podsVersion++;
     this.#changed();
   }
 
@@ -187,8 +207,8 @@ export class PodPool {
     return out;
   }
 
-  /** What this agent gossips about its own pods. */
-  localEstimates(version: number): PodEstimate[] {
+  /** What this agent gossips about its own pods (the gossip state numbers the versions). */
+  localEstimates(): PodEstimate[] {
     const now = this.options.now();
     const out: PodEstimate[] = [];
     for (const local of this.#local.values()) {
@@ -204,7 +224,7 @@ export class PodPool {
         params: this.#model.params(local.pod.uid),
         at: local.lastGoodAt,
         origin: this.options.node,
-        version,
+        version: 0,
       });
     }
     return out;
@@ -260,10 +280,12 @@ export class PodPool {
     });
   }
 
-  /** Per-pod details for /debug/state and the dashboard. */
+  /** Per-pod details for /debug/state and the dashboard, with each pod's prediction now. */
   debugState() {
     const now = this.options.now();
+    const predicted = new Map(this.candidates().map((c) => [c.pod.uid, predictedTtft(c, REFERENCE_REQUEST)]));
     return {
+      referencePromptTokens: REFERENCE_REQUEST.promptTokens,
       local: [...this.#local.values()].map((l) => ({
         pod: l.pod,
         load: l.lastLoad,
@@ -272,9 +294,10 @@ export class PodPool {
         inFlight: l.inFlight,
         unseenSent: l.unseenSent,
         healthy: now >= l.unhealthyUntil,
+        predictedTtftMs: predicted.get(l.pod.uid),
         predictor: { params: this.#model.params(l.pod.uid), ...this.#model.stats(l.pod.uid) },
       })),
-      remote: this.#remote.map((e) => ({ ...e, ageMs: now - e.at, traffic: this.#peerTraffic.get(e.pod.uid) })),
+      remote: this.#remote.map((e) => ({ ...e, ageMs: now - e.at, traffic: this.#peerTraffic.get(e.pod.uid), predictedTtftMs: predicted.get(e.pod.uid) })),
     };
   }
 

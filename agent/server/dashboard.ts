@@ -26,14 +26,13 @@ export const DASHBOARD_HTML = `<!doctype html>
 <div class="sub" id="status">loading…</div>
 <div class="tiles" id="tiles"></div>
 <h2>Pods</h2>
-<table id="pods"><thead><tr><th>pod</th><th>where</th><th>models</th><th>queued (now / 30 s avg)</th><th>running</th><th>KV</th><th>predicted TTFT (256 tok)</th><th>in flight</th><th>state</th></tr></thead><tbody></tbody></table>
+<table id="pods"><thead><tr><th>pod</th><th>where</th><th>models</th><th>queued (now / 30 s avg)</th><th>running</th><th>KV</th><th>predicted TTFT (256-token prompt)</th><th>in flight</th><th>state</th></tr></thead><tbody></tbody></table>
 <h2>Peers</h2>
 <table id="peers"><thead><tr><th>origin</th><th>pods</th><th>last heard</th></tr></thead><tbody></tbody></table>
 <script>
 const el = (tag, text, cls) => { const e = document.createElement(tag); if (text !== undefined) e.textContent = text; if (cls) e.className = cls; return e; };
 const fmt = (x, d = 1) => (x === null || x === undefined || Number.isNaN(x)) ? '–' : Number(x).toFixed(d);
 function row(cells) { const tr = el('tr'); for (const c of cells) tr.append(c instanceof Node ? c : el('td', c)); return tr; }
-function predicted(p, q, r) { return p.base + p.perQueued * q + p.perRunning * r + p.perKPromptTokens * 0.256; }
 async function refresh() {
   try {
     const s = await (await fetch('/debug/state')).json();
@@ -44,13 +43,13 @@ async function refresh() {
     const body = document.querySelector('#pods tbody'); body.replaceChildren();
     for (const p of s.pods.local) {
       const l = p.load || {};
-      const ttft = predicted(p.predictor.params, l.waiting || 0, l.running || 0);
+      const ttft = p.predictedTtftMs;
       const bar = el('span', undefined, 'bar'); bar.style.width = Math.min(120, ttft / 10) + 'px';
       const ttftCell = el('td'); ttftCell.append(bar, ' ' + fmt(ttft, 0) + ' ms');
       body.append(row([p.pod.name, 'local', p.pod.models.join(', '), fmt(l.waiting, 0) + ' / ' + fmt(p.queuedAvg30s, 2), fmt(l.running, 0), fmt((l.kvCache ?? NaN) * 100, 0) + '%', ttftCell, String(p.inFlight), el('td', p.healthy && p.ageMs < 1000 ? 'ok' : 'stale/unhealthy', p.healthy && p.ageMs < 1000 ? 'ok' : 'bad')]));
     }
     for (const p of s.pods.remote) {
-      const ttft = predicted(p.params, p.queuedNow, p.running);
+      const ttft = p.predictedTtftMs;
       body.append(row([p.pod.name, 'peer ' + p.origin, p.pod.models.join(', '), fmt(p.queuedNow, 0) + ' / ' + fmt(p.queued, 2), fmt(p.running, 0), fmt(p.kvCache * 100, 0) + '%', fmt(ttft, 0) + ' ms', String(p.traffic ? p.traffic.inFlight : 0), el('td', 'age ' + fmt(p.ageMs, 0) + ' ms')]));
     }
     const peers = document.querySelector('#peers tbody'); peers.replaceChildren();

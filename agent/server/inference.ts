@@ -19,6 +19,11 @@ export const UPSTREAM_PATHS: Record<RequestKind, string> = {
   embeddings: '/v1/embeddings',
 };
 
+export type OverflowResult =
+  | { ok: true; response: Response }
+  /** 503: no provider could be reached (refused, timed out, circuit open); 502: they answered badly. */
+  | { ok: false; status: 502 | 503; message: string };
+
 /** What the request path needs from the rest of the agent. */
 export interface RequestPathDeps {
   metrics: Metrics;
@@ -40,7 +45,8 @@ export interface RequestPathDeps {
     /** Resolves at the next change of any candidate (scrape, gossip, a request ending). */
     nextChange(timeoutMs: number, signal: AbortSignal): Promise<'change' | 'timeout' | 'aborted'>;
   };
-  overflow(request: RouteRequest, parsed: ParsedRequest, providers: readonly string[], signal: AbortSignal): Promise<Response | undefined>;
+  /** Tries the providers in order: their answer, or why none answered. */
+  overflow(request: RouteRequest, parsed: ParsedRequest, providers: readonly string[], signal: AbortSignal): Promise<OverflowResult>;
 }
 
 export function withHeaders(response: Response, headers: Record<string, string>): Response {
@@ -143,11 +149,17 @@ export class RequestPath {
         continue;
       }
 
+      // Every pod we could try failed before answering: overflow if allowed, else say so (502);
+      // waiting for a pod that just failed would only delay the same answer.
+      if (podAttempts > 0 && (decision.action === 'wait' || decision.action === 'reject')) {
+        return errorResponse(502, `the model server failed before answering (tried ${podAttempts} pod${podAttempts > 1 ? 's' : ''})`, { code: 'upstream_failed' });
+      }
+
       if (decision.action === 'overflow') {
-        const answer = await deps.overflow(request, parsed, decision.providers, req.signal);
-        if (answer) return answer;
-        return errorResponse(503, `no pod can answer in time and every overflow provider failed (${decision.providers.join(', ')})`, {
-          code: 'providers_unavailable',
+        const result = await deps.overflow(request, parsed, decision.providers, req.signal);
+        if (result.ok) return result.response;
+        return errorResponse(result.status, `no pod can answer in time and ${result.message}`, {
+          code: result.status === 503 ? 'providers_unavailable' : 'providers_failed',
           headers: { 'retry-after': retryAfterSeconds(policy) },
         });
       }

@@ -4,9 +4,25 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 
 const TTFT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20];
 
-export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
+export interface PodPrediction {
+  pod: string;
+  where: 'local' | 'peer';
+  seconds: number;
+}
+
+export interface MetricsOptions {
+  defaultMetrics?: boolean;
+  /** Read at scrape time: each known pod's predicted TTFT for a reference request. */
+  podPredictions?: () => PodPrediction[];
+  /** Read at scrape time: is discovery connected to its source now? */
+  discoveryConnected?: () => boolean;
+  /** Read at scrape time: the gossip node's own counters (datagrams by outcome). */
+  gossipDatagrams?: () => Record<string, number> | undefined;
+}
+
+export function createMetrics(options: MetricsOptions = {}) {
   const registry = new Registry();
-  if (options.defaultMetrics) collectDefaultMetrics({ register: registry, prefix: 'kinference_process_' });
+  if (options.defaultMetrics) collectDefaultMetrics({ register: registry, prefix: 'kinference_' });
   const m = {
     registry,
     requests: new Counter({
@@ -59,9 +75,14 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
     }),
     podPredictedTtft: new Gauge({
       name: 'kinference_pod_predicted_ttft_seconds',
-      help: 'Predicted TTFT of a 256-token prompt at each known pod, as of the last decision input.',
+      help: 'Predicted TTFT of a 256-token prompt at each known pod, now.',
       labelNames: ['pod', 'where'] as const,
       registers: [registry],
+      collect() {
+        if (!options.podPredictions) return;
+        this.reset(); // pods that left take their series with them
+        for (const p of options.podPredictions()) this.set({ pod: p.pod, where: p.where }, p.seconds);
+      },
     }),
     inFlight: new Gauge({
       name: 'kinference_in_flight_requests',
@@ -78,12 +99,22 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
       name: 'kinference_discovery_connected',
       help: '1 while discovery is connected to its source (Kubernetes API); 0 while serving the last known view.',
       registers: [registry],
+      collect() {
+        if (options.discoveryConnected) this.set(options.discoveryConnected() ? 1 : 0);
+      },
     }),
     gossip: new Counter({
       name: 'kinference_gossip_datagrams_total',
-      help: 'Gossip datagrams by direction and outcome (sent|received|dropped_<reason>).',
+      help: 'Gossip datagrams by outcome: sent, received, dropped_<reason> (forged, replayed, stale, oversized, malformed).',
       labelNames: ['outcome'] as const,
       registers: [registry],
+      collect() {
+        const counts = options.gossipDatagrams?.();
+        if (!counts) return;
+        // The gossip node owns these counts; mirror them (they only grow).
+        this.reset();
+        for (const [outcome, value] of Object.entries(counts)) this.inc({ outcome }, value);
+      },
     }),
   };
   return m;
