@@ -1,0 +1,238 @@
+// The gossip shell: one UDP socket, one round timer, and the envelope around the pure protocol.
+// Everything it decides, it asks protocol.ts; everything it counts, stats() shows.
+import { createSocket, type RemoteInfo, type Socket } from 'node:dgram';
+import { isIPv6 } from 'node:net';
+import type { PodEstimate } from '../types.ts';
+import { DROP_REASONS, Opener, Sealer, type DropReason } from './envelope.ts';
+import { GossipProtocol, type Outgoing } from './protocol.ts';
+import type { RemoteEstimate } from './state.ts';
+import { decodePayload, envelopeOverhead } from './wire.ts';
+
+export interface GossipNodeOptions {
+  /** This agent's node name: the origin of the pods it publishes. */
+  nodeId: string;
+  /** UDP `host:port` to listen on (port 0: any free port; see address()). */
+  bind: string;
+  /** Other agents' gossip `host:port`s. */
+  peers: readonly string[];
+  /** Cluster HMAC key, shared by all agents. */
+  key: Buffer;
+  intervalMs?: number;
+  fanout?: number;
+  ttlMs?: number;
+  /** Advance our version at least this often when nothing changes; default ttlMs / 3. */
+  heartbeatMs?: number;
+  maxDatagram?: number;
+  /** Datagrams whose sender clock differs from ours by more than this are dropped as stale. */
+  maxClockSkewMs?: number;
+  maxDatagramsPerReply?: number;
+  now?: () => number;
+  rand?: () => number;
+}
+
+export interface GossipStats {
+  node: string;
+  /** Our own origin's current version. */
+  version: number;
+  sent: { datagrams: number; bytes: number };
+  received: { datagrams: number; bytes: number };
+  dropped: Record<DropReason, number>;
+  /** Deltas that arrived after a lost datagram, refused deltas, origins aged out. */
+  gaps: number;
+  rejected: number;
+  expired: number;
+  originsKnown: number;
+  origins: { origin: string; pods: number; version: number; ageMs: number }[];
+}
+
+export function parseHostPort(hostPort: string): { host: string; port: number } {
+  const separator = hostPort.lastIndexOf(':');
+  const port = Number(hostPort.slice(separator + 1));
+  if (separator <= 0 || !Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`not host:port: ${hostPort}`);
+  return { host: hostPort.slice(0, separator).replace(/^\[|\]$/g, ''), port };
+}
+
+const formatHostPort = (host: string, port: number): string => (isIPv6(host) ? `[${host}]:${port}` : `${host}:${port}`);
+
+export class GossipNode {
+  readonly nodeId: string;
+  readonly intervalMs: number;
+  #options: GossipNodeOptions;
+  #now: () => number;
+  #rand: () => number;
+  #protocol: GossipProtocol;
+  #sealer: Sealer;
+  #opener: Opener;
+  #socket: Socket | undefined;
+  #timer: NodeJS.Timeout | undefined;
+  #peers: readonly string[];
+  #self = '';
+  #listeners = new Set<() => void>();
+  #changePending = false;
+  #livenessMoved = false;
+  #sent = { datagrams: 0, bytes: 0 };
+  #received = { datagrams: 0, bytes: 0 };
+  #dropped = Object.fromEntries(DROP_REASONS.map((r) => [r, 0])) as Record<DropReason, number>;
+
+  constructor(options: GossipNodeOptions) {
+    // An empty or short key would make every datagram forgeable by a guess: refuse to start.
+    if (options.key.length < 16) throw new Error('gossip: the cluster key must be at least 16 bytes');
+    this.#options = options;
+    this.nodeId = options.nodeId;
+    this.intervalMs = options.intervalMs ?? 200;
+    this.#now = options.now ?? Date.now;
+    this.#rand = options.rand ?? Math.random;
+    // Whole ms: it travels as an integer (and names our origin instance: see originId).
+    const boot = Math.floor(this.#now());
+    const maxDatagram = options.maxDatagram ?? 1400;
+    this.#protocol = new GossipProtocol({
+      nodeId: options.nodeId,
+      incarnation: boot,
+      ttlMs: options.ttlMs,
+      heartbeatMs: options.heartbeatMs,
+      roundMs: this.intervalMs,
+      fanout: options.fanout,
+      maxPayload: maxDatagram - envelopeOverhead(options.nodeId, boot),
+      maxDatagramsPerReply: options.maxDatagramsPerReply,
+      groupBytes: Math.max(200, maxDatagram - 400),
+    });
+    this.#sealer = new Sealer({ sender: options.nodeId, key: options.key, boot });
+    this.#opener = new Opener({ key: options.key, maxDatagram, maxClockSkewMs: options.maxClockSkewMs ?? 30_000 });
+    this.#peers = options.peers;
+  }
+
+  async start(): Promise<void> {
+    const { host, port } = parseHostPort(this.#options.bind);
+    const socket = createSocket(isIPv6(host) ? 'udp6' : 'udp4');
+    socket.on('message', (msg, rinfo) => this.#onDatagram(msg, rinfo));
+    socket.on('error', () => {}); // e.g. ICMP unreachable from a peer that left; gossip retries by design
+    await new Promise<void>((resolve, reject) => {
+      socket.once('error', reject);
+      socket.bind(port, host, () => {
+        socket.off('error', reject);
+        resolve();
+      });
+    });
+    this.#socket = socket;
+    const bound = socket.address();
+    this.#self = formatHostPort(bound.address, bound.port);
+    this.setPeers(this.#peers);
+    this.#schedule();
+  }
+
+  async stop(): Promise<void> {
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    const socket = this.#socket;
+    this.#socket = undefined;
+    if (socket) await new Promise<void>((resolve) => socket.close(() => resolve()));
+  }
+
+  /** The bound `host:port` (after start). */
+  address(): string {
+    return this.#self;
+  }
+
+  setPeers(peers: readonly string[]): void {
+    this.#peers = peers;
+    this.#protocol.setPeers(peers.filter((p) => p !== this.#self && p !== this.#options.bind));
+  }
+
+  /** Our pods' estimates; gossiped from the next round on, and only what changed meaningfully. */
+  publishLocal(estimates: readonly PodEstimate[]): void {
+    this.#protocol.publishLocal(estimates);
+  }
+
+  /** Other nodes' pods, from origins heard from within the TTL; `at` and `ageMs` are in our clock. */
+  remoteEstimates(): RemoteEstimate[] {
+    return this.#protocol.state.remoteEstimates(this.#now());
+  }
+
+  /**
+   * Called when remote pods change (batched per burst of datagrams), and at most once a round
+   * when only their freshness moved; returns an unsubscribe.
+   */
+  onChange(listener: () => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  stats(): GossipStats {
+    const now = this.#now();
+    const origins = this.#protocol.state.origins(now);
+    const counters = this.#protocol.counters;
+    return {
+      node: this.nodeId,
+      version: this.#protocol.state.self.version,
+      sent: { ...this.#sent },
+      received: { ...this.#received },
+      dropped: { ...this.#dropped },
+      gaps: counters.gaps,
+      rejected: counters.rejected,
+      expired: counters.expired,
+      originsKnown: origins.length,
+      origins,
+    };
+  }
+
+  #schedule(): void {
+    // ±10% jitter keeps agents started together from gossiping in lockstep.
+    const delay = this.intervalMs * (0.9 + 0.2 * this.#rand());
+    this.#timer = setTimeout(() => {
+      if (!this.#socket) return;
+      const step = this.#protocol.tick(this.#now(), this.#rand);
+      this.#send(step.out);
+      if (step.dataChanged || this.#livenessMoved) this.#changed();
+      this.#livenessMoved = false;
+      this.#schedule();
+    }, delay);
+    this.#timer.unref();
+  }
+
+  #onDatagram(msg: Buffer, rinfo: RemoteInfo): void {
+    this.#received.datagrams++;
+    this.#received.bytes += msg.length;
+    const now = this.#now();
+    const opened = this.#opener.open(msg, now);
+    if (!opened.ok) {
+      this.#dropped[opened.reason]++;
+      return;
+    }
+    let payload;
+    try {
+      payload = decodePayload(opened.payload);
+    } catch {
+      this.#dropped.malformed++;
+      return;
+    }
+    const step = this.#protocol.receive(formatHostPort(rinfo.address, rinfo.port), payload, now);
+    this.#send(step.out);
+    // New pods or loads: tell listeners now. Liveness alone (most datagrams in a large cluster)
+    // moves estimates' ages by less than a round: once a round is enough.
+    if (step.dataChanged) this.#changed();
+    else if (step.livenessChanged) this.#livenessMoved = true;
+  }
+
+  #send(out: Outgoing[]): void {
+    const socket = this.#socket;
+    if (!socket) return;
+    const now = this.#now();
+    for (const o of out) {
+      const datagram = this.#sealer.seal(o.payload, now);
+      const { host, port } = parseHostPort(o.to);
+      this.#sent.datagrams++;
+      this.#sent.bytes += datagram.length;
+      socket.send(datagram, port, host);
+    }
+  }
+
+  /** Listeners hear about a burst of datagrams once. */
+  #changed(): void {
+    if (this.#changePending) return;
+    this.#changePending = true;
+    setImmediate(() => {
+      this.#changePending = false;
+      for (const listener of this.#listeners) listener();
+    });
+  }
+}

@@ -1,0 +1,328 @@
+// The gossip wire format: shared/proto/gossip.proto, loaded at run time (the .proto is the only
+// definition; protobufjs compiles the same encoders static code generation would have), plus
+// typed plain-data views, validation of everything a peer sends, and exact encoded sizes so the
+// state machine can fill a datagram to its budget without encoding twice.
+import { createHash } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import protobuf from 'protobufjs';
+import type { Engine } from '../types.ts';
+
+const PROTO_PATH = fileURLToPath(new URL('../../shared/proto/gossip.proto', import.meta.url));
+
+const root = protobuf.loadSync(PROTO_PATH);
+const types = {
+  envelope: root.lookupType('kinference.gossip.v1.Envelope'),
+  payload: root.lookupType('kinference.gossip.v1.Payload'),
+  podEntry: root.lookupType('kinference.gossip.v1.PodEntry'),
+  podInfo: root.lookupType('kinference.gossip.v1.PodInfo'),
+  originDelta: root.lookupType('kinference.gossip.v1.OriginDelta'),
+  digest: root.lookupType('kinference.gossip.v1.Digest'),
+};
+/** The loaded message types, for tests that compare this module's sizes with protobufjs's. */
+export const wireTypes = types;
+
+export interface PodInfoWire {
+  /** '' when the uid travels as `uuid`, or is `namespace/name` (see records.ts). */
+  uid: string;
+  /** 16 bytes when the uid is a UUID (every Kubernetes uid), else absent. */
+  uuid?: Uint8Array;
+  name: string;
+  namespace: string;
+  /** '' when the pod runs on the origin's node. */
+  node: string;
+  address: string;
+  models: string[];
+  /** 0 unknown, 1 vllm, 2 tgi, 3 sglang. */
+  engine: number;
+}
+
+export interface PodEntryWire {
+  slot: number;
+  version: number;
+  info?: PodInfoWire;
+  removed: boolean;
+  queued: number;
+  queuedNow: number;
+  running: number;
+  kvCache: number;
+  /** base, perQueued, perRunning, perKPromptTokens; empty on tombstones. */
+  params: number[];
+  /** Origin clock, ms since the origin's incarnation. */
+  at: number;
+}
+
+export interface OriginDeltaWire {
+  origin: number;
+  from: number;
+  to: number;
+  ageMs: number;
+  /** Only when from = 0. */
+  node: string;
+  incarnation: number;
+  floor: number;
+  continuesFull: boolean;
+  pods: PodEntryWire[];
+}
+
+export interface DigestWire {
+  origins: number[];
+  versions: number[];
+  /** Same length as origins, or empty (want). */
+  dataLag: number[];
+  shard: number;
+  /** 0: no completeness claim. */
+  shards: number;
+}
+
+export interface PayloadWire {
+  digest?: DigestWire;
+  want?: DigestWire;
+  heartbeats?: DigestWire;
+  offers?: DigestWire;
+  deltas: OriginDeltaWire[];
+}
+
+export interface EnvelopeWire {
+  sender: string;
+  boot: number;
+  seq: number;
+  sentAt: number;
+  payload: Uint8Array;
+}
+
+/** What a peer may send; anything beyond is a malformed datagram (bounded memory per estimate). */
+export const WIRE_LIMITS = {
+  stringChars: 253,
+  models: 16,
+  podsPerDelta: 512,
+  deltasPerPayload: 2048,
+  digestEntries: 8192,
+};
+
+export class WireError extends Error {}
+
+const ENGINE_CODES: Record<Engine, number> = { vllm: 1, tgi: 2, sglang: 3 };
+const ENGINE_NAMES: (Engine | undefined)[] = [undefined, 'vllm', 'tgi', 'sglang'];
+export const engineCode = (engine: Engine | undefined): number => (engine ? ENGINE_CODES[engine] : 0);
+export const engineName = (code: number): Engine | undefined => ENGINE_NAMES[code];
+
+/**
+ * The wire id of one origin incarnation. A restarted agent is a new origin instance, so its
+ * versions can start again from 1 without anyone mistaking them for old ones.
+ */
+export function originId(node: string, incarnation: number): number {
+  const key = `${node}\0${incarnation}`;
+  let id = originIds.get(key);
+  if (id === undefined) {
+    id = createHash('sha256').update(key).digest().readUInt32BE(0) || 1; // 0 would read as "absent"
+    if (originIds.size >= 16_384) originIds.delete(originIds.keys().next().value!);
+    originIds.set(key, id);
+  }
+  return id;
+}
+// Every full state received is checked against its id: remember the few thousand in use.
+const originIds = new Map<string, number>();
+
+// --- encoding -------------------------------------------------------------------------------
+
+export function encodePayload(payload: PayloadWire): Uint8Array {
+  return types.payload.encode(payload).finish();
+}
+
+export function encodeEnvelopeBody(envelope: EnvelopeWire): Uint8Array {
+  return types.envelope.encode(envelope).finish();
+}
+
+// --- decoding and validation ----------------------------------------------------------------
+
+type Long = { toNumber(): number };
+type Decoded = Record<string, unknown>;
+
+const num = (v: unknown): number => (typeof v === 'number' ? v : v == null ? 0 : (v as Long).toNumber());
+
+function str(v: unknown, what: string): string {
+  const s = (v as string | undefined) ?? '';
+  if (s.length > WIRE_LIMITS.stringChars) throw new WireError(`${what} longer than ${WIRE_LIMITS.stringChars}`);
+  return s;
+}
+
+function finite(v: unknown, what: string): number {
+  const n = (v as number | undefined) ?? 0;
+  if (!Number.isFinite(n)) throw new WireError(`${what} is not finite`);
+  return n;
+}
+
+function decodeInfo(m: Decoded): PodInfoWire {
+  const models = (m.models as string[] | undefined) ?? [];
+  if (models.length > WIRE_LIMITS.models) throw new WireError(`more than ${WIRE_LIMITS.models} models`);
+  const engine = (m.engine as number | undefined) ?? 0;
+  const uuid = m.uuid as Uint8Array | undefined;
+  if (uuid?.length && uuid.length !== 16) throw new WireError('a uuid has 16 bytes');
+  return {
+    uid: str(m.uid, 'uid'),
+    uuid: uuid?.length ? uuid : undefined,
+    name: str(m.name, 'name'),
+    namespace: str(m.namespace, 'namespace'),
+    node: str(m.node, 'node'),
+    address: str(m.address, 'address'),
+    models: models.map((x) => str(x, 'model')),
+    engine: ENGINE_NAMES[engine] ? engine : 0, // an engine newer than us: unknown, not an error
+  };
+}
+
+function decodeEntry(m: Decoded): PodEntryWire {
+  const params = (m.params as number[] | undefined) ?? [];
+  if (params.length !== 0 && params.length !== 4) throw new WireError('params must hold 4 values');
+  for (const p of params) finite(p, 'param');
+  const kvCache = (m.kvCache as number | undefined) ?? 0;
+  if (Number.isFinite(kvCache) === false && !Number.isNaN(kvCache)) throw new WireError('kvCache is infinite');
+  const info = m.info ? decodeInfo(m.info as Decoded) : undefined;
+  const removed = (m.removed as boolean | undefined) ?? false;
+  if (!removed && params.length !== 4) throw new WireError('a live pod entry needs params');
+  return {
+    slot: num(m.slot),
+    version: num(m.version),
+    info,
+    removed,
+    queued: finite(m.queued, 'queued'),
+    queuedNow: num(m.queuedNow),
+    running: num(m.running),
+    kvCache,
+    params,
+    at: num(m.at),
+  };
+}
+
+function decodeDelta(m: Decoded): OriginDeltaWire {
+  const pods = (m.pods as Decoded[] | undefined) ?? [];
+  if (pods.length > WIRE_LIMITS.podsPerDelta) throw new WireError('too many pods in a delta');
+  const delta: OriginDeltaWire = {
+    origin: num(m.origin),
+    from: num(m.from),
+    to: num(m.to),
+    ageMs: num(m.ageMs),
+    node: str(m.node, 'node'),
+    incarnation: num(m.incarnation),
+    floor: num(m.floor),
+    continuesFull: (m.continuesFull as boolean | undefined) ?? false,
+    pods: pods.map(decodeEntry),
+  };
+  if (delta.from === 0 && !delta.node) throw new WireError('a delta from version 0 must name its node');
+  if (delta.from >= delta.to) throw new WireError('a delta must end after it starts');
+  let last = delta.from;
+  for (const p of delta.pods) {
+    // Version order, inside (from, to]: what makes a prefix a prefix.
+    if (p.version < last || p.version <= delta.from || p.version > delta.to) throw new WireError('pod entries out of version order');
+    last = p.version;
+  }
+  return delta;
+}
+
+function decodeDigest(m: Decoded | undefined): DigestWire | undefined {
+  if (!m) return undefined;
+  const origins = (m.origins as number[] | undefined) ?? [];
+  const versions = (m.versions as number[] | undefined) ?? [];
+  const dataLag = (m.dataLag as number[] | undefined) ?? [];
+  if (origins.length > WIRE_LIMITS.digestEntries) throw new WireError('digest too long');
+  if (versions.length !== origins.length) throw new WireError('digest arrays differ in length');
+  if (dataLag.length !== 0 && dataLag.length !== origins.length) throw new WireError('digest arrays differ in length');
+  const shards = num(m.shards);
+  const shard = num(m.shard);
+  if (shards !== 0 && ((shards & (shards - 1)) !== 0 || shard >= shards)) throw new WireError('bad digest shard');
+  return { origins, versions, dataLag, shard, shards };
+}
+
+/** Decodes and validates a payload; throws WireError (or protobufjs's error) when malformed. */
+export function decodePayload(bytes: Uint8Array): PayloadWire {
+  const m = types.payload.decode(bytes) as unknown as Decoded;
+  const deltas = (m.deltas as Decoded[] | undefined) ?? [];
+  if (deltas.length > WIRE_LIMITS.deltasPerPayload) throw new WireError('too many deltas');
+  return {
+    digest: decodeDigest(m.digest as Decoded | undefined),
+    want: decodeDigest(m.want as Decoded | undefined),
+    heartbeats: decodeDigest(m.heartbeats as Decoded | undefined),
+    offers: decodeDigest(m.offers as Decoded | undefined),
+    deltas: deltas.map(decodeDelta),
+  };
+}
+
+export function decodeEnvelopeBody(bytes: Uint8Array): EnvelopeWire {
+  const m = types.envelope.decode(bytes) as unknown as Decoded;
+  return {
+    sender: str(m.sender, 'sender'),
+    boot: num(m.boot),
+    seq: num(m.seq),
+    sentAt: num(m.sentAt),
+    payload: (m.payload as Uint8Array | undefined) ?? new Uint8Array(0),
+  };
+}
+
+// --- exact encoded sizes (what protobufjs writes: proto3 defaults are omitted) ---------------
+
+export function varintSize(n: number): number {
+  let size = 1;
+  while (n >= 128) {
+    n = Math.floor(n / 128);
+    size++;
+  }
+  return size;
+}
+
+const zigzag = (n: number): number => (n >= 0 ? n * 2 : -n * 2 - 1);
+const scalar = (n: number): number => (n === 0 ? 0 : 1 + varintSize(n));
+const bytesField = (length: number): number => 1 + varintSize(length) + length;
+const stringSize = (s: string): number => (s === '' ? 0 : bytesField(Buffer.byteLength(s)));
+const floatSize = (x: number): number => (Object.is(x, 0) ? 0 : 5);
+
+/** Encoded size of the `info` field of a PodEntry (tag and length included). */
+export function infoFieldSize(info: PodInfoWire): number {
+  let body = stringSize(info.uid) + stringSize(info.name) + stringSize(info.namespace) + stringSize(info.node) + stringSize(info.address);
+  for (const m of info.models) body += bytesField(Buffer.byteLength(m));
+  body += scalar(info.engine);
+  if (info.uuid) body += bytesField(info.uuid.length);
+  return bytesField(body);
+}
+
+/** Encoded size of a PodEntry without its `info` field. */
+export function entrySize(e: PodEntryWire): number {
+  return (
+    scalar(e.slot) +
+    scalar(e.version) +
+    (e.removed ? 2 : 0) +
+    floatSize(e.queued) +
+    scalar(e.queuedNow) +
+    scalar(e.running) +
+    floatSize(e.kvCache) +
+    (e.params.length ? bytesField(4 * e.params.length) : 0) +
+    (e.at === 0 ? 0 : 1 + varintSize(zigzag(e.at)))
+  );
+}
+
+/** Encoded size of an OriginDelta's own fields (without its pods). */
+export function deltaHeaderSize(d: Omit<OriginDeltaWire, 'pods'>): number {
+  return (
+    5 + scalar(d.from) + scalar(d.to) + scalar(d.ageMs) + stringSize(d.node) + scalar(d.incarnation) + scalar(d.floor) + (d.continuesFull ? 2 : 0)
+  );
+}
+
+/** Bytes a message of `size` adds as a field of its parent (tag and length prefix included). */
+export const fieldSize = (size: number): number => bytesField(size);
+
+/** Encoded size of a digest's body; one entry costs 4 + varint(version) + varint(lag) bytes. */
+export function digestSize(d: DigestWire): number {
+  const n = d.origins.length;
+  let versions = 0;
+  for (const v of d.versions) versions += varintSize(v);
+  let lags = 0;
+  for (const v of d.dataLag) lags += varintSize(v);
+  return (n ? bytesField(4 * n) : 0) + (n ? bytesField(versions) : 0) + (d.dataLag.length ? bytesField(lags) : 0) + scalar(d.shard) + scalar(d.shards);
+}
+
+/** Envelope bytes around a payload of up to 16 KiB, at the largest the counters can grow to. */
+export function envelopeOverhead(sender: string, boot: number): number {
+  const seq = 6; // uint32 varint
+  const sentAt = 9; // uint64 varint up to 2^56 ms
+  const payloadPrefix = 3; // tag + 2-byte length
+  const tag = 34; // tag + length + 32-byte HMAC
+  return stringSize(sender) + scalar(boot) + seq + sentAt + payloadPrefix + tag;
+}
