@@ -16,8 +16,6 @@ export interface MetricsOptions {
   podPredictions?: () => PodPrediction[];
   /** Read at scrape time: is discovery connected to its source now? */
   discoveryConnected?: () => boolean;
-  /** Read at scrape time: the gossip node's own counters (datagrams by outcome). */
-  gossipDatagrams?: () => Record<string, number> | undefined;
 }
 
 export function createMetrics(options: MetricsOptions = {}) {
@@ -101,19 +99,6 @@ export function createMetrics(options: MetricsOptions = {}) {
       registers: [registry],
       collect() {
         if (options.discoveryConnected) this.set(options.discoveryConnected() ? 1 : 0);
-      },
-    }),
-    gossip: new Counter({
-      name: 'kinference_gossip_datagrams_total',
-      help: 'Gossip datagrams by outcome: sent, received, dropped_<reason> (forged, replayed, stale, oversized, malformed).',
-      labelNames: ['outcome'] as const,
-      registers: [registry],
-      collect() {
-        const counts = options.gossipDatagrams?.();
-        if (!counts) return;
-        // The gossip node owns these counts; mirror them (they only grow).
-        this.reset();
-        for (const [outcome, value] of Object.entries(counts)) this.inc({ outcome }, value);
       },
     }),
   };

@@ -1,0 +1,312 @@
+// The composition root: builds the pure core and the shells from settings, wires them, and
+// starts the two listeners. Nothing here decides anything; it only connects parts.
+import type { AddressInfo } from 'node:net';
+import type { Server } from 'node:http';
+import { serve } from '@hono/node-server';
+import type { AgentSettings } from './config/load.ts';
+import { resolveSecret } from './config/secrets.ts';
+import { createStaticDiscovery } from './cluster/static.ts';
+import type { ClusterSnapshot, Discovery } from './cluster/types.ts';
+import { classify } from './classify/classify.ts';
+import { createPodDispatcher } from './forward/pod.ts';
+import { registerGossipMetrics } from './gossip/metrics.ts';
+import { GossipNode, parseHostPort } from './gossip/node.ts';
+import { loadPolicies } from './policy/schema.ts';
+import { compilePolicies, mayLeave, type CompiledPolicies } from './policy/resolve.ts';
+import { PodPool } from './pool/pool.ts';
+import { BreakerSet, createProvider, tryProviders, type ClosableProvider } from './providers/index.ts';
+import { createAdminApp, type Readiness } from './server/admin.ts';
+import { createApiApp } from './server/api.ts';
+import { explainDecision } from './server/explain.ts';
+import { identify } from './server/identify.ts';
+import { RequestPath, withHeaders } from './server/inference.ts';
+import { createMetrics } from './server/metrics.ts';
+import { Scraper } from './telemetry/scraper.ts';
+import type { EffectivePolicy, RouteRequest } from './types.ts';
+
+export interface AgentDeps {
+  /** Replaces the discovery the settings name (tests, Kubernetes mode built by the CLI). */
+  discovery?: Discovery;
+  /** Static mode: watch this config file for policy and pod changes. */
+  configPath?: string;
+  now?: () => number;
+  rand?: () => number;
+  log?: (level: 'info' | 'warn' | 'error', message: string) => void;
+}
+
+export interface RunningAgent {
+  apiUrl: string;
+  adminUrl: string;
+  gossipAddress?: string;
+  pool: PodPool;
+  /** Stop taking requests, let in-flight ones finish (up to the drain timeout), then close. */
+  shutdown(): Promise<void>;
+}
+
+function listen(app: { fetch: (req: Request) => Response | Promise<Response> }, hostPort: string): Promise<Server> {
+  const { host: hostname, port } = parseHostPort(hostPort);
+  return new Promise((resolve, reject) => {
+    const server = serve({ fetch: app.fetch, hostname, port }, () => resolve(server as Server)) as Server;
+    server.once('error', reject);
+  });
+}
+
+function urlOf(server: Server): string {
+  const address = server.address() as AddressInfo;
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  return `http://${host}:${address.port}`;
+}
+
+const MAX_POLICY_WINDOW_MS = 5 * 60_000;
+
+export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}): Promise<RunningAgent> {
+  const now = deps.now ?? (() => performance.timeOrigin + performance.now());
+  const rand = deps.rand ?? Math.random;
+  const log = deps.log ?? ((level, message) => console[level === 'info' ? 'log' : level](`kinference: ${message}`));
+  const pool = new PodPool({
+    node: settings.node,
+    scrapeIntervalMs: settings.scrapeIntervalMs,
+    peerMaxAgeMs: settings.gossip?.ttlMs ?? 3000,
+    networkCostMs: settings.gossip?.networkCostMs ?? 2,
+    referenceWindowMs: 30_000,
+    failureCooldownMs: 1000,
+    now,
+  });
+  const metrics = createMetrics({
+    defaultMetrics: true,
+    podPredictions: () => {
+      const { local, remote } = pool.debugState();
+      return [
+        ...local.map((p) => ({ pod: p.pod.name, where: 'local' as const, seconds: (p.predictedTtftMs ?? NaN) / 1000 })),
+        ...remote.map((p) => ({ pod: `${p.pod.node}/${p.pod.name}`, where: 'peer' as const, seconds: (p.predictedTtftMs ?? NaN) / 1000 })),
+      ];
+    },
+    discoveryConnected: () => discovery.status().connected,
+  });
+
+  const discovery =
+    deps.discovery ??
+    (settings.discovery === 'kubernetes'
+      ? (await import('./cluster/kubernetes.ts')).createKubernetesDiscovery({
+          nodeName: settings.node,
+          ...settings.kubernetes,
+          gossipPort: settings.gossip ? parseHostPort(settings.gossip.bind).port : undefined,
+          log: (level: 'info' | 'warn', message: string) => log(level, message),
+        })
+      : createStaticDiscovery({
+          settings,
+          configPath: deps.configPath,
+          onReload: (outcome, detail) => {
+            metrics.policyReloads.inc({ outcome });
+            if (outcome === 'ok') log('info', 'config reloaded');
+            else log('warn', `config change rejected, keeping the previous one: ${detail}`);
+          },
+        }));
+
+  const scraper = new Scraper(
+    // Windows cover the longest exclusion window a policy may name (5 min), at 1 s resolution.
+    { intervalMs: settings.scrapeIntervalMs, timeoutMs: settings.limits.scrapeTimeoutMs, now, windows: { spanMs: MAX_POLICY_WINDOW_MS, bucketMs: 1000 } },
+    (pod, load, telemetry) => {
+      metrics.scrapes.inc({ outcome: 'ok' });
+      pool.recordLoad(pod.uid, load, telemetry);
+    },
+    (pod) => {
+      metrics.scrapes.inc({ outcome: 'error' });
+      pool.recordScrapeFailure(pod.uid);
+    },
+  );
+
+  // --- what changes with discovery: pods, policies, providers, peers -------------------------
+  let snapshot: ClusterSnapshot = { pods: [], namespaces: new Map(), policies: [], providers: [], peers: [], callers: new Map() };
+  let policies: CompiledPolicies = compilePolicies([]);
+  let providers = new Map<string, ClosableProvider>();
+  const breakers = new BreakerSet();
+  let gossip: GossipNode | undefined;
+
+  const applySnapshot = () => {
+    const next = discovery.snapshot();
+    pool.setLocalPods(next.pods);
+    scraper.setPods(next.pods);
+    if (next.policies !== snapshot.policies || next.namespaces !== snapshot.namespaces) {
+      const loaded = loadPolicies(next.policies);
+      for (const e of loaded.errors) log('warn', `policy ${e.name} ignored: ${e.errors.map((x) => `${x.path}: ${x.message}`).join('; ')}`);
+      policies = compilePolicies(loaded.policies, next.namespaces);
+      for (const problem of policies.problems) log('warn', `policy: ${problem}`);
+    }
+    if (next.providers !== snapshot.providers) {
+      const old = providers;
+      providers = new Map(next.providers.map((p) => [p.name, createProvider(p)]));
+      for (const p of old.values()) void p.close().catch(() => {});
+    }
+    gossip?.setPeers(next.peers);
+    snapshot = next;
+  };
+  await discovery.start();
+  applySnapshot();
+  discovery.onChange(applySnapshot);
+  scraper.start();
+
+  if (settings.gossip) {
+    gossip = new GossipNode({
+      nodeId: settings.node,
+      bind: settings.gossip.bind,
+      peers: snapshot.peers,
+      key: Buffer.from(resolveSecret(settings.gossip.key)),
+      intervalMs: settings.gossip.intervalMs,
+      fanout: settings.gossip.fanout,
+      ttlMs: settings.gossip.ttlMs,
+      now,
+      rand,
+    });
+    gossip.onChange(() => pool.setRemote(gossip!.remoteEstimates()));
+    registerGossipMetrics(metrics.registry, gossip);
+    await gossip.start();
+  }
+  // Publish our pods' estimates once per gossip round (cheap: the state machine only sends deltas).
+  const publishTimer = gossip
+    ? setInterval(() => gossip!.publishLocal(pool.localEstimates()), settings.gossip!.intervalMs)
+    : undefined;
+  publishTimer?.unref();
+
+  // --- the request path -------------------------------------------------------------------------
+  const isKnownModel = (model: string) => pool.servedModels().has(model) || [...providers.values()].some((p) => p.models.includes(model));
+  const knownModels = () => [...new Set([...pool.servedModels(), ...[...providers.values()].flatMap((p) => p.models)])].sort();
+  const leaveVerdict = (policy: EffectivePolicy, request: RouteRequest) => {
+    const verdict = mayLeave(policy, request);
+    const at = now();
+    const usable = verdict.allowed
+      ? policy.overflow.providers.filter((name) => {
+          const provider = providers.get(name);
+          return provider?.supports(request.kind, request.model) && breakers.get(name).state(at) !== 'open';
+        })
+      : [];
+    return { ...verdict, providers: usable };
+  };
+  const trustTenantHeader = settings.discovery === 'static' || settings.tenantHeaderExplicit;
+  const identity = (req: Request, remoteIp: string | undefined) => {
+    const claim = identify({ trustTenantHeader, headerTenant: req.headers.get(settings.tenantHeader), remoteIp, callers: snapshot.callers });
+    return { namespace: claim.namespace, tenant: policies.tenantFor(claim.namespace, claim.claimedTenant) };
+  };
+  const dispatcher = createPodDispatcher();
+  const requestPath = new RequestPath({
+    metrics,
+    dispatcher,
+    limits: {
+      maxBodyBytes: settings.limits.maxBodyBytes,
+      maxRetries: settings.limits.maxRetries,
+      maxWaiting: settings.limits.maxWaiting,
+      pod: { connectMs: settings.limits.podConnectTimeoutMs, idleMs: settings.limits.podIdleTimeoutMs },
+    },
+    now,
+    rand,
+    identify: identity,
+    classify: (header, body) => classify(header ?? undefined, body),
+    isKnownModel,
+    policyFor: (who, model) => policies.resolve(who.tenant, who.namespace, model),
+    leaveVerdict,
+    pool,
+    overflow: async (request, parsed, names, signal) => {
+      const chain = names.map((n) => providers.get(n)).filter((p): p is ClosableProvider => p !== undefined);
+      const result = await tryProviders(chain, { kind: request.kind, model: request.model, body: parsed.body, signal }, {
+        breakers,
+        now,
+        onAttempt: (a) => metrics.providerRequests.inc({ provider: a.provider, outcome: a.outcome === 'answered' ? (a.status && a.status >= 400 ? 'client_error' : 'ok') : a.outcome }),
+      });
+      if (result.ok) return { ok: true, response: withHeaders(result.response, { 'x-kinference-route': `overflow/${result.provider}` }) };
+      const summary = result.attempts.map((a) => `${a.provider}: ${a.outcome}${a.reason ? ` (${a.reason}${a.status ? ` ${a.status}` : ''})` : ''}`).join(', ');
+      log('warn', `overflow failed: ${summary}`);
+      // Reached and answered badly (5xx, garbage) is a bad gateway; reached none is unavailability.
+      const answered = result.attempts.some((a) => a.outcome === 'failed' && (a.reason === 'status' || a.reason === 'protocol'));
+      return { ok: false, status: answered ? 502 : 503, message: `every overflow provider failed (${summary})` };
+    },
+  });
+
+  // --- listeners ---------------------------------------------------------------------------------
+  let draining = false;
+  const api = await listen(createApiApp({ requestPath, models: knownModels, accepting: () => !draining }), settings.listen.api);
+  let active = 0;
+  const drained: (() => void)[] = [];
+  api.on('request', (_req, res) => {
+    active++;
+    res.once('close', () => {
+      active--;
+      if (active === 0) for (const done of drained.splice(0)) done();
+    });
+  });
+
+  const readiness = (): Readiness => {
+    const status = discovery.status();
+    const unscraped = pool.localPods().filter((p) => (scraper.health(p.uid)?.scrapes ?? 0) === 0).map((p) => p.name);
+    const checks = {
+      discovery: { ok: status.synced, detail: status.connected ? 'connected' : `serving the last known view: ${status.lastError ?? 'disconnected'}` },
+      firstScrape: { ok: unscraped.length === 0, detail: unscraped.length ? `not yet scraped: ${unscraped.join(', ')}` : undefined },
+      draining: { ok: !draining },
+    };
+    return { ready: Object.values(checks).every((c) => c.ok), checks };
+  };
+  const explain = (q: { model: string; tenant?: string; namespace?: string; tags: string[]; promptTokens: number }) => {
+    const namespace = q.namespace ?? q.tenant ?? 'default';
+    const who = { namespace, tenant: policies.tenantFor(namespace, q.tenant) };
+    const request: RouteRequest = { kind: 'chat', model: q.model, tenant: who.tenant, namespace, tags: q.tags, promptTokens: q.promptTokens, stream: true };
+    return explainDecision(requestPath.explain(request, who));
+  };
+  const state = async () => {
+    const at = now();
+    const pods = pool.debugState();
+    return {
+      node: settings.node,
+      ready: readiness().ready,
+      discovery: { mode: settings.discovery, ...discovery.status() },
+      requests: await requestSummary(),
+      pods,
+      policies: { loaded: policies.policies.map((p) => `${p.metadata.namespace}/${p.metadata.name}`), problems: policies.problems },
+      providers: [...providers.values()].map((p) => ({ name: p.name, kind: p.kind, models: p.models, breaker: breakers.get(p.name).snapshot(at) })),
+      gossip: gossip?.stats(),
+    };
+  };
+  const requestSummary = async () => {
+    const byRoute: Record<string, number> = {};
+    let total = 0;
+    for (const v of (await metrics.requests.get()).values) {
+      total += v.value;
+      const route = String(v.labels.route);
+      byRoute[route] = (byRoute[route] ?? 0) + v.value;
+    }
+    return { total, byRoute };
+  };
+  const admin = await listen(
+    createAdminApp({ metrics, readiness, state, explain, isKnownModel }),
+    settings.listen.admin,
+  );
+
+  log('info', `node ${settings.node}: API ${urlOf(api)}, admin ${urlOf(admin)}${settings.gossip ? `, gossip udp ${settings.gossip.bind}` : ''}`);
+
+  let shutdownPromise: Promise<void> | undefined;
+  const shutdown = () =>
+    (shutdownPromise ??= (async () => {
+      draining = true;
+      // Stop accepting; idle keep-alive connections close now, busy ones after their response.
+      api.close();
+      api.closeIdleConnections();
+      if (active > 0) {
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, settings.limits.drainTimeoutMs);
+          drained.push(() => {
+            clearTimeout(timer);
+            resolve();
+          });
+        });
+      }
+      api.closeAllConnections();
+      clearInterval(publishTimer);
+      await gossip?.stop();
+      await scraper.stop();
+      await discovery.stop();
+      await Promise.all([...providers.values()].map((p) => p.close().catch(() => {})));
+      await dispatcher.close().catch(() => {});
+      await new Promise<void>((resolve) => admin.close(() => resolve()));
+      admin.closeAllConnections();
+    })());
+
+  return { apiUrl: urlOf(api), adminUrl: urlOf(admin), gossipAddress: settings.gossip?.bind, pool, shutdown };
+}

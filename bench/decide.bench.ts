@@ -1,0 +1,61 @@
+// Decision cost per request: the production router (filters, prediction, load cost, near-tie
+// pick) over N candidates, and the node model's prediction alone. Run: npm run bench:micro
+import { Bench } from 'tinybench';
+import { NodeModel } from '../agent/predict/node-model.ts';
+import type { Candidate } from '../agent/route/candidate.ts';
+import { decide } from '../agent/route/router.ts';
+import type { EffectivePolicy, RouteRequest } from '../agent/types.ts';
+
+const policy: EffectivePolicy = {
+  name: 'bench',
+  sloTtftMs: 500,
+  exclude: [{ metric: 'queued', above: 2, windowMs: 30_000 }],
+  overflow: { providers: [], denyTags: [], denyTenants: [] },
+  waitMaxMs: 2000,
+};
+const request: RouteRequest = { kind: 'chat', model: 'llama-3-8b', tenant: 't', namespace: 't', tags: [], promptTokens: 400, stream: true };
+const leave = { allowed: false, reason: 'bench', providers: [] };
+
+function candidates(n: number): Candidate[] {
+  return Array.from({ length: n }, (_, i) => ({
+    pod: { uid: `ns/pod-${i}`, name: `pod-${i}`, namespace: 'ns', node: `node-${i % 50}`, address: `10.0.${i >> 8}.${i & 255}:8000`, models: ['llama-3-8b'] },
+    where: i < 8 ? ('local' as const) : ('peer' as const),
+    ageMs: 40,
+    maxAgeMs: 200,
+    healthy: true,
+    queuedNow: i % 4,
+    running: (i * 7) % 16,
+    kvCache: 0.4,
+    average: () => (i % 5) * 0.6,
+    params: { base: 20 + (i % 3), perQueued: 180, perRunning: 3, perKPromptTokens: 260 },
+    inFlight: i % 3,
+    unseenSent: 0,
+    networkCostMs: i < 8 ? 0 : 2,
+  }));
+}
+
+const bench = new Bench({ time: 500 });
+const sizes = [8, 64, 512];
+for (const n of sizes) {
+  const list = candidates(n);
+  bench.add(`decide over ${n} candidates`, () => {
+    decide({ request, policy, candidates: list, leave, rand: Math.random });
+  });
+}
+const model = new NodeModel();
+for (let i = 0; i < 100; i++) model.observe('pod', { queued: i % 3, running: i % 16, promptTokens: 200 + i }, 100 + i);
+bench.add('node model: predict one pod', () => {
+  model.predict('pod', { queued: 1, running: 8, promptTokens: 400 });
+});
+bench.add('node model: learn one observation', () => {
+  model.observe('pod', { queued: 1, running: 8, promptTokens: 400 }, 180);
+});
+
+await bench.run();
+const rows = bench.tasks.map((task) => {
+  const n = /over (\d+)/.exec(task.name)?.[1];
+  const result = task.result;
+  const meanUs = result.state === 'completed' ? result.latency.mean * 1000 : NaN;
+  return { task: task.name, 'µs/op': meanUs.toFixed(2), 'µs/candidate': n ? (meanUs / Number(n)).toFixed(3) : '' };
+});
+console.table(rows);

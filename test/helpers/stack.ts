@@ -1,0 +1,64 @@
+// A whole agent on loopback for tests: simulated pods, optional providers, the production agent.
+import { startAgent, type RunningAgent } from '../../agent/agent.ts';
+import { settingsFromObject } from '../../agent/config/load.ts';
+import { startSim, type SimOptions, type SimServer } from '../../shared/sim/server.ts';
+
+export const MODEL = 'llama-3-8b';
+
+export interface StackOptions {
+  /** One simulator per entry. */
+  pods?: SimOptions[];
+  /** Extra config keys (providers, policies, namespaces, limits, …). */
+  config?: Record<string, unknown>;
+  node?: string;
+}
+
+export interface Stack {
+  agent: RunningAgent;
+  sims: SimServer[];
+  api: string;
+  admin: string;
+  close(): Promise<void>;
+}
+
+export async function startStack(options: StackOptions = {}): Promise<Stack> {
+  const sims: SimServer[] = [];
+  for (const [i, sim] of (options.pods ?? [{}]).entries()) sims.push(await startSim({ models: [MODEL], seed: 10 + i, name: `pod-${i}`, ...sim }));
+  const settings = settingsFromObject({
+    node: options.node ?? 'node-a',
+    listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' },
+    scrapeInterval: '50ms',
+    pods: sims.map((sim, i) => ({ name: `pod-${i}`, namespace: 'inference', address: new URL(sim.url).host, engine: sim.flavor, models: [MODEL] })),
+    ...options.config,
+  });
+  const agent = await startAgent(settings, { log: () => {} });
+  await waitFor(async () => (await fetch(`${agent.adminUrl}/readyz`)).ok, 5000, 'agent ready');
+  return {
+    agent,
+    sims,
+    api: agent.apiUrl,
+    admin: agent.adminUrl,
+    async close() {
+      await agent.shutdown();
+      await Promise.all(sims.map((s) => s.close()));
+    },
+  };
+}
+
+/** Polls `check` until it holds; fails the test with `what` after `timeoutMs`. */
+export async function waitFor(check: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await check()) return;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+export function chatBody(content = 'Hello there', extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return { model: MODEL, messages: [{ role: 'user', content }], max_tokens: 8, ...extra };
+}
+
+export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> {
+  return fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+}
