@@ -18,7 +18,7 @@ function assertClean(texts: string[]): void {
 
 // --- positives, embedded in prose ---
 
-void test('finds e-mail addresses', () => {
+test('finds e-mail addresses', () => {
   assertFinds('email', [
     'Please reply to jane.doe@example.com.',
     'Contact: "Bob" <bob+billing@mail.example.co.uk>, thanks',
@@ -27,7 +27,7 @@ void test('finds e-mail addresses', () => {
   ]);
 });
 
-void test('finds payment card numbers that pass Luhn with a known issuer', () => {
+test('finds payment card numbers that pass Luhn with a known issuer', () => {
   assertFinds('card', [
     'my card is 4111 1111 1111 1111, exp 12/26',
     'charge 4111-1111-1111-1111 please',
@@ -44,7 +44,7 @@ void test('finds payment card numbers that pass Luhn with a known issuer', () =>
   ]);
 });
 
-void test('finds US SSNs in the dashed form', () => {
+test('finds US SSNs in the dashed form', () => {
   assertFinds('ssn', [
     'SSN: 536-90-4399',
     'ssn=078-05-1120 on file',
@@ -55,7 +55,7 @@ void test('finds US SSNs in the dashed form', () => {
   ]);
 });
 
-void test('finds IBANs that pass mod-97, compact or grouped by 4', () => {
+test('finds IBANs that pass mod-97, compact or grouped by 4', () => {
   assertFinds('iban', [
     'wire it to DE89 3704 0044 0532 0130 00 today',
     'IBAN: DE89370400440532013000',
@@ -67,7 +67,7 @@ void test('finds IBANs that pass mod-97, compact or grouped by 4', () => {
   ]);
 });
 
-void test('finds phone numbers in E.164 and common NANP shapes', () => {
+test('finds phone numbers in E.164 and common NANP shapes', () => {
   assertFinds('phone', [
     'call +1 415 555 2671 tomorrow',
     'call +14155552671',
@@ -83,7 +83,7 @@ void test('finds phone numbers in E.164 and common NANP shapes', () => {
   ]);
 });
 
-void test('finds several kinds in one text', () => {
+test('finds several kinds in one text', () => {
   assert.deepEqual(detected('jane@example.com, 555-123-4567, SSN 536-90-4399, card 4111111111111111, DE89370400440532013000'), [
     'card', 'email', 'iban', 'phone', 'ssn',
   ]);
@@ -91,7 +91,7 @@ void test('finds several kinds in one text', () => {
 
 // --- near misses ---
 
-void test('order numbers, ids and 16-digit numbers failing Luhn or issuer are not cards', () => {
+test('order numbers, ids and 16-digit numbers failing Luhn or issuer are not cards', () => {
   assertClean([
     'order 4111111111111112 shipped', // Visa prefix, fails Luhn
     'order 1234567812345670 shipped', // passes Luhn, no issuer starts with 1
@@ -106,7 +106,7 @@ void test('order numbers, ids and 16-digit numbers failing Luhn or issuer are no
   ]);
 });
 
-void test('timestamps, dates, versions and addresses are not PII', () => {
+test('timestamps, dates, versions and addresses are not PII', () => {
   assertClean([
     'at 2024-05-01T12:30:45Z the job failed',
     'at 2024-05-01T12:30:45.123+02:00',
@@ -117,7 +117,7 @@ void test('timestamps, dates, versions and addresses are not PII', () => {
   ]);
 });
 
-void test('UUIDs, hashes and prices are not PII', () => {
+test('UUIDs, hashes and prices are not PII', () => {
   assertClean([
     'request 123e4567-e89b-12d3-a456-426614174000',
     'request 12345678-1234-1234-1234-123456789012',
@@ -128,7 +128,7 @@ void test('UUIDs, hashes and prices are not PII', () => {
   ]);
 });
 
-void test('things near an e-mail address are not e-mail addresses', () => {
+test('things near an e-mail address are not e-mail addresses', () => {
   assertClean([
     'ping user@ when done',
     'user@localhost is local',
@@ -141,7 +141,7 @@ void test('things near an e-mail address are not e-mail addresses', () => {
   ]);
 });
 
-void test('SSN-shaped numbers with invalid parts are not SSNs', () => {
+test('SSN-shaped numbers with invalid parts are not SSNs', () => {
   assertClean([
     'ssn 000-12-3456',
     'ssn 666-12-3456',
@@ -154,7 +154,7 @@ void test('SSN-shaped numbers with invalid parts are not SSNs', () => {
   ]);
 });
 
-void test('IBAN-shaped strings failing mod-97 or length are not IBANs', () => {
+test('IBAN-shaped strings failing mod-97 or length are not IBANs', () => {
   assertClean([
     'DE89 3704 0044 0532 0130 01', // check digits wrong
     'DE89370400440532013', // too short for DE
@@ -164,7 +164,7 @@ void test('IBAN-shaped strings failing mod-97 or length are not IBANs', () => {
   ]);
 });
 
-void test('phone-shaped numbers that are not phones are not tagged', () => {
+test('phone-shaped numbers that are not phones are not tagged', () => {
   assertClean([
     'x +1 2 3 4 5 6 7 8 = 36',
     'delta +5 points',
@@ -178,7 +178,7 @@ void test('phone-shaped numbers that are not phones are not tagged', () => {
   ]);
 });
 
-void test('Luhn and mod-97 arithmetic', () => {
+test('Luhn and mod-97 arithmetic', () => {
   assert.equal(luhn('4111111111111111'), true);
   assert.equal(luhn('4111111111111112'), false);
   assert.equal(luhn('79927398713'), true);
@@ -188,7 +188,7 @@ void test('Luhn and mod-97 arithmetic', () => {
 
 // --- where in a request ---
 
-void test('finds PII in chat content parts and tool call arguments', () => {
+test('finds PII in chat content parts and tool call arguments', () => {
   const parts = {
     messages: [
       { role: 'system', content: 'You are helpful.' },
@@ -205,20 +205,20 @@ void test('finds PII in chat content parts and tool call arguments', () => {
   assert.deepEqual(classifyRequest(undefined, tool).detectors, ['card']);
 });
 
-void test('finds PII in a completions prompt array and in embeddings input', () => {
+test('finds PII in a completions prompt array and in embeddings input', () => {
   assert.deepEqual(classifyRequest(undefined, { prompt: ['hello', 'SSN 536-90-4399'] }).detectors, ['ssn']);
   assert.deepEqual(classifyRequest(undefined, { prompt: 'call +1 415 555 2671' }).detectors, ['phone']);
   assert.deepEqual(classifyRequest(undefined, { input: ['fine', 'IBAN DE89 3704 0044 0532 0130 00'] }).detectors, ['iban']);
   assert.deepEqual(classifyRequest(undefined, { input: 'jane@example.com' }).detectors, ['email']);
 });
 
-void test('token-id arrays are not text', () => {
+test('token-id arrays are not text', () => {
   assert.deepEqual(classify(undefined, { input: [4111111111111111, 5551234567] }), []);
   assert.deepEqual(classify(undefined, { prompt: [[4111111111111111, 1]] }), []);
   assert.deepEqual(requestTexts({ input: [[1, 2], 'a', 3] }), ['a']);
 });
 
-void test('scans system, suffix, refusal and user; not tool definitions', () => {
+test('scans system, suffix, refusal and user; not tool definitions', () => {
   assert.deepEqual(requestTexts({
     system: 's',
     prompt: 'p',
@@ -230,7 +230,7 @@ void test('scans system, suffix, refusal and user; not tool definitions', () => 
   assert.deepEqual(classify(undefined, { messages: [{ role: 'user', content: 'hi' }], tools: [{ type: 'function', function: { description: 'mail help@acme.com' } }] }), []);
 });
 
-void test('odd bodies are harmless', () => {
+test('odd bodies are harmless', () => {
   for (const body of [undefined, null, 'text', 42, [], { messages: 'x' }, { messages: [null, 1, { content: 7 }] }]) {
     assert.deepEqual(classify(undefined, body), []);
   }

@@ -147,8 +147,8 @@ function podNames(d: KubernetesDiscovery): string[] {
   return d.snapshot().pods.map((p) => `${p.namespace}/${p.name}`);
 }
 
-void describe('kubernetes discovery', () => {
-  void it('finds the routable model-server pods on its own node and ignores every other node', async (t) => {
+describe('kubernetes discovery', () => {
+  it('finds the routable model-server pods on its own node and ignores every other node', async (t) => {
     const { discovery, api } = await harness(t, (api) => {
       api.put(modelServer('llama-0', '10.1.0.20'));
       api.put(pod('inference', 'llama-1', { ip: '10.1.0.21', labels: { 'kinference.io/pool': 'llama' }, annotations: { 'kinference.io/model': 'llama-3-8b, llama-3-70b' }, httpPort: 8080 }));
@@ -169,7 +169,7 @@ void describe('kubernetes discovery', () => {
     for (const r of podRequests) assert.equal(r.query.fieldSelector, `spec.nodeName=${NODE}`, 'only this node\'s pods are listed and watched');
   });
 
-  void it('names every caller on the node by pod IP, except host-network and finished pods', async (t) => {
+  it('names every caller on the node by pod IP, except host-network and finished pods', async (t) => {
     const { discovery } = await harness(t, (api) => {
       api.put(pod('team-a', 'app-0', { ip: '10.1.0.30' }));
       api.put(pod('team-b', 'app-1', { ip: '10.1.0.31', ready: false }));
@@ -183,7 +183,7 @@ void describe('kubernetes discovery', () => {
     ]);
   });
 
-  void it('reads namespace annotations, InferencePolicies, providers and gossip peers', async (t) => {
+  it('reads namespace annotations, InferencePolicies, providers and gossip peers', async (t) => {
     const { discovery } = await harness(t, (api) => {
       api.put(namespace('team-a', { 'kinference.io/overflow': 'deny', 'kinference.io/ttft-slo': '800ms', 'kubectl.kubernetes.io/last-applied-configuration': '{}' }));
       api.put(namespace('team-b'));
@@ -225,7 +225,7 @@ void describe('kubernetes discovery', () => {
     assert.deepEqual(snap.peers, ['10.2.0.10:7946', '10.3.0.10:7946'], 'own address excluded, not-ready agents included');
   });
 
-  void it('follows adds, updates and deletes of every source within a second', async (t) => {
+  it('follows adds, updates and deletes of every source within a second', async (t) => {
     const { api, discovery, changes } = await harness(t, () => {});
     const cases: [string, () => void, () => boolean][] = [
       ['pod added', () => api.put(modelServer('llama-0', '10.1.0.20')), () => podNames(discovery).includes('inference/llama-0')],
@@ -251,7 +251,7 @@ void describe('kubernetes discovery', () => {
     }
   });
 
-  void it('does not signal a change when nothing the agent uses changed', async (t) => {
+  it('does not signal a change when nothing the agent uses changed', async (t) => {
     const { api, discovery, changes } = await harness(t, (api) => api.put(modelServer('llama-0', '10.1.0.20')));
     const before = changes();
     const snapshot = discovery.snapshot();
@@ -267,7 +267,7 @@ void describe('kubernetes discovery', () => {
     assert.deepEqual(discovery.snapshot().pods, snapshot.pods);
   });
 
-  void it('keeps the last good providers when providers.yaml turns invalid, and says why', async (t) => {
+  it('keeps the last good providers when providers.yaml turns invalid, and says why', async (t) => {
     const { api, discovery } = await harness(t, (api) => api.put(providersConfigMap(PROVIDERS_YAML)));
     api.put(providersConfigMap('- name: broken\n  kind: carrier-pigeon\n  models: {a: b}\n'));
     await waitFor('problem reported', () => discovery.status().problems.length === 1, 1000);
@@ -278,7 +278,7 @@ void describe('kubernetes discovery', () => {
     await waitFor('fixed', () => discovery.snapshot().providers.length === 1 && discovery.status().problems.length === 0, 1000);
   });
 
-  void it('resumes dropped watches from their resourceVersion, without relisting', async (t) => {
+  it('resumes dropped watches from their resourceVersion, without relisting', async (t) => {
     const { api, discovery, lists } = await harness(t, () => {});
     const listed = lists();
     api.dropWatches();
@@ -290,7 +290,7 @@ void describe('kubernetes discovery', () => {
     assert.ok(Number(resumed?.query.resourceVersion) > 0, 'the new watch starts at the last resourceVersion');
   });
 
-  void it('resumes a silently stalled watch after the idle timeout and replays what it missed', async (t) => {
+  it('resumes a silently stalled watch after the idle timeout and replays what it missed', async (t) => {
     const { api, discovery, lists } = await harness(t, () => {});
     const listed = lists();
     api.stallWatches();
@@ -305,7 +305,7 @@ void describe('kubernetes discovery', () => {
   });
 
   for (const goneAs of ['event', 'http'] as const) {
-    void it(`relists after 410 Gone (${goneAs === 'event' ? 'ERROR event' : 'HTTP 410'}) and drops what was deleted meanwhile`, async (t) => {
+    it(`relists after 410 Gone (${goneAs === 'event' ? 'ERROR event' : 'HTTP 410'}) and drops what was deleted meanwhile`, async (t) => {
       const { api, discovery, lists } = await harness(t, (api) => {
         api.goneAs = goneAs;
         api.put(modelServer('llama-0', '10.1.0.20'));
@@ -330,7 +330,7 @@ void describe('kubernetes discovery', () => {
   }
 
   for (const fault of ['refused connections', 'HTTP 500'] as const) {
-    void it(`keeps the last view while the API server is down (${fault}), reports it, and catches up after`, async (t) => {
+    it(`keeps the last view while the API server is down (${fault}), reports it, and catches up after`, async (t) => {
       const { api, discovery } = await harness(t, (api) => {
         api.put(modelServer('llama-0', '10.1.0.20'));
         api.put(gossipSlice('g-1', [{ ip: '10.2.0.10', node: 'node-b' }]));
@@ -355,7 +355,7 @@ void describe('kubernetes discovery', () => {
     });
   }
 
-  void it('waits for the API server at start, then syncs once it answers', async (t) => {
+  it('waits for the API server at start, then syncs once it answers', async (t) => {
     const api = await FakeKubeApiServer.start({ bookmarkIntervalMs: 100 });
     api.put(modelServer('llama-0', '10.1.0.20'));
     api.refuseConnections();
@@ -374,7 +374,7 @@ void describe('kubernetes discovery', () => {
     assert.deepEqual(podNames(discovery), ['inference/llama-0']);
   });
 
-  void it('follows continue tokens when the API server pages a list', async (t) => {
+  it('follows continue tokens when the API server pages a list', async (t) => {
     const { api, discovery } = await harness(t, (api) => {
       for (let i = 0; i < 7; i++) api.put(namespace(`ns-${i}`, { 'kinference.io/tenant': `t${i}` }));
     }, { list: { pageSize: 3 } });
@@ -384,7 +384,7 @@ void describe('kubernetes discovery', () => {
     assert.deepEqual(pages.map((r) => r.query.resourceVersion), ['0', undefined, undefined]);
   });
 
-  void it('stops every watch on stop()', async (t) => {
+  it('stops every watch on stop()', async (t) => {
     const { api, discovery } = await harness(t, () => {});
     await waitFor('watching', () => api.watchCount() === 5, 1000);
     await discovery.stop();

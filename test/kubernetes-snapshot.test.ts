@@ -13,13 +13,13 @@ function ready(pod: PodObject): PodObject {
   };
 }
 
-void describe('model-server pods', () => {
-  void it('brackets IPv6 pod addresses', () => {
+describe('model-server pods', () => {
+  it('brackets IPv6 pod addresses', () => {
     const pod = ready({ metadata: { name: 'p', namespace: 'ns', uid: 'u1', annotations: { 'kinference.io/model': 'm', 'kinference.io/port': '8000' } }, status: { podIP: 'fd00::5' } });
     assert.equal(modelServerPods([pod], 'n1')[0].address, '[fd00::5]:8000');
   });
 
-  void it('takes the port annotation over a container port named http, and rejects a bad one', () => {
+  it('takes the port annotation over a container port named http, and rejects a bad one', () => {
     const pod = ready({
       metadata: { name: 'p', namespace: 'ns', annotations: { 'kinference.io/model': 'm', 'kinference.io/port': '8001' } },
       spec: { containers: [{ ports: [{ name: 'http', containerPort: 8000 }] }] },
@@ -31,37 +31,37 @@ void describe('model-server pods', () => {
     assert.deepEqual(modelServerPods([bad], 'n1'), []);
   });
 
-  void it('leaves the engine undefined unless the annotation names a known one', () => {
+  it('leaves the engine undefined unless the annotation names a known one', () => {
     const pod = ready({ metadata: { name: 'p', annotations: { 'kinference.io/model': 'm', 'kinference.io/port': '1', 'kinference.io/engine': 'triton' } }, status: { podIP: '10.0.0.1' } });
     const [found] = modelServerPods([pod], 'n1');
     assert.equal(found.engine, undefined);
     assert.equal(found.uid, 'default/p', 'falls back to namespace/name without a uid');
   });
 
-  void it('selects by a configurable pool label', () => {
+  it('selects by a configurable pool label', () => {
     const pod = ready({ metadata: { name: 'p', namespace: 'ns', labels: { 'example.com/llm': 'x' }, annotations: { 'kinference.io/port': '1' } }, status: { podIP: '10.0.0.1' } });
     assert.equal(modelServerPods([pod], 'n1').length, 0);
     assert.deepEqual(modelServerPods([pod], 'n1', 'example.com/llm')[0].models, []);
   });
 
-  void it('maps every pod IP of a dual-stack pod to its caller', () => {
+  it('maps every pod IP of a dual-stack pod to its caller', () => {
     const pod = ready({ metadata: { name: 'app', namespace: 'team-a' }, status: { podIP: '10.0.0.1', podIPs: [{ ip: '10.0.0.1' }, { ip: 'fd00::1' }] } });
     assert.deepEqual([...callersByIp([pod], 'n1').keys()], ['10.0.0.1', 'fd00::1']);
   });
 });
 
-void describe('namespaces, policies, peers', () => {
-  void it('keeps only kinference.io annotations', () => {
+describe('namespaces, policies, peers', () => {
+  it('keeps only kinference.io annotations', () => {
     const map = namespaceAnnotations([{ metadata: { name: 'a', annotations: { 'kinference.io/tenant': 't', 'x/y': 'z' } } }]);
     assert.deepEqual(map.get('a'), { 'kinference.io/tenant': 't' });
   });
 
-  void it('strips managedFields from policies and fills apiVersion/kind', () => {
+  it('strips managedFields from policies and fills apiVersion/kind', () => {
     const [p] = policyObjects([{ metadata: { name: 'p', namespace: 'ns', managedFields: [{}] } }]) as { apiVersion: string; kind: string; metadata: object }[];
     assert.deepEqual(p, { apiVersion: 'kinference.io/v1alpha1', kind: 'InferencePolicy', metadata: { name: 'p', namespace: 'ns' } });
   });
 
-  void it('builds peer addresses: explicit port wins, own node and FQDN slices left out, IPv6 bracketed', () => {
+  it('builds peer addresses: explicit port wins, own node and FQDN slices left out, IPv6 bracketed', () => {
     const slices: EndpointSliceObject[] = [
       { addressType: 'IPv4', endpoints: [{ addresses: ['10.0.0.1'], nodeName: 'n1' }, { addresses: ['10.0.0.2'], nodeName: 'n2' }], ports: [{ name: 'gossip', port: 7000 }] },
       { addressType: 'IPv6', endpoints: [{ addresses: ['fd00::3'], nodeName: 'n3' }], ports: [{ name: 'gossip', port: 7000 }] },
@@ -72,16 +72,16 @@ void describe('namespaces, policies, peers', () => {
   });
 });
 
-void describe('providers.yaml', () => {
+describe('providers.yaml', () => {
   const ok = { name: 'db', kind: 'openai', endpoint: 'https://x.example/serving-endpoints', models: { a: 'b' } };
 
-  void it('defaults the timeout to 10 s and parses duration strings', () => {
+  it('defaults the timeout to 10 s and parses duration strings', () => {
     assert.equal(parseProviderList([ok])[0].timeoutMs, 10_000);
     assert.equal(parseProviderList([{ ...ok, timeout: '2.5s' }])[0].timeoutMs, 2_500);
     assert.equal(parseProviderList({ providers: [{ ...ok, timeout: 750 }] })[0].timeoutMs, 750);
   });
 
-  void it('rejects the whole list with a message naming the entry and field', () => {
+  it('rejects the whole list with a message naming the entry and field', () => {
     const cases: [unknown, RegExp][] = [
       [[{ ...ok, apiKey: 'dapi-123' }], /\[0\] \(db\)\.apiKey: expected \{env: NAME\} or \{file/],
       [[{ ...ok, apiKey: { file: 'relative/path' } }], /apiKey: .*absolute/],
@@ -97,7 +97,7 @@ void describe('providers.yaml', () => {
     for (const [value, message] of cases) assert.throws(() => parseProviderList(value), message);
   });
 
-  void it('treats a missing key or an empty file as no providers, and reports bad YAML', () => {
+  it('treats a missing key or an empty file as no providers, and reports bad YAML', () => {
     assert.deepEqual(parseProvidersConfigMap(undefined, 'cm'), []);
     assert.deepEqual(parseProvidersConfigMap({ 'providers.yaml': '' }, 'cm'), []);
     assert.throws(() => parseProvidersConfigMap({ 'providers.yaml': '- name: [unclosed' }, 'configmap k/p'), /configmap k\/p: providers.yaml is not valid YAML/);

@@ -5,10 +5,9 @@
 // grace period).
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { before, describe, it } from 'node:test';
 import { parseAllDocuments, parse } from 'yaml';
 import { CustomResourceDefinition } from 'kubernetes-models/apiextensions.k8s.io/v1/CustomResourceDefinition';
 import { DaemonSet } from 'kubernetes-models/apps/v1/DaemonSet';
@@ -157,9 +156,7 @@ function hasKubectl(): boolean {
 }
 
 const KUBECTL = hasKubectl();
-const HAS_CRD = existsSync(CRD_PATH);
 let rendered: Obj[] = [];
-let scratch: string | undefined;
 
 function find(kind: string, name: string): Obj {
   const obj = rendered.find((o) => o.kind === kind && o.metadata.name === name);
@@ -210,26 +207,15 @@ function agentConfig(): Record<string, unknown> {
   return parse(cm.data['agent.yaml']) as Record<string, unknown>;
 }
 
-void describe('manifests (kustomize base)', { skip: KUBECTL ? false : 'kubectl is not installed: cannot render manifests/ (kubectl kustomize)' }, () => {
+describe('manifests (kustomize base)', { skip: KUBECTL ? false : 'kubectl is not installed: cannot render manifests/ (kubectl kustomize)' }, () => {
   before(() => {
-    let dir = MANIFESTS;
-    if (!HAS_CRD) {
-      // The CRD is rendered by another step (agent/policy/render-crd.ts); render the rest without it.
-      scratch = mkdtempSync(join(tmpdir(), 'kinference-manifests-'));
-      cpSync(MANIFESTS, scratch, { recursive: true });
-      const kustomization = join(scratch, 'kustomization.yaml');
-      writeFileSync(kustomization, readFileSync(kustomization, 'utf8').replace(/^\s*- crd\/inferencepolicies\.kinference\.io\.yaml\n/m, ''));
-      dir = scratch;
-    }
-    const result = spawnSync('kubectl', ['kustomize', dir], { encoding: 'utf8' });
+    // The CRD is checked in (a policy test keeps it equal to its rendering from the schema).
+    const result = spawnSync('kubectl', ['kustomize', MANIFESTS], { encoding: 'utf8' });
     assert.equal(result.status, 0, `kubectl kustomize failed: ${result.stderr}`);
     rendered = parseDocs(result.stdout, 'kubectl kustomize manifests/');
   });
-  after(() => {
-    if (scratch) rmSync(scratch, { recursive: true, force: true });
-  });
 
-  void it('renders objects that are all schema-valid', () => {
+  it('renders objects that are all schema-valid', () => {
     assert.ok(rendered.length >= 10);
     for (const obj of rendered) validateModel(obj, 'manifests/');
     const kinds = new Set(rendered.map((o) => o.kind));
@@ -242,7 +228,7 @@ void describe('manifests (kustomize base)', { skip: KUBECTL ? false : 'kubectl i
     }
   });
 
-  void it('includes the InferencePolicy CRD', { skip: HAS_CRD ? false : 'manifests/crd/inferencepolicies.kinference.io.yaml is not rendered yet' }, () => {
+  it('includes the InferencePolicy CRD', () => {
     const crd = find('CustomResourceDefinition', 'inferencepolicies.kinference.io') as Obj & {
       spec: { group: string; scope: string; names: { plural: string; kind: string }; versions: { name: string; served: boolean; storage: boolean }[] };
     };
@@ -253,7 +239,7 @@ void describe('manifests (kustomize base)', { skip: KUBECTL ? false : 'kubectl i
     assert.ok(v?.served && v.storage, 'v1alpha1 is served and stored (discovery watches /apis/kinference.io/v1alpha1)');
   });
 
-  void it('exposes the agent through a node-local Service, port 80 → api', () => {
+  it('exposes the agent through a node-local Service, port 80 → api', () => {
     const svc = find('Service', 'kinference') as Obj & { spec: { internalTrafficPolicy?: string; selector: Record<string, string>; ports: { port: number; targetPort: string | number; protocol?: string }[] } };
     assert.equal(svc.spec.internalTrafficPolicy, 'Local');
     assert.equal(svc.spec.ports.length, 1);
@@ -263,7 +249,7 @@ void describe('manifests (kustomize base)', { skip: KUBECTL ? false : 'kubectl i
     for (const [k, v] of Object.entries(svc.spec.selector)) assert.equal(podLabels[k], v, `Service selector ${k} matches the agent pods`);
   });
 
-  void it('publishes every agent, ready or not, through the headless gossip Service (UDP 7946)', () => {
+  it('publishes every agent, ready or not, through the headless gossip Service (UDP 7946)', () => {
     const svc = find('Service', 'kinference-gossip') as Obj & { spec: { clusterIP?: string; publishNotReadyAddresses?: boolean; ports: { port: number; targetPort: string | number; protocol?: string }[] } };
     assert.equal(svc.spec.clusterIP, 'None');
     assert.equal(svc.spec.publishNotReadyAddresses, true);
@@ -275,7 +261,7 @@ void describe('manifests (kustomize base)', { skip: KUBECTL ? false : 'kubectl i
     assert.match(config.listen.gossip ?? '', /:7946$/);
   });
 
-  void it('grants read-only RBAC: get/list/watch only, nothing on Secrets, bound to the agent\'s ServiceAccount', () => {
+  it('grants read-only RBAC: get/list/watch only, nothing on Secrets, bound to the agent\'s ServiceAccount', () => {
     const rules = rendered
       .filter((o) => o.kind === 'ClusterRole' || o.kind === 'Role')
       .flatMap((o) => (o as Obj & { rules: { apiGroups?: string[]; resources?: string[]; verbs: string[]; resourceNames?: string[] }[] }).rules.map((r) => ({ ...r, role: `${o.kind}/${o.metadata.name}` })));
@@ -301,7 +287,7 @@ void describe('manifests (kustomize base)', { skip: KUBECTL ? false : 'kubectl i
     }
   });
 
-  void it('runs the agent hardened: non-root 65532, read-only root, no privilege escalation, no capabilities, RuntimeDefault seccomp', () => {
+  it('runs the agent hardened: non-root 65532, read-only root, no privilege escalation, no capabilities, RuntimeDefault seccomp', () => {
     const pod = daemonSet().spec.template.spec;
     const c = agentContainer();
     assert.equal(pod.securityContext?.runAsNonRoot, true);
@@ -323,7 +309,7 @@ void describe('manifests (kustomize base)', { skip: KUBECTL ? false : 'kubectl i
     assert.equal(ns.metadata.labels?.['pod-security.kubernetes.io/enforce'], 'restricted');
   });
 
-  void it('probes /readyz and /healthz on the admin port, and serves api 8080, admin 9090, gossip 7946/UDP', () => {
+  it('probes /readyz and /healthz on the admin port, and serves api 8080, admin 9090, gossip 7946/UDP', () => {
     const c = agentContainer();
     assert.deepEqual(c.ports?.map((p) => [p.name, p.containerPort, p.protocol ?? 'TCP']), [['api', 8080, 'TCP'], ['admin', 9090, 'TCP'], ['gossip', 7946, 'UDP']]);
     assert.equal(c.readinessProbe?.httpGet?.path, '/readyz');
@@ -335,7 +321,7 @@ void describe('manifests (kustomize base)', { skip: KUBECTL ? false : 'kubectl i
     assert.match(config.listen.admin, /:9090$/);
   });
 
-  void it('hands the agent its node and pod IP through the downward API, and the gossip key from a Secret', () => {
+  it('hands the agent its node and pod IP through the downward API, and the gossip key from a Secret', () => {
     const env = new Map((agentContainer().env ?? []).map((e) => [e.name, e]));
     assert.equal(env.get('KINFERENCE_NODE')?.valueFrom?.fieldRef?.fieldPath, 'spec.nodeName');
     assert.equal(env.get('KINFERENCE_POD_IP')?.valueFrom?.fieldRef?.fieldPath, 'status.podIP');
@@ -344,7 +330,7 @@ void describe('manifests (kustomize base)', { skip: KUBECTL ? false : 'kubectl i
     assert.deepEqual(config.gossip?.key, { env: 'KINFERENCE_GOSSIP_KEY' });
   });
 
-  void it('runs `kinference agent --config` on a kubernetes-discovery config from the ConfigMap', () => {
+  it('runs `kinference agent --config` on a kubernetes-discovery config from the ConfigMap', () => {
     const c = agentContainer();
     assert.deepEqual([...(c.command ?? []), ...(c.args ?? [])], ['agent', '--config', '/etc/kinference/agent.yaml']);
     const mount = c.volumeMounts?.find((m) => m.mountPath === '/etc/kinference');
@@ -358,7 +344,7 @@ void describe('manifests (kustomize base)', { skip: KUBECTL ? false : 'kubectl i
     assert.equal(settings.discovery, 'kubernetes');
   });
 
-  void it('gives the agent a grace period that covers the preStop pause and the drain', () => {
+  it('gives the agent a grace period that covers the preStop pause and the drain', () => {
     const pod = daemonSet().spec.template.spec;
     const drainMs = parseDuration(((agentConfig().limits as { drainTimeout?: string } | undefined)?.drainTimeout) ?? '25s');
     const preStopMs = (agentContainer().lifecycle?.preStop?.sleep?.seconds ?? 0) * 1000;
@@ -367,20 +353,20 @@ void describe('manifests (kustomize base)', { skip: KUBECTL ? false : 'kubectl i
       `terminationGracePeriodSeconds ${pod.terminationGracePeriodSeconds} must cover preStop ${preStopMs} ms + drain ${drainMs} ms + margin`);
   });
 
-  void it('rolls out one node at a time and never runs two agents on a node', () => {
+  it('rolls out one node at a time and never runs two agents on a node', () => {
     const strategy = daemonSet().spec.updateStrategy;
     assert.equal(strategy?.type, 'RollingUpdate');
     assert.equal(strategy?.rollingUpdate?.maxUnavailable, 1);
     assert.ok(!strategy?.rollingUpdate?.maxSurge, 'maxSurge 0: one gossip writer per node');
   });
 
-  void it('tolerates GPU taints and every other taint, so every node with callers has an agent', () => {
+  it('tolerates GPU taints and every other taint, so every node with callers has an agent', () => {
     const tolerations = daemonSet().spec.template.spec.tolerations ?? [];
     assert.ok(tolerations.some((t) => t.key === 'nvidia.com/gpu' && t.operator === 'Exists' && t.effect === 'NoSchedule'));
     assert.ok(tolerations.some((t) => t.key === undefined && t.operator === 'Exists' && t.effect === undefined));
   });
 
-  void it('mounts provider credentials from an optional Secret where providers.yaml points', () => {
+  it('mounts provider credentials from an optional Secret where providers.yaml points', () => {
     const c = agentContainer();
     const mount = c.volumeMounts?.find((m) => m.mountPath === '/var/run/secrets/kinference/kinference-providers');
     assert.ok(mount?.readOnly);
@@ -389,29 +375,27 @@ void describe('manifests (kustomize base)', { skip: KUBECTL ? false : 'kubectl i
   });
 });
 
-void describe('manifests/examples', () => {
+describe('manifests/examples', () => {
   const files = readdirSync(EXAMPLES).filter((f) => f.endsWith('.yaml')).sort();
   const docs = files.flatMap((file) => parseDocs(readFileSync(join(EXAMPLES, file), 'utf8'), `examples/${file}`).map((obj) => ({ file, obj })));
 
-  void it('are schema-valid Kubernetes objects', () => {
+  it('are schema-valid Kubernetes objects', () => {
     assert.ok(docs.length > 0);
     for (const { file, obj } of docs) if (obj.kind !== 'InferencePolicy') validateModel(obj, `examples/${file}`);
   });
 
-  void it('InferencePolicies pass the CRD schema and the agent\'s own checks, and form an unambiguous set', () => {
+  it('InferencePolicies pass the CRD schema and the agent\'s own checks, and form an unambiguous set', () => {
     const policies = docs.filter((d) => d.obj.kind === 'InferencePolicy').map((d) => d.obj);
     assert.ok(policies.length >= 2);
-    if (HAS_CRD) {
-      const crd = parseDocs(readFileSync(CRD_PATH, 'utf8'), 'CRD')[0] as Obj & { spec: { versions: { name: string; schema: { openAPIV3Schema: OpenAPISchema } }[] } };
-      const schema = crd.spec.versions.find((v) => v.name === 'v1alpha1')!.schema.openAPIV3Schema;
-      for (const p of policies) {
-        assert.equal(p.apiVersion, 'kinference.io/v1alpha1');
-        assert.deepEqual(schemaErrors(schema, p), [], `${p.metadata.namespace}/${p.metadata.name} against the CRD schema`);
-      }
-      // The checker itself must catch what the API server would refuse.
-      assert.notDeepEqual(schemaErrors(schema, { ...policies[0], spec: { slo: { ttft: 'fast' } } }), []);
-      assert.notDeepEqual(schemaErrors(schema, { ...policies[0], spec: { overflow: { provider: ['x'] } } }), []);
+    const crd = parseDocs(readFileSync(CRD_PATH, 'utf8'), 'CRD')[0] as Obj & { spec: { versions: { name: string; schema: { openAPIV3Schema: OpenAPISchema } }[] } };
+    const schema = crd.spec.versions.find((v) => v.name === 'v1alpha1')!.schema.openAPIV3Schema;
+    for (const p of policies) {
+      assert.equal(p.apiVersion, 'kinference.io/v1alpha1');
+      assert.deepEqual(schemaErrors(schema, p), [], `${p.metadata.namespace}/${p.metadata.name} against the CRD schema`);
     }
+    // The checker itself must catch what the API server would refuse.
+    assert.notDeepEqual(schemaErrors(schema, { ...policies[0], spec: { slo: { ttft: 'fast' } } }), []);
+    assert.notDeepEqual(schemaErrors(schema, { ...policies[0], spec: { overflow: { provider: ['x'] } } }), []);
     const loaded = loadPolicies(policies);
     assert.deepEqual(loaded.errors, []);
     assert.deepEqual(checkPolicySet(loaded.policies), []);
@@ -420,7 +404,7 @@ void describe('manifests/examples', () => {
     assert.deepEqual(checkNamespaceAnnotations(loaded.policies, namespaces), []);
   });
 
-  void it('the providers ConfigMap parses, names every provider the policies use, and holds no credentials', () => {
+  it('the providers ConfigMap parses, names every provider the policies use, and holds no credentials', () => {
     const cm = docs.find((d) => d.obj.kind === 'ConfigMap' && d.obj.metadata.name === 'kinference-providers')?.obj as (Obj & { data: Record<string, string> }) | undefined;
     assert.ok(cm);
     assert.equal(cm.metadata.namespace, 'kinference');
@@ -438,7 +422,7 @@ void describe('manifests/examples', () => {
     }
   });
 
-  void it('the gossip key Secret is a template without a key', () => {
+  it('the gossip key Secret is a template without a key', () => {
     const secrets = docs.filter((d) => d.obj.kind === 'Secret');
     for (const { file, obj } of secrets) {
       assert.match(file, /template/);

@@ -40,14 +40,14 @@ spec: {}
 ---
 `;
 
-void test('valid policies: exit 0 and "ok: N policies"', async () => {
+test('valid policies: exit 0 and "ok: N policies"', async () => {
   const r = await check(file('good.yaml', GOOD));
   assert.equal(r.code, 0);
   assert.deepEqual(r.err, []);
   assert.deepEqual(r.out, ['ok: 2 policies']);
 });
 
-void test('an invalid field: exit 1, the file, doc number, policy, path, expected and found', async () => {
+test('an invalid field: exit 1, the file, doc number, policy, path, expected and found', async () => {
   const path = file('bad-window.yaml', `${GOOD}apiVersion: kinference.io/v1alpha1
 kind: InferencePolicy
 metadata: {name: slow, namespace: team-b}
@@ -61,7 +61,7 @@ spec:
   assert.equal(r.err.at(-1), '1 error');
 });
 
-void test('a typo in a key is caught with a suggestion', async () => {
+test('a typo in a key is caught with a suggestion', async () => {
   const path = file('typo.yaml', `apiVersion: kinference.io/v1alpha1
 kind: InferencePolicy
 metadata: {name: p, namespace: ns}
@@ -73,7 +73,7 @@ spec:
   assert.match(r.err[0], /doc 1 \(ns\/p\): spec\.sloo: unknown field, .*\(did you mean "slo"\?\) \(line 5\)$/);
 });
 
-void test('other kinds are errors; a List of policies is fine', async () => {
+test('other kinds are errors; a List of policies is fine', async () => {
   const path = file('mixed.yaml', `apiVersion: v1
 kind: ConfigMap
 metadata: {name: x}
@@ -96,14 +96,14 @@ items:
   assert.equal(r.err[1], `${path}: doc 2 items[1] (ns/b): spec.wait.max: expected a duration like 30s, found "forever" (line 15)`);
 });
 
-void test('policy files must carry apiVersion and kind', async () => {
+test('policy files must carry apiVersion and kind', async () => {
   const path = file('bare.yaml', 'metadata: {name: a, namespace: ns}\nspec: {}\n');
   const r = await check(path);
   assert.equal(r.code, 1);
   assert.match(r.err[0], /doc 1: kind: expected InferencePolicy \(or a List of them\), found nothing/);
 });
 
-void test('ties across files are reported with both places', async () => {
+test('ties across files are reported with both places', async () => {
   const a = file('tie-a.yaml', GOOD);
   const b = file('tie-b.yaml', `apiVersion: kinference.io/v1alpha1
 kind: InferencePolicy
@@ -116,7 +116,7 @@ spec: {models: [llama-3-8b, mistral-7b]}
   assert.match(r.err[0], new RegExp(`^${b}: doc 1 \\(team-a/other\\): spec: ambiguous: ties with team-a/team-a .*models \\[llama-3-8b\\].*\\[other: ${a}: doc 1\\]`));
 });
 
-void test('a Namespace that pins one of two tied policies resolves the tie; its annotations are checked', async () => {
+test('a Namespace that pins one of two tied policies resolves the tie; its annotations are checked', async () => {
   const policies = file('pinned.yaml', `${GOOD}apiVersion: kinference.io/v1alpha1
 kind: InferencePolicy
 metadata: {name: strict, namespace: team-a}
@@ -146,7 +146,7 @@ metadata:
   ]);
 });
 
-void test('an agent config file: its policies and namespace annotations are checked', async () => {
+test('an agent config file: its policies and namespace annotations are checked', async () => {
   const path = file('agent.yaml', `node: node-a
 policies:
   - metadata: {name: default, namespace: "*"}
@@ -162,7 +162,7 @@ namespaces:
   assert.match(r.err[1], /doc 1: namespaces\.team-a\["kinference\.io\/overflow"\]: expected allow or deny, found "perhaps" \(line 8\)/);
 });
 
-void test('warnings do not fail the check', async () => {
+test('warnings do not fail the check', async () => {
   const path = file('warn.yaml', `apiVersion: kinference.io/v1alpha1
 kind: InferencePolicy
 metadata: {name: open, namespace: ns}
@@ -174,7 +174,7 @@ spec: {overflow: {providers: [bedrock], deny: {tags: [internal]}}}
   assert.equal(r.out[1], 'ok: 1 policy, 1 warning');
 });
 
-void test('unreadable files, YAML syntax errors and empty files fail', async () => {
+test('unreadable files, YAML syntax errors and empty files fail', async () => {
   const missing = join(dir, 'missing.yaml');
   const broken = file('broken.yaml', 'spec: [a\n');
   const empty = file('empty.yaml', '# nothing here\n');
@@ -185,7 +185,7 @@ void test('unreadable files, YAML syntax errors and empty files fail', async () 
   assert.equal(r.err[2], `${empty}: no InferencePolicy or Namespace documents`);
 });
 
-void test('no files is a usage error', async () => {
+test('no files is a usage error', async () => {
   const r = await check();
   assert.equal(r.code, 2);
   assert.match(r.err[0], /^usage: kinference policy check FILE/);

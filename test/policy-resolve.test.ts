@@ -15,7 +15,7 @@ const teamA = policy('team-a', 'team', { slo: { ttft: '700ms' } });
 const teamALlama = policy('team-a', 'team-llama', { models: ['llama-3-8b'], slo: { ttft: '600ms' } });
 const ALL = [everywhere, everywhereLlama, teamA, teamALlama];
 
-void test('with no policy, the built-in default applies', () => {
+test('with no policy, the built-in default applies', () => {
   const p = compilePolicies([]).resolve('team-a', 'team-a', 'llama-3-8b');
   assert.deepEqual(p, {
     name: 'builtin/default',
@@ -27,7 +27,7 @@ void test('with no policy, the built-in default applies', () => {
   assert.equal(p, BUILTIN_DEFAULT);
 });
 
-void test('namespace + model wins over namespace, over * + model, over *', () => {
+test('namespace + model wins over namespace, over * + model, over *', () => {
   const c = compilePolicies(ALL);
   assert.equal(c.resolve('team-a', 'team-a', 'llama-3-8b').name, 'team-a/team-llama');
   assert.equal(c.resolve('team-a', 'team-a', 'mistral-7b').name, 'team-a/team');
@@ -37,12 +37,12 @@ void test('namespace + model wins over namespace, over * + model, over *', () =>
   assert.equal(compilePolicies([...ALL].reverse()).resolve('team-a', 'team-a', 'llama-3-8b').name, 'team-a/team-llama');
 });
 
-void test('a namespace policy applies only to callers in that namespace', () => {
+test('a namespace policy applies only to callers in that namespace', () => {
   const c = compilePolicies([teamA]);
   assert.equal(c.resolve('team-b', 'team-b', 'llama-3-8b').name, 'builtin/default');
 });
 
-void test('tenants restrict, and count below models in specificity', () => {
+test('tenants restrict, and count below models in specificity', () => {
   const forFinance = policy('*', 'finance', { tenants: ['finance'], slo: { ttft: '2s' } });
   const c = compilePolicies([everywhere, everywhereLlama, forFinance]);
   assert.equal(c.resolve('finance', 'finance', 'mistral-7b').name, '*/finance');
@@ -52,7 +52,7 @@ void test('tenants restrict, and count below models in specificity', () => {
   assert.equal(specificity(policy('x', 'y', { models: ['m'], tenants: ['t'] })), 7);
 });
 
-void test('durations become milliseconds and missing fields take the built-in defaults', () => {
+test('durations become milliseconds and missing fields take the built-in defaults', () => {
   const p = effectiveOf(policy('ns', 'p', {
     slo: { ttft: '1.5s' },
     exclude: [{ metric: 'kvCache', above: 0.9, window: '1m' }, { metric: 'predictedTTFT', above: 800, window: '250ms' }],
@@ -70,7 +70,7 @@ void test('durations become milliseconds and missing fields take the built-in de
   assert.deepEqual(effectiveOf(policy('ns', 'none', { exclude: [] })).exclude, [], 'exclude: [] means no rule');
 });
 
-void test('kinference.io/overflow: deny empties the providers; allow keeps the policy\'s', () => {
+test('kinference.io/overflow: deny empties the providers; allow keeps the policy\'s', () => {
   const withProviders = policy('*', 'p', { overflow: { providers: ['bedrock', 'databricks'] } });
   const c = compilePolicies([withProviders], new Map([
     ['locked', { 'kinference.io/overflow': 'deny' }],
@@ -83,7 +83,7 @@ void test('kinference.io/overflow: deny empties the providers; allow keeps the p
   assert.deepEqual(compilePolicies([], { open: { 'kinference.io/overflow': 'allow' } }).resolve(undefined, 'open', 'm').overflow.providers, []);
 });
 
-void test('kinference.io/ttft-slo replaces the SLO and nothing else', () => {
+test('kinference.io/ttft-slo replaces the SLO and nothing else', () => {
   const c = compilePolicies([teamALlama], { 'team-a': { 'kinference.io/ttft-slo': '800ms' } });
   const p = c.resolve('team-a', 'team-a', 'llama-3-8b');
   assert.equal(p.sloTtftMs, 800);
@@ -91,7 +91,7 @@ void test('kinference.io/ttft-slo replaces the SLO and nothing else', () => {
   assert.deepEqual(p.exclude, effectiveOf(teamALlama).exclude);
 });
 
-void test('kinference.io/policy picks a policy by name: in the namespace, in *, or as namespace/name', () => {
+test('kinference.io/policy picks a policy by name: in the namespace, in *, or as namespace/name', () => {
   // Policies only an annotation selects live in a namespace nobody calls from.
   const strict = policy('platform', 'strict', { slo: { ttft: '300ms' } });
   const pinnedLocal = policy('team-a', 'pinned', { slo: { ttft: '400ms' } });
@@ -109,14 +109,14 @@ void test('kinference.io/policy picks a policy by name: in the namespace, in *, 
   assert.equal(checkPolicySet([...ALL, pinnedLocal]).filter((i) => i.severity === 'error').length, 1, 'without the annotation it is a tie');
 });
 
-void test('a pinned policy that does not cover the model falls back to normal resolution', () => {
+test('a pinned policy that does not cover the model falls back to normal resolution', () => {
   const onlyMistral = policy('team-a', 'mistral', { models: ['mistral-7b'] });
   const c = compilePolicies([...ALL, onlyMistral], { 'team-a': { 'kinference.io/policy': 'mistral' } });
   assert.equal(c.resolve('team-a', 'team-a', 'mistral-7b').name, 'team-a/mistral');
   assert.equal(c.resolve('team-a', 'team-a', 'llama-3-8b').name, 'team-a/team-llama');
 });
 
-void test('kinference.io/tenant names the tenant of every caller in the namespace', () => {
+test('kinference.io/tenant names the tenant of every caller in the namespace', () => {
   const finance = policy('*', 'finance', { tenants: ['finance'], overflow: { providers: ['bedrock'] } });
   const c = compilePolicies([everywhere, finance], { 'payments-prod': { 'kinference.io/tenant': 'finance' } });
   assert.equal(c.tenantFor('payments-prod'), 'finance');
@@ -128,7 +128,7 @@ void test('kinference.io/tenant names the tenant of every caller in the namespac
   assert.equal(c.resolve(undefined, 'team-a', 'm').name, '*/default');
 });
 
-void test('bad annotations are ignored and reported, never thrown per request', () => {
+test('bad annotations are ignored and reported, never thrown per request', () => {
   const annotations = {
     a: { 'kinference.io/overflow': 'maybe' },
     b: { 'kinference.io/ttft-slo': 'fast' },
@@ -143,7 +143,7 @@ void test('bad annotations are ignored and reported, never thrown per request', 
   assert.deepEqual(checkNamespaceAnnotations([everywhere], annotations).map((i) => i.namespace), ['a', 'b', 'c', 'd']);
 });
 
-void test('results are shared and frozen: a caller cannot corrupt the next request', () => {
+test('results are shared and frozen: a caller cannot corrupt the next request', () => {
   const c = compilePolicies(ALL, { 'team-a': { 'kinference.io/overflow': 'deny' } });
   const p = c.resolve('team-a', 'team-a', 'llama-3-8b');
   assert.equal(c.resolve('team-a', 'team-a', 'llama-3-8b'), p);
@@ -151,7 +151,7 @@ void test('results are shared and frozen: a caller cannot corrupt the next reque
   assert.throws(() => { (p as { sloTtftMs: number }).sloTtftMs = 1; });
 });
 
-void test('ambiguous ties are reported when they can apply to the same request', () => {
+test('ambiguous ties are reported when they can apply to the same request', () => {
   const a = policy('team-a', 'a', { models: ['llama-3-8b', 'mistral-7b'] });
   const b = policy('team-a', 'b', { models: ['mistral-7b'] });
   const issues = checkPolicySet([a, b]);
@@ -166,7 +166,7 @@ void test('ambiguous ties are reported when they can apply to the same request',
   assert.equal(c.problems.length, 1);
 });
 
-void test('no tie when policies cannot meet one request', () => {
+test('no tie when policies cannot meet one request', () => {
   const set = [
     policy('team-a', 'llama', { models: ['llama-3-8b'] }),
     policy('team-a', 'mistral', { models: ['mistral-7b'] }), // disjoint models
@@ -181,12 +181,12 @@ void test('no tie when policies cannot meet one request', () => {
   assert.deepEqual(checkPolicySet(set).filter((i) => i.severity === 'error'), []);
 });
 
-void test('two unrestricted policies in one namespace tie; a duplicate name is reported as such', () => {
+test('two unrestricted policies in one namespace tie; a duplicate name is reported as such', () => {
   assert.match(checkPolicySet([policy('*', 'a'), policy('*', 'b')])[0].message, /ambiguous.*models \(all\) and tenants \(all\)/);
   assert.match(checkPolicySet([policy('ns', 'a'), policy('ns', 'a', { slo: { ttft: '1s' } })])[0].message, /duplicate: ns\/a is defined twice/);
 });
 
-void test('warns when overflow is open and pii is not denied', () => {
+test('warns when overflow is open and pii is not denied', () => {
   const open = policy('*', 'open', { overflow: { providers: ['bedrock'], deny: { tags: ['internal'] } } });
   const defaulted = policy('ns', 'defaulted', { overflow: { providers: ['bedrock'] } });
   const issues = checkPolicySet([open, defaulted]);
@@ -201,11 +201,11 @@ const open = effectiveOf(policy('*', 'open', {
   overflow: { providers: ['bedrock', 'databricks'], deny: { tags: ['pii', 'internal'], tenants: ['finance'] } },
 }));
 
-void test('may leave when providers are listed and nothing denies it', () => {
+test('may leave when providers are listed and nothing denies it', () => {
   assert.deepEqual(mayLeave(open, { tenant: 'team-a', tags: ['chat'] }), { allowed: true, reason: 'may overflow to bedrock, databricks (*/open)' });
 });
 
-void test('never lets a request tagged pii leave, even when providers are listed', () => {
+test('never lets a request tagged pii leave, even when providers are listed', () => {
   const d = mayLeave(open, { tenant: 'team-a', tags: ['chat', 'pii'] });
   assert.equal(d.allowed, false);
   assert.match(d.reason, /tag pii may not leave/);
@@ -214,20 +214,20 @@ void test('never lets a request tagged pii leave, even when providers are listed
   assert.equal(mayLeave(defaulted, { tenant: 't', tags: ['pii'] }).allowed, false);
 });
 
-void test('a denied tenant never leaves', () => {
+test('a denied tenant never leaves', () => {
   const d = mayLeave(open, { tenant: 'finance', tags: [] });
   assert.equal(d.allowed, false);
   assert.match(d.reason, /tenant finance may not leave/);
 });
 
-void test('no providers: nothing leaves, whatever the tags', () => {
+test('no providers: nothing leaves, whatever the tags', () => {
   const d = mayLeave(BUILTIN_DEFAULT, { tenant: 'team-a', tags: [] });
   assert.deepEqual(d, { allowed: false, reason: 'no overflow providers (builtin/default)' });
   const denied = compilePolicies([policy('*', 'p', { overflow: { providers: ['bedrock'] } })], { locked: { 'kinference.io/overflow': 'deny' } });
   assert.equal(mayLeave(denied.resolve(undefined, 'locked', 'm'), { tenant: 'locked', tags: [] }).allowed, false);
 });
 
-void test('the annotated tenant is the one overflow denial sees', () => {
+test('the annotated tenant is the one overflow denial sees', () => {
   const c = compilePolicies([policy('*', 'p', { overflow: { providers: ['bedrock'], deny: { tenants: ['finance'] } } })], {
     'payments-prod': { 'kinference.io/tenant': 'finance' },
   });

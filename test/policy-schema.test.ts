@@ -47,24 +47,24 @@ function errorAt(errors: PolicyError[], path: string): string {
   return error.message;
 }
 
-void test('accepts the CONTRACT.md example, with and without type meta required', () => {
+test('accepts the CONTRACT.md example, with and without type meta required', () => {
   assert.equal(validatePolicy(example(), { requireTypeMeta: true }).ok, true);
   assert.equal(validatePolicy(example()).ok, true);
 });
 
-void test('accepts the static-config form: bare metadata and spec, namespace "*", empty spec', () => {
+test('accepts the static-config form: bare metadata and spec, namespace "*", empty spec', () => {
   assert.equal(validatePolicy({ metadata: { name: 'default', namespace: '*' }, spec: {} }).ok, true);
   assert.equal(validatePolicy({ metadata: { name: 'default', namespace: '*' }, spec: { exclude: [] } }).ok, true);
 });
 
-void test('accepts what an informer hands over: extra metadata and a status', () => {
+test('accepts what an informer hands over: extra metadata and a status', () => {
   const doc = example();
   doc.metadata = { name: 'p', namespace: 'team-a', uid: 'abc', resourceVersion: '7', labels: { a: 'b' } };
   doc.status = { observedGeneration: 3, anything: ['goes'] };
   assert.equal(validatePolicy(doc).ok, true);
 });
 
-void test('accepts every metric and fractional kvCache', () => {
+test('accepts every metric and fractional kvCache', () => {
   for (const metric of ['queued', 'running', 'kvCache', 'predictedTTFT']) {
     const doc = example();
     doc.spec.exclude = [{ metric, above: metric === 'kvCache' ? 0.9 : 800, window: '1.5s' }];
@@ -72,7 +72,7 @@ void test('accepts every metric and fractional kvCache', () => {
   }
 });
 
-void test('a typo in a key is an error naming the path and suggesting the field', () => {
+test('a typo in a key is an error naming the path and suggesting the field', () => {
   const doc = example();
   doc.spec.sloo = doc.spec.slo;
   delete doc.spec.slo;
@@ -81,7 +81,7 @@ void test('a typo in a key is an error naming the path and suggesting the field'
   assert.match(message, /did you mean "slo"\?/);
 });
 
-void test('unknown keys are errors at every level', () => {
+test('unknown keys are errors at every level', () => {
   const doc = example();
   (doc.spec.overflow as Record<string, unknown>).providerz = ['x'];
   (doc.spec.exclude as Record<string, unknown>[])[0].windw = '30s';
@@ -94,13 +94,13 @@ void test('unknown keys are errors at every level', () => {
   errorAt(errors, 'extra');
 });
 
-void test('a bad duration names the path, a duration like 30s, and what was found', () => {
+test('a bad duration names the path, a duration like 30s, and what was found', () => {
   const doc = example();
   (doc.spec.exclude as Record<string, unknown>[])[0].window = '30 seconds';
   assert.equal(errorAt(errorsOf(doc), 'spec.exclude[0].window'), 'expected a duration like 30s, found "30 seconds"');
 });
 
-void test('durations are checked wherever they appear', () => {
+test('durations are checked wherever they appear', () => {
   const doc = example();
   doc.spec.slo = { ttft: 500 };
   doc.spec.wait = { max: '2 s' };
@@ -109,7 +109,7 @@ void test('durations are checked wherever they appear', () => {
   assert.equal(errorAt(errors, 'spec.wait.max'), 'expected a duration like 30s, found "2 s"');
 });
 
-void test('a bad metric lists the metrics', () => {
+test('a bad metric lists the metrics', () => {
   const doc = example();
   (doc.spec.exclude as Record<string, unknown>[])[0].metric = 'queue';
   assert.equal(
@@ -118,7 +118,7 @@ void test('a bad metric lists the metrics', () => {
   );
 });
 
-void test('wrong types say what was expected and found', () => {
+test('wrong types say what was expected and found', () => {
   const doc = example();
   doc.spec.models = 'llama-3-8b';
   (doc.spec.exclude as Record<string, unknown>[])[0].above = '2';
@@ -129,7 +129,7 @@ void test('wrong types say what was expected and found', () => {
   assert.equal(errorAt(errors, 'spec.overflow.providers'), 'expected a list of provider names, found "bedrock"');
 });
 
-void test('missing fields are named once', () => {
+test('missing fields are named once', () => {
   const errors = errorsOf({ metadata: { name: 'x', namespace: 'y' }, spec: { exclude: [{ metric: 'queued' }] } });
   assert.equal(errorAt(errors, 'spec.exclude[0].above'), 'missing, expected a number ≥ 0');
   assert.equal(errorAt(errors, 'spec.exclude[0].window'), 'missing, expected a duration like 30s');
@@ -138,7 +138,7 @@ void test('missing fields are named once', () => {
   assert.match(errorAt(errorsOf({ metadata: { name: 'x', namespace: 'y' } }), 'spec'), /missing, expected an object/);
 });
 
-void test('policy files must say apiVersion and kind, and say them right', () => {
+test('policy files must say apiVersion and kind, and say them right', () => {
   const bare = { metadata: { name: 'x', namespace: 'y' }, spec: {} };
   const errors = errorsOf(bare, true);
   assert.equal(errorAt(errors, 'apiVersion'), 'missing, expected "kinference.io/v1alpha1"');
@@ -146,7 +146,7 @@ void test('policy files must say apiVersion and kind, and say them right', () =>
   assert.equal(errorAt(errorsOf({ ...bare, apiVersion: 'kinference.io/v1' }), 'apiVersion'), 'expected "kinference.io/v1alpha1", found "kinference.io/v1"');
 });
 
-void test('semantic rules: kvCache is a fraction; deny tags use the classifier charset; lists are not empty', () => {
+test('semantic rules: kvCache is a fraction; deny tags use the classifier charset; lists are not empty', () => {
   const doc = example();
   doc.spec.exclude = [{ metric: 'kvCache', above: 90, window: '30s' }];
   (doc.spec.overflow as { deny: Record<string, unknown> }).deny.tags = ['PII'];
@@ -157,12 +157,12 @@ void test('semantic rules: kvCache is a fraction; deny tags use the classifier c
   assert.equal(errorAt(errors, 'spec.tenants'), 'expected a non-empty list of names, found an empty list');
 });
 
-void test('a non-object document is one error at the root', () => {
+test('a non-object document is one error at the root', () => {
   assert.deepEqual(errorsOf('hello').map((e) => e.path), ['']);
   assert.deepEqual(errorsOf(null).map((e) => e.message), ['expected an object, found null']);
 });
 
-void test('loadPolicies keeps the valid and reports the invalid by name', () => {
+test('loadPolicies keeps the valid and reports the invalid by name', () => {
   const bad = example();
   (bad.spec.slo as Record<string, unknown>).ttft = 'fast';
   bad.metadata = { name: 'broken', namespace: 'team-b' };
@@ -187,7 +187,7 @@ function walk(schema: Record<string, unknown>, path: string, visit: (s: Record<s
   if (schema.items) walk(schema.items as Record<string, unknown>, `${path}[]`, visit);
 }
 
-void test('the OpenAPI schema is structural: every node typed, no forbidden keywords', () => {
+test('the OpenAPI schema is structural: every node typed, no forbidden keywords', () => {
   walk(inferencePolicyOpenAPISchema(), '', (schema, path) => {
     assert.ok(typeof schema.type === 'string', `${path || '(root)'} has no type`);
     for (const key of FORBIDDEN) assert.ok(!(key in schema), `${path} has ${key}`);
@@ -195,7 +195,7 @@ void test('the OpenAPI schema is structural: every node typed, no forbidden keyw
   });
 });
 
-void test('the OpenAPI schema keeps enums, patterns and required from the one source', () => {
+test('the OpenAPI schema keeps enums, patterns and required from the one source', () => {
   const spec = inferencePolicyOpenAPISchema().properties as Record<string, Record<string, unknown>>;
   const rule = ((spec.spec.properties as Record<string, Record<string, unknown>>).exclude.items) as Record<string, unknown>;
   const props = rule.properties as Record<string, Record<string, unknown>>;
@@ -206,7 +206,7 @@ void test('the OpenAPI schema keeps enums, patterns and required from the one so
   assert.equal(new RegExp(props.window.pattern as string).test('30 seconds'), false);
 });
 
-void test('the CRD is a valid apiextensions.k8s.io/v1 CustomResourceDefinition', () => {
+test('the CRD is a valid apiextensions.k8s.io/v1 CustomResourceDefinition', () => {
   const crd = new CustomResourceDefinition(renderCrd() as never);
   crd.validate();
   const spec = renderCrd().spec as Record<string, unknown>;
@@ -221,7 +221,7 @@ void test('the CRD is a valid apiextensions.k8s.io/v1 CustomResourceDefinition',
   assert.deepEqual((version.additionalPrinterColumns as { name: string }[]).map((c) => c.name), ['Models', 'SLO', 'Overflow providers', 'Age']);
 });
 
-void test(`${CRD_FILE} is the current rendering (run: npx node agent/policy/render-crd.ts)`, () => {
+test(`${CRD_FILE} is the current rendering (run: npx node agent/policy/render-crd.ts)`, () => {
   const onDisk = readFileSync(new URL(`../${CRD_FILE}`, import.meta.url), 'utf8');
   assert.equal(onDisk, renderCrdYaml());
 });

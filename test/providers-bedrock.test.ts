@@ -62,8 +62,8 @@ function sseData(text: string): string[] {
 
 type Chunk = { choices: Array<{ delta: Record<string, unknown>; finish_reason: string | null }>; usage?: unknown };
 
-void describe('OpenAI chat → Converse translation', () => {
-  void test('moves system and developer messages to system, merges same-role turns', () => {
+describe('OpenAI chat → Converse translation', () => {
+  test('moves system and developer messages to system, merges same-role turns', () => {
     const req = toConverseRequest({
       messages: [
         { role: 'system', content: 'Be brief.' },
@@ -82,14 +82,14 @@ void describe('OpenAI chat → Converse translation', () => {
     ]);
   });
 
-  void test('maps sampling parameters, preferring max_completion_tokens', () => {
+  test('maps sampling parameters, preferring max_completion_tokens', () => {
     const req = toConverseRequest({ messages: [{ role: 'user', content: 'x' }], max_tokens: 10, max_completion_tokens: 20, temperature: 0.2, top_p: 0.9, stop: 'END' });
     assert.deepEqual(req.inferenceConfig, { maxTokens: 20, temperature: 0.2, topP: 0.9, stopSequences: ['END'] });
     assert.deepEqual(toConverseRequest({ messages: [{ role: 'user', content: 'x' }], stop: ['a', 'b'] }).inferenceConfig, { stopSequences: ['a', 'b'] });
     assert.equal(toConverseRequest({ messages: [{ role: 'user', content: 'x' }] }).inferenceConfig, undefined);
   });
 
-  void test('turns tools, tool calls and tool results into Converse blocks', () => {
+  test('turns tools, tool calls and tool results into Converse blocks', () => {
     const req = toConverseRequest({
       messages: [
         { role: 'user', content: 'Weather in Paris and Rome?' },
@@ -132,7 +132,7 @@ void describe('OpenAI chat → Converse translation', () => {
     });
   });
 
-  void test('maps tool_choice auto, a named function, and none', () => {
+  test('maps tool_choice auto, a named function, and none', () => {
     const tools = [{ type: 'function', function: { name: 'f' } }];
     const msgs = [{ role: 'user', content: 'x' }];
     assert.deepEqual(toConverseRequest({ messages: msgs, tools }).toolConfig?.toolChoice, { auto: {} });
@@ -141,7 +141,7 @@ void describe('OpenAI chat → Converse translation', () => {
     assert.deepEqual(toConverseRequest({ messages: msgs, tools }).toolConfig?.tools[0].toolSpec.inputSchema, { json: { type: 'object', properties: {} } });
   });
 
-  void test('accepts base64 images and refuses what Converse cannot take', () => {
+  test('accepts base64 images and refuses what Converse cannot take', () => {
     const req = toConverseRequest({ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } }, { type: 'text', text: 'what is it?' }] }] });
     assert.deepEqual(req.messages[0].content, [{ image: { format: 'png', source: { bytes: 'iVBORw0KGgo=' } } }, { text: 'what is it?' }]);
     assert.throws(() => toConverseRequest({ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://x/y.png' } }] }] }),
@@ -151,7 +151,7 @@ void describe('OpenAI chat → Converse translation', () => {
       (e: unknown) => e instanceof TranslationError && e.param === 'messages[0].tool_calls[0].function.arguments');
   });
 
-  void test('maps every stop reason', () => {
+  test('maps every stop reason', () => {
     assert.equal(finishReason('end_turn'), 'stop');
     assert.equal(finishReason('stop_sequence'), 'stop');
     assert.equal(finishReason('max_tokens'), 'length');
@@ -160,7 +160,7 @@ void describe('OpenAI chat → Converse translation', () => {
     assert.equal(finishReason('content_filtered'), 'content_filter');
   });
 
-  void test('turns a Converse response into a chat.completion with usage', () => {
+  test('turns a Converse response into a chat.completion with usage', () => {
     const meta = { id: 'chatcmpl-x', created: 1, model: MODEL_ID };
     const text = fromConverseResponse({ output: { message: { role: 'assistant', content: [{ text: 'Hi ' }, { text: 'there' }] } }, stopReason: 'max_tokens', usage: { inputTokens: 7, outputTokens: 3, totalTokens: 10 } }, meta);
     assert.deepEqual(text, {
@@ -178,7 +178,7 @@ void describe('OpenAI chat → Converse translation', () => {
     assert.deepEqual(tool.usage, { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 });
   });
 
-  void test('maps Bedrock errors to sensible statuses', () => {
+  test('maps Bedrock errors to sensible statuses', () => {
     assert.equal(bedrockErrorStatus('ThrottlingException:http://internal.amazon.com/coral/', 429), 429);
     assert.equal(bedrockErrorStatus('ValidationException', 400), 400);
     assert.equal(bedrockErrorStatus('InternalServerException', 500), 502);
@@ -188,17 +188,17 @@ void describe('OpenAI chat → Converse translation', () => {
     assert.equal(bedrockErrorStatus(undefined, 500), 502);
   });
 
-  void test('builds the model URL with the id encoded, and finds the region in a standard endpoint', () => {
+  test('builds the model URL with the id encoded, and finds the region in a standard endpoint', () => {
     assert.equal(converseUrl('https://bedrock-runtime.eu-west-1.amazonaws.com/', MODEL_ID, true).pathname, '/model/meta.llama3-1-8b-instruct-v1%3A0/converse-stream');
     assert.equal(bedrockRegion({ name: 'b', kind: 'bedrock', models: {}, timeoutMs: 1, endpoint: 'https://bedrock-runtime.eu-west-1.amazonaws.com' }), 'eu-west-1');
   });
 });
 
-void describe('event-stream decoding', () => {
+describe('event-stream decoding', () => {
   const frames = streamEvents({ text: 'one two', usage: { inputTokens: 1, outputTokens: 2, totalTokens: 3 } }).map(([t, p]) => eventFrame(t, p));
   const all = Buffer.concat(frames);
 
-  void test('decodes frames fed one byte at a time', () => {
+  test('decodes frames fed one byte at a time', () => {
     const decoder = new EventStreamDecoder();
     const events: StreamEvent[] = [];
     for (const byte of all) events.push(...decoder.push(Uint8Array.of(byte)));
@@ -210,14 +210,14 @@ void describe('event-stream decoding', () => {
     assert.equal(typeof first.payload.p, 'string');
   });
 
-  void test('decodes many frames in one chunk, and a chunk ending inside a prelude', () => {
+  test('decodes many frames in one chunk, and a chunk ending inside a prelude', () => {
     const decoder = new EventStreamDecoder();
     assert.equal(decoder.push(all.subarray(0, frames[0].length + frames[1].length + 5)).length, 2);
     assert.equal(decoder.pending, true);
     assert.equal(decoder.push(all.subarray(frames[0].length + frames[1].length + 5)).length, 4);
   });
 
-  void test('rejects a frame whose message CRC is wrong', () => {
+  test('rejects a frame whose message CRC is wrong', () => {
     const bad = Buffer.from(frames[1]);
     bad[bad.length - 6] ^= 0x01;
     const decoder = new EventStreamDecoder();
@@ -225,19 +225,19 @@ void describe('event-stream decoding', () => {
     assert.throws(() => decoder.push(bad), EventStreamError);
   });
 
-  void test('rejects a frame whose prelude CRC is wrong before trusting its length', () => {
+  test('rejects a frame whose prelude CRC is wrong before trusting its length', () => {
     const bad = Buffer.from(frames[0]);
     bad[1] ^= 0x7f;
     assert.throws(() => new EventStreamDecoder().push(bad), /prelude/);
   });
 
-  void test('decodes exception frames', () => {
+  test('decodes exception frames', () => {
     const [ev] = new EventStreamDecoder().push(exceptionFrame('throttlingException', 'Too many tokens'));
     assert.deepEqual(ev, { type: 'exception', exceptionType: 'throttlingException', message: 'Too many tokens' });
   });
 });
 
-void describe('ConverseStream → OpenAI chunks', () => {
+describe('ConverseStream → OpenAI chunks', () => {
   const meta = { id: 'chatcmpl-1', created: 1, model: MODEL_ID };
   const ev = (eventType: string, payload: Record<string, unknown>): StreamEvent => ({ type: 'event', eventType, payload });
 
@@ -245,7 +245,7 @@ void describe('ConverseStream → OpenAI chunks', () => {
     return [...events.flatMap((e) => t.event(e)), ...t.end()].flatMap(sseData);
   }
 
-  void test('emits role, text, finish, then usage from metadata and [DONE]', () => {
+  test('emits role, text, finish, then usage from metadata and [DONE]', () => {
     const out = run(new ConverseStreamTranslator({ ...meta, includeUsage: true }), streamEvents({ text: 'a b', usage: { inputTokens: 4, outputTokens: 2, totalTokens: 6 } }).map(([t, p]) => ev(t, p)));
     assert.equal(out.at(-1), '[DONE]');
     const chunks = out.slice(0, -1).map((d) => JSON.parse(d) as Chunk);
@@ -256,13 +256,13 @@ void describe('ConverseStream → OpenAI chunks', () => {
     assert.ok(chunks.slice(0, 4).every((c) => c.usage === null));
   });
 
-  void test('without include_usage there is no usage chunk and no usage field', () => {
+  test('without include_usage there is no usage chunk and no usage field', () => {
     const out = run(new ConverseStreamTranslator({ ...meta, includeUsage: false }), streamEvents({ text: 'a' }).map(([t, p]) => ev(t, p)));
     const chunks = out.slice(0, -1).map((d) => JSON.parse(d) as Chunk);
     assert.ok(chunks.every((c) => c.choices.length === 1 && !('usage' in c)));
   });
 
-  void test('numbers tool calls from 0 even when a text block comes first', () => {
+  test('numbers tool calls from 0 even when a text block comes first', () => {
     const out = run(new ConverseStreamTranslator({ ...meta, includeUsage: false }),
       streamEvents({ text: 'Let me check.', toolUse: { toolUseId: 'tu_1', name: 'weather', input: { city: 'Paris' } } }).map(([t, p]) => ev(t, p)));
     const chunks = out.slice(0, -1).map((d) => JSON.parse(d) as Chunk);
@@ -273,7 +273,7 @@ void describe('ConverseStream → OpenAI chunks', () => {
     assert.equal(chunks.at(-1)?.choices[0].finish_reason, 'tool_calls');
   });
 
-  void test('a stream cut before messageStop ends with an error event', () => {
+  test('a stream cut before messageStop ends with an error event', () => {
     const out = run(new ConverseStreamTranslator({ ...meta, includeUsage: false }), [ev('messageStart', { role: 'assistant' })]);
     assert.equal(out.length, 3);
     assert.match(out[1], /"error"/);
@@ -281,7 +281,7 @@ void describe('ConverseStream → OpenAI chunks', () => {
   });
 });
 
-void describe('Bedrock provider against the stand-in', () => {
+describe('Bedrock provider against the stand-in', () => {
   let standin: BedrockStandin;
   let provider: ClosableProvider;
 
@@ -300,7 +300,7 @@ void describe('Bedrock provider against the stand-in', () => {
     standin.reply = { text: 'Hello from Bedrock' };
   });
 
-  void test('signs Converse with SigV4 and answers a chat.completion the official client reads', async () => {
+  test('signs Converse with SigV4 and answers a chat.completion the official client reads', async () => {
     const completion = await clientFor(provider).chat.completions.create({
       model: 'llama-3-8b',
       messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'hi' }],
@@ -317,7 +317,7 @@ void describe('Bedrock provider against the stand-in', () => {
     assert.deepEqual(req.body, { messages: [{ role: 'user', content: [{ text: 'hi' }] }], system: [{ text: 'Be brief.' }], inferenceConfig: { maxTokens: 50 } });
   });
 
-  void test('signs with a session token too', async () => {
+  test('signs with a session token too', async () => {
     const sts = await startBedrockStandin({ credentials: { accessKeyId: ACCESS_KEY, secretAccessKey: SECRET_KEY, sessionToken: SESSION_TOKEN } });
     const p = createBedrockProvider(settings(sts.url, { credentials: { accessKeyId: { env: 'AK' }, secretAccessKey: { env: 'SK' }, sessionToken: { env: 'ST' } } }), { env });
     try {
@@ -330,7 +330,7 @@ void describe('Bedrock provider against the stand-in', () => {
     }
   });
 
-  void test('a wrong secret is refused (403) and no credential leaks into the error', async () => {
+  test('a wrong secret is refused (403) and no credential leaks into the error', async () => {
     const sts = await startBedrockStandin({ credentials: { accessKeyId: ACCESS_KEY, secretAccessKey: SECRET_KEY, sessionToken: SESSION_TOKEN } });
     const wrong = createBedrockProvider(settings(sts.url, { credentials: { accessKeyId: { env: 'AK' }, secretAccessKey: { env: 'WRONG_SK' }, sessionToken: { env: 'ST' } } }), { env });
     try {
@@ -346,7 +346,7 @@ void describe('Bedrock provider against the stand-in', () => {
     }
   });
 
-  void test('the stand-in really checks the signature: a skewed clock is refused', async () => {
+  test('the stand-in really checks the signature: a skewed clock is refused', async () => {
     const skewed = createBedrockProvider(settings(standin.url), { env, now: () => Date.now() - 3_600_000 });
     try {
       const res = await skewed.send(call(chatBody));
@@ -357,7 +357,7 @@ void describe('Bedrock provider against the stand-in', () => {
     }
   });
 
-  void test('sends a Bedrock API key as a bearer token', async () => {
+  test('sends a Bedrock API key as a bearer token', async () => {
     const p = createBedrockProvider(settings(standin.url, { credentials: undefined, apiKey: { env: 'BEDROCK_KEY' } }), { env });
     try {
       const res = await p.send(call(chatBody));
@@ -369,7 +369,7 @@ void describe('Bedrock provider against the stand-in', () => {
     }
   });
 
-  void test('streams ConverseStream as chat.completion.chunk SSE with usage after the finish', async () => {
+  test('streams ConverseStream as chat.completion.chunk SSE with usage after the finish', async () => {
     const stream = await clientFor(provider).chat.completions.create({
       model: 'llama-3-8b', messages: [{ role: 'user', content: 'hi' }], stream: true, stream_options: { include_usage: true },
     });
@@ -391,7 +391,7 @@ void describe('Bedrock provider against the stand-in', () => {
     assert.equal(standin.requests[0].body.stream_options, undefined);
   });
 
-  void test('reuses its connection from one stream to the next', async () => {
+  test('reuses its connection from one stream to the next', async () => {
     const fresh = await startBedrockStandin({ credentials: { accessKeyId: ACCESS_KEY, secretAccessKey: SECRET_KEY } });
     const agent = new Agent();
     const p = createBedrockProvider(settings(fresh.url), { env, dispatcher: agent });
@@ -413,7 +413,7 @@ void describe('Bedrock provider against the stand-in', () => {
     }
   });
 
-  void test('streams tool use as tool_calls deltas the official client can assemble', async () => {
+  test('streams tool use as tool_calls deltas the official client can assemble', async () => {
     standin.reply = { toolUse: { toolUseId: 'tooluse_abc', name: 'weather', input: { city: 'Paris', unit: 'C' } } };
     const stream = await clientFor(provider).chat.completions.create({
       model: 'llama-3-8b',
@@ -438,7 +438,7 @@ void describe('Bedrock provider against the stand-in', () => {
     assert.deepEqual(standin.requests[0].body.toolConfig, { tools: [{ toolSpec: { name: 'weather', inputSchema: { json: { type: 'object' } } } }], toolChoice: { auto: {} } });
   });
 
-  void test('a non-stream tool use comes back as tool_calls', async () => {
+  test('a non-stream tool use comes back as tool_calls', async () => {
     standin.reply = { toolUse: { toolUseId: 'tooluse_abc', name: 'weather', input: { city: 'Rome' } } };
     const completion = await clientFor(provider).chat.completions.create({ model: 'llama-3-8b', messages: [{ role: 'user', content: 'x' }], tools: [{ type: 'function', function: { name: 'weather' } }] });
     assert.equal(completion.choices[0].finish_reason, 'tool_calls');
@@ -447,7 +447,7 @@ void describe('Bedrock provider against the stand-in', () => {
     assert.deepEqual(JSON.parse(tc.function.arguments), { city: 'Rome' });
   });
 
-  void test('an exception mid-stream ends the SSE with an error event and [DONE]', async () => {
+  test('an exception mid-stream ends the SSE with an error event and [DONE]', async () => {
     standin.fault = { kind: 'exception', afterEvents: 2, exceptionType: 'modelStreamErrorException', message: 'model failed' };
     const res = await provider.send(call({ ...chatBody, stream: true }));
     assert.equal(res.status, 200);
@@ -458,28 +458,28 @@ void describe('Bedrock provider against the stand-in', () => {
     assert.equal((JSON.parse(data[1]) as Chunk).choices[0].delta.content, 'Hello');
   });
 
-  void test('throttling as the first event is a 429 before any byte', async () => {
+  test('throttling as the first event is a 429 before any byte', async () => {
     standin.fault = { kind: 'exception', afterEvents: 0, exceptionType: 'throttlingException', message: 'Too many requests' };
     const res = await provider.send(call({ ...chatBody, stream: true }));
     assert.equal(res.status, 429);
     assert.equal(((await res.json()) as { error: { type: string } }).error.type, 'rate_limit_error');
   });
 
-  void test('a frame with a bad CRC ends the stream with an error event', async () => {
+  test('a frame with a bad CRC ends the stream with an error event', async () => {
     standin.fault = { kind: 'bad-crc', atEvent: 2 };
     const data = sseData(await (await provider.send(call({ ...chatBody, stream: true }))).text());
     assert.equal(data.at(-1), '[DONE]');
     assert.match(data.at(-2)!, /checksum/);
   });
 
-  void test('a stream cut inside a frame ends with an error event', async () => {
+  test('a stream cut inside a frame ends with an error event', async () => {
     standin.fault = { kind: 'truncate', atEvent: 3 };
     const data = sseData(await (await provider.send(call({ ...chatBody, stream: true }))).text());
     assert.equal(data.at(-1), '[DONE]');
     assert.match(data.at(-2)!, /"upstream_stream_error"/);
   });
 
-  void test('a stream without metadata still finishes cleanly', async () => {
+  test('a stream without metadata still finishes cleanly', async () => {
     standin.fault = { kind: 'no-metadata' };
     const data = sseData(await (await provider.send(call({ ...chatBody, stream: true, stream_options: { include_usage: true } }))).text());
     assert.equal(data.at(-1), '[DONE]');
@@ -487,7 +487,7 @@ void describe('Bedrock provider against the stand-in', () => {
     assert.ok(!data.some((d) => d.includes('"error"')));
   });
 
-  void test('maps Bedrock HTTP errors to OpenAI errors', async () => {
+  test('maps Bedrock HTTP errors to OpenAI errors', async () => {
     const cases: Array<[number, string, number, string]> = [
       [429, 'ThrottlingException', 429, 'rate_limit_error'],
       [400, 'ValidationException', 400, 'invalid_request_error'],
@@ -505,7 +505,7 @@ void describe('Bedrock provider against the stand-in', () => {
     }
   });
 
-  void test('times out when Bedrock does not answer', async () => {
+  test('times out when Bedrock does not answer', async () => {
     standin.fault = { kind: 'hang' };
     const quick = createBedrockProvider(settings(standin.url, { timeoutMs: 150 }), { env });
     try {
@@ -516,7 +516,7 @@ void describe('Bedrock provider against the stand-in', () => {
     }
   });
 
-  void test('a stream whose first event does not come in time is a timeout, so the chain can move on', async () => {
+  test('a stream whose first event does not come in time is a timeout, so the chain can move on', async () => {
     standin.fault = { kind: 'stall' };
     const quick = createBedrockProvider(settings(standin.url, { timeoutMs: 150 }), { env });
     try {
@@ -526,21 +526,21 @@ void describe('Bedrock provider against the stand-in', () => {
     }
   });
 
-  void test('refuses a request it cannot translate without calling Bedrock', async () => {
+  test('refuses a request it cannot translate without calling Bedrock', async () => {
     const res = await provider.send(call({ messages: [{ role: 'user', content: [{ type: 'input_audio', input_audio: {} }] }] }));
     assert.equal(res.status, 400);
     assert.equal(((await res.json()) as { error: { param: string } }).error.param, 'messages[0].content[0]');
     assert.equal(standin.requests.length, 0);
   });
 
-  void test('serves chat only', () => {
+  test('serves chat only', () => {
     assert.equal(provider.supports('chat', 'llama-3-8b'), true);
     assert.equal(provider.supports('completions', 'llama-3-8b'), false);
     assert.equal(provider.supports('embeddings', 'llama-3-8b'), false);
     assert.equal(provider.supports('chat', 'gpt-4o'), false);
   });
 
-  void test('refuses settings without credentials', () => {
+  test('refuses settings without credentials', () => {
     assert.throws(() => createBedrockProvider(settings(standin.url, { credentials: undefined })), /apiKey or credentials/);
   });
 });

@@ -21,8 +21,8 @@ function call(kind: RequestKind = 'chat', signal = new AbortController().signal)
   return { kind, model: 'llama-3-8b', body, signal };
 }
 
-void describe('circuit breaker', () => {
-  void test('opens after N consecutive failures, then lets one trial through after the cool-down', () => {
+describe('circuit breaker', () => {
+  test('opens after N consecutive failures, then lets one trial through after the cool-down', () => {
     const b = new CircuitBreaker({ failureThreshold: 3, coolDownMs: 10_000 });
     b.onFailure(0);
     b.onFailure(1);
@@ -39,7 +39,7 @@ void describe('circuit breaker', () => {
     assert.equal(b.allow(10_004), true);
   });
 
-  void test('a success in between resets the count', () => {
+  test('a success in between resets the count', () => {
     const b = new CircuitBreaker();
     b.onFailure(0);
     b.onFailure(0);
@@ -49,7 +49,7 @@ void describe('circuit breaker', () => {
     assert.equal(b.state(0), 'closed');
   });
 
-  void test('a failed trial re-opens for a fresh cool-down', () => {
+  test('a failed trial re-opens for a fresh cool-down', () => {
     const b = new CircuitBreaker({ failureThreshold: 1, coolDownMs: 100 });
     b.onFailure(0);
     assert.equal(b.allow(100), true);
@@ -59,7 +59,7 @@ void describe('circuit breaker', () => {
     assert.equal(b.allow(200), true);
   });
 
-  void test('a released or lost trial does not keep the provider shut', () => {
+  test('a released or lost trial does not keep the provider shut', () => {
     const b = new CircuitBreaker({ failureThreshold: 1, coolDownMs: 100 });
     b.onFailure(0);
     assert.equal(b.allow(100), true);
@@ -69,7 +69,7 @@ void describe('circuit breaker', () => {
     assert.equal(b.allow(201), true, 'a trial that never reported back expires after a cool-down');
   });
 
-  void test('defaults: 3 failures, 10 s', () => {
+  test('defaults: 3 failures, 10 s', () => {
     const set = new BreakerSet();
     const b = set.get('p');
     assert.equal(set.get('p'), b);
@@ -80,7 +80,7 @@ void describe('circuit breaker', () => {
   });
 });
 
-void describe('overflow chain', () => {
+describe('overflow chain', () => {
   let first: OpenAIStandin;
   let second: OpenAIStandin;
   let p1: ClosableProvider;
@@ -110,7 +110,7 @@ void describe('overflow chain', () => {
     return ((await res.json()) as { choices: Array<{ message: { content: string } }> }).choices[0].message.content;
   }
 
-  void test('answers from the first provider when it is healthy, without touching the next', async () => {
+  test('answers from the first provider when it is healthy, without touching the next', async () => {
     const seen: Attempt[] = [];
     const result = await tryProviders([p1, p2], call(), { breakers: new BreakerSet(), now, onAttempt: (a) => seen.push(a) });
     assert.ok(result.ok);
@@ -121,7 +121,7 @@ void describe('overflow chain', () => {
     assert.deepEqual(result.attempts.map((a) => [a.provider, a.outcome, a.status]), [['first', 'answered', 200]]);
   });
 
-  void test('overflows to the next provider when the first returns 503', async () => {
+  test('overflows to the next provider when the first returns 503', async () => {
     first.fault = { kind: 'status', status: 503 };
     const result = await tryProviders([p1, p2], call(), { breakers: new BreakerSet(), now });
     assert.ok(result.ok);
@@ -130,14 +130,14 @@ void describe('overflow chain', () => {
     assert.deepEqual(result.attempts.map((a) => [a.provider, a.outcome, a.reason, a.status]), [['first', 'failed', 'status', 503], ['second', 'answered', undefined, 200]]);
   });
 
-  void test('overflows when the first is throttled (429)', async () => {
+  test('overflows when the first is throttled (429)', async () => {
     first.fault = { kind: 'status', status: 429 };
     const result = await tryProviders([p1, p2], call(), { breakers: new BreakerSet(), now });
     assert.ok(result.ok);
     assert.equal(result.provider, 'second');
   });
 
-  void test('overflows when the first does not answer in time', async () => {
+  test('overflows when the first does not answer in time', async () => {
     first.fault = { kind: 'hang' };
     const slow = openai('slow', first.url, { timeoutMs: 150 });
     try {
@@ -150,7 +150,7 @@ void describe('overflow chain', () => {
     }
   });
 
-  void test('overflows when the first refuses connections', async () => {
+  test('overflows when the first refuses connections', async () => {
     const dead = openai('dead', `http://127.0.0.1:${await refusedPort()}/v1`);
     try {
       const result = await tryProviders([dead, p2], call(), { breakers: new BreakerSet(), now });
@@ -162,7 +162,7 @@ void describe('overflow chain', () => {
     }
   });
 
-  void test('returns a 400 as the answer: the next provider would refuse the same request', async () => {
+  test('returns a 400 as the answer: the next provider would refuse the same request', async () => {
     first.fault = { kind: 'status', status: 400, body: JSON.stringify({ error: { message: 'bad request', type: 'invalid_request_error', param: null, code: null } }) };
     const result = await tryProviders([p1, p2], call(), { breakers: new BreakerSet(), now });
     assert.ok(result.ok);
@@ -171,7 +171,7 @@ void describe('overflow chain', () => {
     assert.equal(second.requests.length, 0);
   });
 
-  void test('fails over when our own credentials are rejected, without repeating them', async () => {
+  test('fails over when our own credentials are rejected, without repeating them', async () => {
     const revoked = openai('revoked', first.url, { apiKey: { env: 'OLD_KEY' } });
     try {
       const result = await tryProviders([revoked, p2], call(), { breakers: new BreakerSet(), now });
@@ -184,7 +184,7 @@ void describe('overflow chain', () => {
     }
   });
 
-  void test('skips providers that do not serve the model or the kind', async () => {
+  test('skips providers that do not serve the model or the kind', async () => {
     const other = createOpenAIProvider({ name: 'other', kind: 'openai', endpoint: first.url, models: { 'gpt-4o': 'gpt-4o' }, timeoutMs: 1_000 });
     const bedrock = createProvider({ name: 'bedrock', kind: 'bedrock', region: 'us-east-1', endpoint: `http://127.0.0.1:${await refusedPort()}`, models: { 'llama-3-8b': 'meta.llama3-1-8b-instruct-v1:0' }, apiKey: { env: 'KEY' }, timeoutMs: 1_000 }, { env });
     try {
@@ -202,7 +202,7 @@ void describe('overflow chain', () => {
     }
   });
 
-  void test('reports every failure when no provider answers', async () => {
+  test('reports every failure when no provider answers', async () => {
     first.fault = { kind: 'status', status: 502 };
     second.fault = { kind: 'status', status: 503 };
     const result = await tryProviders([p1, p2], call(), { breakers: new BreakerSet(), now });
@@ -210,7 +210,7 @@ void describe('overflow chain', () => {
     assert.deepEqual(result.attempts.map((a) => [a.provider, a.status]), [['first', 502], ['second', 503]]);
   });
 
-  void test('stops when the client has left', async () => {
+  test('stops when the client has left', async () => {
     first.fault = { kind: 'hang' };
     const ac = new AbortController();
     const breakers = new BreakerSet();
@@ -224,7 +224,7 @@ void describe('overflow chain', () => {
     assert.deepEqual(breakers.snapshot(now()), { first: { state: 'closed', consecutiveFailures: 0 } }, 'a client leaving is not the provider failing');
   });
 
-  void test('opens the breaker after 3 failures: no request reaches the provider during the cool-down, then one trial', async () => {
+  test('opens the breaker after 3 failures: no request reaches the provider during the cool-down, then one trial', async () => {
     const breakers = new BreakerSet({ failureThreshold: 3, coolDownMs: 10_000 });
     first.fault = { kind: 'status', status: 503 };
     for (let i = 0; i < 3; i++) {
@@ -250,7 +250,7 @@ void describe('overflow chain', () => {
     assert.equal(breakers.get('first').state(clock), 'closed');
   });
 
-  void test('a failed half-open trial shuts the provider for another cool-down', async () => {
+  test('a failed half-open trial shuts the provider for another cool-down', async () => {
     const breakers = new BreakerSet({ failureThreshold: 1, coolDownMs: 1_000 });
     first.fault = { kind: 'status', status: 500 };
     await tryProviders([p1, p2], call(), { breakers, now });

@@ -50,7 +50,7 @@ function sseData(text: string): string[] {
   });
 }
 
-void describe('OpenAI-compatible provider', () => {
+describe('OpenAI-compatible provider', () => {
   let standin: OpenAIStandin;
   let provider: ClosableProvider;
 
@@ -67,7 +67,7 @@ void describe('OpenAI-compatible provider', () => {
     standin.fault = undefined;
   });
 
-  void test('sends chat to {endpoint}/chat/completions with the provider model id and a bearer token', async () => {
+  test('sends chat to {endpoint}/chat/completions with the provider model id and a bearer token', async () => {
     const completion = await clientFor(provider).chat.completions.create({ model: 'llama-3-8b', messages: [{ role: 'user', content: 'hi' }] });
     assert.equal(completion.choices[0].message.content, 'Hello from the stand-in');
     const [req] = standin.requests;
@@ -78,7 +78,7 @@ void describe('OpenAI-compatible provider', () => {
     assert.equal(completion.model, 'databricks-meta-llama-3-1-8b-instruct');
   });
 
-  void test('relays a chat stream that the official client reads, usage chunk included', async () => {
+  test('relays a chat stream that the official client reads, usage chunk included', async () => {
     const stream = await clientFor(provider).chat.completions.create({
       model: 'llama-3-8b',
       messages: [{ role: 'user', content: 'hi' }],
@@ -100,7 +100,7 @@ void describe('OpenAI-compatible provider', () => {
     assert.equal(standin.requests[0].headers.accept, 'text/event-stream');
   });
 
-  void test('routes completions and embeddings to their own paths', async () => {
+  test('routes completions and embeddings to their own paths', async () => {
     const client = clientFor(provider);
     const completion = await client.completions.create({ model: 'llama-3-8b', prompt: 'Once' });
     assert.equal(completion.choices[0].text, 'Hello from the stand-in');
@@ -110,7 +110,7 @@ void describe('OpenAI-compatible provider', () => {
     assert.ok(standin.requests.every((r) => r.body.model === 'databricks-meta-llama-3-1-8b-instruct'));
   });
 
-  void test('streams completions too', async () => {
+  test('streams completions too', async () => {
     const res = await provider.send(call({ prompt: 'Once', stream: true }, 'completions'));
     assert.equal(res.status, 200);
     assert.match(res.headers.get('content-type') ?? '', /^text\/event-stream/);
@@ -119,7 +119,7 @@ void describe('OpenAI-compatible provider', () => {
     assert.equal(data.slice(0, -1).map((d) => (JSON.parse(d) as { choices: Array<{ text: string }> }).choices[0].text).join(''), 'Hello from the stand-in');
   });
 
-  void test('passes an OpenAI-shaped upstream error through with its status', async () => {
+  test('passes an OpenAI-shaped upstream error through with its status', async () => {
     standin.fault = {
       kind: 'status',
       status: 400,
@@ -130,7 +130,7 @@ void describe('OpenAI-compatible provider', () => {
     assert.deepEqual(await res.json(), { error: { message: 'max_tokens is too large', type: 'invalid_request_error', param: 'max_tokens', code: 'bad_max' } });
   });
 
-  void test('wraps a non-OpenAI error body and keeps Retry-After on 429', async () => {
+  test('wraps a non-OpenAI error body and keeps Retry-After on 429', async () => {
     standin.fault = { kind: 'status', status: 429, body: 'slow down', headers: { 'retry-after': '3' } };
     const res = await provider.send(call(chatBody));
     assert.equal(res.status, 429);
@@ -145,20 +145,20 @@ void describe('OpenAI-compatible provider', () => {
     assert.equal(((await res503.json()) as { error: { type: string } }).error.type, 'service_unavailable_error');
   });
 
-  void test('wraps a Databricks-style error', async () => {
+  test('wraps a Databricks-style error', async () => {
     const res = upstreamErrorResponse('dbx', 400, JSON.stringify({ error_code: 'BAD_REQUEST', message: 'Input is too long.' }));
     assert.equal(res.status, 400);
     assert.deepEqual(await res.json(), { error: { message: 'Input is too long.', type: 'invalid_request_error', param: null, code: 'BAD_REQUEST' } });
   });
 
-  void test('turns a malformed JSON answer into a 502', async () => {
+  test('turns a malformed JSON answer into a 502', async () => {
     standin.fault = { kind: 'malformed' };
     const res = await provider.send(call(chatBody));
     assert.equal(res.status, 502);
     assert.equal(((await res.json()) as { error: { code: string } }).error.code, 'upstream_malformed');
   });
 
-  void test('ends a stream that breaks midway with an error event and [DONE], dropping the half event', async () => {
+  test('ends a stream that breaks midway with an error event and [DONE], dropping the half event', async () => {
     standin.fault = { kind: 'break', afterChunks: 2 };
     const res = await provider.send(call({ ...chatBody, stream: true }));
     assert.equal(res.status, 200);
@@ -171,7 +171,7 @@ void describe('OpenAI-compatible provider', () => {
     assert.equal(data[3], '[DONE]');
   });
 
-  void test('the official client surfaces a broken stream as an error', async () => {
+  test('the official client surfaces a broken stream as an error', async () => {
     standin.fault = { kind: 'break', afterChunks: 2 };
     const stream = await clientFor(provider).chat.completions.create({ model: 'llama-3-8b', messages: [{ role: 'user', content: 'hi' }], stream: true });
     await assert.rejects(async () => {
@@ -179,7 +179,7 @@ void describe('OpenAI-compatible provider', () => {
     });
   });
 
-  void test('stops the upstream when the client stops reading', async () => {
+  test('stops the upstream when the client stops reading', async () => {
     const long = await startOpenAIStandin({ reply: Array.from({ length: 2_000 }, (_, i) => `w${i}`).join(' ') });
     const p = createOpenAIProvider(settings({ endpoint: long.url, apiKey: undefined }), { env });
     try {
@@ -195,7 +195,7 @@ void describe('OpenAI-compatible provider', () => {
     }
   });
 
-  void test('rejects with a timeout when no headers come in time', async () => {
+  test('rejects with a timeout when no headers come in time', async () => {
     standin.fault = { kind: 'hang' };
     const quick = createOpenAIProvider(settings({ endpoint: standin.url, timeoutMs: 150 }), { env });
     try {
@@ -205,7 +205,7 @@ void describe('OpenAI-compatible provider', () => {
     }
   });
 
-  void test('rejects with a connect error when nothing listens', async () => {
+  test('rejects with a connect error when nothing listens', async () => {
     const port = await refusedPort();
     const dead = createOpenAIProvider(settings({ endpoint: `http://127.0.0.1:${port}/v1` }), { env });
     try {
@@ -215,7 +215,7 @@ void describe('OpenAI-compatible provider', () => {
     }
   });
 
-  void test('rejects as aborted when the caller aborts', async () => {
+  test('rejects as aborted when the caller aborts', async () => {
     standin.fault = { kind: 'hang' };
     const ac = new AbortController();
     const pending = provider.send(call(chatBody, 'chat', ac.signal));
@@ -224,7 +224,7 @@ void describe('OpenAI-compatible provider', () => {
     await assert.rejects(pending, (err: unknown) => err instanceof ProviderError && err.reason === 'aborted');
   });
 
-  void test('never repeats the credential when the upstream quotes it back', async () => {
+  test('never repeats the credential when the upstream quotes it back', async () => {
     const wrong = createOpenAIProvider(settings({ endpoint: standin.url }), { env: { PROVIDER_KEY: `${SECRET}-old` } });
     try {
       const res = await wrong.send(call(chatBody));
@@ -237,14 +237,14 @@ void describe('OpenAI-compatible provider', () => {
     }
   });
 
-  void test('reports a missing secret by reference, not value', async () => {
+  test('reports a missing secret by reference, not value', async () => {
     const unset = createOpenAIProvider(settings({ endpoint: standin.url, apiKey: { env: 'NOT_SET_ANYWHERE' } }), { env: {} });
     await assert.rejects(unset.send(call(chatBody)), (err: unknown) =>
       err instanceof ProviderError && err.reason === 'config' && /env NOT_SET_ANYWHERE/.test(err.message));
     await unset.close();
   });
 
-  void test('answers 404 for a model it does not map, and says so in supports()', async () => {
+  test('answers 404 for a model it does not map, and says so in supports()', async () => {
     assert.equal(provider.supports('chat', 'llama-3-8b'), true);
     assert.equal(provider.supports('embeddings', 'other'), false);
     const res = await provider.send({ ...call(chatBody), model: 'other' });
@@ -253,7 +253,7 @@ void describe('OpenAI-compatible provider', () => {
   });
 });
 
-void describe('Azure OpenAI mode', () => {
+describe('Azure OpenAI mode', () => {
   let standin: OpenAIStandin;
   let provider: ClosableProvider;
   before(async () => {
@@ -268,7 +268,7 @@ void describe('Azure OpenAI mode', () => {
     await standin.close();
   });
 
-  void test('uses deployment paths, api-version and the api-key header', async () => {
+  test('uses deployment paths, api-version and the api-key header', async () => {
     const completion = await clientFor(provider).chat.completions.create({ model: 'llama-3-8b', messages: [{ role: 'user', content: 'hi' }] });
     assert.equal(completion.choices[0].message.content, 'Hello from the stand-in');
     const [req] = standin.requests;
@@ -278,21 +278,21 @@ void describe('Azure OpenAI mode', () => {
     assert.equal(req.headers.authorization, undefined);
   });
 
-  void test('builds embeddings URLs the same way', () => {
+  test('builds embeddings URLs the same way', () => {
     const url = openAIUrl(settings({ endpoint: 'https://res.openai.azure.com/', azureApiVersion: 'v1' }), 'embeddings', 'emb dep');
     assert.equal(url.href, 'https://res.openai.azure.com/openai/deployments/emb%20dep/embeddings?api-version=v1');
   });
 });
 
-void describe('SSE relay', () => {
-  void test('finds the end of the last complete event', () => {
+describe('SSE relay', () => {
+  test('finds the end of the last complete event', () => {
     const enc = new TextEncoder();
     assert.equal(lastEventEnd(enc.encode('data: a\n\ndata: b')), 9);
     assert.equal(lastEventEnd(enc.encode('data: a\r\n\r\n')), 11);
     assert.equal(lastEventEnd(enc.encode('data: a\n')), 0);
   });
 
-  void test('holds a partial event until its blank line arrives', async () => {
+  test('holds a partial event until its blank line arrives', async () => {
     const enc = new TextEncoder();
     async function* upstream() {
       yield enc.encode('data: {"a":');
@@ -308,7 +308,7 @@ void describe('SSE relay', () => {
     assert.equal((await reader.read()).done, true);
   });
 
-  void test('does not add an error after [DONE] when the connection drops late', async () => {
+  test('does not add an error after [DONE] when the connection drops late', async () => {
     const enc = new TextEncoder();
     async function* upstream() {
       yield enc.encode('data: {"a":1}\n\ndata: [DONE]\n\n');

@@ -19,7 +19,7 @@ function adapt(engine: Engine, name: string, at = 1000): PodLoad {
   return load(ADAPTERS[engine].toLoad(parsePromText(fixture(name), ADAPTERS[engine].selector), at));
 }
 
-void test('vLLM: sums queues across engines, averages KV use, reads TTFT, queue time and counters', () => {
+test('vLLM: sums queues across engines, averages KV use, reads TTFT, queue time and counters', () => {
   assert.deepEqual(adapt('vllm', 'vllm-v1-two-engines.txt'), {
     at: 1000,
     engine: 'vllm',
@@ -36,7 +36,7 @@ void test('vLLM: sums queues across engines, averages KV use, reads TTFT, queue 
   });
 });
 
-void test('vLLM before 0.9: gpu_cache_usage_perc, no engine label, no queue-time histogram', () => {
+test('vLLM before 0.9: gpu_cache_usage_perc, no engine label, no queue-time histogram', () => {
   assert.deepEqual(adapt('vllm', 'vllm-v0-pre09.txt'), {
     at: 1000,
     engine: 'vllm',
@@ -51,7 +51,7 @@ void test('vLLM before 0.9: gpu_cache_usage_perc, no engine label, no queue-time
   });
 });
 
-void test('vLLM over OpenMetrics reads the same way', () => {
+test('vLLM over OpenMetrics reads the same way', () => {
   const result = adapt('vllm', 'vllm-openmetrics.txt');
   assert.equal(result.waiting, 1);
   assert.equal(result.running, 5);
@@ -61,7 +61,7 @@ void test('vLLM over OpenMetrics reads the same way', () => {
   assert.equal(result.finished, 30);
 });
 
-void test('TGI: queue and batch gauges, no KV (NaN), no TTFT, counters without _total', () => {
+test('TGI: queue and batch gauges, no KV (NaN), no TTFT, counters without _total', () => {
   assert.deepEqual(adapt('tgi', 'tgi.txt'), {
     at: 1000,
     engine: 'tgi',
@@ -76,7 +76,7 @@ void test('TGI: queue and batch gauges, no KV (NaN), no TTFT, counters without _
   });
 });
 
-void test('SGLang under tensor parallelism counts the repeated queue once', () => {
+test('SGLang under tensor parallelism counts the repeated queue once', () => {
   assert.deepEqual(adapt('sglang', 'sglang-tp2.txt'), {
     at: 1000,
     engine: 'sglang',
@@ -93,7 +93,7 @@ void test('SGLang under tensor parallelism counts the repeated queue once', () =
   });
 });
 
-void test('SGLang with data parallelism adds one rank per dp group', () => {
+test('SGLang with data parallelism adds one rank per dp group', () => {
   const result = adapt('sglang', 'sglang-dp2-tp2.txt');
   assert.equal(result.waiting, 2 + 7);
   assert.equal(result.running, 10 + 14);
@@ -102,7 +102,7 @@ void test('SGLang with data parallelism adds one rank per dp group', () => {
   assert.equal(result.ttftCount, undefined);
 });
 
-void test('picks the lowest tp rank in each dp group, whatever the order', () => {
+test('picks the lowest tp rank in each dp group, whatever the order', () => {
   const s = (labels: Record<string, string>, value: number) => ({ labels, value });
   const picked = onePerDpGroup([
     s({ tp_rank: '3', dp_rank: '1' }, 31), s({ tp_rank: '1', dp_rank: '0' }, 10),
@@ -112,7 +112,7 @@ void test('picks the lowest tp rank in each dp group, whatever the order', () =>
   assert.deepEqual(onePerDpGroup([s({ pid: '1' }, 1), s({ pid: '2' }, 2)]).map((p) => p.value), [1, 2]);
 });
 
-void test('detects the engine from the page', () => {
+test('detects the engine from the page', () => {
   const detect = (name: string) => detectEngine(parsePromText(fixture(name), ANY_ENGINE_SELECTOR));
   assert.equal(detect('vllm-v1-two-engines.txt'), 'vllm');
   assert.equal(detect('vllm-v0-pre09.txt'), 'vllm');
@@ -122,21 +122,21 @@ void test('detects the engine from the page', () => {
   assert.equal(detect('edge-cases.txt'), undefined);
 });
 
-void test('one parse with the union selector is enough to detect and adapt', () => {
+test('one parse with the union selector is enough to detect and adapt', () => {
   const page = parsePromText(fixture('tgi.txt'), ANY_ENGINE_SELECTOR);
   assert.deepEqual(load(toPodLoad(page, 5)), adapt('tgi', 'tgi.txt', 5));
   const unknown = toPodLoad(parsePromText('up 1\n'), 5);
   assert.equal(unknown.ok, false);
 });
 
-void test('a page without the queue gauges is an error, not a pod with zero load', () => {
+test('a page without the queue gauges is an error, not a pod with zero load', () => {
   const result = ADAPTERS.tgi.toLoad(parsePromText(fixture('vllm-v1-two-engines.txt')), 1);
   assert.deepEqual(result, { ok: false, error: 'tgi page has no tgi_queue_size' });
   const noRunning = ADAPTERS.vllm.toLoad(parsePromText('vllm:num_requests_waiting{engine="0"} 1\n'), 1);
   assert.deepEqual(noRunning, { ok: false, error: 'vllm page has no vllm:num_requests_running' });
 });
 
-void test('a minimal vLLM page leaves the optional fields out and KV unknown', () => {
+test('a minimal vLLM page leaves the optional fields out and KV unknown', () => {
   const result = load(ADAPTERS.vllm.toLoad(parsePromText('vllm:num_requests_waiting 0\nvllm:num_requests_running 0\n'), 1));
   assert.deepEqual(result, { at: 1, engine: 'vllm', waiting: 0, running: 0, kvCache: NaN });
 });

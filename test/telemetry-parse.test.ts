@@ -5,7 +5,7 @@ import { MetricSelector, parseFloatToken, parsePromText } from '../agent/telemet
 
 const fixture = (name: string) => readFileSync(new URL(`./fixtures/metrics/${name}`, import.meta.url), 'utf8');
 
-void test('reads a full vLLM page with two engines, keeping _created families apart from their counters', () => {
+test('reads a full vLLM page with two engines, keeping _created families apart from their counters', () => {
   const page = parsePromText(fixture('vllm-v1-two-engines.txt'));
   assert.equal(page.errors, 0, JSON.stringify(page.diagnostics));
   assert.equal(page.sum('vllm:num_requests_waiting'), 7);
@@ -26,7 +26,7 @@ void test('reads a full vLLM page with two engines, keeping _created families ap
   assert.equal(page.max('vllm:lora_requests_info'), 1.7519025567e9);
 });
 
-void test('reads only the samples a selector asks for', () => {
+test('reads only the samples a selector asks for', () => {
   const select = new MetricSelector(['vllm:num_requests_waiting', 'vllm:time_to_first_token_seconds_sum', 'vllm:time_to_first_token_seconds_count']);
   const page = parsePromText(fixture('vllm-v1-two-engines.txt'), select);
   assert.deepEqual([...page.names()].sort(), [
@@ -38,7 +38,7 @@ void test('reads only the samples a selector asks for', () => {
   assert.equal(page.errors, 0);
 });
 
-void test('selects by prefix', () => {
+test('selects by prefix', () => {
   const page = parsePromText(fixture('vllm-v1-two-engines.txt'), new MetricSelector([], ['process_']));
   assert.deepEqual([...page.names()], [
     'process_virtual_memory_bytes', 'process_resident_memory_bytes', 'process_start_time_seconds',
@@ -46,7 +46,7 @@ void test('selects by prefix', () => {
   ]);
 });
 
-void test('reads escaped and unusual label values, odd spacing and a trailing comma', () => {
+test('reads escaped and unusual label values, odd spacing and a trailing comma', () => {
   const page = parsePromText(fixture('edge-cases.txt'));
   assert.equal(page.errors, 0, JSON.stringify(page.diagnostics));
   const [escaped, odd, trailing, spaced] = page.series('edge_escaped');
@@ -57,7 +57,7 @@ void test('reads escaped and unusual label values, odd spacing and a trailing co
   assert.equal(spaced.value, 4);
 });
 
-void test('reads NaN, ±Inf, exponents, timestamps, and a last line without a newline', () => {
+test('reads NaN, ±Inf, exponents, timestamps, and a last line without a newline', () => {
   const page = parsePromText(fixture('edge-cases.txt'));
   const value = (v: string) => page.first('edge_values', { v })?.value;
   assert.ok(Number.isNaN(value('nan')));
@@ -70,14 +70,14 @@ void test('reads NaN, ±Inf, exponents, timestamps, and a last line without a ne
   assert.equal(page.first('edge_last_line_without_newline')?.value, 9);
 });
 
-void test('reads a histogram whose _bucket, _sum and _count come in any order', () => {
+test('reads a histogram whose _bucket, _sum and _count come in any order', () => {
   const page = parsePromText(fixture('edge-cases.txt'));
   assert.deepEqual(page.histogram('edge_histogram'), {
     sum: 2.5, count: 4, buckets: [{ le: 0.5, count: 1 }, { le: 1, count: 3 }, { le: Infinity, count: 4 }],
   });
 });
 
-void test('CRLF line endings read the same as LF', () => {
+test('CRLF line endings read the same as LF', () => {
   const lf = fixture('edge-cases.txt');
   const a = parsePromText(lf);
   const b = parsePromText(lf.replace(/\n/g, '\r\n'));
@@ -86,7 +86,7 @@ void test('CRLF line endings read the same as LF', () => {
   for (const name of a.names()) assert.deepEqual(b.series(name), a.series(name));
 });
 
-void test('reads OpenMetrics: # EOF, # UNIT, counters typed without _total, exemplars, timestamps in seconds', () => {
+test('reads OpenMetrics: # EOF, # UNIT, counters typed without _total, exemplars, timestamps in seconds', () => {
   const page = parsePromText(fixture('vllm-openmetrics.txt'));
   assert.equal(page.errors, 0, JSON.stringify(page.diagnostics));
   assert.equal(page.eof, true);
@@ -97,14 +97,14 @@ void test('reads OpenMetrics: # EOF, # UNIT, counters typed without _total, exem
   assert.equal(page.first('vllm:time_to_first_token_seconds_bucket')?.timestamp, undefined); // the exemplar's, not ours
 });
 
-void test('counts text after # EOF as an error', () => {
+test('counts text after # EOF as an error', () => {
   const page = parsePromText('a 1\n# EOF\nb 2\n');
   assert.equal(page.errors, 1);
   assert.equal(page.has('b'), false);
   assert.equal(parsePromText('a 1\n# EOF\n').errors, 0);
 });
 
-void test('each malformed line is skipped and counted, and the rest of the page still reads', () => {
+test('each malformed line is skipped and counted, and the rest of the page still reads', () => {
   const bad = [
     'm{a="b" 1', 'm{a=b} 1', 'm{a="b"', 'm{="x"} 1', 'm{a="x\\', 'm 1 2 3', 'm abc', 'm', 'm{a="1"}',
     '1m 1', 'm-x 1', 'm 1 notatime', 'm{a="b"c="d"} 1', 'm{a."b"="c"} 1', '# TYPE m', '# TYPE m sideways',
@@ -118,13 +118,13 @@ void test('each malformed line is skipped and counted, and the rest of the page 
   }
 });
 
-void test('keeps at most five diagnostics but counts every error', () => {
+test('keeps at most five diagnostics but counts every error', () => {
   const page = parsePromText(Array.from({ length: 50 }, () => 'x{').join('\n'));
   assert.equal(page.errors, 50);
   assert.equal(page.diagnostics.length, 5);
 });
 
-void test('never throws on random bytes, and reports them', () => {
+test('never throws on random bytes, and reports them', () => {
   let seed = 42;
   const random = () => ((seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31);
   let reported = 0;
@@ -137,7 +137,7 @@ void test('never throws on random bytes, and reports them', () => {
   assert.ok(reported > 290, `only ${reported} of 300 garbage pages reported errors`);
 });
 
-void test('never throws on a page truncated at any point, and keeps the series before the cut', () => {
+test('never throws on a page truncated at any point, and keeps the series before the cut', () => {
   const text = fixture('vllm-v1-two-engines.txt');
   const select = new MetricSelector(['vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc']);
   const full = parsePromText(text, select);
@@ -155,7 +155,7 @@ void test('never throws on a page truncated at any point, and keeps the series b
   assert.equal(page.series('vllm:kv_cache_usage_perc').length, 1);
 });
 
-void test('reads a huge label value', () => {
+test('reads a huge label value', () => {
   const huge = 'x'.repeat(1_000_000);
   const page = parsePromText(`# TYPE big gauge\nbig{v="${huge}",w="\\"${huge}"} 1\nsmall 2\n`);
   assert.equal(page.errors, 0);
@@ -164,7 +164,7 @@ void test('reads a huge label value', () => {
   assert.equal(page.first('small')?.value, 2);
 });
 
-void test('an empty page is valid and empty', () => {
+test('an empty page is valid and empty', () => {
   for (const text of ['', '\n', '\r\n\r\n', '   \n\t\n', '# just a comment']) {
     const page = parsePromText(text);
     assert.equal(page.errors, 0);
@@ -172,7 +172,7 @@ void test('an empty page is valid and empty', () => {
   }
 });
 
-void test('sum and friends tell absent from zero', () => {
+test('sum and friends tell absent from zero', () => {
   const page = parsePromText('zero 0\n');
   assert.equal(page.sum('zero'), 0);
   assert.equal(page.sum('absent'), undefined);
@@ -181,7 +181,7 @@ void test('sum and friends tell absent from zero', () => {
   assert.equal(page.sum('zero', (labels) => labels.x === 'y'), undefined);
 });
 
-void test('parses Go float syntax', () => {
+test('parses Go float syntax', () => {
   assert.equal(parseFloatToken('1.7e+09'), 1.7e9);
   assert.equal(parseFloatToken('+Inf'), Infinity);
   assert.equal(parseFloatToken('-inf'), -Infinity);

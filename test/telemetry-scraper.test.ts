@@ -83,7 +83,7 @@ function recordingScraper(options: ScraperOptions) {
   return { scraper, loads, errors };
 }
 
-void test('scrapes a pod over one kept-alive connection, detects its engine and follows the page as it changes', async (t) => {
+test('scrapes a pod over one kept-alive connection, detects its engine and follows the page as it changes', async (t) => {
   let waiting = 3;
   const server = await fakeModelServer(serve(() => vllmPage(waiting, 8)));
   const { scraper, loads, errors } = recordingScraper({ intervalMs: 25 });
@@ -111,7 +111,7 @@ void test('scrapes a pod over one kept-alive connection, detects its engine and 
   assert.equal(scraper.isStale(p.uid), false);
 });
 
-void test('reports the TTFT of the requests finished between two scrapes', async (t) => {
+test('reports the TTFT of the requests finished between two scrapes', async (t) => {
   let count = 10;
   let sum = 5;
   const server = await fakeModelServer(serve(() => vllmPage(0, 1, sum, count)));
@@ -128,7 +128,7 @@ void test('reports the TTFT of the requests finished between two scrapes', async
   assert.equal(ttft?.mean, 0.5);
 });
 
-void test('a hung pod times out, and is never scraped twice at once', async (t) => {
+test('a hung pod times out, and is never scraped twice at once', async (t) => {
   const server = await fakeModelServer(() => { /* never answers */ });
   const { scraper, errors } = recordingScraper({ intervalMs: 10, timeoutMs: 60 });
   t.after(async () => { await scraper.stop(); await server.close(); });
@@ -143,7 +143,7 @@ void test('a hung pod times out, and is never scraped twice at once', async (t) 
   assert.equal(scraper.isStale(p.uid), true);
 });
 
-void test('an HTTP error is a failed scrape, and the pod turns stale after two intervals without a good one', async (t) => {
+test('an HTTP error is a failed scrape, and the pod turns stale after two intervals without a good one', async (t) => {
   let healthy = true;
   const server = await fakeModelServer((req, res) => {
     if (healthy) return serve(() => vllmPage(1, 1))(req, res);
@@ -175,7 +175,7 @@ void test('an HTTP error is a failed scrape, and the pod turns stale after two i
   assert.equal(scraper.isStale(p.uid), false);
 });
 
-void test('a removed pod stops being scraped, and the others go on', async (t) => {
+test('a removed pod stops being scraped, and the others go on', async (t) => {
   const a = await fakeModelServer(serve(() => vllmPage(1, 1)));
   const b = await fakeModelServer(serve(() => vllmPage(2, 2)));
   const { scraper } = recordingScraper({ intervalMs: 15 });
@@ -198,7 +198,7 @@ void test('a removed pod stops being scraped, and the others go on', async (t) =
   await waitFor('b scraped again', () => b.requests >= bAtRemoval + 2);
 });
 
-void test('stop() ends every loop', async (t) => {
+test('stop() ends every loop', async (t) => {
   const server = await fakeModelServer(serve(() => vllmPage(1, 1)));
   const { scraper } = recordingScraper({ intervalMs: 10 });
   t.after(() => server.close());
@@ -212,7 +212,7 @@ void test('stop() ends every loop', async (t) => {
   assert.equal(scraper.running, false);
 });
 
-void test('decodes a gzipped page when asked for gzip', async (t) => {
+test('decodes a gzipped page when asked for gzip', async (t) => {
   let acceptEncoding: string | undefined;
   const server = await fakeModelServer((req, res) => {
     acceptEncoding = req.headers['accept-encoding'];
@@ -228,7 +228,7 @@ void test('decodes a gzipped page when asked for gzip', async (t) => {
   assert.equal(loads[0].load.waiting, 6);
 });
 
-void test('garbage, an oversized page and a mismatched engine are failures, not loads', async (t) => {
+test('garbage, an oversized page and a mismatched engine are failures, not loads', async (t) => {
   const garbage = await fakeModelServer(serve(() => '\u0000\u00ff{{{ not metrics\n\u0007garbage}} 1 2 3 4\n'));
   const huge = await fakeModelServer(serve(() => vllmPage(1, 1) + `# ${'x'.repeat(20_000)}\n`));
   const vllm = await fakeModelServer(serve(() => vllmPage(1, 1)));
@@ -245,7 +245,7 @@ void test('garbage, an oversized page and a mismatched engine are failures, not 
   assert.equal(scraper.pod('inference/garbage')?.engine, undefined);
 });
 
-void test('an unreachable pod is a failure with the reason', async (t) => {
+test('an unreachable pod is a failure with the reason', async (t) => {
   const server = await fakeModelServer(serve(() => ''));
   const address = server.address;
   await server.close(); // nothing listens on this port now

@@ -7,14 +7,14 @@ import type { PodLoad } from '../agent/types.ts';
 const close = (actual: number, expected: number, tolerance = 1e-9) =>
   assert.ok(Math.abs(actual - expected) <= tolerance, `${actual} is not within ${tolerance} of ${expected}`);
 
-void test('a constant value averages to itself', () => {
+test('a constant value averages to itself', () => {
   const w = new TimeWindow({ spanMs: 60_000, bucketMs: 500 });
   for (let t = 0; t <= 60_000; t += 25) w.record(t, 3);
   assert.equal(w.average(30_000, 60_000), 3);
   assert.equal(w.max(30_000, 60_000), 3);
 });
 
-void test('the average is weighted by how long each value held, not by how many samples it had', () => {
+test('the average is weighted by how long each value held, not by how many samples it had', () => {
   const w = new TimeWindow({ spanMs: 60_000, bucketMs: 1000 });
   // 10 s at 0 scraped once a second, then 10 s at 10 scraped every 25 ms.
   for (let t = 0; t < 10_000; t += 1000) w.record(t, 0);
@@ -22,7 +22,7 @@ void test('the average is weighted by how long each value held, not by how many 
   close(w.average(20_000, 20_000), 5);
 });
 
-void test('the window covers only its last windowMs', () => {
+test('the window covers only its last windowMs', () => {
   const w = new TimeWindow({ spanMs: 60_000, bucketMs: 500 });
   w.record(0, 100);
   w.record(30_000, 2); // 100 held for 30 s, then 2
@@ -32,7 +32,7 @@ void test('the window covers only its last windowMs', () => {
   assert.equal(w.max(20_000, 40_000), 100);
 });
 
-void test('a window boundary inside a bucket is pro-rated', () => {
+test('a window boundary inside a bucket is pro-rated', () => {
   const w = new TimeWindow({ spanMs: 10_000, bucketMs: 1000 });
   w.record(0, 0);
   w.record(5_000, 10);
@@ -41,7 +41,7 @@ void test('a window boundary inside a bucket is pro-rated', () => {
   close(w.average(5_500, 10_000), (10 * 5000) / 5500);
 });
 
-void test('the last value holds until now', () => {
+test('the last value holds until now', () => {
   const w = new TimeWindow({ spanMs: 10_000, bucketMs: 100 });
   w.record(0, 4);
   assert.equal(w.average(1000, 0), 4);
@@ -50,7 +50,7 @@ void test('the last value holds until now', () => {
   close(w.average(10_000, 10_000), 2);
 });
 
-void test('memory stays bounded: old buckets are reused, long gaps keep only the tail', () => {
+test('memory stays bounded: old buckets are reused, long gaps keep only the tail', () => {
   const w = new TimeWindow({ spanMs: 2_000, bucketMs: 100 });
   for (let t = 0; t <= 1_000_000; t += 25) w.record(t, t < 999_000 ? 50 : 1);
   assert.equal(w.average(1_000, 1_000_000), 1);
@@ -60,7 +60,7 @@ void test('memory stays bounded: old buckets are reused, long gaps keep only the
   assert.equal(w.average(2_000, 5_001_000), 4);
 });
 
-void test('a query longer than the span is clamped to the span', () => {
+test('a query longer than the span is clamped to the span', () => {
   const w = new TimeWindow({ spanMs: 1_000, bucketMs: 100 });
   w.record(0, 100);
   w.record(10_000, 0);
@@ -68,7 +68,7 @@ void test('a query longer than the span is clamped to the span', () => {
   assert.equal(w.average(60_000, 10_500), 50); // [9500, 10500]: 100 until 10 s, then 0
 });
 
-void test('NaN marks the value unknown; nothing known gives NaN', () => {
+test('NaN marks the value unknown; nothing known gives NaN', () => {
   const w = new TimeWindow({ spanMs: 10_000, bucketMs: 100 });
   assert.ok(Number.isNaN(w.average(1000, 0)));
   assert.ok(Number.isNaN(w.max(1000, 0)));
@@ -81,14 +81,14 @@ void test('NaN marks the value unknown; nothing known gives NaN', () => {
   assert.ok(Number.isNaN(kv.average(30_000, 5000)));
 });
 
-void test('out-of-order samples are dropped', () => {
+test('out-of-order samples are dropped', () => {
   const w = new TimeWindow({ spanMs: 10_000, bucketMs: 100 });
   w.record(1000, 1);
   w.record(500, 100);
   assert.equal(w.max(10_000, 2000), 1);
 });
 
-void test('rejects a window that cannot work', () => {
+test('rejects a window that cannot work', () => {
   assert.throws(() => new TimeWindow({ spanMs: 10, bucketMs: 0 }));
   assert.throws(() => new TimeWindow({ spanMs: 10, bucketMs: 100 }));
 });
@@ -96,7 +96,7 @@ void test('rejects a window that cannot work', () => {
 const load = (at: number, extra: Partial<PodLoad> = {}): PodLoad =>
   ({ at, engine: 'vllm', waiting: 0, running: 0, kvCache: 0, ...extra });
 
-void test('the TTFT delta is the mean of the requests that got their first token in the interval', () => {
+test('the TTFT delta is the mean of the requests that got their first token in the interval', () => {
   const delta = intervalDelta(
     load(1000, { ttftSum: 10, ttftCount: 20, finished: 5, promptTokens: 100 }),
     load(1100, { ttftSum: 13, ttftCount: 26, finished: 9, promptTokens: 100 }),
@@ -109,7 +109,7 @@ void test('the TTFT delta is the mean of the requests that got their first token
   assert.equal(delta.queueTime, undefined);
 });
 
-void test('no request finishing gives a count of 0 and no mean; a restart counts from zero', () => {
+test('no request finishing gives a count of 0 and no mean; a restart counts from zero', () => {
   const idle = intervalDelta(load(0, { ttftSum: 10, ttftCount: 20 }), load(100, { ttftSum: 10, ttftCount: 20 }));
   assert.equal(idle.ttft?.count, 0);
   assert.ok(Number.isNaN(idle.ttft?.mean));
@@ -119,7 +119,7 @@ void test('no request finishing gives a count of 0 and no mean; a restart counts
   assert.equal(restarted.finished, 2);
 });
 
-void test('PodTelemetry keeps windows of the scraped gauges and the last delta', () => {
+test('PodTelemetry keeps windows of the scraped gauges and the last delta', () => {
   const pod = new PodTelemetry({ spanMs: 60_000, bucketMs: 250 });
   assert.equal(pod.record(load(0, { waiting: 4, running: 8, kvCache: 0.5, ttftSum: 0, ttftCount: 0 })), undefined);
   pod.record(load(10_000, { waiting: 0, running: 8, kvCache: 0.9, ttftSum: 2, ttftCount: 4 }));
