@@ -11,7 +11,7 @@ import { classify } from './classify/classify.ts';
 import { createPodDispatcher } from './forward/pod.ts';
 import { registerGossipMetrics } from './gossip/metrics.ts';
 import { GossipNode, parseHostPort } from './gossip/node.ts';
-import { loadPolicies } from './policy/schema.ts';
+import { loadPolicies, MAX_EXCLUDE_WINDOW_MS } from './policy/schema.ts';
 import { compilePolicies, mayLeave, type CompiledPolicies } from './policy/resolve.ts';
 import { PodPool } from './pool/pool.ts';
 import { BreakerSet, createProvider, tryProviders, type ClosableProvider } from './providers/index.ts';
@@ -57,12 +57,17 @@ function urlOf(server: Server): string {
   return `http://${host}:${address.port}`;
 }
 
-const MAX_POLICY_WINDOW_MS = 5 * 60_000;
+const LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;
 
 export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}): Promise<RunningAgent> {
   const now = deps.now ?? (() => performance.timeOrigin + performance.now());
   const rand = deps.rand ?? Math.random;
-  const log = deps.log ?? ((level, message) => console[level === 'info' ? 'log' : level](`kinference: ${message}`));
+  const threshold = LOG_LEVELS.indexOf(settings.logLevel);
+  const log =
+    deps.log ??
+    ((level: 'info' | 'warn' | 'error', message: string) => {
+      if (LOG_LEVELS.indexOf(level) >= threshold) console[level === 'info' ? 'log' : level](`kinference: ${message}`);
+    });
   const pool = new PodPool({
     node: settings.node,
     scrapeIntervalMs: settings.scrapeIntervalMs,
@@ -104,8 +109,8 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
         }));
 
   const scraper = new Scraper(
-    // Windows cover the longest exclusion window a policy may name (5 min), at 1 s resolution.
-    { intervalMs: settings.scrapeIntervalMs, timeoutMs: settings.limits.scrapeTimeoutMs, now, windows: { spanMs: MAX_POLICY_WINDOW_MS, bucketMs: 1000 } },
+    // Windows cover the longest exclusion window a policy may name, at 1 s resolution.
+    { intervalMs: settings.scrapeIntervalMs, timeoutMs: settings.limits.scrapeTimeoutMs, now, windows: { spanMs: MAX_EXCLUDE_WINDOW_MS, bucketMs: 1000 } },
     (pod, load, telemetry) => {
       metrics.scrapes.inc({ outcome: 'ok' });
       pool.recordLoad(pod.uid, load, telemetry);

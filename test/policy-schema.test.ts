@@ -225,3 +225,11 @@ test(`${CRD_FILE} is the current rendering (run: npx node agent/policy/render-cr
   const onDisk = readFileSync(new URL(`../${CRD_FILE}`, import.meta.url), 'utf8');
   assert.equal(onDisk, renderCrdYaml());
 });
+
+test('an exclusion window longer than the history the agent keeps (5m) is an error, not a silent clamp', async () => {
+  const { validatePolicy } = await import('../agent/policy/schema.ts');
+  const result = validatePolicy({ metadata: { name: 'p', namespace: 'ns' }, spec: { exclude: [{ metric: 'queued', above: 2, window: '10m' }] } });
+  assert.equal(result.ok, false);
+  assert.deepEqual(result.errors.map((e) => `${e.path}: ${e.message}`), ['spec.exclude[0].window: expected a window of at most 5m, found "10m"']);
+  assert.equal(validatePolicy({ metadata: { name: 'p', namespace: 'ns' }, spec: { exclude: [{ metric: 'queued', above: 2, window: '5m' }] } }).ok, true);
+});

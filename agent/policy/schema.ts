@@ -1,5 +1,6 @@
 // The InferencePolicy model: ONE TypeBox schema from which the agent's validator and the CRD's
 // OpenAPI v3 schema are both derived, so `policy check`, the agent and the API server agree.
+import { isDuration, parseDuration } from '../config/duration.ts';
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 
@@ -239,6 +240,9 @@ export function describeDoc(doc: unknown): string | undefined {
  * Rules a schema cannot say alone; the CRD says the same with x-kubernetes-validations. Written
  * defensively so it also runs on a document with schema errors and all problems show at once.
  */
+/** Longest exclusion window: the history of load the agent keeps for each pod. */
+export const MAX_EXCLUDE_WINDOW_MS = 5 * 60_000;
+
 function semanticErrors(doc: unknown): PolicyError[] {
   const errors: PolicyError[] = [];
   const exclude = isRecord(doc) && isRecord(doc.spec) ? doc.spec.exclude : undefined;
@@ -246,6 +250,10 @@ function semanticErrors(doc: unknown): PolicyError[] {
   exclude.forEach((rule: unknown, i) => {
     if (isRecord(rule) && rule.metric === 'kvCache' && typeof rule.above === 'number' && rule.above > 1) {
       errors.push({ path: `spec.exclude[${i}].above`, at: ['spec', 'exclude', i, 'above'], message: `expected a fraction between 0 and 1 for kvCache, found ${rule.above}` });
+    }
+    // The agent keeps this much history per pod; a longer window could only be clamped silently.
+    if (isRecord(rule) && typeof rule.window === 'string' && isDuration(rule.window) && parseDuration(rule.window) > MAX_EXCLUDE_WINDOW_MS) {
+      errors.push({ path: `spec.exclude[${i}].window`, at: ['spec', 'exclude', i, 'window'], message: `expected a window of at most 5m, found "${rule.window}"` });
     }
   });
   return errors;
