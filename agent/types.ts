@@ -44,7 +44,8 @@ export interface PodLoad {
 
 /**
  * The per-pod latency model's parameters: predicted TTFT (ms) =
- *   base + perQueued·queued + perRunning·running + perKPromptTokens·(promptTokens/1000).
+ *   base + perQueued·queued + perRunning·running + perKPromptTokens·(promptTokens/1000)
+ *        + perKPendingTokens·(pendingPromptTokens/1000).
  * Gossiped as-is, so a remote agent predicts for any prompt size without a second model.
  */
 export interface PredictorParams {
@@ -52,6 +53,8 @@ export interface PredictorParams {
   perQueued: number;
   perRunning: number;
   perKPromptTokens: number;
+  /** Per 1,000 prompt tokens this agent has sent to the pod that still await their first token. */
+  perKPendingTokens?: number;
 }
 
 /** What an agent knows, and gossips, about one pod. */

@@ -30,6 +30,7 @@ function candidates(n: number): Candidate[] {
     params: { base: 20 + (i % 3), perQueued: 180, perRunning: 3, perKPromptTokens: 260 },
     inFlight: i % 3,
     unseenSent: 0,
+    pendingPromptTokens: (i % 3) * 300,
     networkCostMs: i < 8 ? 0 : 2,
   }));
 }

@@ -64,7 +64,23 @@ describe('gossip wire format', () => {
     const sent = written.delta.pods[0];
     assert.deepEqual(full.pods[0], { ...sent, info: { ...sent.info! } });
     assert.equal(full.pods[0].info!.engine, 1);
-    assert.equal(full.pods[0].params.length, 4);
+    assert.equal(full.pods[0].params.length, 5);
+  });
+
+  test('accepts pod entries from agents that send only the first four predictor coefficients', () => {
+    const p = origin(nodeName(1), 3);
+    const { delta } = p.state.writeDelta(p.state.self, 0, 1 << 16, EPOCH + 2)!;
+    const empty = { origins: [], versions: [], dataLag: [], shard: 0, shards: 0 };
+    const payloadWith = (params: number[]): PayloadWire => ({
+      digest: empty,
+      want: empty,
+      heartbeats: empty,
+      offers: empty,
+      deltas: [{ ...delta, pods: [{ ...delta.pods[0], params }] }],
+    });
+    const four = delta.pods[0].params.slice(0, 4);
+    assert.deepEqual(decodePayload(encodePayload(payloadWith(four))).deltas[0].pods[0].params, four);
+    assert.throws(() => decodePayload(encodePayload(payloadWith([1, 2, 3]))), /params must hold 4 to 8 values/);
   });
 
   test('computes exactly the sizes protobufjs encodes, so datagrams are filled to the byte', () => {

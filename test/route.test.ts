@@ -30,6 +30,7 @@ function pod(name: string, overrides: Partial<Candidate> & { avgQueued?: number 
     params: { base: 20, perQueued: 100, perRunning: 2, perKPromptTokens: 200 },
     inFlight: 0,
     unseenSent: 0,
+    pendingPromptTokens: 0,
     networkCostMs: 0,
     ...rest,
   };

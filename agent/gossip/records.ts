@@ -126,7 +126,7 @@ export function entryOf(e: PodEstimate, slot: number, version: number, incarnati
     queuedNow: count(e.queuedNow),
     running: count(e.running),
     kvCache: Number.isNaN(e.kvCache) ? NaN : measured(e.kvCache),
-    params: [measured(p.base), measured(p.perQueued), measured(p.perRunning), measured(p.perKPromptTokens)],
+    params: [measured(p.base), measured(p.perQueued), measured(p.perRunning), measured(p.perKPromptTokens), measured(p.perKPendingTokens ?? 0)],
     at: Math.round(e.at - incarnation),
   };
 }
@@ -164,7 +164,7 @@ export function estimateOf(origin: OriginRecord, record: PodRecord, now: number)
     queuedNow: e.queuedNow,
     running: e.running,
     kvCache: e.kvCache,
-    params: { base: e.params[0], perQueued: e.params[1], perRunning: e.params[2], perKPromptTokens: e.params[3] },
+    params: { base: e.params[0], perQueued: e.params[1], perRunning: e.params[2], perKPromptTokens: e.params[3], perKPendingTokens: e.params[4] ?? 0 },
     // In the receiver's clock: when the origin last confirmed this estimate still holds (an
     // origin re-publishes anything that changed, and advances at least every heartbeat).
     at: now - ageMs,

@@ -101,6 +101,10 @@ export const WIRE_LIMITS = {
 
 export class WireError extends Error {}
 
+/** Predictor coefficients per pod entry: base, queued, running, prompt, then optional ones. */
+const MIN_PARAMS = 4;
+const MAX_PARAMS = 8;
+
 const ENGINE_CODES: Record<Engine, number> = { vllm: 1, tgi: 2, sglang: 3 };
 const ENGINE_NAMES: (Engine | undefined)[] = [undefined, 'vllm', 'tgi', 'sglang'];
 export const engineCode = (engine: Engine | undefined): number => (engine ? ENGINE_CODES[engine] : 0);
@@ -172,13 +176,16 @@ function decodeInfo(m: Decoded): PodInfoWire {
 
 function decodeEntry(m: Decoded): PodEntryWire {
   const params = (m.params as number[] | undefined) ?? [];
-  if (params.length !== 0 && params.length !== 4) throw new WireError('params must hold 4 values');
+  // Four coefficients from the first version on; later ones are optional (older agents send 4).
+  if (params.length !== 0 && (params.length < MIN_PARAMS || params.length > MAX_PARAMS)) {
+    throw new WireError(`params must hold ${MIN_PARAMS} to ${MAX_PARAMS} values`);
+  }
   for (const p of params) finite(p, 'param');
   const kvCache = (m.kvCache as number | undefined) ?? 0;
   if (Number.isFinite(kvCache) === false && !Number.isNaN(kvCache)) throw new WireError('kvCache is infinite');
   const info = m.info ? decodeInfo(m.info as Decoded) : undefined;
   const removed = (m.removed as boolean | undefined) ?? false;
-  if (!removed && params.length !== 4) throw new WireError('a live pod entry needs params');
+  if (!removed && params.length < MIN_PARAMS) throw new WireError('a live pod entry needs params');
   return {
     slot: num(m.slot),
     version: num(m.version),

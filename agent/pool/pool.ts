@@ -30,6 +30,7 @@ interface LocalPod {
   lastGoodAt: number;
   lastLoad: PodLoad | undefined;
   inFlight: number;
+  pendingPromptTokens: number;
   unseenSent: number;
   unhealthyUntil: number;
   /** When this agent last measured a TTFT at the pod; long ago, the pod's histograms teach instead. */
@@ -38,6 +39,7 @@ interface LocalPod {
 
 interface PeerTraffic {
   inFlight: number;
+  pendingPromptTokens: number;
   unseenSent: number;
   lastVersion: number;
   unhealthyUntil: number;
@@ -105,6 +107,7 @@ export class PodPool {
           lastGoodAt: -Infinity,
           lastLoad: undefined,
           inFlight: 0,
+          pendingPromptTokens: 0,
           unseenSent: 0,
           unhealthyUntil: 0,
           lastOwnObservationAt: -Infinity,
@@ -182,6 +185,7 @@ export class PodPool {
         params: this.#model.params(local.pod.uid),
         inFlight: local.inFlight,
         unseenSent: local.unseenSent,
+        pendingPromptTokens: local.pendingPromptTokens,
         networkCostMs: 0,
       });
     }
@@ -201,6 +205,7 @@ export class PodPool {
         params: estimate.params,
         inFlight: traffic?.inFlight ?? 0,
         unseenSent: traffic?.unseenSent ?? 0,
+        pendingPromptTokens: traffic?.pendingPromptTokens ?? 0,
         networkCostMs: this.options.networkCostMs,
       });
     }
@@ -232,15 +237,24 @@ export class PodPool {
 
   /** Request bookkeeping for one request sent to `c`. */
   begin(c: Candidate, promptTokens: number): { firstByte(ms: number): void; end(ok: boolean): void } {
-    const features = { queued: c.queuedNow + c.unseenSent, running: c.running, promptTokens };
+    const features = { queued: c.queuedNow + c.unseenSent, running: c.running, promptTokens, pendingPromptTokens: c.pendingPromptTokens };
     const local = c.where === 'local' ? this.#local.get(c.pod.uid) : undefined;
     const traffic = c.where === 'peer' ? this.#trafficFor(c.pod.uid) : undefined;
     const counters = local ?? traffic!;
     counters.inFlight++;
     counters.unseenSent++;
+    counters.pendingPromptTokens += promptTokens;
+    let pending = true;
     let ended = false;
+    // Its prompt stops standing in front of later requests once its first token is out.
+    const prefilled = () => {
+      if (!pending) return;
+      pending = false;
+      counters.pendingPromptTokens -= promptTokens;
+    };
     return {
       firstByte: (ms: number) => {
+        prefilled();
         if (!local) return;
         local.lastOwnObservationAt = this.options.now();
         this.#model.observe(local.pod.uid, features, ms);
@@ -248,6 +262,7 @@ export class PodPool {
       end: () => {
         if (ended) return;
         ended = true;
+        prefilled();
         counters.inFlight--;
         this.#changed();
       },
@@ -304,7 +319,7 @@ export class PodPool {
   #trafficFor(uid: string): PeerTraffic {
     let traffic = this.#peerTraffic.get(uid);
     if (!traffic) {
-      traffic = { inFlight: 0, unseenSent: 0, lastVersion: -1, unhealthyUntil: 0 };
+      traffic = { inFlight: 0, pendingPromptTokens: 0, unseenSent: 0, lastVersion: -1, unhealthyUntil: 0 };
       this.#peerTraffic.set(uid, traffic);
     }
     return traffic;

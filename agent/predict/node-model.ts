@@ -54,7 +54,13 @@ export class NodeModel {
   params(uid: string): PredictorParams {
     const shared = this.#shared.params;
     const s = this.speed(uid);
-    return { base: shared.base * s, perQueued: shared.perQueued * s, perRunning: shared.perRunning * s, perKPromptTokens: shared.perKPromptTokens * s };
+    return {
+      base: shared.base * s,
+      perQueued: shared.perQueued * s,
+      perRunning: shared.perRunning * s,
+      perKPromptTokens: shared.perKPromptTokens * s,
+      perKPendingTokens: (shared.perKPendingTokens ?? 0) * s,
+    };
   }
 
   predict(uid: string, f: Features): number {

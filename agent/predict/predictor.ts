@@ -19,6 +19,8 @@ export interface Features {
   queued: number;
   running: number;
   promptTokens: number;
+  /** Prompt tokens of this agent's requests at the pod that have no first token yet. */
+  pendingPromptTokens?: number;
 }
 
 export interface PredictorOptions {
@@ -35,15 +37,15 @@ export interface PredictorOptions {
 /** A prior shaped like an 8B model on one GPU (see the simulator's latency model in README). */
 export const DEFAULT_PREDICTOR: PredictorOptions = {
   forgetting: 0.98,
-  prior: { base: 25, perQueued: 200, perRunning: 2, perKPromptTokens: 250 },
+  prior: { base: 25, perQueued: 200, perRunning: 2, perKPromptTokens: 250, perKPendingTokens: 250 },
   priorVariance: 1e6,
   minTtftMs: 1,
 };
 
-const DIM = 4;
+const DIM = 5;
 
-function featureVector(f: Features): [number, number, number, number] {
-  return [1, f.queued, f.running, f.promptTokens / 1000];
+function featureVector(f: Features): [number, number, number, number, number] {
+  return [1, f.queued, f.running, f.promptTokens / 1000, (f.pendingPromptTokens ?? 0) / 1000];
 }
 
 export function predictWith(params: PredictorParams, f: Features, minTtftMs = DEFAULT_PREDICTOR.minTtftMs): number {
@@ -51,7 +53,8 @@ export function predictWith(params: PredictorParams, f: Features, minTtftMs = DE
     params.base +
     params.perQueued * f.queued +
     params.perRunning * f.running +
-    (params.perKPromptTokens * f.promptTokens) / 1000;
+    (params.perKPromptTokens * f.promptTokens) / 1000 +
+    ((params.perKPendingTokens ?? 0) * (f.pendingPromptTokens ?? 0)) / 1000;
   return y > minTtftMs ? y : minTtftMs;
 }
 
@@ -66,15 +69,15 @@ export class TtftPredictor {
 
   constructor(options: Partial<PredictorOptions> = {}) {
     this.options = { ...DEFAULT_PREDICTOR, ...options };
-    const { base, perQueued, perRunning, perKPromptTokens } = this.options.prior;
-    this.#theta = [base, perQueued, perRunning, perKPromptTokens];
+    const { base, perQueued, perRunning, perKPromptTokens, perKPendingTokens = 0 } = this.options.prior;
+    this.#theta = [base, perQueued, perRunning, perKPromptTokens, perKPendingTokens];
     this.#p = new Float64Array(DIM * DIM);
     for (let i = 0; i < DIM; i++) this.#p[i * DIM + i] = this.options.priorVariance;
   }
 
   get params(): PredictorParams {
-    const [base, perQueued, perRunning, perKPromptTokens] = this.#theta;
-    return { base, perQueued, perRunning, perKPromptTokens };
+    const [base, perQueued, perRunning, perKPromptTokens, perKPendingTokens] = this.#theta;
+    return { base, perQueued, perRunning, perKPromptTokens, perKPendingTokens };
   }
 
   get observations(): number {
@@ -106,7 +109,7 @@ export class TtftPredictor {
     const lambda = this.options.forgetting;
     const p = this.#p;
     // k = P·x / (λ + xᵀ·P·x)
-    const px = [0, 0, 0, 0];
+    const px = new Array<number>(DIM).fill(0);
     for (let i = 0; i < DIM; i++) {
       let s = 0;
       for (let j = 0; j < DIM; j++) s += p[i * DIM + j] * x[j];
@@ -114,7 +117,9 @@ export class TtftPredictor {
     }
     let denominator = lambda;
     for (let i = 0; i < DIM; i++) denominator += x[i] * px[i];
-    const error = target - (this.#theta[0] * x[0] + this.#theta[1] * x[1] + this.#theta[2] * x[2] + this.#theta[3] * x[3]);
+    let fitted = 0;
+    for (let i = 0; i < DIM; i++) fitted += this.#theta[i] * x[i];
+    const error = target - fitted;
     for (let i = 0; i < DIM; i++) this.#theta[i] += (px[i] / denominator) * error;
     // Every cost is physical, so none is negative: project back onto θ ≥ 0. Without this a
     // burst of noisy samples can tilt a coefficient below zero and make a long queue look free.
@@ -123,11 +128,19 @@ export class TtftPredictor {
     for (let i = 0; i < DIM; i++) {
       for (let j = 0; j < DIM; j++) p[i * DIM + j] = (p[i * DIM + j] - (px[i] * px[j]) / denominator) / lambda;
     }
-    // Bound P so a long run of identical features (an idle pod) cannot wind the gain up
-    // (covariance wind-up under forgetting); scaling the whole matrix keeps it symmetric.
-    let trace = 0;
-    for (let i = 0; i < DIM; i++) trace += p[i * DIM + i];
-    const maxTrace = this.options.priorVariance * DIM * 100;
-    if (trace > maxTrace) for (let i = 0; i < DIM * DIM; i++) p[i] *= maxTrace / trace;
+    // Bound each coefficient's variance so a feature that stays constant (an idle pod, a feature
+    // this agent never sees move) cannot wind its gain up under forgetting. Scaling as D·P·D with
+    // a diagonal D keeps P symmetric and positive definite, and leaves the other coefficients'
+    // gains alone (a cap on the trace would let one idle feature starve the rest).
+    const maxVariance = this.options.priorVariance * 100;
+    const d = new Array<number>(DIM).fill(1);
+    let wound = false;
+    for (let i = 0; i < DIM; i++) {
+      if (p[i * DIM + i] > maxVariance) {
+        d[i] = Math.sqrt(maxVariance / p[i * DIM + i]);
+        wound = true;
+      }
+    }
+    if (wound) for (let i = 0; i < DIM; i++) for (let j = 0; j < DIM; j++) p[i * DIM + j] *= d[i] * d[j];
   }
 }

@@ -22,6 +22,8 @@ export interface Candidate {
   inFlight: number;
   /** This agent's requests sent since the pod's last scrape or report: queue the pod hasn't shown yet. */
   unseenSent: number;
+  /** Prompt tokens of this agent's requests at the pod still awaiting their first token. */
+  pendingPromptTokens: number;
   /** Added latency for reaching the pod (0 for local pods). */
   networkCostMs: number;
 }

@@ -5,7 +5,7 @@ import { TtftPredictor } from '../../agent/predict/predictor.ts';
 import { PodTelemetry } from '../../agent/telemetry/pod-telemetry.ts';
 import type { PodLoad, PredictorParams } from '../../agent/types.ts';
 import { VirtualClock } from '../../shared/sim/clock.ts';
-import { SimEngine, type EngineSnapshot } from '../../shared/sim/engine.ts';
+import { SimEngine, type EngineSnapshot, type SeqEvents, type SubmitResult } from '../../shared/sim/engine.ts';
 import { mulberry32 } from '../../shared/sim/random.ts';
 import type { BenchPod, StrategyFactory } from './strategies.ts';
 import { generateArrivals, generateDirect, type Arrival, type Phase, type PromptMix } from './workload.ts';
@@ -35,6 +35,33 @@ export interface RunResult {
 }
 
 export const SCRAPE_INTERVAL_MS = 100;
+
+/** The true prompt tokens at a pod still awaiting their first token, from every source. */
+interface PendingPrompts {
+  pendingPromptTokens: number;
+}
+
+/** Submits to the engine, keeping `pending` exact: a prompt counts until its first token. */
+function submitTracked(engine: SimEngine, pending: PendingPrompts, a: Arrival, events: SeqEvents = {}): SubmitResult {
+  let waiting = true;
+  const prefilled = () => {
+    if (!waiting) return;
+    waiting = false;
+    pending.pendingPromptTokens -= a.promptTokens;
+  };
+  const result = engine.submit({ promptTokens: a.promptTokens, maxTokens: a.maxTokens }, {
+    onToken: (at, n) => {
+      if (n === 1) prefilled();
+      events.onToken?.(at, n);
+    },
+    onDone: (at, outcome) => {
+      prefilled();
+      events.onDone?.(at, outcome);
+    },
+  });
+  if (result.accepted) pending.pendingPromptTokens += a.promptTokens;
+  return result;
+}
 const MAX_SEQS = 16;
 
 function engineFor(clock: VirtualClock, speed: number, seed: number): SimEngine {
@@ -80,12 +107,13 @@ export function fitOracleModel(mix: PromptMix, capacityPerS: number, seed = 7): 
   for (const load of [0.5, 0.8, 0.95, 1.1]) {
     const clock = new VirtualClock();
     const engine = engineFor(clock, 1, seed);
+    const pending: PendingPrompts = { pendingPromptTokens: 0 };
     for (const a of generateArrivals(seed, [{ ms: 60_000, load }], capacityPerS, mix)) {
       clock.set(a.at);
       engine.advanceTo(a.at);
       const s = engine.snapshot();
-      const features = { queued: s.waiting, running: s.running, promptTokens: a.promptTokens };
-      engine.submit({ promptTokens: a.promptTokens, maxTokens: a.maxTokens }, {
+      const features = { queued: s.waiting, running: s.running, promptTokens: a.promptTokens, pendingPromptTokens: pending.pendingPromptTokens };
+      submitTracked(engine, pending, a, {
         onToken: (at, n) => {
           if (n === 1) fit.observe(features, at - a.at);
         },
@@ -105,6 +133,7 @@ export function runScenario(scenario: Scenario, factory: StrategyFactory, capaci
     engine: engineFor(clock, speed, scenario.seed * 100 + index),
     speed,
     inFlight: 0,
+    pendingPromptTokens: 0,
     telemetry: new PodTelemetry(),
   }));
   const totalCapacity = capacityPerPodS * scenario.speeds.reduce((a, b) => a + b, 0);
@@ -139,12 +168,12 @@ export function runScenario(scenario: Scenario, factory: StrategyFactory, capaci
     }
     advance(a.at);
     if (a.direct !== undefined) {
-      pods[a.direct].engine.submit({ promptTokens: a.promptTokens, maxTokens: a.maxTokens });
+      submitTracked(pods[a.direct].engine, pods[a.direct], a);
       continue;
     }
     const choice = strategy.choose(a);
     const pod = pods[choice.pod];
-    const result = pod.engine.submit({ promptTokens: a.promptTokens, maxTokens: a.maxTokens }, {
+    const result = submitTracked(pod.engine, pod, a, {
       onToken: (at, n) => {
         if (n !== 1) return;
         const ttft = at - a.at;

@@ -17,6 +17,8 @@ export interface BenchPod {
   speed: number;
   /** This agent's requests to the pod that have not finished. */
   inFlight: number;
+  /** True prompt tokens at the pod awaiting their first token, every source's: only the oracle may look. */
+  pendingPromptTokens: number;
   /** The last scrape, as every realistic strategy sees it. */
   lastLoad?: PodLoad;
   telemetry: PodTelemetry;
@@ -121,9 +123,10 @@ const queueKv: StrategyFactory = (ctx) => ({
 });
 
 /**
- * Kinference's router with perfect information: each pod's true queue and batch at the instant
- * of decision (no scrape lag, no unseen requests) and its true speed, with the TTFT model fitted
- * offline on the true queue. What Kinference would do if it could see everything.
+ * Kinference's router with perfect information: each pod's true queue, batch and pending prompt
+ * tokens (every source's, outside traffic included) at the instant of decision, no scrape lag,
+ * and its true speed, with the TTFT model fitted offline on that truth. What Kinference would do
+ * if it could see everything.
  */
 const oracle: StrategyFactory = (ctx) => {
   const policy = benchPolicy(ctx.sloMs);
@@ -145,9 +148,16 @@ const oracle: StrategyFactory = (ctx) => {
           running: s.running,
           kvCache: s.kvCache,
           average: (metric) => (metric === 'queued' ? p.telemetry.waiting.average(30_000, ctx.now()) || 0 : 0),
-          params: { base: m.base * slow, perQueued: m.perQueued * slow, perRunning: m.perRunning * slow, perKPromptTokens: m.perKPromptTokens * slow },
+          params: {
+            base: m.base * slow,
+            perQueued: m.perQueued * slow,
+            perRunning: m.perRunning * slow,
+            perKPromptTokens: m.perKPromptTokens * slow,
+            perKPendingTokens: (m.perKPendingTokens ?? 0) * slow,
+          },
           inFlight: p.inFlight,
           unseenSent: 0,
+          pendingPromptTokens: p.pendingPromptTokens,
           networkCostMs: 0,
         };
       });
