@@ -1,0 +1,67 @@
+// The pool's request bookkeeping, with a frozen clock: what a request leaves behind at a pod
+// until its first token, and how that reaches the router.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { PodPool } from '../agent/pool/pool.ts';
+import { decide } from '../agent/route/router.ts';
+import { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
+import type { EffectivePolicy, Pod, PodLoad } from '../agent/types.ts';
+
+const POLICY: EffectivePolicy = { name: 't', sloTtftMs: 10_000, exclude: [], overflow: { providers: [], denyTags: [], denyTenants: [] }, waitMaxMs: 0 };
+const pod = (name: string): Pod => ({ uid: `ns/${name}`, name, namespace: 'ns', node: 'n', address: '127.0.0.1:1', models: ['m'], engine: 'vllm' });
+
+function pool(now: { t: number }) {
+  const p = new PodPool({ node: 'n', scrapeIntervalMs: 100, peerMaxAgeMs: 3000, networkCostMs: 2, referenceWindowMs: 30_000, failureCooldownMs: 1000, now: () => now.t });
+  p.setLocalPods([pod('a'), pod('b')]);
+  for (const name of ['a', 'b']) {
+    const telemetry = new PodTelemetry();
+    const load: PodLoad = { at: now.t, engine: 'vllm', waiting: 0, running: 2, kvCache: 0.1 };
+    telemetry.record(load);
+    p.recordLoad(`ns/${name}`, load, telemetry);
+  }
+  return p;
+}
+
+test('a prompt counts as pending at its pod from sending until its first token', () => {
+  const now = { t: 1000 };
+  const p = pool(now);
+  const a = p.candidates().find((c) => c.pod.name === 'a')!;
+  const ticket = p.begin(a, 4000);
+  let after = p.candidates().find((c) => c.pod.name === 'a')!;
+  assert.equal(after.pendingPromptTokens, 4000);
+  assert.equal(after.unseenSent, 1);
+  assert.equal(after.inFlight, 1);
+  ticket.firstByte(300);
+  after = p.candidates().find((c) => c.pod.name === 'a')!;
+  assert.equal(after.pendingPromptTokens, 0);
+  assert.equal(after.inFlight, 1);
+  ticket.end(true);
+  ticket.end(true); // idempotent
+  assert.equal(p.candidates().find((c) => c.pod.name === 'a')!.inFlight, 0);
+});
+
+test('a request that ends without a first token releases its pending prompt too', () => {
+  const now = { t: 1000 };
+  const p = pool(now);
+  const ticket = p.begin(p.candidates()[0], 1200);
+  ticket.end(false);
+  assert.equal(p.candidates()[0].pendingPromptTokens, 0);
+});
+
+test('the router sends a new request away from a pod with a long prompt still prefilling', () => {
+  const now = { t: 1000 };
+  const p = pool(now);
+  p.begin(p.candidates().find((c) => c.pod.name === 'a')!, 6000);
+  // A new scrape clears "unseen" but not "pending": the queue now shows the request, its prompt still stands in front.
+  for (const name of ['a', 'b']) {
+    const telemetry = new PodTelemetry();
+    const load: PodLoad = { at: now.t + 100, engine: 'vllm', waiting: 0, running: name === 'a' ? 3 : 2, kvCache: 0.1 };
+    telemetry.record(load);
+    p.recordLoad(`ns/${name}`, load, telemetry);
+  }
+  now.t += 100;
+  const d = decide({ request: { kind: 'chat', model: 'm', tenant: 't', namespace: 'ns', tags: [], promptTokens: 200, stream: true }, policy: POLICY, candidates: p.candidates(), leave: { allowed: false, reason: '', providers: [] }, rand: () => 0 });
+  assert.equal(d.action === 'pod' && d.chosen.candidate.pod.name, 'b');
+  const [best, behind] = d.scored;
+  assert.ok(behind.predictedMs - best.predictedMs > 1000, `${behind.predictedMs} vs ${best.predictedMs}`);
+});
