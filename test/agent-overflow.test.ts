@@ -66,10 +66,11 @@ describe('overflow to hosted providers', () => {
 
     // Traffic the agent never sees fills both pods' queues.
     const held = stack.sims.flatMap((sim) => Array.from({ length: 6 }, () => sim.engine.submit({ promptTokens: 50, maxTokens: 100_000 })));
+    // Once the queues have averaged over 2 for long enough, no pod qualifies: the agent says so.
     await waitFor(async () => {
-      const state = (await (await fetch(`${stack.admin}/debug/state`)).json()) as { pods: { local: { load?: { waiting: number } }[] } };
-      return state.pods.local.every((p) => (p.load?.waiting ?? 0) >= 4);
-    }, 3000, 'pods to show their queues');
+      const e = (await (await fetch(`${stack.admin}/explain?model=${MODEL}&tenant=team-a`)).json()) as { action: string; dropped: { reason: string }[] };
+      return e.action === 'overflow' && e.dropped.length === 2 && e.dropped.every((d) => d.reason === 'excluded');
+    }, 3000, 'both pods to be excluded');
     const before = first.requests.length;
     const busy = await send('team-a');
     assert.equal(busy.status, 200);
