@@ -55,6 +55,11 @@ export function withHeaders(response: Response, headers: Record<string, string>)
   return new Response(response.body, { status: response.status, headers: merged });
 }
 
+/** 502 after every pod tried failed before its first byte. */
+function podsFailed(attempts: number): Response {
+  return errorResponse(502, `the model server failed before answering (tried ${attempts} pod${attempts > 1 ? 's' : ''})`, { code: 'upstream_failed' });
+}
+
 function retryAfterSeconds(policy: EffectivePolicy): string {
   return String(Math.max(1, Math.ceil(policy.waitMaxMs / 1000)));
 }
@@ -142,18 +147,14 @@ export class RequestPath {
         if (answer) return answer;
         tried.add(chosen.pod.uid);
         if (req.signal.aborted) throw new Error('client gone');
-        if (podAttempts > deps.limits.maxRetries) {
-          return errorResponse(502, `the model server failed before answering (tried ${podAttempts} pods)`, { code: 'upstream_failed' });
-        }
+        if (podAttempts > deps.limits.maxRetries) return podsFailed(podAttempts);
         deps.metrics.retries.inc();
         continue;
       }
 
       // Every pod we could try failed before answering: overflow if allowed, else say so (502);
       // waiting for a pod that just failed would only delay the same answer.
-      if (podAttempts > 0 && (decision.action === 'wait' || decision.action === 'reject')) {
-        return errorResponse(502, `the model server failed before answering (tried ${podAttempts} pod${podAttempts > 1 ? 's' : ''})`, { code: 'upstream_failed' });
-      }
+      if (podAttempts > 0 && (decision.action === 'wait' || decision.action === 'reject')) return podsFailed(podAttempts);
 
       if (decision.action === 'overflow') {
         const result = await deps.overflow(request, parsed, decision.providers, req.signal);
@@ -182,7 +183,7 @@ export class RequestPath {
         continue;
       }
 
-      if (decision.status === 429 && podAttempts === 0) deps.metrics.waits.inc({ outcome: 'timeout' });
+      if (decision.status === 429) deps.metrics.waits.inc({ outcome: 'timeout' });
       return errorResponse(decision.status, decision.message, {
         code: decision.status === 429 ? 'no_capacity_in_time' : 'no_capacity',
         headers: { 'retry-after': retryAfterSeconds(policy), 'x-kinference-policy': policy.name },
