@@ -65,3 +65,27 @@ describe('routing around a pod filled by outside traffic', () => {
     assert.equal(body.error.param, 'promptTokens');
   });
 });
+
+describe('a request that may not leave waits for a pod', () => {
+  let stack: Stack;
+  before(async () => {
+    stack = await startStack({
+      pods: [{ maxSeqs: 2 }],
+      config: { policies: [{ metadata: { name: 'default', namespace: '*' }, spec: { slo: { ttft: '2s' }, exclude: [{ metric: 'queued', above: 2, window: '1s' }], wait: { max: '10s' } } }] },
+    });
+  });
+  after(() => stack.close());
+
+  it('is woken and served as soon as the pod drains, and the wait is counted', async () => {
+    const held = Array.from({ length: 8 }, () => stack.sims[0].engine.submit({ promptTokens: 100, maxTokens: 100_000 }));
+    await waitFor(async () => ((await (await fetch(`${stack.admin}/explain?model=${MODEL}`)).json()) as Explanation).action === 'wait', 3000, 'the pod to be excluded');
+    const pending = postJson(`${stack.api}/v1/chat/completions`, chatBody('hello', { max_tokens: 4 }));
+    await new Promise((r) => setTimeout(r, 300));
+    for (const h of held) if (h.accepted) h.seq.abort();
+    const response = await pending;
+    assert.equal(response.status, 200);
+    assert.equal(response.headers.get('x-kinference-route'), 'local/pod-0');
+    await response.arrayBuffer();
+    assert.match(await (await fetch(`${stack.admin}/metrics`)).text(), /kinference_waits_total\{outcome="pod"\} 1\n/);
+  });
+});

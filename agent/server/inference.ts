@@ -133,6 +133,7 @@ export class RequestPath {
     const started = deps.now();
     const tried = new Set<string>();
     let podAttempts = 0;
+    let waited = false;
 
     for (;;) {
       const leave = deps.leaveVerdict(policy, request);
@@ -141,6 +142,10 @@ export class RequestPath {
       for (const d of decision.dropped) deps.metrics.dropped.inc({ reason: d.reason });
 
       if (decision.action === 'pod') {
+        if (waited) {
+          deps.metrics.waits.inc({ outcome: 'pod' });
+          waited = false;
+        }
         const chosen = decision.chosen.candidate;
         podAttempts++;
         const answer = await this.#sendToPod(chosen, parsed, body, request, decision.predictedTtftMs, req.signal);
@@ -171,6 +176,7 @@ export class RequestPath {
           return errorResponse(429, 'too many requests are already waiting for a pod', { code: 'wait_queue_full', headers: { 'retry-after': retryAfterSeconds(policy) } });
         }
         this.#waiting++;
+        waited = true;
         try {
           const woke = await deps.pool.nextChange(decision.maxWaitMs, req.signal);
           if (woke === 'aborted') {
