@@ -1,0 +1,170 @@
+// `npm run bench:proxy`: what the agent adds to a request, side by side with talking to the pod
+// directly and with nginx (when installed) in front of the same pod, in one run on this machine.
+// Every target proxies one trivially fast upstream (bench/proxy/upstream.ts) on loopback; the load
+// comes from a separate process (bench/proxy/load.ts; wrk for the throughput point when installed).
+// Figures: added latency = target's p50/p99 − direct's at the same rate; throughput as a ratio to
+// nginx's. Flags: --duration S per point (default 10), --targets direct,nginx,kinference.
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+
+const { values } = parseArgs({
+  options: {
+    duration: { type: 'string', default: '10' },
+    targets: { type: 'string', default: 'direct,nginx,kinference' },
+  },
+});
+const here = new URL('.', import.meta.url).pathname;
+const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
+const WRK = ['/usr/bin/wrk', '/usr/local/bin/wrk'].find((p) => existsSync(p));
+const work = mkdtempSync(join(tmpdir(), 'kinference-bench-proxy-'));
+const children: ChildProcess[] = [];
+
+/** Starts a process and resolves with the first stdout match of `ready`. */
+function start(cmd: string, args: string[], ready: RegExp, env: NodeJS.ProcessEnv = process.env): Promise<RegExpExecArray> {
+  const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], env });
+  children.push(child);
+  let output = '';
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${cmd} did not start:\n${output}`)), 15_000);
+    const onData = (d: Buffer) => {
+      output += d;
+      const match = ready.exec(output);
+      if (match) {
+        clearTimeout(timer);
+        resolve(match);
+      }
+    };
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', onData);
+    child.once('exit', (code) => reject(new Error(`${cmd} exited ${code}:\n${output}`)));
+  });
+}
+
+function freePort(): number {
+  // Ask the kernel for a port in a child (synchronously) so nginx's config can name it.
+  const out = spawnSync(process.execPath, ['-e', "const s=require('net').createServer().listen(0,'127.0.0.1',()=>{console.log(s.address().port);s.close()})"]);
+  return Number(String(out.stdout).trim());
+}
+
+async function startUpstream(): Promise<string> {
+  const match = await start(process.execPath, [join(here, 'proxy/upstream.ts')], /listening (\d+)/);
+  return `127.0.0.1:${match[1]}`;
+}
+
+async function startNginx(upstream: string): Promise<string> {
+  const port = freePort();
+  const conf = `worker_processes 1;
+daemon off;
+pid ${work}/nginx.pid;
+error_log ${work}/nginx-error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path ${work}/body; proxy_temp_path ${work}/proxy;
+  fastcgi_temp_path ${work}/fcgi; uwsgi_temp_path ${work}/uwsgi; scgi_temp_path ${work}/scgi;
+  upstream pod { server ${upstream}; keepalive 128; }
+  server {
+    listen 127.0.0.1:${port};
+    location / { proxy_pass http://pod; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; }
+  }
+}
+`;
+  writeFileSync(join(work, 'nginx.conf'), conf);
+  const child = spawn(NGINX!, ['-e', join(work, 'nginx-error.log'), '-p', work, '-c', join(work, 'nginx.conf')], { stdio: 'ignore' });
+  children.push(child);
+  await waitForPort(port);
+  return `127.0.0.1:${port}`;
+}
+
+async function startAgent(upstream: string): Promise<string> {
+  const config = join(work, 'agent.yaml');
+  writeFileSync(
+    config,
+    `node: bench
+listen: {api: "127.0.0.1:0", admin: "127.0.0.1:0"}
+scrapeInterval: 100ms
+pods:
+  - {name: fast-0, namespace: bench, address: "${upstream}", engine: vllm, models: [bench-model]}
+`,
+  );
+  const match = await start(process.execPath, [join(here, '../agent/cli/main.ts'), 'agent', '--config', config], /ready to serve on http:\/\/([\d.:]+)\/v1/);
+  await new Promise((r) => setTimeout(r, 500)); // a few scrapes, so the pod has an estimate
+  return match[1];
+}
+
+async function waitForPort(port: number): Promise<void> {
+  const { connect } = await import('node:net');
+  for (let i = 0; i < 100; i++) {
+    const ok = await new Promise<boolean>((resolve) => {
+      const socket = connect(port, '127.0.0.1', () => (socket.destroy(), resolve(true)));
+      socket.once('error', () => resolve(false));
+    });
+    if (ok) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`nothing listens on ${port}`);
+}
+
+interface RatePoint { p50: number; p99: number; count: number; errors: number }
+
+function load(url: string, args: string[]): Promise<Record<string, number>> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [join(here, 'proxy/load.ts'), '--url', url, '--duration', values.duration!, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.once('exit', (code) => (code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`load exited ${code}`))));
+  });
+}
+
+function wrkThroughput(url: string): { perS: number; errors: number } {
+  const script = join(work, 'post.lua');
+  writeFileSync(
+    script,
+    `wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = '{"model":"bench-model","messages":[{"role":"user","content":"Say ok."}],"max_tokens":2}'\n`,
+  );
+  const run = spawnSync(WRK!, ['-t1', '-c64', `-d${values.duration}s`, '-s', script, url], { encoding: 'utf8' });
+  const perS = Number(/Requests\/sec:\s+([\d.]+)/.exec(run.stdout)?.[1] ?? NaN);
+  const errors = Number(/Non-2xx or 3xx responses: (\d+)/.exec(run.stdout)?.[1] ?? 0) + Number(/Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(run.stdout)?.slice(1).reduce((a, b) => a + Number(b), 0) ?? 0);
+  return { perS, errors };
+}
+
+async function measure(name: string, hostPort: string) {
+  const url = `http://${hostPort}/v1/chat/completions`;
+  await load(url, ['--rate', '200', '--duration', '2']); // warm-up: connections, JIT
+  const plain = (await load(url, ['--rate', '200'])) as unknown as RatePoint;
+  const streamed = (await load(url, ['--rate', '200', '--stream'])) as unknown as RatePoint;
+  const busy = (await load(url, ['--rate', '1000'])) as unknown as RatePoint;
+  const max = WRK ? wrkThroughput(url) : ((await load(url, ['--mode', 'max', '--connections', '64'])) as { perS: number; errors: number });
+  return { name, plain, streamed, busy, max };
+}
+
+const fmt = (ms: number) => (Number.isFinite(ms) ? ms.toFixed(2) : '–');
+try {
+  const upstream = await startUpstream();
+  const wanted = values.targets!.split(',');
+  const results = [];
+  for (const target of wanted) {
+    if (target === 'direct') results.push(await measure('direct', upstream));
+    else if (target === 'nginx' && NGINX) results.push(await measure('nginx', await startNginx(upstream)));
+    else if (target === 'kinference') results.push(await measure('kinference', await startAgent(upstream)));
+    else if (target === 'nginx') console.log('nginx not installed: skipped (apt-get install nginx)');
+  }
+  const direct = results.find((r) => r.name === 'direct');
+  const nginx = results.find((r) => r.name === 'nginx');
+  console.log(`\nbench:proxy, ${values.duration} s per point, load from ${WRK ? 'wrk (throughput) and ' : ''}bench/proxy/load.ts; ms; "+" = added over direct`);
+  console.log('target       | p50 @200/s | TTFB p50 @200/s stream | p99 @1000/s | max req/s (64 conns) | vs nginx | errors');
+  for (const r of results) {
+    const add = (v: number, base: number | undefined) => (direct && r !== direct && base !== undefined ? `+${fmt(v - base)}` : fmt(v));
+    const ratio = nginx ? (r.max.perS / nginx.max.perS).toFixed(2) : '–';
+    const errors = r.plain.errors + r.streamed.errors + r.busy.errors + r.max.errors;
+    console.log(
+      `${r.name.padEnd(12)} | ${add(r.plain.p50, direct?.plain.p50).padStart(10)} | ${add(r.streamed.p50, direct?.streamed.p50).padStart(22)} | ${add(r.busy.p99, direct?.busy.p99).padStart(11)} | ${Math.round(r.max.perS).toString().padStart(20)} | ${ratio.padStart(8)} | ${errors}`,
+    );
+  }
+} finally {
+  for (const child of children) child.kill('SIGTERM');
+  rmSync(work, { recursive: true, force: true });
+}
