@@ -7,7 +7,9 @@ import type { AgentSettings } from './config/load.ts';
 import { resolveSecret } from './config/secrets.ts';
 import { createStaticDiscovery } from './cluster/static.ts';
 import type { ClusterSnapshot, Discovery } from './cluster/types.ts';
-import { classify } from './classify/classify.ts';
+import { classifyRequest, UNSCANNED_TAG, type Classification } from './classify/classify.ts';
+import { compileDetectors } from './classify/custom.ts';
+import { DEFAULT_SCAN_LIMITS } from './classify/walk.ts';
 import { createPodDispatcher } from './forward/pod.ts';
 import { registerGossipMetrics } from './gossip/metrics.ts';
 import { GossipNode, parseHostPort } from './gossip/node.ts';
@@ -15,10 +17,11 @@ import { loadPolicies, MAX_EXCLUDE_WINDOW_MS } from './policy/schema.ts';
 import { compilePolicies, mayLeave, type CompiledPolicies } from './policy/resolve.ts';
 import { PodPool } from './pool/pool.ts';
 import { BreakerSet, createProvider, tryProviders, type ClosableProvider } from './providers/index.ts';
-import { createAdminApp, type Readiness } from './server/admin.ts';
+import { createAdminApp, type ExplainBodyQuery, type Readiness } from './server/admin.ts';
+import { parseInferenceRequest, RequestError } from './server/request.ts';
 import { createApiApp } from './server/api.ts';
 import { explainDecision } from './server/explain.ts';
-import { identify } from './server/identify.ts';
+import { identify, restrictUnidentified, type Identity } from './server/identify.ts';
 import { RequestPath, withHeaders } from './server/inference.ts';
 import { createMetrics } from './server/metrics.ts';
 import { Scraper } from './telemetry/scraper.ts';
@@ -188,9 +191,31 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     return { ...verdict, providers: usable };
   };
   const trustTenantHeader = settings.discovery === 'static' || settings.tenantHeaderExplicit;
-  const identity = (req: Request, remoteIp: string | undefined) => {
-    const claim = identify({ trustTenantHeader, headerTenant: req.headers.get(settings.tenantHeader), remoteIp, callers: snapshot.callers });
+  const identityOf = (headerTenant: string | null, remoteIp: string | undefined): Identity => {
+    const claim = identify({ trustTenantHeader, headerTenant, remoteIp, callers: snapshot.callers });
+    if (claim.unidentified) return { namespace: claim.namespace, tenant: claim.namespace, unidentified: claim.unidentified };
     return { namespace: claim.namespace, tenant: policies.tenantFor(claim.namespace, claim.claimedTenant) };
+  };
+  const identity = (req: Request, remoteIp: string | undefined) => {
+    const who = identityOf(req.headers.get(settings.tenantHeader), remoteIp);
+    if (who.unidentified) metrics.unidentified.inc({ reason: who.unidentified.code });
+    return who;
+  };
+  const policyFor = (who: Identity, model: string) => {
+    const policy = policies.resolve(who.tenant, who.namespace, model);
+    return who.unidentified ? restrictUnidentified(policy) : policy;
+  };
+  // Platform detectors come from the config file, validated at load (bad ones stop the agent).
+  const detectors = compileDetectors(settings.detectors).detectors;
+  const detectorTags = new Map(detectors.map((d) => [d.name, d.tag]));
+  const scanLimits = { maxDepth: settings.limits.classifyMaxDepth, maxChars: settings.limits.classifyMaxChars, maxNodes: DEFAULT_SCAN_LIMITS.maxNodes };
+  const classifyBody = (headerTags: string | null, body: unknown): Classification => classifyRequest(headerTags, body, { limits: scanLimits, detectors });
+  const classifyCounted = (headerTags: string | null, body: unknown): string[] => {
+    const c = classifyBody(headerTags, body);
+    for (const d of c.detectors) metrics.classified.inc({ detector: d, tag: 'pii' });
+    for (const name of c.custom) metrics.classified.inc({ detector: name, tag: detectorTags.get(name) ?? '' });
+    if (c.unscanned.length > 0) metrics.classified.inc({ detector: UNSCANNED_TAG, tag: UNSCANNED_TAG });
+    return c.tags;
   };
   const dispatcher = createPodDispatcher();
   const requestPath = new RequestPath({
@@ -205,9 +230,9 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     now,
     rand,
     identify: identity,
-    classify: (header, body) => classify(header ?? undefined, body),
+    classify: classifyCounted,
     isKnownModel,
-    policyFor: (who, model) => policies.resolve(who.tenant, who.namespace, model),
+    policyFor,
     leaveVerdict,
     pool,
     overflow: async (request, parsed, names, signal) => {
@@ -279,8 +304,25 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     }
     return { total, byRoute };
   };
+  const explainBody = (q: ExplainBodyQuery) => {
+    const parsed = parseInferenceRequest(q.kind, q.body);
+    if (!isKnownModel(parsed.model)) throw new RequestError(404, `The model \`${parsed.model}\` does not exist.`, 'model', 'model_not_found');
+    let who: Identity;
+    if (q.ip !== undefined) who = identityOf(q.tenant ?? null, q.ip);
+    else {
+      const namespace = q.namespace ?? q.tenant ?? 'default';
+      who = { namespace, tenant: policies.tenantFor(namespace, q.tenant) };
+    }
+    const c = classifyBody(q.tags, parsed.body);
+    const decision = requestPath.explain(requestPath.routeRequest(parsed, who, c.tags), who);
+    return {
+      ...explainDecision(decision),
+      caller: { namespace: who.namespace, tenant: who.tenant, ...(who.unidentified ? { unidentified: who.unidentified.reason } : {}) },
+      classification: { tags: c.tags, findings: c.findings, unscanned: c.unscanned, rejectedHeaderTags: c.rejectedHeaderTags },
+    };
+  };
   const admin = await listen(
-    createAdminApp({ metrics, readiness, state, explain, isKnownModel }),
+    createAdminApp({ metrics, readiness, state, explain, explainBody, isKnownModel, maxBodyBytes: settings.limits.maxBodyBytes }),
     settings.listen.admin,
   );
 

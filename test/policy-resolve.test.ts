@@ -21,7 +21,7 @@ test('with no policy, the built-in default applies', () => {
     name: 'builtin/default',
     sloTtftMs: 1000,
     exclude: [{ metric: 'queued', above: 2, windowMs: 30_000 }],
-    overflow: { providers: [], denyTags: ['pii'], denyTenants: [] },
+    overflow: { providers: [], denyTags: ['pii', 'unscanned'], denyTenants: [] },
     waitMaxMs: 2000,
   });
   assert.equal(p, BUILTIN_DEFAULT);
@@ -62,7 +62,7 @@ test('durations become milliseconds and missing fields take the built-in default
     name: 'ns/p',
     sloTtftMs: 1500,
     exclude: [{ metric: 'kvCache', above: 0.9, windowMs: 60_000 }, { metric: 'predictedTTFT', above: 800, windowMs: 250 }],
-    overflow: { providers: ['bedrock'], denyTags: ['pii'], denyTenants: [] },
+    overflow: { providers: ['bedrock'], denyTags: ['pii', 'unscanned'], denyTenants: [] },
     waitMaxMs: 2000,
   });
   const empty = effectiveOf(policy('ns', 'empty'));

@@ -9,6 +9,8 @@ import { parseDuration } from './duration.ts';
 import type { SecretRef } from './secrets.ts';
 import { loadPolicies } from '../policy/schema.ts';
 import { compilePolicies } from '../policy/resolve.ts';
+import { compileDetectors, type DetectorSpec } from '../classify/custom.ts';
+import { DEFAULT_SCAN_LIMITS } from '../classify/walk.ts';
 import { AgentConfigSchema, type AgentConfigFile, type ProviderConfigFile } from './schema.ts';
 
 export interface Limits {
@@ -19,6 +21,8 @@ export interface Limits {
   drainTimeoutMs: number;
   scrapeTimeoutMs: number;
   maxWaiting: number;
+  classifyMaxChars: number;
+  classifyMaxDepth: number;
 }
 
 export interface GossipSettings {
@@ -43,6 +47,7 @@ export interface AgentSettings {
   tenantHeaderExplicit: boolean;
   providers: ProviderSettings[];
   policies: unknown[];
+  detectors: DetectorSpec[];
   namespaces: Map<string, Record<string, string>>;
   limits: Limits;
   kubernetes: NonNullable<AgentConfigFile['kubernetes']>;
@@ -57,6 +62,8 @@ export const DEFAULT_LIMITS: Limits = {
   drainTimeoutMs: 25_000,
   scrapeTimeoutMs: 1_000,
   maxWaiting: 1_000,
+  classifyMaxChars: DEFAULT_SCAN_LIMITS.maxChars,
+  classifyMaxDepth: DEFAULT_SCAN_LIMITS.maxDepth,
 };
 
 export const DEFAULT_PROVIDER_TIMEOUT_MS = 10_000;
@@ -135,6 +142,7 @@ function crossChecks(file: AgentConfigFile): string[] {
     if (pods.has(id)) problems.push(`pods[${i}].name: duplicate pod "${id}"`);
     pods.add(id);
   });
+  problems.push(...compileDetectors(file.detectors ?? []).errors);
   return problems;
 }
 
@@ -207,6 +215,7 @@ export function settingsFromObject(input: unknown, source = 'config', env: NodeJ
     tenantHeaderExplicit: file.tenantHeader !== undefined,
     providers: (file.providers ?? []).map(providerSettings),
     policies: file.policies ?? [],
+    detectors: file.detectors ?? [],
     namespaces: new Map(Object.entries(file.namespaces ?? {})),
     limits: {
       maxBodyBytes: limits.maxBodyBytes ?? DEFAULT_LIMITS.maxBodyBytes,
@@ -216,6 +225,8 @@ export function settingsFromObject(input: unknown, source = 'config', env: NodeJ
       drainTimeoutMs: limits.drainTimeout ? parseDuration(limits.drainTimeout) : DEFAULT_LIMITS.drainTimeoutMs,
       scrapeTimeoutMs: limits.scrapeTimeout ? parseDuration(limits.scrapeTimeout) : Math.max(DEFAULT_LIMITS.scrapeTimeoutMs, scrapeIntervalMs),
       maxWaiting: limits.maxWaiting ?? DEFAULT_LIMITS.maxWaiting,
+      classifyMaxChars: limits.classifyMaxChars ?? DEFAULT_LIMITS.classifyMaxChars,
+      classifyMaxDepth: limits.classifyMaxDepth ?? DEFAULT_LIMITS.classifyMaxDepth,
     },
     kubernetes: file.kubernetes ?? {},
     logLevel: file.logLevel ?? 'info',

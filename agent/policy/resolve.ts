@@ -41,8 +41,8 @@ export const ANNOTATIONS = {
 export const BUILTIN_POLICY_NAME = 'builtin/default';
 export const DEFAULT_SLO_TTFT_MS = 1000;
 export const DEFAULT_EXCLUDE: readonly ExcludeRule[] = [{ metric: 'queued', above: 2, windowMs: 30_000 }];
-/** A policy that leaves `overflow.deny.tags` out still keeps pii on the cluster. */
-export const DEFAULT_DENY_TAGS: readonly string[] = ['pii'];
+/** A policy that leaves `overflow.deny.tags` out still keeps pii, and what could not be read, on the cluster. */
+export const DEFAULT_DENY_TAGS: readonly string[] = ['pii', 'unscanned'];
 export const DEFAULT_WAIT_MAX_MS = 2000;
 
 export const BUILTIN_DEFAULT: EffectivePolicy = deepFreeze({

@@ -79,7 +79,7 @@ export const InferencePolicySpecSchema = Type.Object(
                 tags: Type.Optional(
                   Type.Array(
                     Type.String({ pattern: TAG_PATTERN, maxLength: 64, expected: 'a lowercase tag of a-z 0-9 . _ -' }),
-                    { maxItems: 64, expected: 'a list of tags', description: 'A request with any of these tags never leaves. Absent: [pii].' },
+                    { maxItems: 64, expected: 'a list of tags', description: 'A request with any of these tags never leaves. Absent: [pii, unscanned].' },
                   ),
                 ),
                 tenants: Type.Optional(
