@@ -139,6 +139,8 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
       const loaded = loadPolicies(next.policies);
       for (const e of loaded.errors) log('warn', `policy ${e.name} ignored: ${e.errors.map((x) => `${x.path}: ${x.message}`).join('; ')}`);
       policies = compilePolicies(loaded.policies, next.namespaces);
+      if (loaded.errors.length > 0) metrics.policiesRejected.inc({ reason: 'invalid' }, loaded.errors.length);
+      if (policies.rejected.length > 0) metrics.policiesRejected.inc({ reason: 'guardrail' }, policies.rejected.length);
       for (const problem of policies.problems) log('warn', `policy: ${problem}`);
     }
     if (next.providers !== snapshot.providers) {
@@ -203,7 +205,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   };
   const policyFor = (who: Identity, model: string) => {
     const policy = policies.resolve(who.tenant, who.namespace, model);
-    return who.unidentified ? restrictUnidentified(policy) : policy;
+    return who.unidentified && !policies.floor.unidentifiedMayLeave ? restrictUnidentified(policy) : policy;
   };
   // Platform detectors come from the config file, validated at load (bad ones stop the agent).
   const detectors = compileDetectors(settings.detectors).detectors;
@@ -289,7 +291,12 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
       discovery: { mode: settings.discovery, ...discovery.status() },
       requests: await requestSummary(),
       pods,
-      policies: { loaded: policies.policies.map((p) => `${p.metadata.namespace}/${p.metadata.name}`), problems: policies.problems },
+      policies: {
+        loaded: policies.policies.map((p) => `${p.metadata.namespace}/${p.metadata.name}`),
+        rejected: policies.rejected,
+        floor: policies.floor,
+        problems: policies.problems,
+      },
       providers: [...providers.values()].map((p) => ({ name: p.name, kind: p.kind, models: p.models, breaker: breakers.get(p.name).snapshot(at) })),
       gossip: gossip?.stats(),
     };

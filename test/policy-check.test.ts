@@ -30,7 +30,7 @@ spec:
     - {metric: queued, above: 2, window: 30s}
   overflow:
     providers: [bedrock, databricks]
-    deny: {tags: [pii], tenants: [finance]}
+    deny: {tags: [pii, unscanned], tenants: [finance]}
   wait: {max: 2s}
 ---
 apiVersion: kinference.io/v1alpha1
@@ -163,10 +163,11 @@ namespaces:
 });
 
 test('warnings do not fail the check', async () => {
+  // The platform's own cluster-wide policy may lower its floor; the check still warns.
   const path = file('warn.yaml', `apiVersion: kinference.io/v1alpha1
 kind: InferencePolicy
-metadata: {name: open, namespace: ns}
-spec: {overflow: {providers: [bedrock], deny: {tags: [internal]}}}
+metadata: {name: open, namespace: '*'}
+spec: {overflow: {providers: [bedrock], deny: {tags: [internal]}}, guardrails: {deny: {tags: [internal]}}}
 `);
   const r = await check(path);
   assert.equal(r.code, 0);
@@ -189,4 +190,23 @@ test('no files is a usage error', async () => {
   const r = await check();
   assert.equal(r.code, 2);
   assert.match(r.err[0], /^usage: kinference policy check FILE/);
+});
+
+test('a namespace policy that loosens the platform floor is an error, not a warning', async () => {
+  const path = file('loosen.yaml', `apiVersion: kinference.io/v1alpha1
+kind: InferencePolicy
+metadata: {name: floor, namespace: '*'}
+spec: {guardrails: {deny: {tags: [pii, unscanned, confidential]}, maxSloTtft: 2s, overflow: allow}}
+---
+apiVersion: kinference.io/v1alpha1
+kind: InferencePolicy
+metadata: {name: leaky, namespace: finance}
+spec: {slo: {ttft: 5s}, overflow: {providers: [bedrock], deny: {tags: []}}, guardrails: {overflow: allow}}
+`);
+  const r = await check(path);
+  assert.equal(r.code, 1);
+  const errors = r.err.join('\n');
+  assert.match(errors, /finance\/leaky\): spec\.overflow\.deny\.tags: may not drop confidential, pii, unscanned: the platform floor \(\*\/floor\) denies/);
+  assert.match(errors, /finance\/leaky\): spec\.slo\.ttft: 5s is looser than the platform floor \(\*\/floor\) allows \(at most 2000ms\)/);
+  assert.match(errors, /finance\/leaky\): spec\.guardrails: guardrails may only be set by a cluster-wide policy/);
 });
