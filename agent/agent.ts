@@ -7,6 +7,7 @@ import type { AgentSettings } from './config/load.ts';
 import { resolveSecret } from './config/secrets.ts';
 import { createStaticDiscovery } from './cluster/static.ts';
 import type { ClusterSnapshot, Discovery } from './cluster/types.ts';
+import { peerPodScreen } from './cluster/peer-pods.ts';
 import { classifyRequest, UNSCANNED_TAG, type Classification } from './classify/classify.ts';
 import { compileDetectors } from './classify/custom.ts';
 import { DEFAULT_SCAN_LIMITS } from './classify/walk.ts';
@@ -149,7 +150,32 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
       for (const p of old.values()) void p.close().catch(() => {});
     }
     gossip?.setPeers(next.peers);
+    if (next.peerPods !== snapshot.peerPods) {
+      screen = peerPodScreen(next.peerPods);
+      snapshot = next;
+      screenPeers();
+    }
     snapshot = next;
+  };
+  // Gossiped pods become candidates only when the cluster vouches for them (agent/cluster/peer-pods.ts).
+  let screen = peerPodScreen(undefined);
+  let rejectedPeers: ReturnType<typeof screen>['rejected'] = [];
+  const countedRejections = new Set<string>();
+  const screenPeers = () => {
+    if (!gossip) return;
+    const estimates = gossip.remoteEstimates();
+    const { accepted, rejected } = screen(estimates);
+    for (const r of rejected) {
+      // Counted once per pod, address and reason, not on every gossip round that repeats it.
+      const key = `${r.uid}\u0000${r.address}\u0000${r.reason}`;
+      if (countedRejections.has(key)) continue;
+      if (countedRejections.size >= 10_000) countedRejections.clear();
+      countedRejections.add(key);
+      metrics.peerPodsRejected.inc({ reason: r.reason });
+      log('warn', `gossiped pod ${r.uid} at ${r.address} from ${r.origin} is not routable: ${r.reason}`);
+    }
+    rejectedPeers = rejected;
+    pool.setRemote(accepted);
   };
   await discovery.start();
   applySnapshot();
@@ -168,7 +194,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
       now,
       rand,
     });
-    gossip.onChange(() => pool.setRemote(gossip!.remoteEstimates()));
+    gossip.onChange(screenPeers);
     registerGossipMetrics(metrics.registry, gossip);
     await gossip.start();
   }
@@ -299,6 +325,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
       },
       providers: [...providers.values()].map((p) => ({ name: p.name, kind: p.kind, models: p.models, breaker: breakers.get(p.name).snapshot(at) })),
       gossip: gossip?.stats(),
+      peerPodsRejected: rejectedPeers,
     };
   };
   const requestSummary = async () => {

@@ -9,7 +9,10 @@ import { parseDuration } from './duration.ts';
 import type { SecretRef } from './secrets.ts';
 import { loadPolicies } from '../policy/schema.ts';
 import { compilePolicies } from '../policy/resolve.ts';
+import { isIP } from 'node:net';
 import { compileDetectors, type DetectorSpec } from '../classify/custom.ts';
+import { cidrBlockList } from '../cluster/peer-pods.ts';
+import { parseHostPort } from '../gossip/node.ts';
 import { DEFAULT_SCAN_LIMITS } from '../classify/walk.ts';
 import { AgentConfigSchema, type AgentConfigFile, type ProviderConfigFile } from './schema.ts';
 
@@ -41,6 +44,8 @@ export interface AgentSettings {
   scrapeIntervalMs: number;
   pods: Pod[];
   peers: string[];
+  /** Static mode: ranges a gossiped pod's address must lie in (see agent/cluster/peer-pods.ts). */
+  peerPodCidrs: string[];
   gossip?: GossipSettings;
   tenantHeader: string;
   /** The operator named a tenant header: trust it even in Kubernetes mode. */
@@ -143,6 +148,11 @@ function crossChecks(file: AgentConfigFile): string[] {
     pods.add(id);
   });
   problems.push(...compileDetectors(file.detectors ?? []).errors);
+  try {
+    cidrBlockList(file.gossip?.peerPodCidrs ?? []);
+  } catch (error) {
+    problems.push(`gossip.peerPodCidrs: ${(error as Error).message}`);
+  }
   return problems;
 }
 
@@ -200,6 +210,7 @@ export function settingsFromObject(input: unknown, source = 'config', env: NodeJ
       return { uid: `${namespace}/${p.name}`, name: p.name, namespace, node: file.node, address: p.address, models: p.models, engine: p.engine };
     }),
     peers: file.peers ?? [],
+    peerPodCidrs: file.gossip?.peerPodCidrs ?? defaultPeerPodCidrs(file.peers ?? []),
     gossip:
       file.listen.gossip && file.gossip
         ? {
@@ -231,6 +242,12 @@ export function settingsFromObject(input: unknown, source = 'config', env: NodeJ
     kubernetes: file.kubernetes ?? {},
     logLevel: file.logLevel ?? 'info',
   };
+}
+
+/** Without declared ranges, a peer's pods must sit at a peer agent's own IP (single-host setups, tests). */
+function defaultPeerPodCidrs(peers: readonly string[]): string[] {
+  const hosts = peers.map((p) => parseHostPort(p).host).filter((h) => isIP(h) !== 0);
+  return [...new Set(hosts)].map((h) => `${h}/${isIP(h) === 6 ? 128 : 32}`);
 }
 
 export function loadConfigFile(path: string): AgentSettings {

@@ -85,6 +85,8 @@ const Gossip = Type.Object(
     ttl: Type.Optional(DurationString),
     /** Added to a peer pod's predicted TTFT: the cost of the cross-node hop. */
     networkCost: Type.Optional(DurationString),
+    /** Static mode: address ranges a gossiped pod must lie in to be routable (default: the peers' own IPs). */
+    peerPodCidrs: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { maxItems: 256 })),
   },
   { additionalProperties: false },
 );
