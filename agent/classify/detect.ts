@@ -328,14 +328,17 @@ function isNanp(s: string, a: number, k: number): boolean {
 /**
  * National numbers with a trunk prefix, as Europe and Australia write them: `020 7946 0958`,
  * `01 23 45 67 89`, `030-12345678`, `0412 345 678`. 10–11 digits, the first group `0` then a
- * non-zero digit, every group at least 2 digits, one separator kind.
+ * non-zero digit, one separator kind.
  */
 function isNationalPhone(s: string, a: number, k: number): boolean {
   if (k > 5 || gLen[a] < 2 || gLen[a] > 5) return false;
   if (s.charCodeAt(gStart[a]) !== 48 || s.charCodeAt(gStart[a] + 1) === 48) return false;
   const sep = gSep[a];
+  // Pairs all the way (`01 23 45 67 89`), or every group after the prefix at least 3 digits
+  // (`020 7946 0958`, `0412 345 678`): `0123-4567-89` is a part number, not a phone.
+  const pairs = k === 5;
   for (let i = a; i < a + k; i++) {
-    if (gLen[i] < 2) return false;
+    if (pairs ? gLen[i] !== 2 : i > a && gLen[i] < 3) return false;
     if (i < a + k - 1 && gSep[i] !== sep) return false;
   }
   return sep === SPACE || sep === DASH || sep === DOT;
