@@ -34,9 +34,18 @@ const DASHES = /[\u2010-\u2015\u2212\ufe58\ufe63]/g;
  */
 export function normalise(text: string): string {
   const s = text.indexOf('\\') === -1 ? text : unescapeJson(text);
-  // UTF-8 length equals UTF-16 length only for ASCII; native, and several times cheaper than a regex scan.
-  if (Buffer.byteLength(s, 'utf8') === s.length) return s;
+  if (isAscii(s)) return s;
   return s.normalize('NFKC').replace(INVISIBLE, '').replace(DASHES, '-');
+}
+
+/**
+ * UTF-8 length equals UTF-16 length only for ASCII: native, several times cheaper than a regex
+ * scan on long text; short strings (ids, roles, names) are cheaper to check in place.
+ */
+function isAscii(s: string): boolean {
+  if (s.length > 64) return Buffer.byteLength(s, 'utf8') === s.length;
+  for (let i = 0; i < s.length; i++) if (s.charCodeAt(i) > 127) return false;
+  return true;
 }
 
 // Tool arguments and other JSON-in-a-string carry `\n` and `\u0040` as escapes: the model reads
@@ -244,7 +253,12 @@ function chainAt(s: string, p: number, found: Set<Detector>): number {
     if ((c === SPACE || c === DASH || c === DOT) && isDigit(s.charCodeAt(j + 1))) {
       gSep[count - 1] = c;
       j++;
-    } else if (isSpaceLike(c)) {
+    } else if (c !== SPACE ? isSpaceLike(c) : j + 1 < n && (isSpaceLike(s.charCodeAt(j + 1)) || s.charCodeAt(j + 1) === DASH || s.charCodeAt(j + 1) === DOT)) {
+      // Checked inline first: a number followed by one space and a word is the common case.
+      // Only card-shaped groups (4, or Amex's 6) continue across a line break or double space:
+      // a log line's trailing number must not chain into the next line's timestamp.
+      const width = j - start;
+      if (width !== 4 && width !== 6) break;
       const next = looseSeparatorEnd(s, j);
       if (next === -1) break;
       gSep[count - 1] = LOOSE;

@@ -43,8 +43,8 @@ const DATA_URL = /^\s*data:[\w.+-]+\/[\w.+-]+[;,]/i;
 const NUMBER_AS_TEXT = 1e8;
 /** Field names of the OpenAI/vLLM request schemas: keys, not data, and on every request. */
 const API_KEYS = new Set(['messages', 'content', 'tool_calls', 'function', 'arguments', 'tool_call_id', 'image_url', 'input_audio', 'max_tokens', 'max_completion_tokens', 'temperature', 'response_format', 'json_schema', 'properties', 'description', 'required', 'metadata', 'stream_options', 'include_usage', 'frequency_penalty', 'presence_penalty', 'reasoning_content', 'refusal', 'prediction', 'documents', 'file_data', 'filename', 'logprobs', 'top_logprobs', 'tool_choice', 'parallel_tool_calls', 'function_call', 'functions', 'prompt_token_ids', 'stop_token_ids', 'chat_template_kwargs', 'encoding_format', 'dimensions', 'reasoning_effort']);
-/** Longest value a detector matches (an e-mail address is at most 254): the window around a seam. */
-const SEAM = 256;
+/** Characters either side of a seam read again: any value up to this long that a seam splits is found whole. */
+const SEAM = 128;
 /** Strings shorter than this cannot hold an address (a@b.co) or a 9-digit number. */
 const SHORTEST_FINDING = 6;
 
