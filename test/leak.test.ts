@@ -6,7 +6,11 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startOpenAIStandin, type OpenAIStandin } from './fixtures/openai-provider.ts';
 import { MODEL, postJson, startStack, waitFor, type Stack } from './helpers/stack.ts';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { luhn } from '../agent/classify/detect.ts';
+import { runExplainCommand } from '../agent/cli/explain.ts';
 
 const KEY_ENV = 'KINFERENCE_TEST_LEAK_KEY';
 const BODIES = 2000;
@@ -249,5 +253,40 @@ describe('data leaves only when policy says so', () => {
     const metrics = await (await fetch(`${stack.admin}/metrics`)).text();
     assert.match(metrics, /kinference_classified_total\{detector="email",tag="pii"\} \d+/);
     assert.match(metrics, /kinference_classified_total\{detector="codename",tag="confidential"\} \d+/);
+  });
+
+  it('POST /explain refuses what the API listener would refuse, with OpenAI-style errors', async () => {
+    const cases: [string, string, number, string][] = [
+      ['/explain?api=images', JSON.stringify(chat({})), 400, 'api'],
+      ['/explain', '{not json', 400, 'invalid_json'],
+      ['/explain', JSON.stringify({ ...chat({}), model: 'nope' }), 404, 'model_not_found'],
+      ['/explain?api=embeddings', JSON.stringify(chat({})), 400, 'input'],
+    ];
+    for (const [path, body, status, what] of cases) {
+      const response = await postJson(`${stack.admin}${path}`, body);
+      assert.equal(response.status, status, path);
+      const e = (await response.json()) as { error: { message: string; param: string | null; code: string | null } };
+      assert.ok(e.error.param === what || e.error.code === what, `${path}: ${JSON.stringify(e)}`);
+    }
+  });
+
+  it('`kinference explain --body FILE` prints the tags, each detector and its path, never the text', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kinference-explain-'));
+    const file = join(dir, 'body.json');
+    writeFileSync(file, JSON.stringify(chat({ metadata: { owner: email } }, [user([{ type: 'text', text: 'see' }, { type: 'image_url', image_url: { url: 'https://x/y.png' } }])])));
+    const lines: string[] = [];
+    const log = console.log;
+    console.log = (line: string) => lines.push(line);
+    try {
+      assert.equal(await runExplainCommand(['--admin', stack.admin, '--body', file, '--tags', 'internal']), 0);
+    } finally {
+      console.log = log;
+      rmSync(dir, { recursive: true, force: true });
+    }
+    const out = lines.join('\n');
+    assert.match(out, /tags: {5}internal, pii, unscanned/);
+    assert.match(out, /email +→ pii +at metadata\.owner/);
+    assert.match(out, /unscanned \(media\) at messages\[0\]\.content\[1\]/);
+    assert.ok(!out.includes(email));
   });
 });

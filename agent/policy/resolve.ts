@@ -350,6 +350,12 @@ export function compilePolicies(
     return pinned && entries.get(pinned);
   });
   for (const issue of issues) problems.push(`namespace ${issue.namespace}: annotation ${issue.key}: ${issue.message}; ignored`);
+  for (const [namespace, o] of overrides) {
+    if (o.sloTtftMs !== undefined && floor.maxSloTtftMs !== undefined && o.sloTtftMs > floor.maxSloTtftMs) {
+      problems.push(`namespace ${namespace}: annotation ${ANNOTATIONS.ttftSlo}: looser than ${floorName(floor)} allows; capped at ${floor.maxSloTtftMs}ms`);
+    }
+    if (o.overflow === 'allow' && !floor.overflowAllowed) problems.push(`namespace ${namespace}: annotation ${ANNOTATIONS.overflow}: allow has no effect, ${floorName(floor)} forbids overflow`);
+  }
 
   const cache = new Map<string, EffectivePolicy>();
   const builtin = applyFloor(BUILTIN_DEFAULT, floor);
