@@ -150,12 +150,12 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
       for (const p of old.values()) void p.close().catch(() => {});
     }
     gossip?.setPeers(next.peers);
-    if (next.peerPods !== snapshot.peerPods) {
+    const rescreen = next.peerPods !== snapshot.peerPods;
+    snapshot = next;
+    if (rescreen) {
       screen = peerPodScreen(next.peerPods);
-      snapshot = next;
       screenPeers();
     }
-    snapshot = next;
   };
   // Gossiped pods become candidates only when the cluster vouches for them (agent/cluster/peer-pods.ts).
   let screen = peerPodScreen(undefined);
