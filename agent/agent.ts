@@ -10,7 +10,6 @@ import type { ClusterSnapshot, Discovery } from './cluster/types.ts';
 import { peerPodScreen } from './cluster/peer-pods.ts';
 import { classifyRequest, UNSCANNED_TAG, type Classification } from './classify/classify.ts';
 import { compileDetectors } from './classify/custom.ts';
-import { DEFAULT_SCAN_LIMITS } from './classify/walk.ts';
 import { createPodDispatcher } from './forward/pod.ts';
 import { registerGossipMetrics } from './gossip/metrics.ts';
 import { GossipNode, parseHostPort } from './gossip/node.ts';
@@ -236,7 +235,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   // Platform detectors come from the config file, validated at load (bad ones stop the agent).
   const detectors = compileDetectors(settings.detectors).detectors;
   const detectorTags = new Map(detectors.map((d) => [d.name, d.tag]));
-  const scanLimits = { maxDepth: settings.limits.classifyMaxDepth, maxChars: settings.limits.classifyMaxChars, maxNodes: DEFAULT_SCAN_LIMITS.maxNodes };
+  const scanLimits = { maxDepth: settings.limits.classifyMaxDepth, maxChars: settings.limits.classifyMaxChars, maxNodes: settings.limits.classifyMaxValues };
   const classifyBody = (headerTags: string | null, body: unknown): Classification => classifyRequest(headerTags, body, { limits: scanLimits, detectors });
   const classifyCounted = (headerTags: string | null, body: unknown): string[] => {
     const c = classifyBody(headerTags, body);

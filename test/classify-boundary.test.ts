@@ -135,6 +135,15 @@ describe('platform detectors', () => {
     for (const p of ['EMP-[0-9]{6}', '(?:foo|bar)-\\d+', '\\b[A-Z]{2}\\d{4}\\b', '(ab)+c', '(?<id>x{2,3})', '[(a+)+]']) assert.equal(backtrackingHazard(p), undefined, p);
   });
 
+  it('and the classification bounds are settings', async () => {
+    const { settingsFromObject } = await import('../agent/config/load.ts');
+    const base = { node: 'n', listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' }, pods: [{ name: 'p', address: '127.0.0.1:1', models: ['m'] }] };
+    const { limits } = settingsFromObject({ ...base, limits: { classifyMaxChars: 65536, classifyMaxDepth: 8, classifyMaxValues: 500 } }, 'test', {});
+    assert.deepEqual([limits.classifyMaxChars, limits.classifyMaxDepth, limits.classifyMaxValues], [65536, 8, 500]);
+    assert.deepEqual(settingsFromObject(base, 'test', {}).limits.classifyMaxValues, DEFAULT_SCAN_LIMITS.maxNodes);
+    assert.throws(() => settingsFromObject({ ...base, limits: { classifyMaxDepth: 1000 } }, 'test', {}), /limits\.classifyMaxDepth/);
+  });
+
   it('are rejected by the config loader with the detector named', async () => {
     const { settingsFromObject } = await import('../agent/config/load.ts');
     assert.throws(() => settingsFromObject({ node: 'n', listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' }, pods: [{ name: 'p', address: '127.0.0.1:1', models: ['m'] }], detectors: [{ name: 'evil', tag: 'x', pattern: '(x+x+)+y' }] }, 'test', {}), /detectors\[0\] \(evil\): pattern may take exponential time/);

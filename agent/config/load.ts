@@ -26,6 +26,7 @@ export interface Limits {
   maxWaiting: number;
   classifyMaxChars: number;
   classifyMaxDepth: number;
+  classifyMaxValues: number;
 }
 
 export interface GossipSettings {
@@ -69,6 +70,7 @@ export const DEFAULT_LIMITS: Limits = {
   maxWaiting: 1_000,
   classifyMaxChars: DEFAULT_SCAN_LIMITS.maxChars,
   classifyMaxDepth: DEFAULT_SCAN_LIMITS.maxDepth,
+  classifyMaxValues: DEFAULT_SCAN_LIMITS.maxNodes,
 };
 
 export const DEFAULT_PROVIDER_TIMEOUT_MS = 10_000;
@@ -238,6 +240,7 @@ export function settingsFromObject(input: unknown, source = 'config', env: NodeJ
       maxWaiting: limits.maxWaiting ?? DEFAULT_LIMITS.maxWaiting,
       classifyMaxChars: limits.classifyMaxChars ?? DEFAULT_LIMITS.classifyMaxChars,
       classifyMaxDepth: limits.classifyMaxDepth ?? DEFAULT_LIMITS.classifyMaxDepth,
+      classifyMaxValues: limits.classifyMaxValues ?? DEFAULT_LIMITS.classifyMaxValues,
     },
     kubernetes: file.kubernetes ?? {},
     logLevel: file.logLevel ?? 'info',

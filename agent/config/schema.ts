@@ -61,6 +61,8 @@ const Limits = Type.Object(
     classifyMaxChars: Type.Optional(Type.Integer({ minimum: 1024 })),
     /** Deepest JSON nesting classification reads; deeper values make the request `unscanned`. */
     classifyMaxDepth: Type.Optional(Type.Integer({ minimum: 4, maximum: 256 })),
+    /** JSON values (strings, numbers, objects, arrays) classification visits; past it: `unscanned`. */
+    classifyMaxValues: Type.Optional(Type.Integer({ minimum: 100 })),
   },
   { additionalProperties: false },
 );
