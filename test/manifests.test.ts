@@ -23,6 +23,7 @@ import { Secret } from 'kubernetes-models/v1/Secret';
 import { Service } from 'kubernetes-models/v1/Service';
 import { ServiceAccount } from 'kubernetes-models/v1/ServiceAccount';
 import { parseProvidersConfigMap } from '../agent/cluster/kubernetes-providers.ts';
+import { policyObjects, type KubeObject } from '../agent/cluster/kubernetes-snapshot.ts';
 import { parseDuration } from '../agent/config/duration.ts';
 import { settingsFromObject } from '../agent/config/load.ts';
 import { checkNamespaceAnnotations, checkPolicySet } from '../agent/policy/resolve.ts';
@@ -417,7 +418,8 @@ describe('manifests/examples', () => {
     // The checker itself must catch what the API server would refuse.
     assert.notDeepEqual(schemaErrors(schema, { ...policies[0], spec: { slo: { ttft: 'fast' } } }), []);
     assert.notDeepEqual(schemaErrors(schema, { ...policies[0], spec: { overflow: { provider: ['x'] } } }), []);
-    const loaded = loadPolicies(policies);
+    // As the agent reads them in Kubernetes: the agent namespace's policies are cluster-wide.
+    const loaded = loadPolicies(policyObjects(policies as KubeObject[], 'kinference'));
     assert.deepEqual(loaded.errors, []);
     assert.deepEqual(checkPolicySet(loaded.policies), []);
     const namespaces = new Map(docs.filter((d) => d.obj.kind === 'Namespace').map((d) => [d.obj.metadata.name, d.obj.metadata.annotations ?? {}]));
