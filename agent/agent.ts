@@ -9,7 +9,7 @@ import { createStaticDiscovery } from './cluster/static.ts';
 import type { ClusterSnapshot, Discovery } from './cluster/types.ts';
 import { peerPodScreen } from './cluster/peer-pods.ts';
 import { classifyRequest, UNSCANNED_TAG, type Classification } from './classify/classify.ts';
-import { compileDetectors } from './classify/custom.ts';
+import { compileDetectors, type CustomDetector, type DetectorSpec } from './classify/custom.ts';
 import { createPodDispatcher } from './forward/pod.ts';
 import { registerGossipMetrics } from './gossip/metrics.ts';
 import { GossipNode, parseHostPort } from './gossip/node.ts';
@@ -150,12 +150,21 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     }
     gossip?.setPeers(next.peers);
     const rescreen = next.peerPods !== snapshot.peerPods;
+    // Validated with the rest of the file (a bad detector rejects the reload), so this compiles clean.
+    if (next.detectors && next.detectors !== snapshot.detectors) setDetectors(next.detectors);
     snapshot = next;
     if (rescreen) {
       screen = peerPodScreen(next.peerPods);
       screenPeers();
     }
   };
+  let detectors: CustomDetector[] = [];
+  let detectorTags = new Map<string, string>();
+  const setDetectors = (specs: DetectorSpec[]) => {
+    detectors = compileDetectors(specs).detectors;
+    detectorTags = new Map(detectors.map((d) => [d.name, d.tag]));
+  };
+  setDetectors(settings.detectors);
   // Gossiped pods become candidates only when the cluster vouches for them (agent/cluster/peer-pods.ts).
   let screen = peerPodScreen(undefined);
   let rejectedPeers: ReturnType<typeof screen>['rejected'] = [];
@@ -232,9 +241,6 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     const policy = policies.resolve(who.tenant, who.namespace, model);
     return who.unidentified && !policies.floor.unidentifiedMayLeave ? restrictUnidentified(policy) : policy;
   };
-  // Platform detectors come from the config file, validated at load (bad ones stop the agent).
-  const detectors = compileDetectors(settings.detectors).detectors;
-  const detectorTags = new Map(detectors.map((d) => [d.name, d.tag]));
   const scanLimits = { maxDepth: settings.limits.classifyMaxDepth, maxChars: settings.limits.classifyMaxChars, maxNodes: settings.limits.classifyMaxValues };
   const classifyBody = (headerTags: string | null, body: unknown): Classification => classifyRequest(headerTags, body, { limits: scanLimits, detectors });
   const classifyCounted = (headerTags: string | null, body: unknown): string[] => {

@@ -22,6 +22,7 @@ export function snapshotFromSettings(settings: AgentSettings): ClusterSnapshot {
     peers: settings.peers,
     callers: new Map(),
     peerPods: { kind: 'cidrs', cidrs: settings.peerPodCidrs },
+    detectors: settings.detectors,
   };
 }
 

@@ -2,6 +2,7 @@
 // informers. Either way the agent sees one snapshot shape and a change signal.
 import type { Pod } from '../types.ts';
 import type { ProviderSettings } from '../providers/types.ts';
+import type { DetectorSpec } from '../classify/custom.ts';
 
 export interface Caller {
   namespace: string;
@@ -22,6 +23,8 @@ export interface ClusterSnapshot {
   callers: Map<string, Caller>;
   /** What a gossiped pod must match to be routable; absent: no gossiped pod is (fail closed). */
   peerPods?: PeerPodRules;
+  /** Platform detectors, when the source can change them at run time (static: the config file). */
+  detectors?: DetectorSpec[];
 }
 
 export type PeerPodRules =
