@@ -7,7 +7,9 @@ import type { AgentSettings } from './config/load.ts';
 import { resolveSecret } from './config/secrets.ts';
 import { createStaticDiscovery } from './cluster/static.ts';
 import type { ClusterSnapshot, Discovery } from './cluster/types.ts';
-import { classify } from './classify/classify.ts';
+import { peerPodScreen } from './cluster/peer-pods.ts';
+import { classifyRequest, UNSCANNED_TAG, type Classification } from './classify/classify.ts';
+import { compileDetectors, type CustomDetector, type DetectorSpec } from './classify/custom.ts';
 import { createPodDispatcher } from './forward/pod.ts';
 import { registerGossipMetrics } from './gossip/metrics.ts';
 import { GossipNode, parseHostPort } from './gossip/node.ts';
@@ -15,10 +17,11 @@ import { loadPolicies, MAX_EXCLUDE_WINDOW_MS } from './policy/schema.ts';
 import { compilePolicies, mayLeave, type CompiledPolicies } from './policy/resolve.ts';
 import { PodPool } from './pool/pool.ts';
 import { BreakerSet, createProvider, tryProviders, type ClosableProvider } from './providers/index.ts';
-import { createAdminApp, type Readiness } from './server/admin.ts';
+import { createAdminApp, type ExplainBodyQuery, type Readiness } from './server/admin.ts';
+import { parseInferenceRequest, RequestError } from './server/request.ts';
 import { createApiApp } from './server/api.ts';
 import { explainDecision } from './server/explain.ts';
-import { identify } from './server/identify.ts';
+import { identify, restrictUnidentified, type Identity } from './server/identify.ts';
 import { RequestPath, withHeaders } from './server/inference.ts';
 import { createMetrics } from './server/metrics.ts';
 import { Scraper } from './telemetry/scraper.ts';
@@ -136,6 +139,8 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
       const loaded = loadPolicies(next.policies);
       for (const e of loaded.errors) log('warn', `policy ${e.name} ignored: ${e.errors.map((x) => `${x.path}: ${x.message}`).join('; ')}`);
       policies = compilePolicies(loaded.policies, next.namespaces);
+      if (loaded.errors.length > 0) metrics.policiesRejected.inc({ reason: 'invalid' }, loaded.errors.length);
+      if (policies.rejected.length > 0) metrics.policiesRejected.inc({ reason: 'guardrail' }, policies.rejected.length);
       for (const problem of policies.problems) log('warn', `policy: ${problem}`);
     }
     if (next.providers !== snapshot.providers) {
@@ -144,7 +149,41 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
       for (const p of old.values()) void p.close().catch(() => {});
     }
     gossip?.setPeers(next.peers);
+    const rescreen = next.peerPods !== snapshot.peerPods;
+    // Validated with the rest of the file (a bad detector rejects the reload), so this compiles clean.
+    if (next.detectors && next.detectors !== snapshot.detectors) setDetectors(next.detectors);
     snapshot = next;
+    if (rescreen) {
+      screen = peerPodScreen(next.peerPods);
+      screenPeers();
+    }
+  };
+  let detectors: CustomDetector[] = [];
+  let detectorTags = new Map<string, string>();
+  const setDetectors = (specs: DetectorSpec[]) => {
+    detectors = compileDetectors(specs).detectors;
+    detectorTags = new Map(detectors.map((d) => [d.name, d.tag]));
+  };
+  setDetectors(settings.detectors);
+  // Gossiped pods become candidates only when the cluster vouches for them (agent/cluster/peer-pods.ts).
+  let screen = peerPodScreen(undefined);
+  let rejectedPeers: ReturnType<typeof screen>['rejected'] = [];
+  const countedRejections = new Set<string>();
+  const screenPeers = () => {
+    if (!gossip) return;
+    const estimates = gossip.remoteEstimates();
+    const { accepted, rejected } = screen(estimates);
+    for (const r of rejected) {
+      // Counted once per pod, address and reason, not on every gossip round that repeats it.
+      const key = `${r.uid}\u0000${r.address}\u0000${r.reason}`;
+      if (countedRejections.has(key)) continue;
+      if (countedRejections.size >= 10_000) countedRejections.clear();
+      countedRejections.add(key);
+      metrics.peerPodsRejected.inc({ reason: r.reason });
+      log('warn', `gossiped pod ${r.uid} at ${r.address} from ${r.origin} is not routable: ${r.reason}`);
+    }
+    rejectedPeers = rejected;
+    pool.setRemote(accepted);
   };
   await discovery.start();
   applySnapshot();
@@ -163,7 +202,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
       now,
       rand,
     });
-    gossip.onChange(() => pool.setRemote(gossip!.remoteEstimates()));
+    gossip.onChange(screenPeers);
     registerGossipMetrics(metrics.registry, gossip);
     await gossip.start();
   }
@@ -188,9 +227,28 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     return { ...verdict, providers: usable };
   };
   const trustTenantHeader = settings.discovery === 'static' || settings.tenantHeaderExplicit;
-  const identity = (req: Request, remoteIp: string | undefined) => {
-    const claim = identify({ trustTenantHeader, headerTenant: req.headers.get(settings.tenantHeader), remoteIp, callers: snapshot.callers });
+  const identityOf = (headerTenant: string | null, remoteIp: string | undefined): Identity => {
+    const claim = identify({ trustTenantHeader, headerTenant, remoteIp, callers: snapshot.callers });
+    if (claim.unidentified) return { namespace: claim.namespace, tenant: claim.namespace, unidentified: claim.unidentified };
     return { namespace: claim.namespace, tenant: policies.tenantFor(claim.namespace, claim.claimedTenant) };
+  };
+  const identity = (req: Request, remoteIp: string | undefined) => {
+    const who = identityOf(req.headers.get(settings.tenantHeader), remoteIp);
+    if (who.unidentified) metrics.unidentified.inc({ reason: who.unidentified.code });
+    return who;
+  };
+  const policyFor = (who: Identity, model: string) => {
+    const policy = policies.resolve(who.tenant, who.namespace, model);
+    return who.unidentified && !policies.floor.unidentifiedMayLeave ? restrictUnidentified(policy) : policy;
+  };
+  const scanLimits = { maxDepth: settings.limits.classifyMaxDepth, maxChars: settings.limits.classifyMaxChars, maxNodes: settings.limits.classifyMaxValues };
+  const classifyBody = (headerTags: string | null, body: unknown): Classification => classifyRequest(headerTags, body, { limits: scanLimits, detectors });
+  const classifyCounted = (headerTags: string | null, body: unknown): string[] => {
+    const c = classifyBody(headerTags, body);
+    for (const d of c.detectors) metrics.classified.inc({ detector: d, tag: 'pii' });
+    for (const name of c.custom) metrics.classified.inc({ detector: name, tag: detectorTags.get(name) ?? '' });
+    if (c.unscanned.length > 0) metrics.classified.inc({ detector: UNSCANNED_TAG, tag: UNSCANNED_TAG });
+    return c.tags;
   };
   const dispatcher = createPodDispatcher();
   const requestPath = new RequestPath({
@@ -205,9 +263,9 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     now,
     rand,
     identify: identity,
-    classify: (header, body) => classify(header ?? undefined, body),
+    classify: classifyCounted,
     isKnownModel,
-    policyFor: (who, model) => policies.resolve(who.tenant, who.namespace, model),
+    policyFor,
     leaveVerdict,
     pool,
     overflow: async (request, parsed, names, signal) => {
@@ -264,9 +322,15 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
       discovery: { mode: settings.discovery, ...discovery.status() },
       requests: await requestSummary(),
       pods,
-      policies: { loaded: policies.policies.map((p) => `${p.metadata.namespace}/${p.metadata.name}`), problems: policies.problems },
+      policies: {
+        loaded: policies.policies.map((p) => `${p.metadata.namespace}/${p.metadata.name}`),
+        rejected: policies.rejected,
+        floor: policies.floor,
+        problems: policies.problems,
+      },
       providers: [...providers.values()].map((p) => ({ name: p.name, kind: p.kind, models: p.models, breaker: breakers.get(p.name).snapshot(at) })),
       gossip: gossip?.stats(),
+      peerPodsRejected: rejectedPeers,
     };
   };
   const requestSummary = async () => {
@@ -279,8 +343,25 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     }
     return { total, byRoute };
   };
+  const explainBody = (q: ExplainBodyQuery) => {
+    const parsed = parseInferenceRequest(q.kind, q.body);
+    if (!isKnownModel(parsed.model)) throw new RequestError(404, `The model \`${parsed.model}\` does not exist.`, 'model', 'model_not_found');
+    let who: Identity;
+    if (q.ip !== undefined) who = identityOf(q.tenant ?? null, q.ip);
+    else {
+      const namespace = q.namespace ?? q.tenant ?? 'default';
+      who = { namespace, tenant: policies.tenantFor(namespace, q.tenant) };
+    }
+    const c = classifyBody(q.tags, parsed.body);
+    const decision = requestPath.explain(requestPath.routeRequest(parsed, who, c.tags), who);
+    return {
+      ...explainDecision(decision),
+      caller: { namespace: who.namespace, tenant: who.tenant, ...(who.unidentified ? { unidentified: who.unidentified.reason } : {}) },
+      classification: { tags: c.tags, findings: c.findings, unscanned: c.unscanned, rejectedHeaderTags: c.rejectedHeaderTags },
+    };
+  };
   const admin = await listen(
-    createAdminApp({ metrics, readiness, state, explain, isKnownModel }),
+    createAdminApp({ metrics, readiness, state, explain, explainBody, isKnownModel, maxBodyBytes: settings.limits.maxBodyBytes }),
     settings.listen.admin,
   );
 

@@ -1,6 +1,8 @@
 // What classification costs per request: a 4 KB prose prompt (with the dates, prices, versions
 // and ids real prompts carry) without PII, the same with PII at the very end (the whole text is
-// scanned either way), and a digit-dense 4 KB log excerpt, the detectors' worst ordinary case.
+// scanned either way), a digit-dense 4 KB log excerpt, the detectors' worst ordinary case, and a
+// 64 KB agentic chat (many turns, tool calls with JSON arguments, metadata, a JSON schema): every
+// string of the body is read, whatever its field.
 //   node bench/classify.bench.ts
 import { Bench } from 'tinybench';
 import { classify } from '../agent/classify/classify.ts';
@@ -30,8 +32,22 @@ log = log.slice(0, 4096);
 
 // Through JSON, as the ingress hands bodies over: flat strings, not the rope `+=` builds.
 const chat = (text: string): unknown => JSON.parse(JSON.stringify({ model: 'llama-3-8b', messages: [{ role: 'user', content: text }] }));
-const bodies = { clean: chat(clean), withPii: chat(withPii), log: chat(log) };
-if (classify(undefined, bodies.clean).length !== 0 || classify(undefined, bodies.log).length !== 0) throw new Error('bench texts must be clean');
+function agentic(bytes: number): unknown {
+  const messages: unknown[] = [{ role: 'system', content: prose(2048) }];
+  for (let turn = 0; JSON.stringify(messages).length < bytes - 1024; turn++) {
+    messages.push({ role: 'user', content: [{ type: 'text', text: prose(900) }, { type: 'text', text: prose(400) }] });
+    messages.push({ role: 'assistant', content: null, tool_calls: [{ id: `call_${turn}`, type: 'function', function: { name: 'search_orders', arguments: JSON.stringify({ query: prose(300), since: '2024-05-01', limit: 50 }) } }] });
+    messages.push({ role: 'tool', tool_call_id: `call_${turn}`, content: log.slice(0, 600) });
+  }
+  return JSON.parse(JSON.stringify({
+    model: 'llama-3-8b',
+    messages,
+    metadata: { session: '9f86d081884c7d65', app: 'support-console' },
+    response_format: { type: 'json_schema', json_schema: { name: 'answer', schema: { type: 'object', properties: { summary: { type: 'string', description: prose(200) } } } } },
+  }));
+}
+const bodies = { clean: chat(clean), withPii: chat(withPii), log: chat(log), agentic64: agentic(64 * 1024) };
+for (const body of [bodies.clean, bodies.log, bodies.agentic64]) if (classify(undefined, body).length !== 0) throw new Error(`bench texts must be clean: ${classify(undefined, body).join(',')}`);
 if (!classify(undefined, bodies.withPii).includes('pii')) throw new Error('bench PII must be found');
 
 let sink = 0;
@@ -45,6 +61,9 @@ bench
   })
   .add('4 KB digit-dense log, no PII', () => {
     sink += classify(undefined, bodies.log).length;
+  })
+  .add('64 KB agentic chat, no PII', () => {
+    sink += classify(undefined, bodies.agentic64).length;
   });
 
 await bench.run();

@@ -13,6 +13,24 @@ import { chatBody, MODEL, waitFor } from './helpers/stack.ts';
 
 const NODE = 'node-a';
 const CALLER_IP = '127.0.0.10';
+const OTHER_NODE_CALLER_IP = '127.0.0.11';
+const UNKNOWN_IP = '127.0.0.12';
+
+/** A request that leaves from `ip`, as an app pod's would. */
+function sendFrom(apiUrl: string, ip: string, headers: Record<string, string> = {}): Promise<{ status: number; policy: string | undefined }> {
+  const { port } = new URL(apiUrl);
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      { host: '127.0.0.1', port, path: '/v1/chat/completions', method: 'POST', localAddress: ip, headers: { 'content-type': 'application/json', ...headers } },
+      (res) => {
+        res.resume();
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, policy: res.headers['x-kinference-policy'] as string | undefined }));
+      },
+    );
+    req.on('error', reject);
+    req.end(JSON.stringify(chatBody()));
+  });
+}
 
 function pod(namespace: string, name: string, ip: string, extra: { node?: string; annotations?: Record<string, string> } = {}): KubeObject {
   return {
@@ -44,6 +62,10 @@ describe('agent in Kubernetes mode', () => {
     api.put(modelServer('llama-1', sims[1]));
     api.put(modelServer('elsewhere', sims[2], 'node-b')); // another node's pod: not this agent's to scrape
     api.put(pod('team-a', 'app', CALLER_IP));
+    // A finance pod on another node reaches this agent's pod IP directly.
+    api.put({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'finance', annotations: { 'kinference.io/policy': 'home' } } });
+    api.put(pod('finance', 'ledger', OTHER_NODE_CALLER_IP, { node: 'node-b' }));
+    api.put({ apiVersion: 'kinference.io/v1alpha1', kind: 'InferencePolicy', metadata: { name: 'home', namespace: 'finance' }, spec: { slo: { ttft: '1ms' }, overflow: { providers: [] }, wait: { max: '100ms' } } });
     // Cluster-wide (agent namespace) and team-a's own strict policy, pinned by its annotation.
     api.put({ apiVersion: 'kinference.io/v1alpha1', kind: 'InferencePolicy', metadata: { name: 'default', namespace: 'kinference' }, spec: { slo: { ttft: '5s' } } });
     api.put({ apiVersion: 'kinference.io/v1alpha1', kind: 'InferencePolicy', metadata: { name: 'strict', namespace: 'team-a' }, spec: { slo: { ttft: '1ms' }, wait: { max: '100ms' } } });
@@ -72,7 +94,9 @@ describe('agent in Kubernetes mode', () => {
   const pods = async () => (await explain()).candidates.map((c) => c.pod).sort();
 
   it('routes to the model servers on its own node only', async () => {
-    assert.deepEqual(await pods(), ['local/llama-0', 'local/llama-1']);
+    // Both local pods, and never the other node's: waited for, since under CPU load a scrape can
+    // miss the 100 ms staleness limit for a moment right after start.
+    await waitFor(async () => JSON.stringify(await pods()) === JSON.stringify(['local/llama-0', 'local/llama-1']), 3000, 'both local pods as candidates');
     const response = await fetch(`${agent.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(chatBody()) });
     assert.equal(response.status, 200);
     assert.match(response.headers.get('x-kinference-route') ?? '', /^local\/llama-[01]$/);
@@ -80,22 +104,29 @@ describe('agent in Kubernetes mode', () => {
   });
 
   it("knows the caller by its source IP and applies its namespace's policy; a tenant header cannot override it", async () => {
-    // The request leaves from the caller pod's address, as an app pod's would.
-    const { port } = new URL(agent.apiUrl);
-    const response = await new Promise<{ status: number; policy: string | undefined }>((resolve, reject) => {
-      const req = httpRequest(
-        { host: '127.0.0.1', port, path: '/v1/chat/completions', method: 'POST', localAddress: CALLER_IP, headers: { 'content-type': 'application/json', 'x-kinference-tenant': 'someone-else' } },
-        (res) => {
-          res.resume();
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, policy: res.headers['x-kinference-policy'] as string | undefined }));
-        },
-      );
-      req.on('error', reject);
-      req.end(JSON.stringify(chatBody()));
-    });
+    const response = await sendFrom(agent.apiUrl, CALLER_IP, { 'x-kinference-tenant': 'someone-else' });
     // team-a's pinned policy wants TTFT under 1 ms: no pod qualifies, nothing may leave → 429.
     assert.equal(response.status, 429);
     assert.equal(response.policy, 'team-a/strict');
+  });
+
+  it('knows a caller on another node by its pod IP; an IP no pod has is unidentified and may not leave', async () => {
+    const finance = await sendFrom(agent.apiUrl, OTHER_NODE_CALLER_IP);
+    assert.equal(finance.status, 429);
+    assert.equal(finance.policy, 'finance/home');
+    const who = (await (await fetch(`${agent.adminUrl}/explain?ip=${UNKNOWN_IP}`, { method: 'POST', body: JSON.stringify(chatBody()) })).json()) as {
+      caller: { namespace: string; unidentified?: string };
+      policy: string;
+      leave: { allowed: boolean; reason: string };
+    };
+    assert.equal(who.caller.namespace, '(unidentified)');
+    assert.match(who.caller.unidentified ?? '', /no pod known to the cluster has the caller's IP 127\.0\.0\.12/);
+    assert.equal(who.policy, '*/default (caller unidentified)');
+    assert.equal(who.leave.allowed, false);
+    const unknown = await sendFrom(agent.apiUrl, UNKNOWN_IP);
+    assert.equal(unknown.status, 200, 'served by a pod: the cluster-wide SLO applies, only leaving is denied');
+    // Counted (the other tests' requests from 127.0.0.1, which no pod has, count too).
+    assert.match(await (await fetch(`${agent.adminUrl}/metrics`)).text(), /kinference_unidentified_callers_total\{reason="unknown-ip"\} [1-9]/);
   });
 
   it('follows pods coming and going within a second, through a dropped watch', async () => {

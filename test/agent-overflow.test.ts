@@ -38,7 +38,7 @@ describe('overflow to hosted providers', () => {
           // Tenant "strict": no pod can ever meet a 1 ms SLO, so every request is an overflow candidate.
           {
             metadata: { name: 'strict', namespace: 'strict' },
-            spec: { slo: { ttft: '1ms' }, exclude: [], overflow: { providers: ['first', 'second'], deny: { tags: ['pii'], tenants: ['blocked'] } }, wait: { max: '300ms' } },
+            spec: { slo: { ttft: '1ms' }, exclude: [], overflow: { providers: ['first', 'second'], deny: { tags: ['pii', 'unscanned'], tenants: ['blocked'] } }, wait: { max: '300ms' } },
           },
           { metadata: { name: 'dead-first', namespace: 'dead' }, spec: { slo: { ttft: '1ms' }, overflow: { providers: ['down', 'second'] }, wait: { max: '300ms' } } },
         ],

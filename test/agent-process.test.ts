@@ -70,6 +70,30 @@ describe('kinference agent (process)', () => {
     }
   });
 
+  it('applies changed platform detectors without restart, and refuses a backtracking one', async () => {
+    const path = join(dir, 'detectors.yaml');
+    const detectors = (spec: Record<string, unknown>) => [{ name: 'codename', tag: 'confidential', ...spec }];
+    writeFileSync(path, stringify(baseConfig(sim, { detectors: detectors({ keywords: ['bluebird'] }) })));
+    const agent = await runAgent(path);
+    try {
+      const tags = async (text: string) => {
+        const e = (await (await postJson(`${agent.admin}/explain`, chatBody(text))).json()) as { classification: { tags: string[] } };
+        return e.classification.tags;
+      };
+      assert.deepEqual(await tags('about bluebird'), ['confidential']);
+      writeFileSync(path, stringify(baseConfig(sim, { detectors: detectors({ keywords: ['falcon'] }) })));
+      await waitFor(async () => (await tags('about falcon')).includes('confidential'), 3000, 'the changed detector');
+      assert.deepEqual(await tags('about bluebird'), []);
+      writeFileSync(path, stringify(baseConfig(sim, { detectors: detectors({ pattern: '(a+)+$' }) })));
+      await waitFor(async () => /kinference_policy_reloads_total\{outcome="rejected"\} 1/.test(await (await fetch(`${agent.admin}/metrics`)).text()), 3000, 'the rejected reload');
+      assert.deepEqual(await tags('about falcon'), ['confidential']);
+      assert.match(agent.output(), /detectors\[0\] \(codename\): pattern may take exponential time/);
+    } finally {
+      agent.child.kill('SIGTERM');
+      await agent.exited;
+    }
+  });
+
   it('on SIGTERM stops taking requests, reports not ready, finishes the stream in flight, then exits 0', async () => {
     const path = join(dir, 'drain.yaml');
     writeFileSync(path, stringify(baseConfig(sim, { limits: { drainTimeout: '20s' } })));

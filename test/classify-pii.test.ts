@@ -2,7 +2,6 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { detect, luhn, mod97, type Detector } from '../agent/classify/detect.ts';
 import { classify, classifyRequest } from '../agent/classify/classify.ts';
-import { requestTexts } from '../agent/classify/texts.ts';
 
 function detected(text: string): Detector[] {
   return [...detect(text)].sort();
@@ -195,7 +194,7 @@ test('finds PII in chat content parts and tool call arguments', () => {
       { role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://x/y.png' } }, { type: 'text', text: 'I am at jane@example.com' }] },
     ],
   };
-  assert.deepEqual(classify(undefined, parts), ['pii']);
+  assert.deepEqual(classify(undefined, parts), ['pii', 'unscanned']);
   const tool = {
     messages: [
       { role: 'user', content: 'book it' },
@@ -212,22 +211,20 @@ test('finds PII in a completions prompt array and in embeddings input', () => {
   assert.deepEqual(classifyRequest(undefined, { input: 'jane@example.com' }).detectors, ['email']);
 });
 
-test('token-id arrays are not text', () => {
-  assert.deepEqual(classify(undefined, { input: [4111111111111111, 5551234567] }), []);
-  assert.deepEqual(classify(undefined, { prompt: [[4111111111111111, 1]] }), []);
-  assert.deepEqual(requestTexts({ input: [[1, 2], 'a', 3] }), ['a']);
+test('token-id prompts are not text: unscanned, never read as numbers', () => {
+  assert.deepEqual(classify(undefined, { input: [4111111111111111, 5551234567] }), ['unscanned']);
+  assert.deepEqual(classify(undefined, { prompt: [[4111111111111111, 1]] }), ['unscanned']);
+  assert.deepEqual(classifyRequest(undefined, { input: [[1, 2], 'a', 3] }).unscanned, [{ reason: 'token-ids', path: 'input[0]' }]);
 });
 
-test('scans system, suffix, refusal and user; not tool definitions', () => {
-  assert.deepEqual(requestTexts({
-    system: 's',
-    prompt: 'p',
-    suffix: 'x',
-    user: 'u@example.com',
-    messages: [{ role: 'assistant', refusal: 'r' }],
-    tools: [{ type: 'function', function: { name: 'f', description: 'contact help@acme.com' } }],
-  }), ['r', 'p', 'x', 's', 'u@example.com']);
-  assert.deepEqual(classify(undefined, { messages: [{ role: 'user', content: 'hi' }], tools: [{ type: 'function', function: { description: 'mail help@acme.com' } }] }), []);
+test('scans every string: system, suffix, refusal, user, and tool definitions too', () => {
+  for (const body of [
+    { system: 'write to u@example.com' },
+    { suffix: 'u@example.com' },
+    { user: 'u@example.com' },
+    { messages: [{ role: 'assistant', refusal: 'u@example.com' }] },
+    { tools: [{ type: 'function', function: { name: 'f', description: 'contact help@acme.com' } }] },
+  ]) assert.deepEqual(classify(undefined, body), ['pii'], JSON.stringify(body));
 });
 
 test('odd bodies are harmless', () => {

@@ -56,5 +56,5 @@ test('a header may declare pii with no detector firing', () => {
 });
 
 test('rejected header entries are reported by classifyRequest', () => {
-  assert.deepEqual(classifyRequest('ok, bad tag', CLEAN), { tags: ['ok'], detectors: [], rejectedHeaderTags: ['bad tag'] });
+  assert.deepEqual(classifyRequest('ok, bad tag', CLEAN), { tags: ['ok'], detectors: [], custom: [], findings: [], unscanned: [], rejectedHeaderTags: ['bad tag'] });
 });

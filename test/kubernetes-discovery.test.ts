@@ -166,10 +166,16 @@ describe('kubernetes discovery', () => {
     assert.equal(pods[0].uid, api.get('Pod', 'inference', 'llama-0')?.metadata.uid);
     const podRequests = api.requests.filter((r) => r.path === '/api/v1/pods');
     assert.ok(podRequests.length >= 2);
-    for (const r of podRequests) assert.equal(r.query.fieldSelector, `spec.nodeName=${NODE}`, 'only this node\'s pods are listed and watched');
+    // Cluster-wide (callers and peer pods live on every node); model servers still only from this node.
+    for (const r of podRequests) assert.equal(r.query.fieldSelector, undefined, 'every node\'s pods are listed and watched');
+    // A routable model server on another node is what a peer may announce; an app pod is not.
+    const peerPods = discovery.snapshot().peerPods;
+    assert.equal(peerPods?.kind, 'cluster');
+    if (peerPods?.kind === 'cluster') assert.deepEqual(peerPods.pods.get('10.2.0.20'), { namespace: 'inference', name: 'remote-0', node: 'node-b' });
+    if (peerPods?.kind === 'cluster') assert.equal(peerPods.pods.get('10.1.0.30'), undefined);
   });
 
-  it('names every caller on the node by pod IP, except host-network and finished pods', async (t) => {
+  it('names every caller in the cluster by pod IP, except host-network and finished pods', async (t) => {
     const { discovery } = await harness(t, (api) => {
       api.put(pod('team-a', 'app-0', { ip: '10.1.0.30' }));
       api.put(pod('team-b', 'app-1', { ip: '10.1.0.31', ready: false }));
@@ -180,6 +186,7 @@ describe('kubernetes discovery', () => {
     assert.deepEqual([...discovery.snapshot().callers], [
       ['10.1.0.30', { namespace: 'team-a', pod: 'app-0' }],
       ['10.1.0.31', { namespace: 'team-b', pod: 'app-1' }],
+      ['10.2.0.30', { namespace: 'team-c', pod: 'elsewhere' }],
     ]);
   });
 

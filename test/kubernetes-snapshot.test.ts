@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { parseProviderList, parseProvidersConfigMap } from '../agent/cluster/kubernetes-providers.ts';
-import { callersByIp, modelServerPods, namespaceAnnotations, peerAddresses, policyObjects, unroutableReason } from '../agent/cluster/kubernetes-snapshot.ts';
+import { callersByIp, modelServerPods, namespaceAnnotations, peerAddresses, policyObjects, servingPodsByIp, slimPod, unroutableReason } from '../agent/cluster/kubernetes-snapshot.ts';
 import type { EndpointSliceObject, PodObject } from '../agent/cluster/kubernetes-snapshot.ts';
 
 function ready(pod: PodObject): PodObject {
@@ -46,7 +46,25 @@ describe('model-server pods', () => {
 
   it('maps every pod IP of a dual-stack pod to its caller', () => {
     const pod = ready({ metadata: { name: 'app', namespace: 'team-a' }, status: { podIP: '10.0.0.1', podIPs: [{ ip: '10.0.0.1' }, { ip: 'fd00::1' }] } });
-    assert.deepEqual([...callersByIp([pod], 'n1').keys()], ['10.0.0.1', 'fd00::1']);
+    assert.deepEqual([...callersByIp([pod]).keys()], ['10.0.0.1', 'fd00::1']);
+  });
+
+  it('knows callers on every node, but not host-network pods (their IP is the node\'s)', () => {
+    const other = ready({ metadata: { name: 'ledger', namespace: 'finance' }, spec: { nodeName: 'n2' }, status: { podIP: '10.0.1.7' } });
+    const host = ready({ metadata: { name: 'exporter', namespace: 'monitoring' }, spec: { nodeName: 'n1', hostNetwork: true }, status: { podIP: '192.168.0.1' } });
+    assert.deepEqual([...callersByIp([other, host])], [['10.0.1.7', { namespace: 'finance', pod: 'ledger' }]]);
+  });
+
+  it('slims a pod to what the agent reads, and the slim pod decides the same', () => {
+    const full = ready({
+      metadata: { name: 'vllm-0', namespace: 'llm', uid: 'u1', labels: { 'kinference.io/pool': 'a' }, annotations: { 'kinference.io/model': 'm', 'kubectl.kubernetes.io/last-applied-configuration': 'x'.repeat(5000) }, managedFields: [{ big: 'y'.repeat(5000) }] },
+      spec: { nodeName: 'n1', containers: [{ name: 'vllm', ports: [{ name: 'http', containerPort: 8000 }, { name: 'metrics', containerPort: 9000 }] }] },
+      status: { podIP: '10.0.0.9' },
+    });
+    const slim = slimPod(full);
+    assert.ok(JSON.stringify(slim).length < 600, JSON.stringify(slim));
+    assert.deepEqual(modelServerPods([slim], 'n1'), modelServerPods([full], 'n1'));
+    assert.deepEqual([...servingPodsByIp([slim])], [['10.0.0.9', { namespace: 'llm', name: 'vllm-0', node: 'n1' }]]);
   });
 });
 

@@ -17,11 +17,13 @@ import { ClusterRoleBinding } from 'kubernetes-models/rbac.authorization.k8s.io/
 import { Role } from 'kubernetes-models/rbac.authorization.k8s.io/v1/Role';
 import { RoleBinding } from 'kubernetes-models/rbac.authorization.k8s.io/v1/RoleBinding';
 import { ConfigMap } from 'kubernetes-models/v1/ConfigMap';
+import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1/NetworkPolicy';
 import { Namespace } from 'kubernetes-models/v1/Namespace';
 import { Secret } from 'kubernetes-models/v1/Secret';
 import { Service } from 'kubernetes-models/v1/Service';
 import { ServiceAccount } from 'kubernetes-models/v1/ServiceAccount';
 import { parseProvidersConfigMap } from '../agent/cluster/kubernetes-providers.ts';
+import { policyObjects, type KubeObject } from '../agent/cluster/kubernetes-snapshot.ts';
 import { parseDuration } from '../agent/config/duration.ts';
 import { settingsFromObject } from '../agent/config/load.ts';
 import { checkNamespaceAnnotations, checkPolicySet } from '../agent/policy/resolve.ts';
@@ -56,6 +58,7 @@ const MODELS: Record<string, Model> = {
   'rbac.authorization.k8s.io/v1/Role': Role,
   'rbac.authorization.k8s.io/v1/RoleBinding': RoleBinding,
   'apiextensions.k8s.io/v1/CustomResourceDefinition': CustomResourceDefinition,
+  'networking.k8s.io/v1/NetworkPolicy': NetworkPolicy,
 };
 
 function validateModel(obj: Obj, where: string): void {
@@ -249,6 +252,25 @@ describe('manifests (kustomize base)', { skip: KUBECTL ? false : 'kubectl is not
     for (const [k, v] of Object.entries(svc.spec.selector)) assert.equal(podLabels[k], v, `Service selector ${k} matches the agent pods`);
   });
 
+  it('admits the API only from client namespaces, admin from monitoring, gossip from agents', () => {
+    type Peer = { namespaceSelector?: { matchLabels?: Record<string, string> }; podSelector?: { matchLabels?: Record<string, string> }; ipBlock?: unknown };
+    const np = find('NetworkPolicy', 'kinference-agent') as Obj & {
+      spec: { podSelector: { matchLabels: Record<string, string> }; policyTypes: string[]; ingress: { from: Peer[]; ports: { port: string | number; protocol: string }[] }[] };
+    };
+    const podLabels = (find('DaemonSet', 'kinference-agent') as Obj & { spec: { template: { metadata: { labels: Record<string, string> } } } }).spec.template.metadata.labels;
+    for (const [k, v] of Object.entries(np.spec.podSelector.matchLabels)) assert.equal(podLabels[k], v, `selects the agent pods (${k})`);
+    assert.deepEqual(np.spec.policyTypes, ['Ingress']);
+    const rule = (port: string) => np.spec.ingress.filter((r) => r.ports.some((p) => p.port === port));
+    for (const port of ['api', 'admin', 'gossip']) {
+      assert.equal(rule(port).length, 1, `one rule for ${port}`);
+      assert.ok(portNumber(agentContainer(), port), `${port} is a named container port`);
+      assert.ok(rule(port)[0].from.length > 0 && rule(port)[0].from.every((p) => !p.ipBlock), `${port}: named sources, no address blocks`);
+    }
+    assert.deepEqual(rule('api')[0].from, [{ namespaceSelector: { matchLabels: { 'kinference.io/clients': 'enabled' } } }]);
+    assert.deepEqual(rule('admin')[0].from, [{ namespaceSelector: { matchLabels: { 'kinference.io/monitoring': 'enabled' } } }]);
+    assert.deepEqual(rule('gossip')[0].from, [{ podSelector: { matchLabels: np.spec.podSelector.matchLabels } }]);
+  });
+
   it('publishes every agent, ready or not, through the headless gossip Service (UDP 7946)', () => {
     const svc = find('Service', 'kinference-gossip') as Obj & { spec: { clusterIP?: string; publishNotReadyAddresses?: boolean; ports: { port: number; targetPort: string | number; protocol?: string }[] } };
     assert.equal(svc.spec.clusterIP, 'None');
@@ -396,7 +418,8 @@ describe('manifests/examples', () => {
     // The checker itself must catch what the API server would refuse.
     assert.notDeepEqual(schemaErrors(schema, { ...policies[0], spec: { slo: { ttft: 'fast' } } }), []);
     assert.notDeepEqual(schemaErrors(schema, { ...policies[0], spec: { overflow: { provider: ['x'] } } }), []);
-    const loaded = loadPolicies(policies);
+    // As the agent reads them in Kubernetes: the agent namespace's policies are cluster-wide.
+    const loaded = loadPolicies(policyObjects(policies as KubeObject[], 'kinference'));
     assert.deepEqual(loaded.errors, []);
     assert.deepEqual(checkPolicySet(loaded.policies), []);
     const namespaces = new Map(docs.filter((d) => d.obj.kind === 'Namespace').map((d) => [d.obj.metadata.name, d.obj.metadata.annotations ?? {}]));

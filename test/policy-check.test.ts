@@ -30,7 +30,7 @@ spec:
     - {metric: queued, above: 2, window: 30s}
   overflow:
     providers: [bedrock, databricks]
-    deny: {tags: [pii], tenants: [finance]}
+    deny: {tags: [pii, unscanned], tenants: [finance]}
   wait: {max: 2s}
 ---
 apiVersion: kinference.io/v1alpha1
@@ -163,10 +163,11 @@ namespaces:
 });
 
 test('warnings do not fail the check', async () => {
+  // The platform's own cluster-wide policy may lower its floor; the check still warns.
   const path = file('warn.yaml', `apiVersion: kinference.io/v1alpha1
 kind: InferencePolicy
-metadata: {name: open, namespace: ns}
-spec: {overflow: {providers: [bedrock], deny: {tags: [internal]}}}
+metadata: {name: open, namespace: '*'}
+spec: {overflow: {providers: [bedrock], deny: {tags: [internal]}}, guardrails: {deny: {tags: [internal]}}}
 `);
   const r = await check(path);
   assert.equal(r.code, 0);
@@ -188,5 +189,44 @@ test('unreadable files, YAML syntax errors and empty files fail', async () => {
 test('no files is a usage error', async () => {
   const r = await check();
   assert.equal(r.code, 2);
-  assert.match(r.err[0], /^usage: kinference policy check FILE/);
+  assert.match(r.err[0], /^usage: kinference policy check \[--agent-namespace NAME\] FILE/);
+});
+
+test('a namespace policy that loosens the platform floor is an error, not a warning', async () => {
+  const path = file('loosen.yaml', `apiVersion: kinference.io/v1alpha1
+kind: InferencePolicy
+metadata: {name: floor, namespace: '*'}
+spec: {guardrails: {deny: {tags: [pii, unscanned, confidential]}, maxSloTtft: 2s, overflow: allow}}
+---
+apiVersion: kinference.io/v1alpha1
+kind: InferencePolicy
+metadata: {name: leaky, namespace: finance}
+spec: {slo: {ttft: 5s}, overflow: {providers: [bedrock], deny: {tags: []}}, guardrails: {overflow: allow}}
+`);
+  const r = await check(path);
+  assert.equal(r.code, 1);
+  const errors = r.err.join('\n');
+  assert.match(errors, /finance\/leaky\): spec\.overflow\.deny\.tags: may not drop confidential, pii, unscanned: the platform floor \(\*\/floor\) denies/);
+  assert.match(errors, /finance\/leaky\): spec\.slo\.ttft: 5s is looser than the platform floor \(\*\/floor\) allows \(at most 2000ms\)/);
+  assert.match(errors, /finance\/leaky\): spec\.guardrails: guardrails may only be set by a cluster-wide policy/);
+});
+
+test("policies in the agent's namespace are cluster-wide: their guardrails bind the others", async () => {
+  const path = file('platform.yaml', `apiVersion: kinference.io/v1alpha1
+kind: InferencePolicy
+metadata: {name: platform, namespace: ops}
+spec: {guardrails: {deny: {tags: [pii, unscanned, secret]}}}
+---
+apiVersion: kinference.io/v1alpha1
+kind: InferencePolicy
+metadata: {name: chat, namespace: team-a}
+spec: {overflow: {providers: [bedrock], deny: {tags: [pii, unscanned]}}}
+`);
+  const asPlatform = await check('--agent-namespace', 'ops', path);
+  assert.equal(asPlatform.code, 1);
+  assert.match(asPlatform.err[0], /doc 2 \(team-a\/chat\): spec\.overflow\.deny\.tags: may not drop secret: the platform floor \(\*\/platform\)/);
+  // Read with the default agent namespace (kinference), ops is just a namespace: its guardrails are the error.
+  const asDefault = await check(path);
+  assert.equal(asDefault.code, 1);
+  assert.match(asDefault.err[0], /doc 1 \(ops\/platform\): spec\.guardrails: guardrails may only be set by a cluster-wide policy/);
 });

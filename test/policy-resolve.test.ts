@@ -21,7 +21,7 @@ test('with no policy, the built-in default applies', () => {
     name: 'builtin/default',
     sloTtftMs: 1000,
     exclude: [{ metric: 'queued', above: 2, windowMs: 30_000 }],
-    overflow: { providers: [], denyTags: ['pii'], denyTenants: [] },
+    overflow: { providers: [], denyTags: ['pii', 'unscanned'], denyTenants: [] },
     waitMaxMs: 2000,
   });
   assert.equal(p, BUILTIN_DEFAULT);
@@ -62,7 +62,7 @@ test('durations become milliseconds and missing fields take the built-in default
     name: 'ns/p',
     sloTtftMs: 1500,
     exclude: [{ metric: 'kvCache', above: 0.9, windowMs: 60_000 }, { metric: 'predictedTTFT', above: 800, windowMs: 250 }],
-    overflow: { providers: ['bedrock'], denyTags: ['pii'], denyTenants: [] },
+    overflow: { providers: ['bedrock'], denyTags: ['pii', 'unscanned'], denyTenants: [] },
     waitMaxMs: 2000,
   });
   const empty = effectiveOf(policy('ns', 'empty'));
@@ -233,4 +233,44 @@ test('the annotated tenant is the one overflow denial sees', () => {
   });
   const tenant = c.tenantFor('payments-prod');
   assert.equal(mayLeave(c.resolve(tenant, 'payments-prod', 'm'), { tenant, tags: [] }).allowed, false);
+});
+
+// --- the platform floor ---
+
+test('guardrails: inherited by every policy and annotation, which may only tighten them', () => {
+  const floor = policy('*', 'platform', {
+    overflow: { providers: ['bedrock'] },
+    slo: { ttft: '500ms' },
+    guardrails: { deny: { tags: ['pii', 'unscanned', 'confidential'], tenants: ['finance'] }, maxSloTtft: '800ms' },
+  });
+  const team = policy('team-a', 'fast', { overflow: { providers: ['bedrock'] }, slo: { ttft: '700ms' } });
+  const c = compilePolicies([floor, team], new Map([['team-b', { 'kinference.io/ttft-slo': '5s' }]]));
+  assert.deepEqual(c.rejected, []);
+  const a = c.resolve(undefined, 'team-a', 'm');
+  assert.deepEqual(a.overflow.denyTags, ['pii', 'unscanned', 'confidential']);
+  assert.deepEqual(a.overflow.denyTenants, ['finance']);
+  assert.equal(a.sloTtftMs, 700);
+  assert.equal(c.resolve(undefined, 'team-b', 'm').sloTtftMs, 800, 'an annotation is capped at the floor');
+  assert.match(c.problems.join('\n'), /namespace team-b: annotation kinference.io\/ttft-slo: looser than the platform floor \(\*\/platform\) allows; capped at 800ms/);
+  assert.equal(mayLeave(a, { tenant: 'team-a', tags: ['confidential'] }).allowed, false);
+  assert.equal(mayLeave(c.resolve(undefined, 'finance', 'm'), { tenant: 'finance', tags: [] }).allowed, false);
+});
+
+test('guardrails: a namespace policy that loosens the floor is kept out, and its namespace gets the floor', () => {
+  const floor = policy('*', 'platform', { overflow: { providers: ['bedrock'] }, guardrails: { overflow: 'deny' } });
+  const leaky = policy('team-a', 'leaky', { overflow: { providers: ['bedrock'], deny: { tags: [] } } });
+  const c = compilePolicies([floor, leaky]);
+  assert.deepEqual(c.policies.map((p) => p.metadata.name), ['platform']);
+  assert.equal(c.rejected[0].name, 'team-a/leaky');
+  assert.match(c.rejected[0].reasons.join('\n'), /spec\.overflow\.deny\.tags: may not drop pii, unscanned/);
+  assert.match(c.rejected[0].reasons.join('\n'), /spec\.overflow\.providers: the platform floor \(\*\/platform\) forbids overflow/);
+  const resolved = c.resolve(undefined, 'team-a', 'm');
+  assert.equal(resolved.name, '*/platform');
+  assert.deepEqual(resolved.overflow.providers, [], 'overflow: deny empties every provider list');
+});
+
+test('without guardrails the built-in floor denies pii and unscanned', () => {
+  const c = compilePolicies([policy('team-a', 'open', { overflow: { providers: ['bedrock'], deny: { tags: ['internal'] } } })]);
+  assert.equal(c.rejected.length, 1);
+  assert.match(c.rejected[0].reasons[0], /may not drop pii, unscanned: the built-in platform floor denies pii, unscanned/);
 });

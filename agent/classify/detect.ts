@@ -14,9 +14,45 @@ export const DETECTORS: readonly Detector[] = ['email', 'card', 'ssn', 'iban', '
 
 /** Which detectors fire on `text`; adds to `found` when given (one set across a request's texts). */
 export function detect(text: string, found: Set<Detector> = new Set()): Set<Detector> {
-  if (text.indexOf('@') !== -1 && !found.has('email') && hasEmail(text)) found.add('email');
-  scanDigits(text, found);
+  const s = normalise(text);
+  if (s.indexOf('@') !== -1 && !found.has('email') && hasEmail(s)) found.add('email');
+  scanDigits(s, found);
   return found;
+}
+
+// ---------------------------------------------------------------------------------------------
+// normalisation: the same number or address however it is typed
+
+// Invisible characters a copy-paste (or an evasion) puts between digits: zero-width space, joiners,
+// word joiner, BOM, soft hyphen. Unicode dashes and hyphens become '-', so `4111‒1111…` groups.
+const INVISIBLE = /[\u00ad\u180e\u200b-\u200d\u2060\ufeff]/g;
+const DASHES = /[\u2010-\u2015\u2212\ufe58\ufe63]/g;
+
+/**
+ * ASCII text is returned as is (the common case costs one regex test). Otherwise NFKC folds
+ * full-width digits and `＠`, ideographic spaces and the like to ASCII; invisibles are dropped.
+ */
+export function normalise(text: string): string {
+  const s = text.indexOf('\\') === -1 ? text : unescapeJson(text);
+  if (isAscii(s)) return s;
+  return s.normalize('NFKC').replace(INVISIBLE, '').replace(DASHES, '-');
+}
+
+/**
+ * UTF-8 length equals UTF-16 length only for ASCII: native, several times cheaper than a regex
+ * scan on long text; short strings (ids, roles, names) are cheaper to check in place.
+ */
+function isAscii(s: string): boolean {
+  if (s.length > 64) return Buffer.byteLength(s, 'utf8') === s.length;
+  for (let i = 0; i < s.length; i++) if (s.charCodeAt(i) > 127) return false;
+  return true;
+}
+
+// Tool arguments and other JSON-in-a-string carry `\n` and `\u0040` as escapes: the model reads
+// them as the characters, so the detectors must too.
+const JSON_ESCAPE = /\\(?:u([0-9a-fA-F]{4})|[nrt])/g;
+function unescapeJson(text: string): string {
+  return text.replace(JSON_ESCAPE, (_, hex: string | undefined) => (hex ? String.fromCharCode(parseInt(hex, 16)) : ' '));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -88,31 +124,37 @@ const LOCAL_EXTRA = new Set([...'._%+-'].map((ch) => ch.charCodeAt(0)));
 /** TLD-shaped file extensions: `icon@2x.png` is an asset, not an address. */
 const FILE_EXTENSIONS = new Set(['png', 'jpg', 'jpeg', 'gif', 'svg', 'webp', 'bmp', 'ico', 'tif', 'tiff', 'pdf', 'js', 'mjs', 'ts', 'tsx', 'jsx', 'css', 'json', 'yaml', 'yml', 'lock', 'txt', 'html', 'htm', 'map']);
 
+/** Internationalised addresses (RFC 6531) put letters of any script on both sides of the `@`. */
+function isLabelChar(c: number): boolean {
+  return isAsciiAlnum(c) || (c >= 128 && isWordChar(c));
+}
+const TLD = /^(?:\p{L}{2,24}|xn--[a-z0-9-]{2,59})$/iu;
+
 function hasEmail(s: string): boolean {
   const n = s.length;
   for (let at = s.indexOf('@'); at !== -1; at = s.indexOf('@', at + 1)) {
     let l = at;
     while (l > 0) {
       const c = s.charCodeAt(l - 1);
-      if (isAsciiAlnum(c) || LOCAL_EXTRA.has(c)) l--;
+      if (isLabelChar(c) || LOCAL_EXTRA.has(c)) l--;
       else break;
     }
     while (l < at && s.charCodeAt(l) === DOT) l++;
     if (l === at) continue;
-    // Domain: labels of [A-Za-z0-9-] joined by single dots; the last one all letters.
+    // Domain: labels of letters, digits and `-` joined by single dots; the last one all letters (or punycode).
     let r = at + 1;
     let lastDot = -1;
     while (r < n) {
       const c = s.charCodeAt(r);
-      if (isAsciiAlnum(c) || (c === DASH && r > at + 1 && s.charCodeAt(r - 1) !== DOT)) r++;
-      else if (c === DOT && r > at + 1 && s.charCodeAt(r - 1) !== DOT && r + 1 < n && isAsciiAlnum(s.charCodeAt(r + 1))) {
+      if (isLabelChar(c) || (c === DASH && r > at + 1 && s.charCodeAt(r - 1) !== DOT)) r++;
+      else if (c === DOT && r > at + 1 && s.charCodeAt(r - 1) !== DOT && r + 1 < n && isLabelChar(s.charCodeAt(r + 1))) {
         lastDot = r;
         r++;
       } else break;
     }
     if (lastDot === -1) continue;
     const tld = s.slice(lastDot + 1, r);
-    if (tld.length < 2 || tld.length > 24 || !/^[A-Za-z]+$/.test(tld)) continue;
+    if (!TLD.test(tld)) continue;
     if (FILE_EXTENSIONS.has(tld.toLowerCase()) || /^[0-9.]+x$/i.test(s.slice(at + 1, s.indexOf('.', at + 1)))) continue;
     const next = r < n ? s.charCodeAt(r) : SPACE;
     // `git@github.com:org/repo.git` is a remote, not a mailbox.
@@ -187,6 +229,8 @@ function atDigit(s: string, p: number, found: Set<Detector>): number {
 // card while `4111-1111-1111-1111-9` (a longer dashed id) does not.
 
 const MAX_GROUPS = 32;
+/** A separator that is not one plain character: a newline, a tab, double spaces, ` - `. */
+const LOOSE = 1;
 const gStart = new Int32Array(MAX_GROUPS);
 const gLen = new Int32Array(MAX_GROUPS);
 const gSep = new Int32Array(MAX_GROUPS); // separator after group k
@@ -209,25 +253,64 @@ function chainAt(s: string, p: number, found: Set<Detector>): number {
     if ((c === SPACE || c === DASH || c === DOT) && isDigit(s.charCodeAt(j + 1))) {
       gSep[count - 1] = c;
       j++;
+    } else if (c !== SPACE ? isSpaceLike(c) : j + 1 < n && (isSpaceLike(s.charCodeAt(j + 1)) || s.charCodeAt(j + 1) === DASH || s.charCodeAt(j + 1) === DOT)) {
+      // Checked inline first: a number followed by one space and a word is the common case.
+      // Only card-shaped groups (4, or Amex's 6) continue across a line break or double space:
+      // a log line's trailing number must not chain into the next line's timestamp.
+      const width = j - start;
+      if (width !== 4 && width !== 6) break;
+      const next = looseSeparatorEnd(s, j);
+      if (next === -1) break;
+      gSep[count - 1] = LOOSE;
+      j = next;
     } else break;
   }
   if (digits < 9) return j; // the shortest candidate, an SSN, has 9 digits
   const cleanEnd = endsCleanly(s, j);
   for (let a = 0; a < count; a++) {
-    if (a > 0 && gSep[a - 1] !== SPACE) continue;
+    if (a > 0 && !isBreak(gSep[a - 1])) continue;
     let windowDigits = 0;
     for (let b = a; b < count && b - a < 5; b++) {
       windowDigits += gLen[b];
       if (windowDigits > 19) break;
-      const rightOk = b === count - 1 ? cleanEnd : gSep[b] === SPACE;
+      const rightOk = b === count - 1 ? cleanEnd : isBreak(gSep[b]);
       if (!rightOk) continue;
       const k = b - a + 1;
       if (k === 3 && isSsn(s, a)) found.add('ssn');
       else if ((k === 3 || k === 4) && isNanp(s, a, k)) found.add('phone');
+      // A national number stands alone: the whole chain, not four digits inside a longer one.
+      else if (a === 0 && k === count && k >= 2 && (windowDigits === 10 || windowDigits === 11) && isNationalPhone(s, a, k)) found.add('phone');
       else if (windowDigits >= 13 && isCard(s, a, k, windowDigits)) found.add('card');
     }
   }
   return j;
+}
+
+function isBreak(sep: number): boolean {
+  return sep === SPACE || sep === LOOSE;
+}
+
+const isSpaceLike = (c: number) => c === SPACE || c === 9 || c === 10 || c === 13;
+
+/**
+ * A run of 2–3 characters of whitespace with at most one `-` or `.`, or a lone tab/newline,
+ * followed by a digit: the index of that digit, else -1. Numbers typed across lines or with
+ * double spaces still group.
+ */
+function looseSeparatorEnd(s: string, j: number): number {
+  const n = s.length;
+  let k = j;
+  let marks = 0;
+  let spaces = 0;
+  while (k < n && k - j < 3) {
+    const c = s.charCodeAt(k);
+    if (isSpaceLike(c)) spaces++;
+    else if ((c === DASH || c === DOT) && marks === 0) marks++;
+    else break;
+    k++;
+  }
+  if (spaces === 0 || (k === j + 1 && s.charCodeAt(j) === SPACE)) return -1;
+  return k < n && isDigit(s.charCodeAt(k)) ? k : -1;
 }
 
 function groupValue(s: string, k: number): number {
@@ -256,12 +339,31 @@ function isNanp(s: string, a: number, k: number): boolean {
   return gLen[area] === 3 && gLen[area + 1] === 3 && gLen[area + 2] === 4 && s.charCodeAt(gStart[area]) >= 50;
 }
 
-/** 13–19 digits, unbroken or grouped 4-4-4-4(-n) / 4-6-5 / 4-6-4 with one separator kind; known issuer; Luhn. */
+/**
+ * National numbers with a trunk prefix, as Europe and Australia write them: `020 7946 0958`,
+ * `01 23 45 67 89`, `030-12345678`, `0412 345 678`. 10–11 digits, the first group `0` then a
+ * non-zero digit, one separator kind.
+ */
+function isNationalPhone(s: string, a: number, k: number): boolean {
+  if (k > 5 || gLen[a] < 2 || gLen[a] > 5) return false;
+  if (s.charCodeAt(gStart[a]) !== 48 || s.charCodeAt(gStart[a] + 1) === 48) return false;
+  const sep = gSep[a];
+  // Pairs all the way (`01 23 45 67 89`), or every group after the prefix at least 3 digits
+  // (`020 7946 0958`, `0412 345 678`): `0123-4567-89` is a part number, not a phone.
+  const pairs = k === 5;
+  for (let i = a; i < a + k; i++) {
+    if (pairs ? gLen[i] !== 2 : i > a && gLen[i] < 3) return false;
+    if (i < a + k - 1 && gSep[i] !== sep) return false;
+  }
+  return sep === SPACE || sep === DASH || sep === DOT;
+}
+
+/**
+ * 13–19 digits, unbroken or grouped 4-4-4-4(-n) / 4-6-5 / 4-6-4 by spaces, dashes, dots or line
+ * breaks; known issuer; Luhn. The checksum, not the separators, keeps ids from matching.
+ */
 function isCard(s: string, a: number, k: number, total: number): boolean {
   if (k > 1) {
-    const sep = gSep[a];
-    if (sep !== SPACE && sep !== DASH) return false;
-    for (let i = a; i < a + k - 1; i++) if (gSep[i] !== sep) return false;
     const amexLike = k === 3 && gLen[a] === 4 && gLen[a + 1] === 6 && (gLen[a + 2] === 5 || gLen[a + 2] === 4);
     if (!amexLike) {
       if (k < 4) return false;
@@ -377,7 +479,7 @@ const IBAN_LENGTH: Record<string, number> = {
   TR: 26, UA: 29, VA: 22, VG: 24, XK: 20,
 };
 
-/** Country + 2 check digits + BBAN, compact or in groups of 4; exact length; mod 97 = 1. */
+/** Country + 2 check digits + BBAN, compact or in groups of 4 (any separator); exact length; mod 97 = 1. */
 function ibanAt(s: string, start: number): number {
   const length = IBAN_LENGTH[s.slice(start, start + 2)];
   if (length === undefined || !isDigit(s.charCodeAt(start + 3))) return -1;
@@ -389,8 +491,12 @@ function ibanAt(s: string, start: number): number {
     if (isDigit(c) || isUpper(c)) {
       compact += s[j];
       j++;
-    } else if (c === SPACE && compact.length % 4 === 0 && j + 1 < n && isAsciiAlnum(s.charCodeAt(j + 1))) {
+    } else if (compact.length % 4 === 0 && (c === SPACE || c === DASH || c === DOT) && j + 1 < n && isAsciiAlnum(s.charCodeAt(j + 1))) {
       j++;
+    } else if (compact.length % 4 === 0 && isSpaceLike(c)) {
+      const next = looseSeparatorEnd(s, j);
+      if (next === -1) break;
+      j = next;
     } else break;
   }
   if (compact.length !== length || !endsCleanly(s, j)) return -1;

@@ -1,10 +1,23 @@
 // `kinference explain`: ask a running agent what it would do with a request like this, and why.
+import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { request } from 'undici';
 import type { Explanation } from '../server/explain.ts';
 
-export function formatExplanation(e: Explanation): string {
+/** What POST /explain adds: who the caller is taken to be, and what the classifier found where. */
+interface BodyEvidence {
+  caller?: { namespace: string; tenant: string; unidentified?: string };
+  classification?: { tags: string[]; findings: { detector: string; tag: string; path: string }[]; unscanned: { reason: string; path: string }[] };
+}
+
+export function formatExplanation(e: Explanation & BodyEvidence): string {
   const lines = [`decision: ${e.action} → ${e.target}${'predictedTtftMs' in e ? ` (predicted TTFT ${e.predictedTtftMs} ms)` : ''}`];
+  if (e.caller) lines.push(`caller:   ${e.caller.namespace} (tenant ${e.caller.tenant})${e.caller.unidentified ? ` — ${e.caller.unidentified}` : ''}`);
+  if (e.classification) {
+    lines.push(`tags:     ${e.classification.tags.join(', ') || '(none)'}`);
+    for (const f of e.classification.findings) lines.push(`  ${f.detector.padEnd(14)} → ${f.tag.padEnd(14)} at ${f.path || '(body)'}`);
+    for (const u of e.classification.unscanned) lines.push(`  unscanned (${u.reason}) at ${u.path || '(body)'}`);
+  }
   if ('status' in e) lines.push(`  ${e.status}: ${e.message}`);
   lines.push(`policy:   ${e.policy}`, `overflow: ${e.leave.allowed ? 'allowed' : 'not allowed'} — ${e.leave.reason}`);
   if (e.candidates.length) {
@@ -28,26 +41,42 @@ export async function runExplainCommand(argv: string[]): Promise<number> {
       namespace: { type: 'string' },
       tags: { type: 'string' },
       'prompt-tokens': { type: 'string' },
+      body: { type: 'string' },
+      api: { type: 'string' },
+      ip: { type: 'string' },
       json: { type: 'boolean' },
     },
     strict: true,
   });
-  if (!values.admin || !values.model) {
-    console.error('kinference explain: --admin URL and --model M are required');
+  if (!values.admin || (!values.model && !values.body)) {
+    console.error('kinference explain: --admin URL and --model M (or --body FILE) are required');
     return 2;
   }
   const url = new URL('/explain', values.admin);
+  if (values.body) {
+    // The exact request an app would send: the agent classifies it and shows where each detector fired.
+    if (values.api) url.searchParams.set('api', values.api);
+    for (const key of ['tenant', 'namespace', 'ip'] as const) if (values[key]) url.searchParams.set(key, values[key]);
+    const text = await readFile(values.body === '-' ? '/dev/stdin' : values.body, 'utf8');
+    const headers: Record<string, string> = { 'content-type': 'application/json', ...(values.tags ? { 'x-kinference-tags': values.tags } : {}) };
+    const response = await request(url, { method: 'POST', body: text, headers, headersTimeout: 5000, bodyTimeout: 5000 });
+    return print(response.statusCode, (await response.body.json()) as Explanation & BodyEvidence & { error?: { message: string } }, values.json);
+  }
+  if (!values.model) return 2;
   url.searchParams.set('model', values.model);
   if (values.tenant) url.searchParams.set('tenant', values.tenant);
   if (values.namespace) url.searchParams.set('namespace', values.namespace);
   if (values.tags) url.searchParams.set('tags', values.tags);
   if (values['prompt-tokens']) url.searchParams.set('promptTokens', values['prompt-tokens']);
   const response = await request(url, { headersTimeout: 5000, bodyTimeout: 5000 });
-  const body = (await response.body.json()) as Explanation & { error?: { message: string } };
-  if (response.statusCode !== 200) {
-    console.error(`kinference explain: ${response.statusCode}: ${body.error?.message ?? JSON.stringify(body)}`);
+  return print(response.statusCode, (await response.body.json()) as Explanation & { error?: { message: string } }, values.json);
+}
+
+function print(status: number, body: Explanation & BodyEvidence & { error?: { message: string } }, json: boolean | undefined): number {
+  if (status !== 200) {
+    console.error(`kinference explain: ${status}: ${body.error?.message ?? JSON.stringify(body)}`);
     return 1;
   }
-  console.log(values.json ? JSON.stringify(body, null, 2) : formatExplanation(body));
+  console.log(json ? JSON.stringify(body, null, 2) : formatExplanation(body));
   return 0;
 }

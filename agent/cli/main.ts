@@ -6,7 +6,8 @@ commands:
   demo [--duration S]            agent + simulated GPU pods + simulated provider under a peak
   sim --port P [--engine vllm|tgi|sglang] [--max-seqs N] [--speed X]
                                  run one simulated model server
-  policy check FILE...           validate InferencePolicy YAML (exit 1 on errors)
+  policy check [--agent-namespace NS] FILE...
+                                 validate InferencePolicy YAML (exit 1 on errors)
   explain --admin URL --model M [--tenant T] [--tags a,b] [--prompt-tokens N]
                                  ask a running agent what it would do with such a request now
 `;

@@ -39,10 +39,20 @@ interface Found {
   lines: LineCounter;
 }
 
-/** Returns the exit code: 0 all valid (warnings allowed), 1 any error, 2 usage. */
-export async function runPolicyCheck(files: string[], out: CheckOutput = console): Promise<number> {
-  if (files.length === 0) {
-    out.error('usage: kinference policy check FILE...');
+/** The manifests' namespace: where the agent runs unless told otherwise. */
+const DEFAULT_AGENT_NAMESPACE = 'kinference';
+
+/**
+ * Returns the exit code: 0 all valid (warnings allowed), 1 any error, 2 usage.
+ * `--agent-namespace NAME` (default kinference): policies there are cluster-wide, as the agent
+ * reads them in Kubernetes, so their guardrails set the floor the others are checked against.
+ */
+export async function runPolicyCheck(args: string[], out: CheckOutput = console): Promise<number> {
+  const flag = args.indexOf('--agent-namespace');
+  const agentNamespace = flag === -1 ? DEFAULT_AGENT_NAMESPACE : args[flag + 1];
+  const files = flag === -1 ? args : args.filter((_, i) => i !== flag && i !== flag + 1);
+  if (files.length === 0 || !agentNamespace) {
+    out.error('usage: kinference policy check [--agent-namespace NAME] FILE...');
     return 2;
   }
   let errors = 0;
@@ -127,7 +137,8 @@ export async function runPolicyCheck(files: string[], out: CheckOutput = console
     if (policiesInFile === 0 && errors === errorsBefore) report(`${file}: no InferencePolicy or Namespace documents`);
   }
 
-  const policies = found.map((f) => f.policy);
+  const clusterWide = (p: InferencePolicy) => (p.metadata.namespace === agentNamespace ? { ...p, metadata: { ...p.metadata, namespace: '*' } } : p);
+  const policies = found.map((f) => clusterWide(f.policy));
   const annotations = new Map([...namespaces].map(([ns, source]) => [ns, source.annotations]));
   for (const issue of checkNamespaceAnnotations(policies, annotations)) {
     const source = namespaces.get(issue.namespace);

@@ -94,6 +94,8 @@ export interface ListOptions {
    * must not each scan every pod in etcd. The watch that follows catches up from the list's version.
    */
   notOlderThan?: string;
+  /** Keeps only what the agent reads of each item (memory: the pods informer covers the cluster). */
+  slim?: (item: KubernetesObject) => KubernetesObject;
 }
 
 /** Every object at `path`, following `continue` tokens; the list's resourceVersion is the first page's. */
@@ -122,7 +124,7 @@ export async function listObjects<T extends KubernetesObject>(
       if (err instanceof KubeApiError) throw err;
       throw new Error(`list ${path}: ${describeError(err)}`, { cause: err });
     }
-    items.push(...(page.items ?? []));
+    for (const item of page.items ?? []) items.push((opts.slim ? opts.slim(item) : item) as T);
     resourceVersion ??= page.metadata?.resourceVersion;
     token = page.metadata?._continue ?? (page.metadata as { continue?: string } | undefined)?.continue;
   } while (token);
@@ -140,6 +142,8 @@ export interface WatchOptions {
   onEstablished?: () => void;
   /** A failure inside ListWatch's own handler (it is async and nobody awaits it). */
   onInternalError?: (err: unknown) => void;
+  /** Applied to every watched object before the informer caches it. */
+  slim?: (item: KubernetesObject) => KubernetesObject;
 }
 
 type WatchCallback = (phase: string, apiObj: unknown, watchObj?: unknown) => void;
@@ -288,7 +292,8 @@ export class ResumingWatch extends Watch {
           if (event.type !== 'ERROR' && rv) this.lastResourceVersion = rv;
           try {
             // ListWatch's handler is async and its promise is not awaited by anyone else.
-            Promise.resolve(callback(event.type, event.object, event) as unknown).catch((e: unknown) => this.#opts.onInternalError?.(e));
+            const slim = this.#opts.slim && event.object && (event.type === 'ADDED' || event.type === 'MODIFIED' || event.type === 'DELETED');
+            Promise.resolve(callback(event.type, slim ? this.#opts.slim!(event.object as KubernetesObject) : event.object, event) as unknown).catch((e: unknown) => this.#opts.onInternalError?.(e));
           } catch (e) {
             this.#opts.onInternalError?.(e);
           }

@@ -132,14 +132,15 @@ export function modelServerPods(pods: readonly PodObject[], node: string, poolLa
 }
 
 /**
- * Pod IP → caller for every pod on `node` that owns its IP. Host-network pods share the node's
- * address with every other host-network pod, so their IP names no single namespace; finished
- * pods' IPs may already belong to a new pod.
+ * Pod IP → caller for every pod in the cluster that owns its IP: a caller on another node reaches
+ * this agent's pod IP too, and must be known by its namespace, not guessed. Host-network pods
+ * share the node's address with every other host-network pod, so their IP names no single
+ * namespace (they stay unidentified); finished pods' IPs may already belong to a new pod.
  */
-export function callersByIp(pods: readonly PodObject[], node: string): Map<string, Caller> {
+export function callersByIp(pods: readonly PodObject[]): Map<string, Caller> {
   const entries: [string, Caller][] = [];
   for (const pod of pods) {
-    if (pod.spec?.nodeName !== node || pod.spec?.hostNetwork) continue;
+    if (pod.spec?.hostNetwork) continue;
     const phase = pod.status?.phase;
     if (phase === 'Succeeded' || phase === 'Failed') continue;
     const ips = new Set<string>();
@@ -150,6 +151,49 @@ export function callersByIp(pods: readonly PodObject[], node: string): Map<strin
   }
   entries.sort(([a], [b]) => a.localeCompare(b));
   return new Map(entries);
+}
+
+export interface ServingPod {
+  namespace: string;
+  name: string;
+  node: string;
+}
+
+/**
+ * Pod IP → the routable model-server pod (pool label or model annotation) that owns it, across
+ * the cluster: what a gossiped pod must match to become a candidate.
+ */
+export function servingPodsByIp(pods: readonly PodObject[], poolLabel = POOL_LABEL): Map<string, ServingPod> {
+  const out = new Map<string, ServingPod>();
+  for (const pod of pods) {
+    if (!isModelServer(pod, poolLabel) || unroutableReason(pod) !== undefined || pod.spec?.hostNetwork) continue;
+    const serving = { namespace: pod.metadata?.namespace ?? 'default', name: pod.metadata?.name ?? '', node: pod.spec?.nodeName ?? '' };
+    out.set(pod.status!.podIP!, serving);
+    for (const { ip } of pod.status?.podIPs ?? []) if (ip) out.set(ip, serving);
+  }
+  return out;
+}
+
+/**
+ * The fields of a pod this agent reads, nothing else. The pods informer covers the whole cluster
+ * (callers and peers live on every node); a full pod object is several KB (managed fields, env,
+ * volumes), a slim one a few hundred bytes. Annotations other than ours are dropped.
+ */
+export function slimPod(pod: PodObject): PodObject {
+  const meta = pod.metadata ?? {};
+  const annotations: Record<string, string> = {};
+  for (const [k, v] of Object.entries(meta.annotations ?? {})) if (k.startsWith(ANNOTATION_PREFIX)) annotations[k] = v;
+  const containers = pod.spec?.containers?.map((c) => ({ ports: c.ports?.filter((p) => p.name === 'http').map((p) => ({ name: p.name, containerPort: p.containerPort })) }));
+  return {
+    metadata: { name: meta.name, namespace: meta.namespace, uid: meta.uid, resourceVersion: meta.resourceVersion, labels: meta.labels, annotations, deletionTimestamp: meta.deletionTimestamp },
+    spec: { nodeName: pod.spec?.nodeName, hostNetwork: pod.spec?.hostNetwork, containers },
+    status: {
+      phase: pod.status?.phase,
+      podIP: pod.status?.podIP,
+      podIPs: pod.status?.podIPs?.map(({ ip }) => ({ ip })),
+      conditions: pod.status?.conditions?.filter((c) => c.type === 'Ready').map(({ type, status }) => ({ type, status })),
+    },
+  };
 }
 
 /**

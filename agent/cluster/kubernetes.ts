@@ -1,6 +1,7 @@
 // Kubernetes discovery: five informers (client-node ListWatch) feed one ClusterSnapshot.
 //
-//   pods          /api/v1/pods?fieldSelector=spec.nodeName=<node>      model servers + callers
+//   pods          /api/v1/pods (cluster-wide, slimmed)                 model servers on this node,
+//                                                                      callers and peer pods anywhere
 //   namespaces    /api/v1/namespaces                                  kinference.io/* annotations
 //   policies      /apis/kinference.io/v1alpha1/inferencepolicies       all namespaces, raw
 //   providers     ConfigMap <agentNamespace>/<providersConfigMap>     key providers.yaml
@@ -26,6 +27,8 @@ import { parseProvidersConfigMap } from './kubernetes-providers.ts';
 import {
   callersByIp,
   modelServerPods,
+  servingPodsByIp,
+  slimPod,
   namespaceAnnotations,
   peerAddresses,
   policyObjects,
@@ -186,13 +189,14 @@ export function createKubernetesDiscovery(opts: KubernetesDiscoveryOptions): Kub
   let providersVersion: string | undefined;
   let providersProblem: string | undefined;
 
-  function source(name: SourceName, path: string, selectors: Selectors): Source {
+  function source(name: SourceName, path: string, selectors: Selectors, slim?: (item: KubernetesObject) => KubernetesObject): Source {
     const transport: ResumingWatch = new ResumingWatch(kc, {
       idleTimeoutMs: opts.watch?.idleTimeoutMs ?? DEFAULTS.idleTimeoutMs,
       connectTimeoutMs: opts.watch?.connectTimeoutMs ?? DEFAULTS.connectTimeoutMs,
       timeoutSeconds: () => watchTimeoutSeconds * (1 + rand() / 2),
       onEstablished: () => connected(src),
       onInternalError: (err) => failed(src, err),
+      slim,
     });
     const informer = new ListWatch<KubernetesObject>(
       path,
@@ -200,7 +204,7 @@ export function createKubernetesDiscovery(opts: KubernetesDiscoveryOptions): Kub
       async () => {
         let list;
         try {
-          list = await listObjects<KubernetesObject>(kc, path, selectors, { ...listOptions, notOlderThan: transport.lastResourceVersion });
+          list = await listObjects<KubernetesObject>(kc, path, selectors, { ...listOptions, notOlderThan: transport.lastResourceVersion, slim });
         } catch (err) {
           // A version the server cannot serve (etcd restored, "Too large resource version") must not
           // wedge the source: the retry asks for whatever the cache has.
@@ -224,7 +228,9 @@ export function createKubernetesDiscovery(opts: KubernetesDiscoveryOptions): Kub
   }
 
   const sources: Source[] = [
-    source('pods', '/api/v1/pods', { fieldSelector: `spec.nodeName=${node}` }),
+    // Cluster-wide: a caller or a gossiped pod on any node must be known by its IP (identity and
+    // peer validation fail closed otherwise). Slimmed before caching; see slimPod.
+    source('pods', '/api/v1/pods', {}, slimPod as (item: KubernetesObject) => KubernetesObject),
     source('namespaces', '/api/v1/namespaces', {}),
     source('policies', '/apis/kinference.io/v1alpha1/inferencepolicies', {}),
     source('providers', `/api/v1/namespaces/${agentNamespace}/configmaps`, { fieldSelector: `metadata.name=${providersConfigMap}` }),
@@ -306,9 +312,10 @@ export function createKubernetesDiscovery(opts: KubernetesDiscoveryOptions): Kub
       policies: policyObjects(byName.policies.informer.list(), agentNamespace),
       providers: currentProviders(),
       peers: peerAddresses(byName.peers.informer.list() as EndpointSliceObject[], { node, podIP: opts.podIP, gossipPort: opts.gossipPort }),
-      callers: callersByIp(pods, node),
+      callers: callersByIp(pods),
+      peerPods: { kind: 'cluster', pods: servingPodsByIp(pods, podLabel) },
     };
-    const key = JSON.stringify([next.pods, [...next.namespaces], next.policies, next.providers, next.peers, [...next.callers]]);
+    const key = JSON.stringify([next.pods, [...next.namespaces], next.policies, next.providers, next.peers, [...next.callers], [...next.peerPods!.kind === 'cluster' ? next.peerPods!.pods : []]]);
     if (published && key === currentKey) return;
     published = true;
     current = next;

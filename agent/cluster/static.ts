@@ -21,6 +21,8 @@ export function snapshotFromSettings(settings: AgentSettings): ClusterSnapshot {
     providers: settings.providers,
     peers: settings.peers,
     callers: new Map(),
+    peerPods: { kind: 'cidrs', cidrs: settings.peerPodCidrs },
+    detectors: settings.detectors,
   };
 }
 

@@ -2,6 +2,7 @@
 // informers. Either way the agent sees one snapshot shape and a change signal.
 import type { Pod } from '../types.ts';
 import type { ProviderSettings } from '../providers/types.ts';
+import type { DetectorSpec } from '../classify/custom.ts';
 
 export interface Caller {
   namespace: string;
@@ -18,9 +19,19 @@ export interface ClusterSnapshot {
   providers: ProviderSettings[];
   /** Gossip addresses (host:port) of the other agents. */
   peers: string[];
-  /** Pod IP on this node → who is calling (its namespace is the tenant). */
+  /** Pod IP anywhere in the cluster → who is calling (its namespace is the tenant). */
   callers: Map<string, Caller>;
+  /** What a gossiped pod must match to be routable; absent: no gossiped pod is (fail closed). */
+  peerPods?: PeerPodRules;
+  /** Platform detectors, when the source can change them at run time (static: the config file). */
+  detectors?: DetectorSpec[];
 }
+
+export type PeerPodRules =
+  /** Kubernetes: the API's routable model-server pods, by IP. */
+  | { kind: 'cluster'; pods: ReadonlyMap<string, { namespace: string; name: string; node: string }> }
+  /** Static: address ranges the operator declared (`gossip.peerPodCidrs`). */
+  | { kind: 'cidrs'; cidrs: readonly string[] };
 
 export interface DiscoveryStatus {
   /** Every source has listed at least once. */

@@ -9,6 +9,11 @@ import { parseDuration } from './duration.ts';
 import type { SecretRef } from './secrets.ts';
 import { loadPolicies } from '../policy/schema.ts';
 import { compilePolicies } from '../policy/resolve.ts';
+import { isIP } from 'node:net';
+import { compileDetectors, type DetectorSpec } from '../classify/custom.ts';
+import { cidrBlockList } from '../cluster/peer-pods.ts';
+import { parseHostPort } from '../gossip/node.ts';
+import { DEFAULT_SCAN_LIMITS } from '../classify/walk.ts';
 import { AgentConfigSchema, type AgentConfigFile, type ProviderConfigFile } from './schema.ts';
 
 export interface Limits {
@@ -19,6 +24,9 @@ export interface Limits {
   drainTimeoutMs: number;
   scrapeTimeoutMs: number;
   maxWaiting: number;
+  classifyMaxChars: number;
+  classifyMaxDepth: number;
+  classifyMaxValues: number;
 }
 
 export interface GossipSettings {
@@ -37,12 +45,15 @@ export interface AgentSettings {
   scrapeIntervalMs: number;
   pods: Pod[];
   peers: string[];
+  /** Static mode: ranges a gossiped pod's address must lie in (see agent/cluster/peer-pods.ts). */
+  peerPodCidrs: string[];
   gossip?: GossipSettings;
   tenantHeader: string;
   /** The operator named a tenant header: trust it even in Kubernetes mode. */
   tenantHeaderExplicit: boolean;
   providers: ProviderSettings[];
   policies: unknown[];
+  detectors: DetectorSpec[];
   namespaces: Map<string, Record<string, string>>;
   limits: Limits;
   kubernetes: NonNullable<AgentConfigFile['kubernetes']>;
@@ -57,6 +68,9 @@ export const DEFAULT_LIMITS: Limits = {
   drainTimeoutMs: 25_000,
   scrapeTimeoutMs: 1_000,
   maxWaiting: 1_000,
+  classifyMaxChars: DEFAULT_SCAN_LIMITS.maxChars,
+  classifyMaxDepth: DEFAULT_SCAN_LIMITS.maxDepth,
+  classifyMaxValues: DEFAULT_SCAN_LIMITS.maxNodes,
 };
 
 export const DEFAULT_PROVIDER_TIMEOUT_MS = 10_000;
@@ -135,6 +149,12 @@ function crossChecks(file: AgentConfigFile): string[] {
     if (pods.has(id)) problems.push(`pods[${i}].name: duplicate pod "${id}"`);
     pods.add(id);
   });
+  problems.push(...compileDetectors(file.detectors ?? []).errors);
+  try {
+    cidrBlockList(file.gossip?.peerPodCidrs ?? []);
+  } catch (error) {
+    problems.push(`gossip.peerPodCidrs: ${(error as Error).message}`);
+  }
   return problems;
 }
 
@@ -192,6 +212,7 @@ export function settingsFromObject(input: unknown, source = 'config', env: NodeJ
       return { uid: `${namespace}/${p.name}`, name: p.name, namespace, node: file.node, address: p.address, models: p.models, engine: p.engine };
     }),
     peers: file.peers ?? [],
+    peerPodCidrs: file.gossip?.peerPodCidrs ?? defaultPeerPodCidrs(file.peers ?? []),
     gossip:
       file.listen.gossip && file.gossip
         ? {
@@ -207,6 +228,7 @@ export function settingsFromObject(input: unknown, source = 'config', env: NodeJ
     tenantHeaderExplicit: file.tenantHeader !== undefined,
     providers: (file.providers ?? []).map(providerSettings),
     policies: file.policies ?? [],
+    detectors: file.detectors ?? [],
     namespaces: new Map(Object.entries(file.namespaces ?? {})),
     limits: {
       maxBodyBytes: limits.maxBodyBytes ?? DEFAULT_LIMITS.maxBodyBytes,
@@ -216,10 +238,19 @@ export function settingsFromObject(input: unknown, source = 'config', env: NodeJ
       drainTimeoutMs: limits.drainTimeout ? parseDuration(limits.drainTimeout) : DEFAULT_LIMITS.drainTimeoutMs,
       scrapeTimeoutMs: limits.scrapeTimeout ? parseDuration(limits.scrapeTimeout) : Math.max(DEFAULT_LIMITS.scrapeTimeoutMs, scrapeIntervalMs),
       maxWaiting: limits.maxWaiting ?? DEFAULT_LIMITS.maxWaiting,
+      classifyMaxChars: limits.classifyMaxChars ?? DEFAULT_LIMITS.classifyMaxChars,
+      classifyMaxDepth: limits.classifyMaxDepth ?? DEFAULT_LIMITS.classifyMaxDepth,
+      classifyMaxValues: limits.classifyMaxValues ?? DEFAULT_LIMITS.classifyMaxValues,
     },
     kubernetes: file.kubernetes ?? {},
     logLevel: file.logLevel ?? 'info',
   };
+}
+
+/** Without declared ranges, a peer's pods must sit at a peer agent's own IP (single-host setups, tests). */
+function defaultPeerPodCidrs(peers: readonly string[]): string[] {
+  const hosts = peers.map((p) => parseHostPort(p).host).filter((h) => isIP(h) !== 0);
+  return [...new Set(hosts)].map((h) => `${h}/${isIP(h) === 6 ? 128 : 32}`);
 }
 
 export function loadConfigFile(path: string): AgentSettings {

@@ -57,6 +57,24 @@ const Limits = Type.Object(
     scrapeTimeout: Type.Optional(DurationString),
     /** Requests waiting for a pod at once; beyond it new waiters get 429 at once. */
     maxWaiting: Type.Optional(Type.Integer({ minimum: 0 })),
+    /** Classification reads at most this many characters of a body; the rest makes it `unscanned`. */
+    classifyMaxChars: Type.Optional(Type.Integer({ minimum: 1024 })),
+    /** Deepest JSON nesting classification reads; deeper values make the request `unscanned`. */
+    classifyMaxDepth: Type.Optional(Type.Integer({ minimum: 4, maximum: 256 })),
+    /** JSON values (strings, numbers, objects, arrays) classification visits; past it: `unscanned`. */
+    classifyMaxValues: Type.Optional(Type.Integer({ minimum: 100 })),
+  },
+  { additionalProperties: false },
+);
+
+/** A platform detector: keywords and/or a pattern that add a tag (validated by agent/classify/custom.ts). */
+const DetectorConfig = Type.Object(
+  {
+    name: Name,
+    tag: Name,
+    keywords: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 256 }), { maxItems: 1024 })),
+    pattern: Type.Optional(Type.String({ minLength: 1, maxLength: 1024 })),
+    ignoreCase: Type.Optional(Type.Boolean()),
   },
   { additionalProperties: false },
 );
@@ -69,6 +87,8 @@ const Gossip = Type.Object(
     ttl: Type.Optional(DurationString),
     /** Added to a peer pod's predicted TTFT: the cost of the cross-node hop. */
     networkCost: Type.Optional(DurationString),
+    /** Static mode: address ranges a gossiped pod must lie in to be routable (default: the peers' own IPs). */
+    peerPodCidrs: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { maxItems: 256 })),
   },
   { additionalProperties: false },
 );
@@ -101,6 +121,8 @@ export const AgentConfigSchema = Type.Object(
     providers: Type.Optional(Type.Array(ProviderConfig)),
     /** InferencePolicy objects; validated by agent/policy against the CRD's schema. */
     policies: Type.Optional(Type.Array(Type.Unknown())),
+    /** Cluster-wide custom detectors (the platform team's; namespaces cannot add or remove them). */
+    detectors: Type.Optional(Type.Array(DetectorConfig, { maxItems: 64 })),
     namespaces: Type.Optional(Type.Record(Type.String(), Type.Record(Type.String(), Type.String()))),
     limits: Type.Optional(Limits),
     kubernetes: Type.Optional(Kubernetes),

@@ -26,7 +26,13 @@
 //
 // Defaults: a field a policy leaves out takes the built-in default, not the value of a less
 // specific policy (what you read in one policy is what applies). With no policy at all:
-// SLO 1000 ms, exclude queued above 2 over 30 s, no overflow (deny tags [pii]), wait 2 s.
+// SLO 1000 ms, exclude queued above 2 over 30 s, no overflow (deny tags [pii, unscanned]), wait 2 s.
+//
+// The platform floor (`spec.guardrails` of cluster-wide policies; [pii, unscanned] denied when
+// none sets one) is applied last, to every result: its deny tags and tenants are added, the SLO
+// is capped, and overflow is removed when the floor forbids it. A namespace policy that tries to
+// loosen the floor (lists deny tags without a floor tag, a looser SLO, providers while the floor
+// forbids overflow, or guardrails of its own) is rejected: kept out, and reported.
 import type { EffectivePolicy, ExcludeRule } from '../types.ts';
 import { isDuration, parseDuration } from '../config/duration.ts';
 import type { InferencePolicy } from './schema.ts';
@@ -41,9 +47,94 @@ export const ANNOTATIONS = {
 export const BUILTIN_POLICY_NAME = 'builtin/default';
 export const DEFAULT_SLO_TTFT_MS = 1000;
 export const DEFAULT_EXCLUDE: readonly ExcludeRule[] = [{ metric: 'queued', above: 2, windowMs: 30_000 }];
-/** A policy that leaves `overflow.deny.tags` out still keeps pii on the cluster. */
-export const DEFAULT_DENY_TAGS: readonly string[] = ['pii'];
+/** A policy that leaves `overflow.deny.tags` out still keeps pii, and what could not be read, on the cluster. */
+export const DEFAULT_DENY_TAGS: readonly string[] = ['pii', 'unscanned'];
 export const DEFAULT_WAIT_MAX_MS = 2000;
+
+export interface Floor {
+  denyTags: readonly string[];
+  denyTenants: readonly string[];
+  /** Undefined: no cap. */
+  maxSloTtftMs?: number;
+  overflowAllowed: boolean;
+  /** May a caller whose namespace is unknown follow the cluster-wide policy (else: never leaves)? */
+  unidentifiedMayLeave: boolean;
+  /** The cluster-wide policies that set it (empty: the built-in floor), for messages. */
+  sources: readonly string[];
+}
+
+export const BUILTIN_FLOOR: Floor = deepFreeze({
+  denyTags: [...DEFAULT_DENY_TAGS],
+  denyTenants: [],
+  overflowAllowed: true,
+  unidentifiedMayLeave: false,
+  sources: [],
+});
+
+/** The floor the cluster-wide policies' guardrails set together (each adds; the strictest wins). */
+export function floorOf(policies: readonly InferencePolicy[]): Floor {
+  const setters = policies.filter((p) => p.metadata.namespace === '*' && p.spec.guardrails);
+  if (setters.length === 0) return BUILTIN_FLOOR;
+  const tags = new Set<string>();
+  const tenants = new Set<string>();
+  let maxSloTtftMs: number | undefined;
+  let overflowAllowed = true;
+  let unidentifiedMayLeave = true;
+  for (const policy of setters) {
+    const g = policy.spec.guardrails!;
+    for (const t of g.deny?.tags ?? DEFAULT_DENY_TAGS) tags.add(t);
+    for (const t of g.deny?.tenants ?? []) tenants.add(t);
+    if (g.maxSloTtft !== undefined) maxSloTtftMs = Math.min(maxSloTtftMs ?? Infinity, parseDuration(g.maxSloTtft));
+    if (g.overflow === 'deny') overflowAllowed = false;
+    if (g.unidentifiedCallers !== 'policy') unidentifiedMayLeave = false;
+  }
+  return deepFreeze({ denyTags: [...tags].sort(), denyTenants: [...tenants].sort(), maxSloTtftMs, overflowAllowed, unidentifiedMayLeave, sources: setters.map(policyKey) });
+}
+
+function floorName(floor: Floor): string {
+  return floor.sources.length > 0 ? `the platform floor (${floor.sources.join(', ')})` : 'the built-in platform floor';
+}
+
+/** Why a policy may not be loaded under this floor (empty: it may). Cluster-wide policies set the floor; they are not checked against it. */
+export function guardrailViolations(policy: InferencePolicy, floor: Floor): PolicySetIssue[] {
+  if (policy.metadata.namespace === '*') return [];
+  const issues: Omit<PolicySetIssue, 'index'>[] = [];
+  const { spec } = policy;
+  if (spec.guardrails) {
+    issues.push({ severity: 'error', path: 'spec.guardrails', message: 'guardrails may only be set by a cluster-wide policy (the agent\'s namespace, or * in static config)' });
+  }
+  const tags = spec.overflow?.deny?.tags;
+  const dropped = tags ? floor.denyTags.filter((t) => !tags.includes(t)) : [];
+  if (dropped.length > 0) {
+    issues.push({ severity: 'error', path: 'spec.overflow.deny.tags', message: `may not drop ${dropped.join(', ')}: ${floorName(floor)} denies ${floor.denyTags.join(', ')}; a namespace policy may only add tags (leave deny.tags out to inherit them)` });
+  }
+  if (spec.slo?.ttft !== undefined && floor.maxSloTtftMs !== undefined && parseDuration(spec.slo.ttft) > floor.maxSloTtftMs) {
+    issues.push({ severity: 'error', path: 'spec.slo.ttft', message: `${spec.slo.ttft} is looser than ${floorName(floor)} allows (at most ${floor.maxSloTtftMs}ms)` });
+  }
+  if (!floor.overflowAllowed && (spec.overflow?.providers?.length ?? 0) > 0) {
+    issues.push({ severity: 'error', path: 'spec.overflow.providers', message: `${floorName(floor)} forbids overflow; a namespace policy may not list providers` });
+  }
+  return issues.map((issue) => ({ ...issue, index: -1 }));
+}
+
+/** The floor over one resolved policy: deny lists grow, the SLO is capped, overflow may go. */
+export function applyFloor(policy: EffectivePolicy, floor: Floor): EffectivePolicy {
+  const tags = floor.denyTags.filter((t) => !policy.overflow.denyTags.includes(t));
+  const tenants = floor.denyTenants.filter((t) => !policy.overflow.denyTenants.includes(t));
+  const capSlo = floor.maxSloTtftMs !== undefined && policy.sloTtftMs > floor.maxSloTtftMs;
+  const dropProviders = !floor.overflowAllowed && policy.overflow.providers.length > 0;
+  if (tags.length === 0 && tenants.length === 0 && !capSlo && !dropProviders) return policy;
+  return deepFreeze({
+    ...policy,
+    exclude: policy.exclude.map((rule) => ({ ...rule })),
+    sloTtftMs: capSlo ? floor.maxSloTtftMs! : policy.sloTtftMs,
+    overflow: {
+      providers: dropProviders ? [] : [...policy.overflow.providers],
+      denyTags: [...policy.overflow.denyTags, ...tags],
+      denyTenants: [...policy.overflow.denyTenants, ...tenants],
+    },
+  });
+}
 
 export const BUILTIN_DEFAULT: EffectivePolicy = deepFreeze({
   name: BUILTIN_POLICY_NAME,
@@ -150,6 +241,10 @@ export function checkPolicySet(policies: readonly InferencePolicy[], annotations
       });
     }
   }
+  const floor = floorOf(policies);
+  policies.forEach((policy, index) => {
+    for (const issue of guardrailViolations(policy, floor)) issues.push({ ...issue, index });
+  });
   policies.forEach((policy, index) => {
     const providers = policy.spec.overflow?.providers ?? [];
     const denyTags = policy.spec.overflow?.deny?.tags ?? DEFAULT_DENY_TAGS;
@@ -188,7 +283,11 @@ export interface CompiledPolicies {
   tenantFor(namespace: string, claimed?: string): string;
   /** Set errors (ties, duplicates) and annotations that were ignored; for logs and /debug/state. */
   readonly problems: readonly string[];
+  /** The policies in force (rejected ones left out). */
   readonly policies: readonly InferencePolicy[];
+  /** Policies kept out because they would loosen the platform floor. */
+  readonly rejected: readonly { name: string; reasons: string[] }[];
+  readonly floor: Floor;
 }
 
 interface Entry {
@@ -210,12 +309,20 @@ interface NamespaceOverrides<P> {
 const CACHE_LIMIT = 4096;
 
 export function compilePolicies(
-  policies: readonly InferencePolicy[],
+  all: readonly InferencePolicy[],
   annotations: NamespaceAnnotations = new Map(),
 ): CompiledPolicies {
-  const problems: string[] = checkPolicySet(policies, annotations)
+  const floor = floorOf(all);
+  const rejected: { name: string; reasons: string[] }[] = [];
+  const policies = all.filter((policy) => {
+    const violations = guardrailViolations(policy, floor);
+    if (violations.length > 0) rejected.push({ name: policyKey(policy), reasons: violations.map((v) => `${v.path}: ${v.message}`) });
+    return violations.length === 0;
+  });
+  const problems: string[] = rejected.map((r) => `${r.name}: rejected, ${r.reasons.join('; ')}`);
+  problems.push(...checkPolicySet(policies, annotations)
     .filter((issue) => issue.severity === 'error')
-    .map((issue) => `${policyKey(policies[issue.index])}: ${issue.message}`);
+    .map((issue) => `${policyKey(policies[issue.index])}: ${issue.message}`));
 
   const byNamespace = new Map<string, Entry[]>();
   const entries = new Map<InferencePolicy, Entry>();
@@ -226,7 +333,7 @@ export function compilePolicies(
       models: policy.spec.models ? new Set(policy.spec.models) : undefined,
       tenants: policy.spec.tenants ? new Set(policy.spec.tenants) : undefined,
       specificity: specificity(policy),
-      effective: deepFreeze(effectiveOf(policy)),
+      effective: applyFloor(deepFreeze(effectiveOf(policy)), floor),
     };
     entries.set(policy, entry);
     const list = byNamespace.get(policy.metadata.namespace) ?? [];
@@ -243,8 +350,15 @@ export function compilePolicies(
     return pinned && entries.get(pinned);
   });
   for (const issue of issues) problems.push(`namespace ${issue.namespace}: annotation ${issue.key}: ${issue.message}; ignored`);
+  for (const [namespace, o] of overrides) {
+    if (o.sloTtftMs !== undefined && floor.maxSloTtftMs !== undefined && o.sloTtftMs > floor.maxSloTtftMs) {
+      problems.push(`namespace ${namespace}: annotation ${ANNOTATIONS.ttftSlo}: looser than ${floorName(floor)} allows; capped at ${floor.maxSloTtftMs}ms`);
+    }
+    if (o.overflow === 'allow' && !floor.overflowAllowed) problems.push(`namespace ${namespace}: annotation ${ANNOTATIONS.overflow}: allow has no effect, ${floorName(floor)} forbids overflow`);
+  }
 
   const cache = new Map<string, EffectivePolicy>();
+  const builtin = applyFloor(BUILTIN_DEFAULT, floor);
 
   function tenantFor(namespace: string, claimed?: string): string {
     return overrides.get(namespace)?.tenant ?? (claimed || namespace);
@@ -255,9 +369,9 @@ export function compilePolicies(
     let chosen: Entry | undefined;
     if (o?.pinned && covers(o.pinned, tenant, model)) chosen = o.pinned;
     chosen ??= byNamespace.get(namespace)?.find((e) => covers(e, tenant, model)) ?? star.find((e) => covers(e, tenant, model));
-    const base = chosen?.effective ?? BUILTIN_DEFAULT;
+    const base = chosen?.effective ?? builtin;
     if (!o || (o.overflow !== 'deny' && o.sloTtftMs === undefined)) return base;
-    return deepFreeze({
+    return applyFloor(deepFreeze({
       ...base,
       exclude: base.exclude.map((rule) => ({ ...rule })),
       sloTtftMs: o.sloTtftMs ?? base.sloTtftMs,
@@ -266,12 +380,14 @@ export function compilePolicies(
         denyTags: [...base.overflow.denyTags],
         denyTenants: [...base.overflow.denyTenants],
       },
-    });
+    }), floor);
   }
 
   return {
     problems,
     policies,
+    rejected,
+    floor,
     tenantFor,
     resolve(claimedTenant, namespace, model) {
       const tenant = tenantFor(namespace, claimedTenant);

@@ -46,6 +46,34 @@ export const ExcludeRuleSchema = Type.Object(
   },
 );
 
+const TagList = (description: string) =>
+  Type.Array(Type.String({ pattern: TAG_PATTERN, maxLength: 64, expected: 'a lowercase tag of a-z 0-9 . _ -' }), { maxItems: 64, expected: 'a list of tags', description });
+
+/** The platform floor: only in a cluster-wide policy; every other policy and annotation inherits it and may only tighten it. */
+export const GuardrailsSchema = Type.Object(
+  {
+    deny: Type.Optional(
+      Type.Object(
+        {
+          tags: Type.Optional(TagList('Tags that never leave, whatever a namespace policy says. Absent: [pii, unscanned].')),
+          tenants: Type.Optional(Type.Array(Name(), { maxItems: 256, expected: 'a list of tenants', description: 'Tenants whose requests never leave.' })),
+        },
+        { ...strict, description: 'What never leaves the cluster.' },
+      ),
+    ),
+    maxSloTtft: Type.Optional(Duration('The loosest SLO a policy or annotation may set.')),
+    overflow: Type.Optional(
+      Type.Union([Type.Literal('allow'), Type.Literal('deny')], { description: 'deny: no request leaves the cluster, whatever any policy lists. Absent: allow.' }),
+    ),
+    unidentifiedCallers: Type.Optional(
+      Type.Union([Type.Literal('local'), Type.Literal('policy')], {
+        description: 'local: a caller whose namespace cannot be established never leaves the cluster; policy: it follows the cluster-wide policy. Absent: local.',
+      }),
+    ),
+  },
+  { ...strict, description: 'The platform floor (cluster-wide policies only): inherited by every policy and annotation, which may only tighten it.' },
+);
+
 export const InferencePolicySpecSchema = Type.Object(
   {
     models: Type.Optional(NameList('Models this policy applies to; absent: every model.', 256)),
@@ -79,7 +107,7 @@ export const InferencePolicySpecSchema = Type.Object(
                 tags: Type.Optional(
                   Type.Array(
                     Type.String({ pattern: TAG_PATTERN, maxLength: 64, expected: 'a lowercase tag of a-z 0-9 . _ -' }),
-                    { maxItems: 64, expected: 'a list of tags', description: 'A request with any of these tags never leaves. Absent: [pii].' },
+                    { maxItems: 64, expected: 'a list of tags', description: 'A request with any of these tags never leaves. Absent: [pii, unscanned].' },
                   ),
                 ),
                 tenants: Type.Optional(
@@ -99,6 +127,7 @@ export const InferencePolicySpecSchema = Type.Object(
         { ...strict, description: 'Bounded local wait.' },
       ),
     ),
+    guardrails: Type.Optional(GuardrailsSchema),
   },
   { ...strict, description: 'Which requests this policy covers and how they are routed.' },
 );

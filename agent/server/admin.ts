@@ -5,6 +5,22 @@ import { errorResponse } from '../../shared/openai/errors.ts';
 import type { Metrics } from './metrics.ts';
 import type { Explanation } from './explain.ts';
 import { DASHBOARD_HTML } from './dashboard.ts';
+import { readBoundedBody, RequestError } from './request.ts';
+import type { RequestKind } from '../types.ts';
+
+/** What POST /explain is asked: the body an app would send, and who sends it. */
+export interface ExplainBodyQuery {
+  kind: RequestKind;
+  body: Uint8Array;
+  /** The x-kinference-tags header the app would send. */
+  tags: string | null;
+  namespace?: string;
+  tenant?: string;
+  /** Explain as the caller at this source IP (identity as the API listener would establish it). */
+  ip?: string;
+}
+
+const KINDS: readonly RequestKind[] = ['chat', 'completions', 'embeddings'];
 
 export interface Readiness {
   ready: boolean;
@@ -17,6 +33,9 @@ export interface AdminDeps {
   state(): Promise<unknown>;
   explain(query: { model: string; tenant?: string; namespace?: string; tags: string[]; promptTokens: number }): Explanation;
   isKnownModel(model: string): boolean;
+  /** Throws RequestError for a body the API listener would refuse. */
+  explainBody(query: ExplainBodyQuery): object;
+  maxBodyBytes: number;
 }
 
 export function createAdminApp(deps: AdminDeps): Hono {
@@ -42,6 +61,19 @@ export function createAdminApp(deps: AdminDeps): Hono {
     }
     const tags = (c.req.query('tags') ?? '').split(',').map((t) => t.trim().toLowerCase()).filter(Boolean);
     return c.json(deps.explain({ model, tenant: c.req.query('tenant'), namespace: c.req.query('namespace'), tags, promptTokens }));
+  });
+  // The request as the API listener would see it: which detectors fired on which JSON path (never
+  // the matched text), what could not be read, who the caller is, and the decision.
+  app.post('/explain', async (c) => {
+    const kind = (c.req.query('api') ?? 'chat') as RequestKind;
+    if (!KINDS.includes(kind)) return errorResponse(400, `'api' must be one of ${KINDS.join(', ')}`, { param: 'api' });
+    try {
+      const body = await readBoundedBody(c.req.raw, deps.maxBodyBytes);
+      return c.json(deps.explainBody({ kind, body, tags: c.req.header('x-kinference-tags') ?? null, namespace: c.req.query('namespace'), tenant: c.req.query('tenant'), ip: c.req.query('ip') }));
+    } catch (error) {
+      if (error instanceof RequestError) return errorResponse(error.status, error.message, { param: error.param, code: error.code });
+      throw error;
+    }
   });
   app.get('/ui', (c) => c.html(DASHBOARD_HTML));
   app.notFound((c) => errorResponse(404, `no route ${c.req.method} ${c.req.path}`));

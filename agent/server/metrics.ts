@@ -93,6 +93,31 @@ export function createMetrics(options: MetricsOptions = {}) {
       labelNames: ['outcome'] as const,
       registers: [registry],
     }),
+    // Data boundary (agent/classify, agent/server/identify.ts, peer validation).
+    classified: new Counter({
+      name: 'kinference_classified_total',
+      help: 'Requests a detector tagged, by detector (email|card|ssn|iban|phone|<custom name>|unscanned) and the tag it added.',
+      labelNames: ['detector', 'tag'] as const,
+      registers: [registry],
+    }),
+    unidentified: new Counter({
+      name: 'kinference_unidentified_callers_total',
+      help: 'Requests whose caller namespace could not be established (treated as the most restricted tenant), by reason.',
+      labelNames: ['reason'] as const,
+      registers: [registry],
+    }),
+    peerPodsRejected: new Counter({
+      name: 'kinference_peer_pods_rejected_total',
+      help: 'Gossiped pods not routable: address or namespace the cluster does not confirm, or estimates out of bounds.',
+      labelNames: ['reason'] as const,
+      registers: [registry],
+    }),
+    policiesRejected: new Counter({
+      name: 'kinference_policies_rejected_total',
+      help: 'Policies kept out at load, by reason (invalid|guardrail).',
+      labelNames: ['reason'] as const,
+      registers: [registry],
+    }),
     discoveryConnected: new Gauge({
       name: 'kinference_discovery_connected',
       help: '1 while discovery is connected to its source (Kubernetes API); 0 while serving the last known view.',

@@ -1,0 +1,153 @@
+// Every string in a request body, wherever it sits: the classifier does not keep a list of the
+// fields OpenAI or vLLM define, because tomorrow's field would be a leak. Pure, bounded.
+//
+// What the walker cannot read as text it reports as unscanned instead of skipping: media parts
+// (images, audio, video, files), data: URLs and base64 blobs, token-id prompts, and whatever lies
+// past the depth, node or character bound.
+
+export type PathSegment = string | number;
+
+export interface ScanLimits {
+  /** Deepest nesting read; anything deeper is unscanned. */
+  maxDepth: number;
+  /** Characters of text (strings, keys, joined parts) read; past it the rest is unscanned. */
+  maxChars: number;
+  /** JSON values (objects, arrays, strings, numbers) visited; past it the rest is unscanned. */
+  maxNodes: number;
+}
+
+export const DEFAULT_SCAN_LIMITS: ScanLimits = { maxDepth: 32, maxChars: 4 * 1024 * 1024, maxNodes: 200_000 };
+
+export type UnscannedReason = 'media' | 'blob' | 'token-ids' | 'depth' | 'size';
+
+export interface WalkVisitor {
+  /** A text at `path` (the walker's own array, only valid during the call). */
+  text(text: string, path: readonly PathSegment[]): void;
+  unscanned(reason: UnscannedReason, path: readonly PathSegment[]): void;
+}
+
+/** Content-part and item types whose payload is not text (OpenAI chat/responses, vLLM, Anthropic-style). */
+const MEDIA_TYPES = new Set(['image_url', 'input_image', 'image', 'input_audio', 'audio', 'audio_url', 'video_url', 'video', 'file', 'input_file']);
+/** Keys that carry such a payload, whatever the part's type says. */
+const MEDIA_KEYS = new Set(['image_url', 'input_audio', 'audio_url', 'video_url', 'file', 'file_data', 'file_id', 'image_data']);
+/** Keys whose integer arrays are prompts as token ids (completions `prompt`, embeddings `input`, vLLM). */
+const TOKEN_KEYS = new Set(['prompt', 'input', 'prompt_token_ids', 'input_ids', 'token_ids']);
+/** A longer integer array anywhere is token ids too, whatever its key. */
+const TOKEN_ARRAY_LENGTH = 32;
+/** Below this a string is read as text even if it looks like base64 (ids, hashes, short words). */
+const BLOB_LENGTH = 256;
+const BLOB = /^[A-Za-z0-9+/_-]+={0,2}$/;
+/** `data:image/png;base64,…`, `data:text/plain,…`: inlined files, whatever their encoding. */
+const DATA_URL = /^\s*data:[\w.+-]+\/[\w.+-]+[;,]/i;
+/** Integers this large may be a card, phone or account number written as a JSON number. */
+const NUMBER_AS_TEXT = 1e8;
+/** Field names of the OpenAI/vLLM request schemas: keys, not data, and on every request. */
+const API_KEYS = new Set(['messages', 'content', 'tool_calls', 'function', 'arguments', 'tool_call_id', 'image_url', 'input_audio', 'max_tokens', 'max_completion_tokens', 'temperature', 'response_format', 'json_schema', 'properties', 'description', 'required', 'metadata', 'stream_options', 'include_usage', 'frequency_penalty', 'presence_penalty', 'reasoning_content', 'refusal', 'prediction', 'documents', 'file_data', 'filename', 'logprobs', 'top_logprobs', 'tool_choice', 'parallel_tool_calls', 'function_call', 'functions', 'prompt_token_ids', 'stop_token_ids', 'chat_template_kwargs', 'encoding_format', 'dimensions', 'reasoning_effort']);
+/** Characters either side of a seam read again: any value up to this long that a seam splits is found whole. */
+const SEAM = 128;
+/** Strings shorter than this cannot hold an address (a@b.co) or a 9-digit number. */
+const SHORTEST_FINDING = 6;
+
+class Bounded extends Error {}
+
+export function walkBody(body: unknown, limits: ScanLimits, visitor: WalkVisitor): void {
+  const path: PathSegment[] = [];
+  let chars = 0;
+  let nodes = 0;
+
+  const read = (text: string) => {
+    chars += text.length;
+    if (chars > limits.maxChars) {
+      visitor.unscanned('size', path);
+      throw new Bounded();
+    }
+    visitor.text(text, path);
+  };
+
+  const string = (text: string) => {
+    if ((text.length >= BLOB_LENGTH && BLOB.test(text)) || DATA_URL.test(text)) return visitor.unscanned('blob', path);
+    if (text.length >= SHORTEST_FINDING) read(text);
+  };
+
+  const value = (v: unknown, depth: number, inTokenKey: boolean): void => {
+    if (++nodes > limits.maxNodes) {
+      visitor.unscanned('size', path);
+      throw new Bounded();
+    }
+    if (typeof v === 'string') return string(v);
+    if (typeof v === 'number') {
+      if (Number.isInteger(v) && Math.abs(v) >= NUMBER_AS_TEXT) read(String(v));
+      return;
+    }
+    if (typeof v !== 'object' || v === null) return;
+    if (depth >= limits.maxDepth) return visitor.unscanned('depth', path);
+    if (Array.isArray(v)) return array(v, depth, inTokenKey);
+    object(v as Record<string, unknown>, depth, inTokenKey);
+  };
+
+  const array = (items: unknown[], depth: number, inTokenKey: boolean) => {
+    if (items.length > 0 && typeof items[0] === 'number' && items.every(Number.isInteger)) {
+      if (inTokenKey || items.length >= TOKEN_ARRAY_LENGTH) return visitor.unscanned('token-ids', path);
+    }
+    // Text split across parts (`jane.doe@` + `example.com`) is read once more as a whole.
+    let joined: string[] | undefined;
+    for (let i = 0; i < items.length; i++) {
+      const item = items[i];
+      path.push(i);
+      value(item, depth + 1, inTokenKey);
+      path.pop();
+      const text = typeof item === 'string' ? item : partText(item);
+      if (text !== undefined) (joined ??= []).push(text);
+    }
+    if (joined && joined.length > 1) readSeams(joined);
+  };
+
+  // Only the seams need a second look: each part was read whole above. A window of SEAM
+  // characters either side of every boundary holds any value split there (several short parts
+  // in a row fall inside one window).
+  const readSeams = (parts: string[]) => {
+    const whole = parts.join('');
+    let from = -1;
+    let to = -1;
+    let boundary = 0;
+    for (let i = 0; i < parts.length - 1; i++) {
+      boundary += parts[i].length;
+      const start = Math.max(0, boundary - SEAM);
+      const end = Math.min(whole.length, boundary + SEAM);
+      if (from !== -1 && start <= to) {
+        to = end;
+        continue;
+      }
+      if (from !== -1) read(whole.slice(from, to));
+      from = start;
+      to = end;
+    }
+    if (from !== -1) read(whole.slice(from, to));
+  };
+
+  const object = (record: Record<string, unknown>, depth: number, inTokenKey: boolean) => {
+    if (typeof record.type === 'string' && MEDIA_TYPES.has(record.type)) visitor.unscanned('media', path);
+    for (const key in record) {
+      const child = record[key];
+      if (child === undefined) continue;
+      path.push(key);
+      if (key.length >= SHORTEST_FINDING && !API_KEYS.has(key)) read(key);
+      if (MEDIA_KEYS.has(key) && child !== null && child !== '') visitor.unscanned('media', path);
+      value(child, depth + 1, inTokenKey || TOKEN_KEYS.has(key));
+      path.pop();
+    }
+  };
+
+  try {
+    value(body, 0, false);
+  } catch (error) {
+    if (!(error instanceof Bounded)) throw error;
+  }
+}
+
+/** The text of a content part (`{type: 'text', text}` and its cousins), if it is one. */
+function partText(item: unknown): string | undefined {
+  if (typeof item !== 'object' || item === null) return undefined;
+  const text = (item as { text?: unknown }).text;
+  return typeof text === 'string' ? text : undefined;
+}
