@@ -1,24 +1,22 @@
-// The dashboard in a real browser (Debian's Chromium via playwright-core): it renders the pods,
-// their load and predictions, and the requests per route, from the running agent.
+// The dashboard in a real browser (the system Chromium, else the npm-packaged one, via
+// playwright-core): it renders the pods, their load and predictions, and the requests per route,
+// from the running agent.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import type { Browser } from 'playwright-core';
+import { launchChromium, SYSTEM_CHROMIUM } from './helpers/browser.ts';
 import { existsSync } from 'node:fs';
-import { chromium, type Browser } from 'playwright-core';
 import { chatBody, postJson, startStack, type Stack } from './helpers/stack.ts';
-
-const CHROMIUM = '/usr/bin/chromium';
 
 describe('dashboard', () => {
   let stack: Stack;
   let browser: Browser;
   before(async () => {
-    // .ci/run installs Debian's chromium; a machine without it cannot run this suite at all.
-    assert.ok(existsSync(CHROMIUM), `${CHROMIUM} is missing: apt-get install chromium (as .ci/run does)`);
     stack = await startStack({ pods: [{}, { speed: 0.5 }] });
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run'],
-    });
+    const launched = await launchChromium();
+    browser = launched.browser;
+    // The system one whenever present; the packaged one only when it is not.
+    assert.equal(launched.source, existsSync(SYSTEM_CHROMIUM) ? 'system' : 'packaged');
   });
   after(async () => {
     await browser?.close();
