@@ -190,7 +190,7 @@ describe('admin listener', () => {
     assert.equal(detail.checks.firstScrape.ok, true);
     await (await postJson(`${stack.api}/v1/chat/completions`, chatBody())).arrayBuffer();
     const metrics = await (await fetch(`${stack.admin}/metrics`)).text();
-    assert.match(metrics, /kinference_requests_total\{api="chat",route="local",outcome="ok"\} 1/);
+    assert.match(metrics, /kinference_requests_total\{api="chat",route="local",outcome="ok",model="llama-3-8b",policy="builtin\/default"\} 1/);
     assert.match(metrics, /# TYPE kinference_upstream_ttft_seconds histogram/);
     assert.match(metrics, /kinference_pod_predicted_ttft_seconds\{pod="pod-0",where="local"\} 0\.\d+/);
     assert.match(metrics, /kinference_scrapes_total\{outcome="ok"\} \d+/);

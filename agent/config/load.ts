@@ -19,6 +19,14 @@ export interface Limits {
   drainTimeoutMs: number;
   scrapeTimeoutMs: number;
   maxWaiting: number;
+  maxLabelValues: number;
+}
+
+/** The key sent to matching model-server pods: `pod` (NAME or NAMESPACE/NAME) beats `namespace` beats neither. */
+export interface PodCredential {
+  namespace?: string;
+  pod?: string;
+  apiKey: SecretRef;
 }
 
 export interface GossipSettings {
@@ -47,6 +55,9 @@ export interface AgentSettings {
   limits: Limits;
   kubernetes: NonNullable<AgentConfigFile['kubernetes']>;
   logLevel: 'debug' | 'info' | 'warn' | 'error';
+  podCredentials: PodCredential[];
+  /** Share of requests (0..1) that write a JSON log line; 0 = off. */
+  requestLogSample: number;
 }
 
 export const DEFAULT_LIMITS: Limits = {
@@ -57,6 +68,7 @@ export const DEFAULT_LIMITS: Limits = {
   drainTimeoutMs: 25_000,
   scrapeTimeoutMs: 1_000,
   maxWaiting: 1_000,
+  maxLabelValues: 100,
 };
 
 export const DEFAULT_PROVIDER_TIMEOUT_MS = 10_000;
@@ -216,9 +228,12 @@ export function settingsFromObject(input: unknown, source = 'config', env: NodeJ
       drainTimeoutMs: limits.drainTimeout ? parseDuration(limits.drainTimeout) : DEFAULT_LIMITS.drainTimeoutMs,
       scrapeTimeoutMs: limits.scrapeTimeout ? parseDuration(limits.scrapeTimeout) : Math.max(DEFAULT_LIMITS.scrapeTimeoutMs, scrapeIntervalMs),
       maxWaiting: limits.maxWaiting ?? DEFAULT_LIMITS.maxWaiting,
+      maxLabelValues: limits.maxLabelValues ?? DEFAULT_LIMITS.maxLabelValues,
     },
     kubernetes: file.kubernetes ?? {},
     logLevel: file.logLevel ?? 'info',
+    podCredentials: file.podCredentials ?? [],
+    requestLogSample: file.requestLog?.sample ?? 0,
   };
 }
 

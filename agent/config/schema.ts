@@ -57,7 +57,21 @@ const Limits = Type.Object(
     scrapeTimeout: Type.Optional(DurationString),
     /** Requests waiting for a pod at once; beyond it new waiters get 429 at once. */
     maxWaiting: Type.Optional(Type.Integer({ minimum: 0 })),
+    /** Distinct values a metric's `model` or `policy` label may take; the rest count as "other". */
+    maxLabelValues: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000 })),
   },
+  { additionalProperties: false },
+);
+
+/** The API key a model-server pod was started with (`vllm --api-key`): for every pod, a namespace's, or one pod's. */
+const PodCredential = Type.Object(
+  { namespace: Type.Optional(Name), pod: Type.Optional(Name), apiKey: SecretRef },
+  { additionalProperties: false },
+);
+
+/** One JSON line per request on stdout, for a sampled share of requests (0: off). */
+const RequestLog = Type.Object(
+  { sample: Type.Number({ minimum: 0, maximum: 1 }) },
   { additionalProperties: false },
 );
 
@@ -103,6 +117,8 @@ export const AgentConfigSchema = Type.Object(
     policies: Type.Optional(Type.Array(Type.Unknown())),
     namespaces: Type.Optional(Type.Record(Type.String(), Type.Record(Type.String(), Type.String()))),
     limits: Type.Optional(Limits),
+    podCredentials: Type.Optional(Type.Array(PodCredential)),
+    requestLog: Type.Optional(RequestLog),
     kubernetes: Type.Optional(Kubernetes),
     logLevel: Type.Optional(Type.Union([Type.Literal('debug'), Type.Literal('info'), Type.Literal('warn'), Type.Literal('error')])),
   },

@@ -3,6 +3,7 @@ import { Hono } from 'hono';
 import { getConnInfo } from '@hono/node-server/conninfo';
 import { errorResponse } from '../../shared/openai/errors.ts';
 import type { RequestPath } from './inference.ts';
+import { handlePassthrough, PASSTHROUGH_PATHS } from './passthrough.ts';
 
 export interface ApiDeps {
   requestPath: RequestPath;
@@ -28,6 +29,11 @@ export function createApiApp(deps: ApiDeps): Hono {
   app.post('/v1/chat/completions', (c) => deps.requestPath.handle('chat', c.req.raw, remoteIp(c)));
   app.post('/v1/completions', (c) => deps.requestPath.handle('completions', c.req.raw, remoteIp(c)));
   app.post('/v1/embeddings', (c) => deps.requestPath.handle('embeddings', c.req.raw, remoteIp(c)));
+  app.post('/v1/responses', (c) => deps.requestPath.handle('responses', c.req.raw, remoteIp(c)));
+  for (const path of PASSTHROUGH_PATHS) {
+    const api = path.replace(/^\/v\d\//, '/').slice(1); // the metric's api label: rerank, audio/speech, …
+    app.post(path, (c) => handlePassthrough(deps.requestPath, api, c.req.raw, remoteIp(c)));
+  }
   app.get('/v1/models', (c) => {
     const created = Math.floor(Date.now() / 1000);
     const data = deps.models().map((id) => ({ id, object: 'model', created, owned_by: 'kinference' }));
