@@ -222,6 +222,24 @@ describe('OpenAI surface', () => {
     assert.equal(r.completionTokens, 8);
     assert.ok((r.promptTokensEstimate as number) > 0);
   });
+
+  it('writes the line of a stream the client left as broken, when it ends', async () => {
+    const controller = new AbortController();
+    const res = await fetch(`${stack.api}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-request-id': 'log-left' },
+      body: JSON.stringify(chatBody('Hello', { stream: true, max_tokens: 500 })),
+      signal: controller.signal,
+    });
+    const reader = res.body!.getReader();
+    await reader.read();
+    controller.abort();
+    await waitFor(() => logLines.some((l) => l.includes('"log-left"')), 5000, 'log line of the abandoned stream');
+    const r = JSON.parse(logLines.find((l) => l.includes('"log-left"'))!) as Record<string, unknown>;
+    assert.equal(r.outcome, 'broken');
+    assert.equal(r.stream, true);
+    assert.ok(typeof r.durationMs === 'number');
+  });
 });
 
 describe('pods that require an API key the agent does not have', () => {
