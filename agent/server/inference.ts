@@ -237,23 +237,10 @@ export class RequestPath {
       }
 
       if (decision.action === 'wait') {
-        if (this.#waiting >= deps.limits.maxWaiting) {
-          deps.metrics.waits.inc({ outcome: 'full' });
+        if ((await this.waitForChange(decision.maxWaitMs, req.signal, record)) === 'full') {
           return errorResponse(429, 'too many requests are already waiting for a pod', { code: 'wait_queue_full', headers: { 'retry-after': retryAfterSeconds(policy) } });
         }
-        this.#waiting++;
         waited = true;
-        const waitStarted = deps.now();
-        try {
-          const woke = await deps.pool.nextChange(decision.maxWaitMs, req.signal);
-          record.waitedMs = Math.round(record.waitedMs + deps.now() - waitStarted);
-          if (woke === 'aborted') {
-            deps.metrics.waits.inc({ outcome: 'cancelled' });
-            throw new Error('client gone');
-          }
-        } finally {
-          this.#waiting--;
-        }
         continue;
       }
 
@@ -262,6 +249,31 @@ export class RequestPath {
         code: decision.status === 429 ? 'no_capacity_in_time' : 'no_capacity',
         headers: { 'retry-after': retryAfterSeconds(policy), 'x-kinference-policy': policy.name },
       });
+    }
+  }
+
+  /**
+   * Waits (at most `maxMs`) for any candidate to change, within the bound on waiting requests:
+   * 'full' when that many wait already. Throws when the client leaves. Adds the wait to the record.
+   */
+  async waitForChange(maxMs: number, signal: AbortSignal, record: RequestRecord): Promise<'change' | 'timeout' | 'full'> {
+    const deps = this.deps;
+    if (this.#waiting >= deps.limits.maxWaiting) {
+      deps.metrics.waits.inc({ outcome: 'full' });
+      return 'full';
+    }
+    this.#waiting++;
+    const waitStarted = deps.now();
+    try {
+      const woke = await deps.pool.nextChange(maxMs, signal);
+      record.waitedMs = Math.round(record.waitedMs + deps.now() - waitStarted);
+      if (woke === 'aborted') {
+        deps.metrics.waits.inc({ outcome: 'cancelled' });
+        throw new Error('client gone');
+      }
+      return woke;
+    } finally {
+      this.#waiting--;
     }
   }
 

@@ -61,13 +61,21 @@ async function passthrough(path: RequestPath, req: Request, remoteIp: string | u
   if (!deps.isKnownModel(model)) throw new RequestError(404, `The model \`${model}\` does not exist.`, 'model', 'model_not_found');
   const identity = deps.identify(req, remoteIp);
   Object.assign(ctx.record, { model, tenant: identity.tenant, namespace: identity.namespace });
+  // A request with no usable pod waits for one as long as its policy lets a request that may not
+  // leave wait: these never leave. (A pod is briefly unusable between two late scrapes.)
+  const waitMaxMs = deps.policyFor(identity, model).waitMaxMs;
   const upstreamPath = new URL(req.url).pathname;
   const tried = new Set<string>();
   for (let attempt = 0; ; attempt++) {
-    const candidate = leastLoaded(deps.pool.candidates().filter((c) => !tried.has(c.pod.uid)), model, deps.rand);
+    let candidate = leastLoaded(deps.pool.candidates().filter((c) => !tried.has(c.pod.uid)), model, deps.rand);
+    while (!candidate && attempt === 0 && deps.now() - ctx.started < waitMaxMs) {
+      const woke = await path.waitForChange(waitMaxMs - (deps.now() - ctx.started), req.signal, ctx.record);
+      if (woke !== 'change') break;
+      candidate = leastLoaded(deps.pool.candidates(), model, deps.rand);
+    }
     if (!candidate) {
       if (attempt > 0) return podsFailed(attempt, ctx.lastPodError);
-      return errorResponse(503, `no pod serving model ${model} is available for ${upstreamPath} (these requests never leave the cluster)`, { code: 'no_capacity', headers: { 'retry-after': '1' } });
+      return errorResponse(503, `no pod serving model ${model} became available for ${upstreamPath} within ${waitMaxMs}ms (these requests never leave the cluster)`, { code: 'no_capacity', headers: { 'retry-after': '1' } });
     }
     ctx.record.podAttempts = attempt + 1;
     const ticket = deps.pool.begin(candidate, 0);
