@@ -27,7 +27,8 @@ describe('dashboard', () => {
       config: {
         providers: [{ name: 'hosted', kind: 'openai', endpoint: provider.url, models: { [MODEL]: 'hosted-llama' } }],
         policies: [
-          { metadata: { name: 'default', namespace: '*' }, spec: { slo: { ttft: '10s' }, overflow: { providers: ['hosted'] } } },
+          // Everyone else stays (a pod briefly stale on a loaded machine makes them wait, not leave).
+          { metadata: { name: 'default', namespace: '*' }, spec: { slo: { ttft: '10s' }, wait: { max: '10s' } } },
           // Tenant "leave": no pod meets a 1 ms SLO, so its requests overflow (reason over-slo).
           { metadata: { name: 'leave', namespace: 'leave' }, spec: { slo: { ttft: '1ms' }, exclude: [], overflow: { providers: ['hosted'] } } },
         ],
@@ -130,6 +131,7 @@ describe('dashboard', () => {
     const loop = async (tenant: string) => {
       while (!stop.signal.aborted) await send(tenant, { stream: true, max_tokens: 24 }).catch(() => {});
     };
+    if (!page.url().endsWith('/ui')) await page.goto(`${stack.admin}/ui`);
     const workers = [...Array.from({ length: 3 }, () => loop('team-a')), loop('leave')];
     try {
       const before = (await metrics()).sum('kinference_requests_total') ?? 0;
