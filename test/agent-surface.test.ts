@@ -77,6 +77,23 @@ describe('OpenAI surface', () => {
     assert.equal(completed?.output_text ?? completed?.output.map((o) => (o.type === 'message' ? o.content.map((c) => (c.type === 'output_text' ? c.text : '')).join('') : '')).join(''), deltas.join(''));
   });
 
+  it('ends a Responses stream that breaks after its first token with an error event the client raises', async () => {
+    for (const sim of stack.sims) sim.setFault({ kind: 'reset-after-first-token', times: 1 });
+    try {
+      const stream = await client().responses.create({ model: MODEL, input: 'Say hello', max_output_tokens: 40, stream: true });
+      const types: string[] = [];
+      await assert.rejects(
+        (async () => {
+          for await (const event of stream) types.push(event.type);
+        })(),
+        (err: unknown) => err instanceof OpenAI.APIError && /upstream failed mid-stream/.test(err.message),
+      );
+      assert.ok(types.includes('response.output_text.delta'), types.join(','));
+    } finally {
+      for (const sim of stack.sims) sim.setFault(undefined);
+    }
+  });
+
   it('overflows /v1/responses to an OpenAI-compatible provider, skipping Bedrock, streamed and not', async () => {
     const { data, response } = await client('leave').responses.create({ model: MODEL, input: 'Say hello' }).withResponse();
     assert.equal(response.headers.get('x-kinference-route'), 'overflow/hosted');

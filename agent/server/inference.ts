@@ -1,7 +1,7 @@
 // The life of one inference request: validate, identify, classify, resolve policy, then decide
 // and act until answered — forward to a pod (retrying another before the first byte), overflow
 // to providers, wait for a pod, or reject. Every answer says where it went.
-import { errorResponse } from '../../shared/openai/errors.ts';
+import { errorResponse, responsesErrorEvent } from '../../shared/openai/errors.ts';
 import { relayStream, readRest } from '../forward/relay.ts';
 import { sendToPod, type PodTimeouts } from '../forward/pod.ts';
 import type { Agent as Dispatcher } from 'undici';
@@ -324,6 +324,7 @@ export class RequestPath {
       }
       const stream = relayStream(attempt.first, attempt.rest, attempt.abort, attempt.contentType.includes('event-stream'), {
         onEnd: ({ ok }) => ticket.end(ok),
+        brokenStreamEnd: parsed.kind === 'responses' ? (message) => responsesErrorEvent(message, 'upstream_stream_error') : undefined,
       });
       return new Response(stream, { status: attempt.status, headers: { 'content-type': attempt.contentType, 'cache-control': 'no-cache', ...headers } });
     }
