@@ -181,7 +181,7 @@ export class RequestPath {
     const request = this.routeRequest(parsed, identity, tags);
     const policy = deps.policyFor(identity, parsed.model);
     Object.assign(record, { model: parsed.model, tenant: identity.tenant, namespace: identity.namespace, policy: policy.name, tags, stream: parsed.stream, promptTokensEstimate: request.promptTokens });
-    const started = ctx.started;
+    const started = deps.now();
     const tried = new Set<string>();
     let podAttempts = 0;
     let waited = false;
@@ -307,14 +307,14 @@ export class RequestPath {
       return new Response((attempt.body ?? null) as BodyInit | null, { status: attempt.status ?? 502, headers: { 'content-type': attempt.contentType ?? 'application/json', ...headers } });
     }
     const routeLabel = candidate.where;
-    const stream = String(parsed.stream);
+    const streamLabel = String(parsed.stream);
     ctx.record.ttftMs = Math.round(attempt.firstByteMs * 10) / 10;
     // Non-streamed answers arrive whole, so their first byte is the whole answer: recorded under
     // stream="false" for the operator, never taught to the predictor (that would teach it
     // generation time as if it were queueing).
-    deps.metrics.upstreamTtft.observe({ route: routeLabel, stream }, attempt.firstByteMs / 1000);
+    deps.metrics.upstreamTtft.observe({ route: routeLabel, stream: streamLabel }, attempt.firstByteMs / 1000);
     if (candidate.where === 'local' && attempt.firstByteMs > 0) {
-      deps.metrics.predictionError.observe({ stream }, Math.abs(predictedMs - attempt.firstByteMs) / attempt.firstByteMs);
+      deps.metrics.predictionError.observe({ stream: streamLabel }, Math.abs(predictedMs - attempt.firstByteMs) / attempt.firstByteMs);
     }
     if (parsed.stream) {
       ticket.firstByte(attempt.firstByteMs);
@@ -331,7 +331,7 @@ export class RequestPath {
     try {
       const bytes = await readRest(attempt.first, attempt.rest, 64 * 1024 * 1024);
       ticket.end(true);
-      if (deps.requestLog.sample > 0) Object.assign(ctx.record, usageOf(bytes));
+      if (deps.requestLog.sample > 0) Object.assign(ctx.record, usageOf(bytes)); // only read when lines may be written
       return new Response(bytes as BodyInit, { status: attempt.status, headers: { 'content-type': attempt.contentType, ...headers } });
     } catch (error) {
       ticket.end(false);
