@@ -159,6 +159,13 @@ describe('OpenAI surface', () => {
     const pod = seen.find((s) => s.path === '/v1/chat/completions')!;
     assert.equal(pod.headers['x-request-id'], id);
     assert.equal(pod.headers.traceparent, undefined, 'a malformed traceparent is dropped');
+
+    // Answers the agent gives itself carry one too.
+    const models = await fetch(`${stack.api}/v1/models`, { headers: { 'x-request-id': 'list-1' } });
+    assert.equal(models.headers.get('x-request-id'), 'list-1');
+    const missing = await fetch(`${stack.api}/v1/nothing-here`, { method: 'POST' });
+    assert.equal(missing.status, 404);
+    assert.match(missing.headers.get('x-request-id') ?? '', /^[0-9a-f-]{36}$/);
   });
 
   it('passes /tokenize, /v1/rerank, /v1/score and /v1/moderations through to a pod', async () => {

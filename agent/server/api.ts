@@ -4,6 +4,8 @@ import { getConnInfo } from '@hono/node-server/conninfo';
 import { errorResponse } from '../../shared/openai/errors.ts';
 import type { RequestPath } from './inference.ts';
 import { handlePassthrough, PASSTHROUGH_PATHS } from './passthrough.ts';
+import { requestIdFor } from '../forward/headers.ts';
+import { randomUUID } from 'node:crypto';
 
 export interface ApiDeps {
   requestPath: RequestPath;
@@ -22,6 +24,12 @@ export function createApiApp(deps: ApiDeps): Hono {
       return undefined;
     }
   };
+  // Every answer carries a request id: the request path sets the one it sent upstream; the rest
+  // (model list, unknown routes, draining) get the client's or a fresh one here.
+  app.use('*', async (c, next) => {
+    await next();
+    if (!c.res.headers.has('x-request-id')) c.res.headers.set('x-request-id', requestIdFor(c.req.header('x-request-id') ?? null, randomUUID));
+  });
   app.use('*', async (c, next) => {
     if (!deps.accepting()) return errorResponse(503, 'this agent is shutting down', { code: 'draining', headers: { 'retry-after': '1', connection: 'close' } });
     await next();
