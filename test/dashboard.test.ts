@@ -6,7 +6,10 @@ import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import type { Browser, Page } from 'playwright-core';
+import { DASHBOARD_HTML } from '../agent/server/dashboard.ts';
 import { parsePromText, type MetricPage } from '../agent/telemetry/promtext.ts';
 import { launchChromium, SYSTEM_CHROMIUM } from './helpers/browser.ts';
 import { startOpenAIStandin, type OpenAIStandin } from './fixtures/openai-provider.ts';
@@ -124,6 +127,53 @@ describe('dashboard', () => {
     // (The state column is not checked: under a loaded test machine a scrape may be late.)
     for (const row of pods) assert.match(row[6], /\d+ ms/);
     assert.equal(await page.textContent('#peers tbody'), 'gossip is off on this agent');
+  });
+
+  it('shows SLO attainment and calibration from the series issue 9 exports, as their /metrics says', async () => {
+    // An admin stand-in serving the real page, with those two series growing on every scrape.
+    let scrapes = 0;
+    const server = createServer((req, res) => {
+      if (req.url === '/ui') return void res.writeHead(200, { 'content-type': 'text/html' }).end(DASHBOARD_HTML);
+      if (req.url === '/debug/state') {
+        return void res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ node: 'n', ready: true, pods: { local: [], remote: [] }, policies: { loaded: [], problems: ['two policies tie'] }, providers: [] }));
+      }
+      scrapes++;
+      const lines = [
+        `kinference_slo_requests_total{route="local",leavable="true",within_slo="true"} ${90 * scrapes}`,
+        `kinference_slo_requests_total{route="local",leavable="true",within_slo="false"} ${10 * scrapes}`,
+        `kinference_slo_requests_total{route="overflow",leavable="true",within_slo="true"} ${3 * scrapes}`,
+        `kinference_slo_requests_total{route="local",leavable="false",within_slo="true"} ${7 * scrapes}`,
+        `kinference_slo_requests_total{route="local",leavable="false",within_slo="false"} ${1 * scrapes}`,
+        `kinference_admission_calibration_total{pod="gpu-0",within_quantile="true"} ${19 * scrapes}`,
+        `kinference_admission_calibration_total{pod="gpu-0",within_quantile="false"} ${1 * scrapes}`,
+        `kinference_pod_ttft_seconds_sum{pod="gpu-0",source="measured"} ${0.2 * scrapes}`,
+        `kinference_pod_ttft_seconds_count{pod="gpu-0",source="measured"} ${scrapes}`,
+        `kinference_pod_ttft_seconds_sum{pod="gpu-0",source="predicted"} ${0.18 * scrapes}`,
+        `kinference_pod_ttft_seconds_count{pod="gpu-0",source="predicted"} ${scrapes}`,
+      ];
+      res.writeHead(200, { 'content-type': 'text/plain' }).end(lines.join('\n') + '\n');
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const other = await browser.newPage({ viewport: { width: 1220, height: 900 } });
+    try {
+      await other.goto(`http://127.0.0.1:${(server.address() as AddressInfo).port}/ui`);
+      await waitFor(async () => Number(await other.evaluate(() => document.body.dataset.polls ?? 0)) >= 3, 10_000, 'three polls');
+      const rows = await other.$$eval('#attainment tbody tr', (trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent)));
+      // Every poll adds the same mix, so the window and all-time shares agree: 90 %, 87.5 %, 100 %.
+      assert.deepEqual(rows.map((r) => [r[0], r[1], r[3], r[4]]), [
+        ['local', 'no', '87.5%', '87.5%'],
+        ['local', 'yes', '90.0%', '90.0%'],
+        ['overflow', 'yes', '100.0%', '100.0%'],
+      ]);
+      assert.ok(await other.$('#attainment-chart svg polyline'), 'the attainment chart is drawn');
+      const ttft = await other.$$eval('#ttft tbody tr td', (tds) => tds.map((td) => td.textContent));
+      assert.equal(ttft[4], '95.0%', 'share within the predicted quantile');
+      assert.match((await other.textContent('#policies')) ?? '', /two policies tie/);
+    } finally {
+      await other.close();
+      server.closeAllConnections();
+      server.close();
+    }
   });
 
   it('keeps drawing under load, and the screenshot shows it', async () => {
