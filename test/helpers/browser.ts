@@ -24,6 +24,9 @@ export async function launchChromium(): Promise<LaunchedBrowser> {
   }
   const { default: packaged } = await import('@sparticuz/chromium');
   const executablePath = await packaged.executablePath();
-  const browser = await chromium.launch({ executablePath, args: [...packaged.args, ...QUIET], headless: true });
+  // Its defaults are for AWS Lambda: --single-process there, where closing one page can take the
+  // whole browser down; a test machine runs it multi-process.
+  const args = packaged.args.filter((a) => a !== '--single-process');
+  const browser = await chromium.launch({ executablePath, args: [...args, ...QUIET], headless: true });
   return { browser, source: 'packaged', executablePath };
 }
