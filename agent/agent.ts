@@ -11,6 +11,8 @@ import { peerPodScreen } from './cluster/peer-pods.ts';
 import { classifyRequest, UNSCANNED_TAG, type Classification } from './classify/classify.ts';
 import { compileDetectors, type CustomDetector, type DetectorSpec } from './classify/custom.ts';
 import { createPodDispatcher } from './forward/pod.ts';
+import { credentialFor } from './forward/headers.ts';
+import { randomUUID } from 'node:crypto';
 import { registerGossipMetrics } from './gossip/metrics.ts';
 import { GossipNode, parseHostPort } from './gossip/node.ts';
 import { loadPolicies, MAX_EXCLUDE_WINDOW_MS } from './policy/schema.ts';
@@ -35,6 +37,8 @@ export interface AgentDeps {
   now?: () => number;
   rand?: () => number;
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
+  /** Where sampled per-request JSON lines go (default: stdout). */
+  requestLog?: (line: string) => void;
 }
 
 export interface RunningAgent {
@@ -224,6 +228,12 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
           return provider?.supports(request.kind, request.model) && breakers.get(name).state(at) !== 'open';
         })
       : [];
+    if (verdict.allowed && usable.length === 0) {
+      // Say why when the policy's providers can never take this kind of request (Bedrock and
+      // /v1/responses), rather than "may overflow" on a request that then gets 429.
+      const refusals = policy.overflow.providers.map((name) => providers.get(name)?.refusal?.(request.kind)).filter((r): r is string => r !== undefined);
+      if (refusals.length === policy.overflow.providers.length) return { allowed: false, reason: refusals.join('; '), providers: [] };
+    }
     return { ...verdict, providers: usable };
   };
   const trustTenantHeader = settings.discovery === 'static' || settings.tenantHeaderExplicit;
@@ -258,19 +268,33 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
       maxBodyBytes: settings.limits.maxBodyBytes,
       maxRetries: settings.limits.maxRetries,
       maxWaiting: settings.limits.maxWaiting,
+      maxLabelValues: settings.limits.maxLabelValues,
       pod: { connectMs: settings.limits.podConnectTimeoutMs, idleMs: settings.limits.podIdleTimeoutMs },
     },
     now,
     rand,
+    newRequestId: randomUUID,
+    requestLog: { sample: settings.requestLogSample, write: deps.requestLog ?? ((line) => process.stdout.write(`${line}\n`)) },
+    podAuth: (pod): Record<string, string> => {
+      const key = credentialFor(pod, settings.podCredentials);
+      if (!key) return {};
+      try {
+        return { authorization: `Bearer ${resolveSecret(key)}` };
+      } catch (error) {
+        // Sent without a key, the pod answers 401, which fails over to another pod and says why.
+        log('warn', `pod ${pod.namespace}/${pod.name}: ${(error as Error).message}`);
+        return {};
+      }
+    },
     identify: identity,
     classify: classifyCounted,
     isKnownModel,
     policyFor,
     leaveVerdict,
     pool,
-    overflow: async (request, parsed, names, signal) => {
+    overflow: async (request, parsed, names, signal, headers) => {
       const chain = names.map((n) => providers.get(n)).filter((p): p is ClosableProvider => p !== undefined);
-      const result = await tryProviders(chain, { kind: request.kind, model: request.model, body: parsed.body, signal }, {
+      const result = await tryProviders(chain, { kind: request.kind, model: request.model, body: parsed.body, signal, headers }, {
         breakers,
         now,
         onAttempt: (a) => metrics.providerRequests.inc({ provider: a.provider, outcome: a.outcome === 'answered' ? (a.status && a.status >= 400 ? 'client_error' : 'ok') : a.outcome }),

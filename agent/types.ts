@@ -84,7 +84,7 @@ export interface RouteRequest {
   stream: boolean;
 }
 
-export type RequestKind = 'chat' | 'completions' | 'embeddings';
+export type RequestKind = 'chat' | 'completions' | 'embeddings' | 'responses';
 
 export type ExcludeMetric = 'queued' | 'running' | 'kvCache' | 'predictedTTFT';
 

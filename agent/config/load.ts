@@ -27,6 +27,14 @@ export interface Limits {
   classifyMaxChars: number;
   classifyMaxDepth: number;
   classifyMaxValues: number;
+  maxLabelValues: number;
+}
+
+/** The key sent to matching model-server pods: `pod` (NAME or NAMESPACE/NAME) beats `namespace` beats neither. */
+export interface PodCredential {
+  namespace?: string;
+  pod?: string;
+  apiKey: SecretRef;
 }
 
 export interface GossipSettings {
@@ -58,6 +66,9 @@ export interface AgentSettings {
   limits: Limits;
   kubernetes: NonNullable<AgentConfigFile['kubernetes']>;
   logLevel: 'debug' | 'info' | 'warn' | 'error';
+  podCredentials: PodCredential[];
+  /** Share of requests (0..1) that write a JSON log line; 0 = off. */
+  requestLogSample: number;
 }
 
 export const DEFAULT_LIMITS: Limits = {
@@ -71,6 +82,7 @@ export const DEFAULT_LIMITS: Limits = {
   classifyMaxChars: DEFAULT_SCAN_LIMITS.maxChars,
   classifyMaxDepth: DEFAULT_SCAN_LIMITS.maxDepth,
   classifyMaxValues: DEFAULT_SCAN_LIMITS.maxNodes,
+  maxLabelValues: 100,
 };
 
 export const DEFAULT_PROVIDER_TIMEOUT_MS = 10_000;
@@ -241,9 +253,12 @@ export function settingsFromObject(input: unknown, source = 'config', env: NodeJ
       classifyMaxChars: limits.classifyMaxChars ?? DEFAULT_LIMITS.classifyMaxChars,
       classifyMaxDepth: limits.classifyMaxDepth ?? DEFAULT_LIMITS.classifyMaxDepth,
       classifyMaxValues: limits.classifyMaxValues ?? DEFAULT_LIMITS.classifyMaxValues,
+      maxLabelValues: limits.maxLabelValues ?? DEFAULT_LIMITS.maxLabelValues,
     },
     kubernetes: file.kubernetes ?? {},
     logLevel: file.logLevel ?? 'info',
+    podCredentials: file.podCredentials ?? [],
+    requestLogSample: file.requestLog?.sample ?? 0,
   };
 }
 

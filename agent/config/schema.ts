@@ -63,6 +63,8 @@ const Limits = Type.Object(
     classifyMaxDepth: Type.Optional(Type.Integer({ minimum: 4, maximum: 256 })),
     /** JSON values (strings, numbers, objects, arrays) classification visits; past it: `unscanned`. */
     classifyMaxValues: Type.Optional(Type.Integer({ minimum: 100 })),
+    /** Distinct values a metric's `model` or `policy` label may take; the rest count as "other". */
+    maxLabelValues: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000 })),
   },
   { additionalProperties: false },
 );
@@ -76,6 +78,18 @@ const DetectorConfig = Type.Object(
     pattern: Type.Optional(Type.String({ minLength: 1, maxLength: 1024 })),
     ignoreCase: Type.Optional(Type.Boolean()),
   },
+  { additionalProperties: false },
+);
+
+/** The API key a model-server pod was started with (`vllm --api-key`): for every pod, a namespace's, or one pod's. */
+const PodCredential = Type.Object(
+  { namespace: Type.Optional(Name), pod: Type.Optional(Name), apiKey: SecretRef },
+  { additionalProperties: false },
+);
+
+/** One JSON line per request on stdout, for a sampled share of requests (0: off). */
+const RequestLog = Type.Object(
+  { sample: Type.Number({ minimum: 0, maximum: 1 }) },
   { additionalProperties: false },
 );
 
@@ -125,6 +139,8 @@ export const AgentConfigSchema = Type.Object(
     detectors: Type.Optional(Type.Array(DetectorConfig, { maxItems: 64 })),
     namespaces: Type.Optional(Type.Record(Type.String(), Type.Record(Type.String(), Type.String()))),
     limits: Type.Optional(Limits),
+    podCredentials: Type.Optional(Type.Array(PodCredential)),
+    requestLog: Type.Optional(RequestLog),
     kubernetes: Type.Optional(Kubernetes),
     logLevel: Type.Optional(Type.Union([Type.Literal('debug'), Type.Literal('info'), Type.Literal('warn'), Type.Literal('error')])),
   },

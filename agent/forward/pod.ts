@@ -48,7 +48,8 @@ function describe(error: unknown): string {
 
 /**
  * POST `body` to `http://address/path`. Resolves once the first body byte is in hand, or with a
- * failure. Never rejects.
+ * failure. Never rejects. `headers` are the only request headers besides the defaults: the
+ * client's own (its Authorization above all) never reach the pod.
  */
 export async function sendToPod(
   dispatcher: Agent,
@@ -58,6 +59,7 @@ export async function sendToPod(
   clientSignal: AbortSignal,
   timeouts: PodTimeouts,
   now: () => number = performance.now.bind(performance),
+  headers: Record<string, string> = {},
 ): Promise<PodAttempt> {
   const controller = new AbortController();
   const onClientGone = () => controller.abort(new Error('client disconnected'));
@@ -67,7 +69,7 @@ export async function sendToPod(
   try {
     const response = await request(`http://${address}${path}`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers },
       body,
       signal: controller.signal,
       dispatcher,
@@ -77,6 +79,11 @@ export async function sendToPod(
     const contentType = String(response.headers['content-type'] ?? 'application/json');
     if (response.statusCode >= 400) {
       const bytes = new Uint8Array(await response.body.arrayBuffer());
+      if (response.statusCode === 401 || response.statusCode === 403) {
+        // The pod rejected the agent's key (podCredentials), not the client: never pass its 401 on
+        // as if the app were at fault; another pod (with the right key) may serve.
+        return { ok: false, retryable: true, status: 502, error: `pod rejected the agent's credentials (HTTP ${response.statusCode}): check podCredentials` };
+      }
       // 429 (queue full) and 5xx are the pod's trouble: another pod may do better.
       const retryable = response.statusCode === 429 || response.statusCode >= 500;
       return { ok: false, retryable, status: response.statusCode, body: bytes, contentType, error: `pod answered ${response.statusCode}` };

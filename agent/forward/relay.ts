@@ -6,7 +6,11 @@ import { SSE_DONE, sseErrorFrame } from '../../shared/openai/errors.ts';
 export interface RelayHooks {
   /** Called once when the relay ends: ok = the upstream body completed. */
   onEnd(outcome: { ok: boolean; error?: string; bytes: number }): void;
+  /** What ends an event stream that broke (default: an OpenAI error event, then `data: [DONE]`). */
+  brokenStreamEnd?: (message: string) => string;
 }
+
+const chatStreamEnd = (message: string) => sseErrorFrame(502, message, { code: 'upstream_stream_error' }) + SSE_DONE;
 
 export function relayStream(
   first: Uint8Array | undefined,
@@ -45,8 +49,7 @@ export function relayStream(
           const message = `upstream failed mid-stream: ${(error as Error).message ?? error}`;
           end(false, message);
           if (isEventStream) {
-            controller.enqueue(encoder.encode(sseErrorFrame(502, message, { code: 'upstream_stream_error' })));
-            controller.enqueue(encoder.encode(SSE_DONE));
+            controller.enqueue(encoder.encode((hooks.brokenStreamEnd ?? chatStreamEnd)(message)));
             controller.close();
           } else {
             controller.error(error);

@@ -54,6 +54,17 @@ export function converseUrl(endpoint: string, modelId: string, stream: boolean):
   return new URL(`${base}/model/${encodeURIComponent(modelId)}/${stream ? 'converse-stream' : 'converse'}`);
 }
 
+/** Why a Bedrock provider cannot take a request of this kind (it is never sent). */
+export function bedrockRefusal(name: string, kind: RequestKind): string {
+  const why: Record<RequestKind, string> = {
+    chat: '',
+    completions: 'Converse always applies a chat template, which would change a raw completion',
+    embeddings: 'embeddings are a different Bedrock API',
+    responses: 'Bedrock has no Responses API for these models (Converse is chat only)',
+  };
+  return `provider ${name} (bedrock) serves chat completions only: ${why[kind]}`;
+}
+
 export function createBedrockProvider(settings: ProviderSettings, deps: BedrockDeps = {}): ClosableProvider {
   const name = settings.name;
   const region = bedrockRegion(settings);
@@ -108,7 +119,7 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
       return errorResponse(404, `model ${call.model} is not offered by provider ${name}`, { code: 'model_not_found', param: 'model' });
     }
     if (call.kind !== 'chat') {
-      return errorResponse(400, `provider ${name} serves chat completions only`, { code: 'unsupported_request' });
+      return errorResponse(400, bedrockRefusal(name, call.kind), { code: 'unsupported_request' });
     }
     let converse: ConverseRequest;
     try {
@@ -121,6 +132,7 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
     const url = converseUrl(endpoint, modelId, stream);
     const body = JSON.stringify(converse);
     const { headers, secrets } = await authorize(url, {
+      ...call.headers,
       'content-type': 'application/json',
       accept: stream ? 'application/vnd.amazon.eventstream' : 'application/json',
     }, body);
@@ -240,6 +252,7 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
     kind: 'bedrock',
     models: Object.keys(settings.models),
     supports: (kind: RequestKind, model: string) => kind === 'chat' && Object.hasOwn(settings.models, model),
+    refusal: (kind: RequestKind) => (kind === 'chat' ? undefined : bedrockRefusal(name, kind)),
     send,
     close: async () => {
       await ownDispatcher?.close();

@@ -30,13 +30,15 @@ const ROUTES: Record<RequestKind, string> = {
   chat: 'chat/completions',
   completions: 'completions',
   embeddings: 'embeddings',
+  responses: 'responses',
 };
 
 /** The URL one call goes to. Pure. */
 export function openAIUrl(settings: ProviderSettings, kind: RequestKind, providerModel: string): URL {
   const base = (settings.endpoint ?? DEFAULT_OPENAI_ENDPOINT).replace(/\/+$/, '');
   if (settings.azureApiVersion !== undefined) {
-    const url = new URL(`${base}/openai/deployments/${encodeURIComponent(providerModel)}/${ROUTES[kind]}`);
+    // Azure serves the Responses API beside the deployments, the deployment named in `model`.
+    const url = kind === 'responses' ? new URL(`${base}/openai/responses`) : new URL(`${base}/openai/deployments/${encodeURIComponent(providerModel)}/${ROUTES[kind]}`);
     url.searchParams.set('api-version', settings.azureApiVersion);
     return url;
   }
@@ -195,6 +197,7 @@ export function createOpenAIProvider(settings: ProviderSettings, deps: ProviderD
       headers: {
         'content-type': 'application/json',
         accept: wantsStream ? 'text/event-stream' : 'application/json',
+        ...call.headers,
         ...authHeaders(settings, key),
       },
       body: JSON.stringify({ ...call.body, model: providerModel }),

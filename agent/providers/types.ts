@@ -10,6 +10,8 @@ export interface ProviderCall {
   body: Record<string, unknown>;
   /** Aborted when the client leaves or the provider timeout passes. */
   signal: AbortSignal;
+  /** Sent as they are: the request id and the client's W3C trace context. */
+  headers?: Record<string, string>;
 }
 
 export interface Provider {
@@ -18,6 +20,8 @@ export interface Provider {
   /** Client-facing model names this provider can serve (keys of its `models` map). */
   readonly models: readonly string[];
   supports(kind: RequestKind, model: string): boolean;
+  /** Why this provider can never take requests of this kind (shown to the client), if so. */
+  refusal?(kind: RequestKind): string | undefined;
   /**
    * Sends the call. Resolves with an OpenAI-shaped Response (JSON, or SSE when body.stream),
    * whatever the upstream protocol; a non-2xx status carries an OpenAI error body.

@@ -3,6 +3,9 @@ import { Hono } from 'hono';
 import { getConnInfo } from '@hono/node-server/conninfo';
 import { errorResponse } from '../../shared/openai/errors.ts';
 import type { RequestPath } from './inference.ts';
+import { handlePassthrough, PASSTHROUGH_PATHS } from './passthrough.ts';
+import { requestIdFor } from '../forward/headers.ts';
+import { randomUUID } from 'node:crypto';
 
 export interface ApiDeps {
   requestPath: RequestPath;
@@ -21,6 +24,12 @@ export function createApiApp(deps: ApiDeps): Hono {
       return undefined;
     }
   };
+  // Every answer carries a request id: the request path sets the one it sent upstream; the rest
+  // (model list, unknown routes, draining) get the client's or a fresh one here.
+  app.use('*', async (c, next) => {
+    await next();
+    if (!c.res.headers.has('x-request-id')) c.res.headers.set('x-request-id', requestIdFor(c.req.header('x-request-id') ?? null, randomUUID));
+  });
   app.use('*', async (c, next) => {
     if (!deps.accepting()) return errorResponse(503, 'this agent is shutting down', { code: 'draining', headers: { 'retry-after': '1', connection: 'close' } });
     await next();
@@ -28,6 +37,11 @@ export function createApiApp(deps: ApiDeps): Hono {
   app.post('/v1/chat/completions', (c) => deps.requestPath.handle('chat', c.req.raw, remoteIp(c)));
   app.post('/v1/completions', (c) => deps.requestPath.handle('completions', c.req.raw, remoteIp(c)));
   app.post('/v1/embeddings', (c) => deps.requestPath.handle('embeddings', c.req.raw, remoteIp(c)));
+  app.post('/v1/responses', (c) => deps.requestPath.handle('responses', c.req.raw, remoteIp(c)));
+  for (const path of PASSTHROUGH_PATHS) {
+    const api = path.replace(/^\/v\d\//, '/').slice(1); // the metric's api label: rerank, audio/speech, …
+    app.post(path, (c) => handlePassthrough(deps.requestPath, api, c.req.raw, remoteIp(c)));
+  }
   app.get('/v1/models', (c) => {
     const created = Math.floor(Date.now() / 1000);
     const data = deps.models().map((id) => ({ id, object: 'model', created, owned_by: 'kinference' }));

@@ -1,7 +1,7 @@
 // The life of one inference request: validate, identify, classify, resolve policy, then decide
 // and act until answered — forward to a pod (retrying another before the first byte), overflow
 // to providers, wait for a pod, or reject. Every answer says where it went.
-import { errorResponse } from '../../shared/openai/errors.ts';
+import { errorResponse, responsesErrorEvent } from '../../shared/openai/errors.ts';
 import { relayStream, readRest } from '../forward/relay.ts';
 import { sendToPod, type PodTimeouts } from '../forward/pod.ts';
 import type { Agent as Dispatcher } from 'undici';
@@ -9,15 +9,28 @@ import { estimatePromptTokens } from '../predict/tokens.ts';
 import { candidateName, decide, type Decision, type LeaveVerdict } from '../route/router.ts';
 import type { Candidate } from '../route/candidate.ts';
 import type { EffectivePolicy, RequestKind, RouteRequest } from '../types.ts';
-import type { Metrics } from './metrics.ts';
+import { BoundedLabel, type Metrics } from './metrics.ts';
 import { parseInferenceRequest, readBoundedBody, RequestError, type ParsedRequest } from './request.ts';
 import type { Identity } from './identify.ts';
+import { logLine, onBodyEnd, overflowReason, usageOf, type RequestRecord } from './evidence.ts';
+import { propagatedHeaders, requestIdFor } from '../forward/headers.ts';
 
 export const UPSTREAM_PATHS: Record<RequestKind, string> = {
   chat: '/v1/chat/completions',
   completions: '/v1/completions',
   embeddings: '/v1/embeddings',
+  responses: '/v1/responses',
 };
+
+/** One request's context along the path: its id, what goes upstream with it, and its record. */
+export interface RequestContext {
+  record: RequestRecord;
+  /** x-request-id and the client's trace context, for pods and providers. */
+  upstreamHeaders: Record<string, string>;
+  started: number;
+  /** How the last pod tried failed before its first byte (safe to show: codes, statuses). */
+  lastPodError?: string;
+}
 
 export type OverflowResult =
   | { ok: true; response: Response }
@@ -28,9 +41,15 @@ export type OverflowResult =
 export interface RequestPathDeps {
   metrics: Metrics;
   dispatcher: Dispatcher;
-  limits: { maxBodyBytes: number; maxRetries: number; maxWaiting: number } & { pod: PodTimeouts };
+  limits: { maxBodyBytes: number; maxRetries: number; maxWaiting: number; maxLabelValues: number } & { pod: PodTimeouts };
   now: () => number;
   rand: () => number;
+  /** A fresh request id when the client sent none. */
+  newRequestId: () => string;
+  /** Share of requests (0..1) that write a JSON log line, and where the lines go. */
+  requestLog: { sample: number; write(line: string): void };
+  /** Headers that authenticate the agent to this pod (its configured API key), if any. */
+  podAuth(pod: Candidate['pod']): Record<string, string>;
   identify(req: Request, remoteIp: string | undefined): Identity;
   classify(headerTags: string | null, body: Record<string, unknown>): string[];
   isKnownModel(model: string): boolean;
@@ -46,7 +65,7 @@ export interface RequestPathDeps {
     nextChange(timeoutMs: number, signal: AbortSignal): Promise<'change' | 'timeout' | 'aborted'>;
   };
   /** Tries the providers in order: their answer, or why none answered. */
-  overflow(request: RouteRequest, parsed: ParsedRequest, providers: readonly string[], signal: AbortSignal): Promise<OverflowResult>;
+  overflow(request: RouteRequest, parsed: ParsedRequest, providers: readonly string[], signal: AbortSignal, headers: Record<string, string>): Promise<OverflowResult>;
 }
 
 export function withHeaders(response: Response, headers: Record<string, string>): Response {
@@ -55,9 +74,10 @@ export function withHeaders(response: Response, headers: Record<string, string>)
   return new Response(response.body, { status: response.status, headers: merged });
 }
 
-/** 502 after every pod tried failed before its first byte. */
-function podsFailed(attempts: number): Response {
-  return errorResponse(502, `the model server failed before answering (tried ${attempts} pod${attempts > 1 ? 's' : ''})`, { code: 'upstream_failed' });
+/** 502 after every pod tried failed before its first byte; says how the last one failed. */
+export function podsFailed(attempts: number, lastError?: string): Response {
+  const last = lastError ? `; last: ${lastError}` : '';
+  return errorResponse(502, `the model server failed before answering (tried ${attempts} pod${attempts > 1 ? 's' : ''}${last})`, { code: 'upstream_failed' });
 }
 
 function retryAfterSeconds(policy: EffectivePolicy): string {
@@ -67,9 +87,13 @@ function retryAfterSeconds(policy: EffectivePolicy): string {
 export class RequestPath {
   readonly deps: RequestPathDeps;
   #waiting = 0;
+  readonly #modelLabel: BoundedLabel;
+  readonly #policyLabel: BoundedLabel;
 
   constructor(deps: RequestPathDeps) {
     this.deps = deps;
+    this.#modelLabel = new BoundedLabel(deps.limits.maxLabelValues);
+    this.#policyLabel = new BoundedLabel(deps.limits.maxLabelValues);
   }
 
   /** The routing input for a parsed request (also used by /explain). */
@@ -80,7 +104,7 @@ export class RequestPath {
       tenant: identity.tenant,
       namespace: identity.namespace,
       tags,
-      promptTokens: estimatePromptTokens(parsed.body),
+      promptTokens: estimatePromptTokens(parsed.kind === 'responses' ? responsesPromptView(parsed.body) : parsed.body),
       stream: parsed.stream,
     };
   }
@@ -91,35 +115,61 @@ export class RequestPath {
     return decide({ request, policy, candidates: this.deps.pool.candidates(), leave: this.deps.leaveVerdict(policy, request), rand: this.deps.rand });
   }
 
-  async handle(kind: RequestKind, req: Request, remoteIp: string | undefined): Promise<Response> {
+  /** Runs `serve` for one request with its id, metrics and (sampled) log line; both the
+   *  inference routes and the passthrough routes go through here. */
+  async serve(api: string, req: Request, serve: (ctx: RequestContext) => Promise<Response>): Promise<Response> {
     const { metrics } = this.deps;
+    const started = this.deps.now();
+    const requestId = requestIdFor(req.headers.get('x-request-id'), this.deps.newRequestId);
+    const ctx: RequestContext = {
+      started,
+      upstreamHeaders: propagatedHeaders(req.headers, requestId),
+      record: { time: new Date().toISOString(), requestId, api, tags: [], route: 'rejected', status: 0, outcome: 'error', stream: false, podAttempts: 0, waitedMs: 0 },
+    };
     metrics.inFlight.inc();
-    let route = 'rejected';
-    let outcome = 'error';
+    let response: Response;
     try {
-      const response = await this.#handle(kind, req, remoteIp);
-      route = response.headers.get('x-kinference-route')?.split('/')[0] ?? 'rejected';
-      outcome = response.ok ? 'ok' : String(response.status);
-      return response;
+      response = await serve(ctx);
     } catch (error) {
       if (error instanceof RequestError) {
-        outcome = String(error.status);
-        return errorResponse(error.status, error.message, { param: error.param, code: error.code });
+        response = errorResponse(error.status, error.message, { param: error.param, code: error.code });
+      } else if (req.signal.aborted) {
+        response = errorResponse(499, 'client closed the request', { code: 'client_closed' });
+      } else {
+        console.error('kinference: unexpected error on the request path', error);
+        response = errorResponse(500, 'internal error in the agent', { type: 'server_error' });
       }
-      if (req.signal.aborted) {
-        outcome = 'cancelled';
-        return errorResponse(499, 'client closed the request', { code: 'client_closed' });
-      }
-      console.error('kinference: unexpected error on the request path', error);
-      return errorResponse(500, 'internal error in the agent', { type: 'server_error' });
     } finally {
       metrics.inFlight.dec();
-      metrics.requests.inc({ api: kind, route, outcome });
     }
+    const r = ctx.record;
+    r.route = response.headers.get('x-kinference-route') ?? 'rejected';
+    r.status = response.status;
+    r.outcome = response.status === 499 ? 'cancelled' : response.ok ? 'ok' : String(response.status);
+    metrics.requests.inc({
+      api,
+      route: r.route.split('/')[0],
+      outcome: r.outcome,
+      model: r.model === undefined ? 'none' : this.#modelLabel.value(r.model),
+      policy: r.policy === undefined ? 'none' : this.#policyLabel.value(r.policy),
+    });
+    response.headers.set('x-request-id', requestId);
+    const { requestLog } = this.deps;
+    if (requestLog.sample <= 0 || this.deps.rand() >= requestLog.sample) return response;
+    return onBodyEnd(response, (ok) => {
+      if (!ok && r.outcome === 'ok') r.outcome = 'broken';
+      r.durationMs = Math.round(this.deps.now() - started);
+      requestLog.write(logLine(r));
+    });
   }
 
-  async #handle(kind: RequestKind, req: Request, remoteIp: string | undefined): Promise<Response> {
+  handle(kind: RequestKind, req: Request, remoteIp: string | undefined): Promise<Response> {
+    return this.serve(kind, req, (ctx) => this.#handle(kind, req, remoteIp, ctx));
+  }
+
+  async #handle(kind: RequestKind, req: Request, remoteIp: string | undefined, ctx: RequestContext): Promise<Response> {
     const deps = this.deps;
+    const record = ctx.record;
     // Pods get the client's bytes as they came: no re-serialisation on the hot path.
     const body = await readBoundedBody(req, deps.limits.maxBodyBytes);
     const parsed = parseInferenceRequest(kind, body);
@@ -130,6 +180,7 @@ export class RequestPath {
     const tags = deps.classify(req.headers.get('x-kinference-tags'), parsed.body);
     const request = this.routeRequest(parsed, identity, tags);
     const policy = deps.policyFor(identity, parsed.model);
+    Object.assign(record, { model: parsed.model, tenant: identity.tenant, namespace: identity.namespace, policy: policy.name, tags, stream: parsed.stream, promptTokensEstimate: request.promptTokens });
     const started = deps.now();
     const tried = new Set<string>();
     let podAttempts = 0;
@@ -148,22 +199,37 @@ export class RequestPath {
         }
         const chosen = decision.chosen.candidate;
         podAttempts++;
-        const answer = await this.#sendToPod(chosen, parsed, body, request, decision.predictedTtftMs, req.signal);
+        record.podAttempts = podAttempts;
+        record.predictedTtftMs = Math.round(decision.predictedTtftMs * 10) / 10;
+        const answer = await this.#sendToPod(chosen, parsed, body, request, decision.predictedTtftMs, req.signal, ctx);
         if (answer) return answer;
         tried.add(chosen.pod.uid);
         if (req.signal.aborted) throw new Error('client gone');
-        if (podAttempts > deps.limits.maxRetries) return podsFailed(podAttempts);
+        if (podAttempts > deps.limits.maxRetries) return podsFailed(podAttempts, ctx.lastPodError);
         deps.metrics.retries.inc();
         continue;
       }
 
       // Every pod we could try failed before answering: overflow if allowed, else say so (502);
       // waiting for a pod that just failed would only delay the same answer.
-      if (podAttempts > 0 && (decision.action === 'wait' || decision.action === 'reject')) return podsFailed(podAttempts);
+      if (podAttempts > 0 && (decision.action === 'wait' || decision.action === 'reject')) return podsFailed(podAttempts, ctx.lastPodError);
 
       if (decision.action === 'overflow') {
-        const result = await deps.overflow(request, parsed, decision.providers, req.signal);
-        if (result.ok) return result.response;
+        const reason = overflowReason(decision.dropped, podAttempts);
+        record.overflowReason = reason;
+        delete record.predictedTtftMs;
+        const sent = deps.now();
+        const result = await deps.overflow(request, parsed, decision.providers, req.signal, ctx.upstreamHeaders);
+        if (result.ok) {
+          // Time to the provider's answer as the client sees it: headers for a stream (the chain
+          // reads a Bedrock stream's first event first), the whole JSON otherwise.
+          const ttftMs = deps.now() - sent;
+          record.ttftMs = Math.round(ttftMs * 10) / 10;
+          const provider = result.response.headers.get('x-kinference-route')?.slice('overflow/'.length) ?? 'unknown';
+          deps.metrics.overflows.inc({ provider, reason });
+          deps.metrics.upstreamTtft.observe({ route: 'overflow', stream: String(parsed.stream) }, ttftMs / 1000);
+          return result.response;
+        }
         return errorResponse(result.status, `no pod can answer in time and ${result.message}`, {
           code: result.status === 503 ? 'providers_unavailable' : 'providers_failed',
           headers: { 'retry-after': retryAfterSeconds(policy) },
@@ -171,21 +237,10 @@ export class RequestPath {
       }
 
       if (decision.action === 'wait') {
-        if (this.#waiting >= deps.limits.maxWaiting) {
-          deps.metrics.waits.inc({ outcome: 'full' });
+        if ((await this.waitForChange(decision.maxWaitMs, req.signal, record)) === 'full') {
           return errorResponse(429, 'too many requests are already waiting for a pod', { code: 'wait_queue_full', headers: { 'retry-after': retryAfterSeconds(policy) } });
         }
-        this.#waiting++;
         waited = true;
-        try {
-          const woke = await deps.pool.nextChange(decision.maxWaitMs, req.signal);
-          if (woke === 'aborted') {
-            deps.metrics.waits.inc({ outcome: 'cancelled' });
-            throw new Error('client gone');
-          }
-        } finally {
-          this.#waiting--;
-        }
         continue;
       }
 
@@ -197,6 +252,31 @@ export class RequestPath {
     }
   }
 
+  /**
+   * Waits (at most `maxMs`) for any candidate to change, within the bound on waiting requests:
+   * 'full' when that many wait already. Throws when the client leaves. Adds the wait to the record.
+   */
+  async waitForChange(maxMs: number, signal: AbortSignal, record: RequestRecord): Promise<'change' | 'timeout' | 'full'> {
+    const deps = this.deps;
+    if (this.#waiting >= deps.limits.maxWaiting) {
+      deps.metrics.waits.inc({ outcome: 'full' });
+      return 'full';
+    }
+    this.#waiting++;
+    const waitStarted = deps.now();
+    try {
+      const woke = await deps.pool.nextChange(maxMs, signal);
+      record.waitedMs = Math.round(record.waitedMs + deps.now() - waitStarted);
+      if (woke === 'aborted') {
+        deps.metrics.waits.inc({ outcome: 'cancelled' });
+        throw new Error('client gone');
+      }
+      return woke;
+    } finally {
+      this.#waiting--;
+    }
+  }
+
   /** One attempt at one pod. Undefined: it failed before the first byte and another may be tried. */
   async #sendToPod(
     candidate: Candidate,
@@ -205,11 +285,13 @@ export class RequestPath {
     request: RouteRequest,
     predictedMs: number,
     signal: AbortSignal,
+    ctx: RequestContext,
   ): Promise<Response | undefined> {
     const deps = this.deps;
     const route = candidateName(candidate);
     const ticket = deps.pool.begin(candidate, request.promptTokens);
-    const attempt = await sendToPod(deps.dispatcher, candidate.pod.address, UPSTREAM_PATHS[parsed.kind], body, signal, deps.limits.pod);
+    const headersOut = { ...ctx.upstreamHeaders, ...deps.podAuth(candidate.pod) };
+    const attempt = await sendToPod(deps.dispatcher, candidate.pod.address, UPSTREAM_PATHS[parsed.kind], body, signal, deps.limits.pod, undefined, headersOut);
     const headers = {
       'x-kinference-route': route,
       'x-kinference-predicted-ttft-ms': String(Math.round(predictedMs)),
@@ -217,6 +299,7 @@ export class RequestPath {
     if (!attempt.ok) {
       ticket.end(false);
       if (attempt.retryable) {
+        ctx.lastPodError = attempt.error;
         deps.pool.markFailed(candidate);
         return undefined;
       }
@@ -224,20 +307,31 @@ export class RequestPath {
       return new Response((attempt.body ?? null) as BodyInit | null, { status: attempt.status ?? 502, headers: { 'content-type': attempt.contentType ?? 'application/json', ...headers } });
     }
     const routeLabel = candidate.where;
+    const streamLabel = String(parsed.stream);
+    ctx.record.ttftMs = Math.round(attempt.firstByteMs * 10) / 10;
+    // Non-streamed answers arrive whole, so their first byte is the whole answer: recorded under
+    // stream="false" for the operator, never taught to the predictor (that would teach it
+    // generation time as if it were queueing).
+    deps.metrics.upstreamTtft.observe({ route: routeLabel, stream: streamLabel }, attempt.firstByteMs / 1000);
+    if (candidate.where === 'local' && attempt.firstByteMs > 0) {
+      deps.metrics.predictionError.observe({ stream: streamLabel }, Math.abs(predictedMs - attempt.firstByteMs) / attempt.firstByteMs);
+    }
     if (parsed.stream) {
       ticket.firstByte(attempt.firstByteMs);
-      deps.metrics.upstreamTtft.observe({ route: routeLabel }, attempt.firstByteMs / 1000);
-      if (candidate.where === 'local' && attempt.firstByteMs > 0) {
-        deps.metrics.predictionError.observe(Math.abs(predictedMs - attempt.firstByteMs) / attempt.firstByteMs);
+      if (candidate.where === 'local') {
+        deps.metrics.podTtft.observe({ pod: candidate.pod.name, source: 'measured' }, attempt.firstByteMs / 1000);
+        deps.metrics.podTtft.observe({ pod: candidate.pod.name, source: 'predicted' }, predictedMs / 1000);
       }
       const stream = relayStream(attempt.first, attempt.rest, attempt.abort, attempt.contentType.includes('event-stream'), {
         onEnd: ({ ok }) => ticket.end(ok),
+        brokenStreamEnd: parsed.kind === 'responses' ? (message) => responsesErrorEvent(message, 'upstream_stream_error') : undefined,
       });
       return new Response(stream, { status: attempt.status, headers: { 'content-type': attempt.contentType, 'cache-control': 'no-cache', ...headers } });
     }
     try {
       const bytes = await readRest(attempt.first, attempt.rest, 64 * 1024 * 1024);
       ticket.end(true);
+      if (deps.requestLog.sample > 0) Object.assign(ctx.record, usageOf(bytes)); // only read when lines may be written
       return new Response(bytes as BodyInit, { status: attempt.status, headers: { 'content-type': attempt.contentType, ...headers } });
     } catch (error) {
       ticket.end(false);
@@ -245,4 +339,12 @@ export class RequestPath {
       return errorResponse(502, `the model server failed while answering: ${(error as Error).message}`, { code: 'upstream_failed', headers });
     }
   }
+}
+
+/** A Responses body seen as chat messages, for the prompt-size estimate: instructions + input items. */
+function responsesPromptView(body: Record<string, unknown>): Record<string, unknown> {
+  const instructions = typeof body.instructions === 'string' ? [{ content: body.instructions }] : [];
+  if (typeof body.input === 'string') return { messages: [...instructions, { content: body.input }] };
+  const items = Array.isArray(body.input) ? (body.input as unknown[]).filter((i) => i && typeof i === 'object') : [];
+  return { messages: [...instructions, ...items] };
 }

@@ -25,21 +25,35 @@ export function createMetrics(options: MetricsOptions = {}) {
     registry,
     requests: new Counter({
       name: 'kinference_requests_total',
-      help: 'Requests handled, by API, route taken (local|peer|overflow|rejected) and outcome.',
-      labelNames: ['api', 'route', 'outcome'] as const,
+      help: 'Requests handled, by API, route taken (local|peer|overflow|rejected), outcome, model and policy (bounded: "other" past limits.maxLabelValues, "none" before either is known).',
+      labelNames: ['api', 'route', 'outcome', 'model', 'policy'] as const,
       registers: [registry],
     }),
     upstreamTtft: new Histogram({
       name: 'kinference_upstream_ttft_seconds',
-      help: 'Time from sending a streamed request upstream to its first byte, by route.',
-      labelNames: ['route'] as const,
+      help: 'Time from sending a request upstream to its first byte, by route (local|peer|overflow) and stream (true: the first token; false: the whole answer, which arrives at once).',
+      labelNames: ['route', 'stream'] as const,
       buckets: TTFT_BUCKETS,
       registers: [registry],
     }),
     predictionError: new Histogram({
       name: 'kinference_prediction_error_ratio',
-      help: 'Absolute relative error of the predicted TTFT against the measured one (local pods).',
+      help: 'Absolute relative error of the predicted TTFT against the measured first byte (local pods), by stream (false: first byte = whole answer, so it includes generation).',
+      labelNames: ['stream'] as const,
       buckets: [0.02, 0.05, 0.1, 0.2, 0.5, 1, 2],
+      registers: [registry],
+    }),
+    podTtft: new Histogram({
+      name: 'kinference_pod_ttft_seconds',
+      help: 'TTFT of streamed requests per local pod: source="measured" (first byte) and source="predicted" (what the router predicted for the same requests).',
+      labelNames: ['pod', 'source'] as const,
+      buckets: TTFT_BUCKETS,
+      registers: [registry],
+    }),
+    overflows: new Counter({
+      name: 'kinference_overflow_total',
+      help: 'Requests answered by a provider, by provider and why no pod took them (over-slo|excluded|stale|unhealthy|no-pod|pods-failed|…).',
+      labelNames: ['provider', 'reason'] as const,
       registers: [registry],
     }),
     retries: new Counter({
@@ -131,3 +145,22 @@ export function createMetrics(options: MetricsOptions = {}) {
 }
 
 export type Metrics = ReturnType<typeof createMetrics>;
+
+/**
+ * Keeps a label's values bounded: the first `max` distinct values pass, later ones read "other".
+ * Models and policies come from configuration, but a config reload or a cluster full of
+ * namespaces must not grow a time series per value without end.
+ */
+export class BoundedLabel {
+  readonly #seen = new Set<string>();
+  readonly #max: number;
+  constructor(max: number) {
+    this.#max = max;
+  }
+  value(v: string): string {
+    if (this.#seen.has(v)) return v;
+    if (this.#seen.size >= this.#max) return 'other';
+    this.#seen.add(v);
+    return v;
+  }
+}

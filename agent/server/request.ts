@@ -82,6 +82,31 @@ function checkPromptLike(body: Record<string, unknown>, param: 'prompt' | 'input
   if (!ok) throw new RequestError(400, `'${param}' must be a string, an array of strings, or token ids`, param, 'invalid_type');
 }
 
+/** Fields of the Responses API that point at state a model server keeps in its own memory. */
+const STATEFUL_RESPONSES_FIELDS = ['previous_response_id', 'conversation'] as const;
+
+function checkResponsesRequest(body: Record<string, unknown>): void {
+  const input = body.input;
+  if (typeof input !== 'string' && !(Array.isArray(input) && input.length > 0)) {
+    throw new RequestError(400, "'input' must be a string or a non-empty array of input items", 'input', 'invalid_type');
+  }
+  // Refused, not routed: each request goes to whichever pod (or provider) answers soonest, and
+  // the state these ids name lives in one model server's memory (vLLM keeps it in-process, and
+  // only with its response store enabled). Sending the whole conversation in `input` works anywhere.
+  for (const field of STATEFUL_RESPONSES_FIELDS) {
+    if (body[field] !== undefined && body[field] !== null) {
+      throw new RequestError(
+        400,
+        `'${field}' is not supported: Kinference routes every request to whichever pod or provider answers soonest, and the state it names lives in one server's memory; send the conversation so far in 'input' instead`,
+        field,
+        'unsupported_parameter',
+      );
+    }
+  }
+  checkOptional(body, 'instructions', (v) => typeof v === 'string', 'a string');
+  checkOptional(body, 'max_output_tokens', positiveInteger, 'a positive integer');
+}
+
 /** Parses and checks a JSON body for one of the OpenAI routes. Throws RequestError (400). */
 export function parseInferenceRequest(kind: RequestKind, bytes: Uint8Array): ParsedRequest {
   if (bytes.byteLength === 0) throw new RequestError(400, 'request body is empty; expected a JSON object', null, 'invalid_json');
@@ -101,6 +126,7 @@ export function parseInferenceRequest(kind: RequestKind, bytes: Uint8Array): Par
   if (kind === 'chat') checkMessages(b.messages);
   if (kind === 'completions') checkPromptLike(b, 'prompt');
   if (kind === 'embeddings') checkPromptLike(b, 'input');
+  if (kind === 'responses') checkResponsesRequest(b);
   checkOptional(b, 'stream', (v) => typeof v === 'boolean', 'a boolean');
   checkOptional(b, 'stream_options', (v) => typeof v === 'object' && !Array.isArray(v), 'an object');
   checkOptional(b, 'max_tokens', positiveInteger, 'a positive integer');

@@ -50,3 +50,8 @@ export function sseErrorFrame(status: number, message: string, opts: ErrorOption
 }
 
 export const SSE_DONE = 'data: [DONE]\n\n';
+
+/** How a failed Responses API stream ends: an `error` event (the Responses stream has no [DONE]). */
+export function responsesErrorEvent(message: string, code: string): string {
+  return `event: error\ndata: ${JSON.stringify({ type: 'error', code, message, param: null })}\n\n`;
+}

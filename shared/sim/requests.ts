@@ -9,7 +9,7 @@ export interface RequestError {
 }
 
 export interface GenerationSpec {
-  kind: 'chat' | 'text';
+  kind: 'chat' | 'text' | 'responses';
   model: string;
   promptTokens: number;
   /** Exact output length when the client set max_tokens / max_completion_tokens. */
@@ -56,7 +56,7 @@ function checkModel(body: Record<string, unknown>, rules: ModelRules): Result<st
 }
 
 export function parseGeneration(
-  kind: 'chat' | 'text',
+  kind: GenerationSpec['kind'],
   body: Record<string, unknown>,
   rules: ModelRules,
 ): Result<GenerationSpec> {
@@ -70,6 +70,13 @@ export function parseGeneration(
       return fail(400, '`messages` must be a non-empty array.', 'messages');
     }
     promptTokens = estimateTokens(messagesText(messages));
+  } else if (kind === 'responses') {
+    // The Responses API: `input` is a string or a list of message items; `instructions` is the system text.
+    const input = body.input;
+    const text = typeof input === 'string' ? input : Array.isArray(input) && input.length > 0 ? messagesText(input) : undefined;
+    if (text === undefined) return fail(400, '`input` must be a string or a non-empty list of items.', 'input');
+    const instructions = typeof body.instructions === 'string' ? body.instructions : '';
+    promptTokens = estimateTokens(instructions ? `${instructions}\n${text}` : text);
   } else {
     const prompt = promptTokenCount(body.prompt);
     if (prompt === undefined) return fail(400, '`prompt` must be a string, a list of strings or token ids.', 'prompt');
@@ -83,7 +90,7 @@ export function parseGeneration(
   }
   const includeUsage = stream && isRecord(options) && options.include_usage === true;
 
-  const rawMax = body.max_completion_tokens ?? body.max_tokens;
+  const rawMax = kind === 'responses' ? body.max_output_tokens : (body.max_completion_tokens ?? body.max_tokens);
   let maxTokens: number | undefined;
   if (rawMax !== undefined && rawMax !== null) {
     if (typeof rawMax !== 'number' || !Number.isInteger(rawMax) || rawMax < 1) {
@@ -94,7 +101,7 @@ export function parseGeneration(
 
   const requested = promptTokens + (maxTokens ?? 0);
   if (promptTokens >= rules.maxModelLen || requested > rules.maxModelLen) {
-    const what = kind === 'chat' ? 'messages' : 'prompt';
+    const what = kind === 'chat' ? 'messages' : kind === 'responses' ? 'input' : 'prompt';
     return fail(
       400,
       `This model's maximum context length is ${rules.maxModelLen} tokens. However, you requested ` +

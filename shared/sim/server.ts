@@ -21,14 +21,19 @@ import {
   type RequestError,
 } from './requests.ts';
 import { embeddingFor, tokenTexts } from './text.ts';
+import { POOLING_PATHS, poolingForm, poolingJson, type PoolingResult, type PoolingRoute } from './pooling.ts';
 import {
   chatChunk,
   chatCompletion,
   completionChunk,
   embeddingsResponse,
   modelList,
+  responseMessage,
+  responseObject,
+  responsesUsage,
   sse,
   SSE_DONE,
+  sseEvent,
   textCompletion,
   usage,
   usageChunk,
@@ -64,6 +69,10 @@ export interface SimOptions extends Omit<SimEngineOptions, 'buckets'> {
   embeddingDim?: number;
   /** When set, every response carries `x-sim-pod: <name>`. */
   name?: string;
+  /** Like `vllm serve --api-key`: requests without `Authorization: Bearer <key>` get 401. */
+  apiKey?: string;
+  /** Sees every request's method, path and headers as it arrives (tests check what reached the pod). */
+  onRequest?: (seen: { method: string; path: string; headers: IncomingMessage['headers'] }) => void;
 }
 
 export interface SimServer {
@@ -109,7 +118,11 @@ export async function startSim(opts: SimOptions = {}): Promise<SimServer> {
   });
 
   function generate(spec: GenerationSpec, res: ServerResponse, faultNow: SimFault | undefined): void {
-    const env = envelope(spec.kind === 'chat' ? 'chatcmpl' : 'cmpl', spec.model);
+    const env = envelope(spec.kind === 'chat' ? 'chatcmpl' : spec.kind === 'responses' ? 'resp' : 'cmpl', spec.model);
+    const messageId = `msg_${randomHex(rand, 16)}`;
+    let sequence = 0;
+    const event = (type: string, fields: Record<string, unknown>) => sseEvent(type, sequence++, fields);
+    const textPart = { item_id: messageId, output_index: 0, content_index: 0 };
     const word = tokenTexts(Math.floor(rand() * 2 ** 32));
     const resetAtFirstToken = faultNow?.kind === 'reset-after-first-token';
     let text = '';
@@ -126,7 +139,18 @@ export async function startSim(opts: SimOptions = {}): Promise<SimServer> {
           }
           const finish = seq && n >= seq.targetTokens ? seq.finishReason : null;
           let frames = '';
-          if (spec.kind === 'chat') {
+          if (spec.kind === 'responses') {
+            // Like vLLM, the opening events travel with the first token, so the first frame marks TTFT.
+            if (n === 1) {
+              const opening = responseObject(env, messageId, 'in_progress', undefined, null);
+              frames += event('response.created', { response: opening });
+              frames += event('response.in_progress', { response: opening });
+              frames += event('response.output_item.added', { output_index: 0, item: responseMessage(messageId, '', 'in_progress') });
+              frames += event('response.content_part.added', { ...textPart, part: { type: 'output_text', text: '', annotations: [] } });
+            }
+            text += piece;
+            frames += event('response.output_text.delta', { ...textPart, delta: piece, logprobs: [] });
+          } else if (spec.kind === 'chat') {
             if (n === 1) frames += sse(chatChunk(env, { role: 'assistant', content: '' }, null, spec.includeUsage));
             frames += sse(chatChunk(env, { content: piece }, finish, spec.includeUsage));
           } else {
@@ -139,7 +163,17 @@ export async function startSim(opts: SimOptions = {}): Promise<SimServer> {
         onDone: (_at, outcome) => {
           if (outcome.finishReason === 'abort' || res.destroyed || res.writableEnded) return;
           const u = usage(spec.promptTokens, outcome.outputTokens);
-          if (spec.stream) {
+          if (spec.kind === 'responses') {
+            const done = responseObject(env, messageId, 'completed', text, responsesUsage(spec.promptTokens, outcome.outputTokens));
+            if (!spec.stream) return sendJson(res, 200, done);
+            const part = { type: 'output_text', text, annotations: [], logprobs: [] };
+            res.end(
+              event('response.output_text.done', { ...textPart, text, logprobs: [] }) +
+                event('response.content_part.done', { ...textPart, part }) +
+                event('response.output_item.done', { output_index: 0, item: responseMessage(messageId, text, 'completed') }) +
+                event('response.completed', { response: done }),
+            );
+          } else if (spec.stream) {
             const object = spec.kind === 'chat' ? 'chat.completion.chunk' : 'text_completion';
             if (spec.includeUsage) res.write(sse(usageChunk(env, object, u)));
             res.end(SSE_DONE);
@@ -180,6 +214,41 @@ export async function startSim(opts: SimOptions = {}): Promise<SimServer> {
     admitted(result, res);
   }
 
+  /** A non-generating route: parse (JSON, or multipart for audio), charge the engine, answer. */
+  async function servePooling(route: PoolingRoute, req: IncomingMessage, bytes: Buffer, res: ServerResponse): Promise<void> {
+    let result: PoolingResult & { model?: string };
+    if (route === 'transcription') {
+      const contentType = req.headers['content-type'] ?? '';
+      if (!contentType.startsWith('multipart/form-data')) return sendError(res, { status: 400, message: 'Expected multipart/form-data.', param: null });
+      let form: FormData;
+      try {
+        form = await new Response(new Uint8Array(bytes), { headers: { 'content-type': contentType } }).formData();
+      } catch (err) {
+        return sendError(res, { status: 400, message: `Malformed multipart body: ${(err as Error).message}`, param: null });
+      }
+      result = poolingForm(form);
+    } else {
+      const body = parseJson(bytes.toString('utf8'));
+      if (!body.ok) return sendError(res, body.error);
+      result = { ...poolingJson(route, body.value, String(body.value.model), rules.maxModelLen), model: String(body.value.model) };
+    }
+    if (!result.ok) return sendError(res, result);
+    if (!rules.models.includes(result.model ?? '')) return sendError(res, { status: 404, message: `The model \`${result.model}\` does not exist.`, param: 'model' });
+    const { work } = result;
+    const ids = () => ({ id: `${route}-${randomHex(rand, 16)}`, created: Math.floor(Date.now() / 1000) });
+    if (work.immediate) return sendJson(res, 200, work.answer(ids()));
+    const submitted = engine.submit(
+      { promptTokens: work.promptTokens, kind: 'embed' },
+      {
+        onDone: (_at, outcome) => {
+          if (outcome.finishReason === 'abort' || res.destroyed || res.writableEnded) return;
+          sendJson(res, 200, work.answer(ids()));
+        },
+      },
+    );
+    admitted(submitted, res);
+  }
+
   /** Answers a rejected submit; for an accepted one, aborts the sequence when the client leaves. */
   function admitted(result: SubmitResult, res: ServerResponse): SeqHandle | undefined {
     if (!result.accepted) {
@@ -196,19 +265,33 @@ export async function startSim(opts: SimOptions = {}): Promise<SimServer> {
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     if (opts.name !== undefined) res.setHeader('x-sim-pod', opts.name);
     const path = new URL(req.url ?? '/', 'http://sim').pathname;
-    const inference: Record<string, 'chat' | 'text' | 'embed'> = {
+    const inference: Record<string, 'chat' | 'text' | 'responses' | 'embed'> = {
       '/v1/chat/completions': 'chat',
       '/v1/completions': 'text',
+      '/v1/responses': 'responses',
       '/v1/embeddings': 'embed',
     };
     const route = inference[path];
+    opts.onRequest?.({ method: req.method ?? '', path, headers: req.headers });
+    // Like `vllm serve --api-key`: every route but the probes and /metrics needs the bearer key.
+    if (opts.apiKey !== undefined && path !== '/health' && path !== '/metrics' && req.headers.authorization !== `Bearer ${opts.apiKey}`) {
+      return sendJson(res, 401, { error: 'Unauthorized' });
+    }
+    const pooling = POOLING_PATHS[path];
+    if (pooling !== undefined) {
+      if (req.method !== 'POST') return sendDetail(res, 405, 'Method Not Allowed');
+      const bytes = await readBody(req, MAX_BODY_BYTES);
+      if (bytes === undefined) return sendError(res, { status: 413, message: 'Request body too large.', param: null });
+      return servePooling(pooling, req, bytes, res);
+    }
 
     if (route !== undefined) {
       if (req.method !== 'POST') return sendDetail(res, 405, 'Method Not Allowed');
-      const text = await readBody(req, MAX_BODY_BYTES);
-      if (text === undefined) {
+      const bytes = await readBody(req, MAX_BODY_BYTES);
+      if (bytes === undefined) {
         return sendError(res, { status: 413, message: 'Request body too large.', param: null });
       }
+      const text = bytes.toString('utf8');
       const faultNow = takeFault();
       if (faultNow?.kind === 'refuse-before-headers') return void req.socket.destroy();
       if (faultNow?.kind === 'stall-before-headers') return;
@@ -297,8 +380,8 @@ function sendDetail(res: ServerResponse, status: number, detail: string): void {
   sendJson(res, status, { detail: status === 405 ? 'Method Not Allowed' : detail });
 }
 
-/** The body as text, or undefined when it exceeds `limit` bytes. */
-async function readBody(req: IncomingMessage, limit: number): Promise<string | undefined> {
+/** The body's bytes, or undefined when it exceeds `limit` bytes. */
+async function readBody(req: IncomingMessage, limit: number): Promise<Buffer | undefined> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req as AsyncIterable<Buffer>) {
@@ -306,5 +389,5 @@ async function readBody(req: IncomingMessage, limit: number): Promise<string | u
     if (size > limit) return undefined;
     chunks.push(chunk);
   }
-  return Buffer.concat(chunks).toString('utf8');
+  return Buffer.concat(chunks);
 }

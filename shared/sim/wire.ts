@@ -164,3 +164,68 @@ export function sse(data: unknown): string {
 }
 
 export const SSE_DONE = 'data: [DONE]\n\n';
+
+// --- The Responses API (/v1/responses), as vLLM serves it ------------------------------------
+
+export interface ResponsesUsage {
+  input_tokens: number;
+  input_tokens_details: { cached_tokens: number };
+  output_tokens: number;
+  output_tokens_details: { reasoning_tokens: number };
+  total_tokens: number;
+}
+
+export function responsesUsage(inputTokens: number, outputTokens: number): ResponsesUsage {
+  return {
+    input_tokens: inputTokens,
+    input_tokens_details: { cached_tokens: 0 },
+    output_tokens: outputTokens,
+    output_tokens_details: { reasoning_tokens: 0 },
+    total_tokens: inputTokens + outputTokens,
+  };
+}
+
+/** The assistant's message item; `messageId` is stable across the stream's events. */
+export function responseMessage(messageId: string, text: string, status: 'in_progress' | 'completed') {
+  return {
+    id: messageId,
+    type: 'message',
+    role: 'assistant',
+    status,
+    content: status === 'completed' ? [{ type: 'output_text', text, annotations: [], logprobs: [] }] : [],
+  };
+}
+
+/** A `response` object. `text` undefined: no output yet (the stream's first events). */
+export function responseObject(
+  env: Envelope,
+  messageId: string,
+  status: 'in_progress' | 'completed' | 'incomplete',
+  text: string | undefined,
+  u: ResponsesUsage | null,
+) {
+  return {
+    id: env.id,
+    object: 'response',
+    created_at: env.created,
+    model: env.model,
+    status,
+    output: text === undefined ? [] : [responseMessage(messageId, text, 'completed')],
+    usage: u,
+    error: null,
+    incomplete_details: status === 'incomplete' ? { reason: 'max_output_tokens' } : null,
+    instructions: null,
+    metadata: {},
+    parallel_tool_calls: true,
+    tool_choice: 'auto',
+    tools: [],
+    temperature: 1,
+    top_p: 1,
+    store: false,
+  };
+}
+
+/** One named Responses stream event: `event: <type>` then its JSON (which repeats the type). */
+export function sseEvent(type: string, sequenceNumber: number, fields: Record<string, unknown>): string {
+  return `event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: sequenceNumber, ...fields })}\n\n`;
+}

@@ -11,6 +11,8 @@ export interface StackOptions {
   /** Extra config keys (providers, policies, namespaces, limits, …). */
   config?: Record<string, unknown>;
   node?: string;
+  /** Receives the agent's per-request JSON log lines (config requestLog.sample decides which). */
+  requestLog?: (line: string) => void;
 }
 
 export interface Stack {
@@ -31,7 +33,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     pods: sims.map((sim, i) => ({ name: `pod-${i}`, namespace: 'inference', address: new URL(sim.url).host, engine: sim.flavor, models: [MODEL] })),
     ...options.config,
   });
-  const agent = await startAgent(settings, { log: () => {} });
+  const agent = await startAgent(settings, { log: () => {}, requestLog: options.requestLog });
   await waitFor(async () => (await fetch(`${agent.adminUrl}/readyz`)).ok, 5000, 'agent ready');
   return {
     agent,

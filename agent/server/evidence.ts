@@ -1,0 +1,83 @@
+// Per-request evidence: what the agent decided for one request and what came of it, as one JSON
+// log line. Pure: the record is filled along the request path; this file only shapes it.
+import type { DroppedCandidate } from '../route/router.ts';
+
+/** One request's record. Tags are names only: never a byte of the request's text. */
+export interface RequestRecord {
+  time: string;
+  requestId: string;
+  api: string;
+  model?: string;
+  tenant?: string;
+  namespace?: string;
+  policy?: string;
+  tags: string[];
+  /** x-kinference-route: local/<pod>, peer/<node>/<pod>, overflow/<provider> or rejected. */
+  route: string;
+  status: number;
+  outcome: string;
+  stream: boolean;
+  /** The agent's estimate (no tokenizer): what routing used. */
+  promptTokensEstimate?: number;
+  /** From the answer's usage, when a non-streamed answer carries one. */
+  promptTokens?: number;
+  completionTokens?: number;
+  predictedTtftMs?: number;
+  /** First byte from upstream: the first token when streamed, the whole answer when not. */
+  ttftMs?: number;
+  /** Pods tried (retries included) and ms spent waiting for one. */
+  podAttempts: number;
+  waitedMs: number;
+  /** Why no pod took an overflowed request. */
+  overflowReason?: string;
+  /** From handing the request to the agent until its answer's last byte. */
+  durationMs?: number;
+}
+
+/**
+ * Why a request went to a provider: its pods failed, or the most common reason the router gave
+ * for dropping the pods that serve the model, or that none serves it.
+ */
+export function overflowReason(dropped: readonly Pick<DroppedCandidate, 'reason'>[], podAttempts: number): string {
+  if (podAttempts > 0) return 'pods-failed';
+  const counts = new Map<string, number>();
+  for (const d of dropped) if (d.reason !== 'model-not-served') counts.set(d.reason, (counts.get(d.reason) ?? 0) + 1);
+  let best: string | undefined;
+  for (const [reason, n] of counts) if (best === undefined || n > counts.get(best)!) best = reason;
+  return best ?? 'no-pod';
+}
+
+/** Token counts from a non-streamed OpenAI answer (chat/completions `usage`, Responses `usage`). */
+export function usageOf(body: Uint8Array): { promptTokens?: number; completionTokens?: number } {
+  try {
+    const parsed = JSON.parse(Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8')) as { usage?: Record<string, unknown> };
+    const u = parsed?.usage;
+    if (!u || typeof u !== 'object') return {};
+    const num = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
+    return { promptTokens: num(u.prompt_tokens) ?? num(u.input_tokens), completionTokens: num(u.completion_tokens) ?? num(u.output_tokens) };
+  } catch {
+    return {};
+  }
+}
+
+/** The record as one line (fields without a value are left out). */
+export function logLine(record: RequestRecord): string {
+  return JSON.stringify({ msg: 'request', ...record });
+}
+
+/**
+ * Calls `done` once when a response body has been fully sent (true) or abandoned or broken
+ * (false), passing the bytes through untouched. Used only for sampled requests, so unsampled
+ * ones pay nothing.
+ */
+export function onBodyEnd(response: Response, done: (ok: boolean) => void): Response {
+  if (!response.body) {
+    done(true);
+    return response;
+  }
+  // A transformer's `cancel` (client gone, or upstream broken) is in the Streams standard and in
+  // Node since 21, not yet in TypeScript's DOM types: hence the plain object.
+  const transformer = { flush: () => done(true), cancel: () => done(false) };
+  const watch = new TransformStream<Uint8Array, Uint8Array>(transformer);
+  return new Response(response.body.pipeThrough(watch), { status: response.status, headers: response.headers });
+}

@@ -1,0 +1,114 @@
+// Model-server routes the agent does not predict for (rerank, score, tokenize, audio, moderations):
+// the client's bytes, multipart included, go to the least-loaded pod serving the model, with the
+// agent's own pod credentials and the request's id and trace context. They never leave the
+// cluster: providers are not asked, so no policy decides anything here beyond who is calling.
+import { errorResponse } from '../../shared/openai/errors.ts';
+import { relayStream, readRest } from '../forward/relay.ts';
+import { sendToPod } from '../forward/pod.ts';
+import { candidateName } from '../route/router.ts';
+import { leastLoaded } from '../route/least-loaded.ts';
+import { readBoundedBody, RequestError } from './request.ts';
+import { podsFailed, type RequestContext, type RequestPath } from './inference.ts';
+
+/** Paths passed through as they are, as vLLM (and SGLang) serve them. */
+export const PASSTHROUGH_PATHS = [
+  '/v1/rerank',
+  '/v2/rerank',
+  '/rerank',
+  '/v1/score',
+  '/score',
+  '/tokenize',
+  '/detokenize',
+  '/v1/moderations',
+  '/v1/audio/transcriptions',
+  '/v1/audio/translations',
+  '/v1/audio/speech',
+] as const;
+
+/** The `model` a passthrough body names: a JSON field, or a multipart form field. */
+export async function modelOf(contentType: string, body: Uint8Array): Promise<string> {
+  let model: unknown;
+  if (contentType.startsWith('multipart/form-data')) {
+    let form: FormData;
+    try {
+      form = await new Response(body as BodyInit, { headers: { 'content-type': contentType } }).formData();
+    } catch {
+      throw new RequestError(400, 'request body is not valid multipart/form-data', null, 'invalid_multipart');
+    }
+    model = form.get('model');
+  } else {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8'));
+    } catch (error) {
+      throw new RequestError(400, `request body is not valid JSON: ${(error as Error).message}`, null, 'invalid_json');
+    }
+    model = parsed && typeof parsed === 'object' && !Array.isArray(parsed) ? (parsed as { model?: unknown }).model : undefined;
+  }
+  if (typeof model !== 'string' || model.length === 0) throw new RequestError(400, "'model' is required and must be a non-empty string", 'model', 'invalid_type');
+  return model;
+}
+
+export function handlePassthrough(path: RequestPath, api: string, req: Request, remoteIp: string | undefined): Promise<Response> {
+  return path.serve(api, req, (ctx) => passthrough(path, req, remoteIp, ctx));
+}
+
+async function passthrough(path: RequestPath, req: Request, remoteIp: string | undefined, ctx: RequestContext): Promise<Response> {
+  const deps = path.deps;
+  const contentType = req.headers.get('content-type') ?? 'application/json';
+  const body = await readBoundedBody(req, deps.limits.maxBodyBytes);
+  const model = await modelOf(contentType, body);
+  if (!deps.isKnownModel(model)) throw new RequestError(404, `The model \`${model}\` does not exist.`, 'model', 'model_not_found');
+  const identity = deps.identify(req, remoteIp);
+  Object.assign(ctx.record, { model, tenant: identity.tenant, namespace: identity.namespace });
+  // A request with no usable pod waits for one as long as its policy lets a request that may not
+  // leave wait: these never leave. (A pod is briefly unusable between two late scrapes.)
+  const waitMaxMs = deps.policyFor(identity, model).waitMaxMs;
+  const upstreamPath = new URL(req.url).pathname;
+  const tried = new Set<string>();
+  for (let attempt = 0; ; attempt++) {
+    let candidate = leastLoaded(deps.pool.candidates().filter((c) => !tried.has(c.pod.uid)), model, deps.rand);
+    while (!candidate && attempt === 0 && deps.now() - ctx.started < waitMaxMs) {
+      const woke = await path.waitForChange(waitMaxMs - (deps.now() - ctx.started), req.signal, ctx.record);
+      if (woke !== 'change') break;
+      candidate = leastLoaded(deps.pool.candidates(), model, deps.rand);
+    }
+    if (!candidate) {
+      if (attempt > 0) return podsFailed(attempt, ctx.lastPodError);
+      return errorResponse(503, `no pod serving model ${model} became available for ${upstreamPath} within ${waitMaxMs}ms (these requests never leave the cluster)`, { code: 'no_capacity', headers: { 'retry-after': '1' } });
+    }
+    ctx.record.podAttempts = attempt + 1;
+    const ticket = deps.pool.begin(candidate, 0);
+    const headers = { ...ctx.upstreamHeaders, ...deps.podAuth(candidate.pod), 'content-type': contentType };
+    const sent = await sendToPod(deps.dispatcher, candidate.pod.address, upstreamPath, body, req.signal, deps.limits.pod, undefined, headers);
+    const routeHeaders = { 'x-kinference-route': candidateName(candidate) };
+    if (!sent.ok) {
+      ticket.end(false);
+      if (sent.retryable) ctx.lastPodError = sent.error;
+      if (sent.retryable && !req.signal.aborted && attempt < deps.limits.maxRetries) {
+        deps.pool.markFailed(candidate);
+        deps.metrics.retries.inc();
+        tried.add(candidate.pod.uid);
+        continue;
+      }
+      if (req.signal.aborted) throw new Error('client gone');
+      if (sent.retryable) return podsFailed(attempt + 1, sent.error);
+      return new Response((sent.body ?? null) as BodyInit | null, { status: sent.status ?? 502, headers: { 'content-type': sent.contentType ?? 'application/json', ...routeHeaders } });
+    }
+    ctx.record.ttftMs = Math.round(sent.firstByteMs * 10) / 10;
+    if (sent.contentType.includes('event-stream')) {
+      ctx.record.stream = true;
+      const stream = relayStream(sent.first, sent.rest, sent.abort, true, { onEnd: ({ ok }) => ticket.end(ok) });
+      return new Response(stream, { status: sent.status, headers: { 'content-type': sent.contentType, 'cache-control': 'no-cache', ...routeHeaders } });
+    }
+    try {
+      const bytes = await readRest(sent.first, sent.rest, 64 * 1024 * 1024);
+      ticket.end(true);
+      return new Response(bytes as BodyInit, { status: sent.status, headers: { 'content-type': sent.contentType, ...routeHeaders } });
+    } catch (error) {
+      ticket.end(false);
+      if (req.signal.aborted) throw error;
+      return errorResponse(502, `the model server failed while answering: ${(error as Error).message}`, { code: 'upstream_failed', headers: routeHeaders });
+    }
+  }
+}
