@@ -10,6 +10,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { luhn } from '../agent/classify/detect.ts';
+import { mulberry32, type Rand } from '../shared/sim/random.ts';
 import { runExplainCommand } from '../agent/cli/explain.ts';
 
 const KEY_ENV = 'KINFERENCE_TEST_LEAK_KEY';
@@ -18,18 +19,6 @@ const CONCURRENCY = 4;
 
 // --- a seeded generator: the same 2,000 bodies on every run, so a failure replays ---------------
 
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-type Rand = () => number;
 const pick = <T,>(rand: Rand, items: readonly T[]): T => items[Math.floor(rand() * items.length)];
 const digits = (rand: Rand, n: number) => Array.from({ length: n }, () => Math.floor(rand() * 10)).join('');
 
