@@ -200,7 +200,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
       maxBodyBytes: settings.limits.maxBodyBytes,
       maxRetries: settings.limits.maxRetries,
       maxWaiting: settings.limits.maxWaiting,
-      pod: { connectMs: settings.limits.podConnectTimeoutMs, idleMs: settings.limits.podIdleTimeoutMs },
+      pod: { connectMs: settings.limits.podConnectTimeoutMs, responseMs: settings.limits.podResponseTimeoutMs, idleMs: settings.limits.podIdleTimeoutMs },
     },
     now,
     rand,
@@ -253,7 +253,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     const namespace = q.namespace ?? q.tenant ?? 'default';
     const who = { namespace, tenant: policies.tenantFor(namespace, q.tenant) };
     const request: RouteRequest = { kind: 'chat', model: q.model, tenant: who.tenant, namespace, tags: q.tags, promptTokens: q.promptTokens, stream: true };
-    return explainDecision(requestPath.explain(request, who));
+    return explainDecision(requestPath.explain(request, who), requestPath.deps.policyFor(who, q.model));
   };
   const state = async () => {
     const at = now();

@@ -7,7 +7,7 @@ import { decide } from '../agent/route/router.ts';
 import { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
 import type { EffectivePolicy, Pod, PodLoad } from '../agent/types.ts';
 
-const POLICY: EffectivePolicy = { name: 't', sloTtftMs: 10_000, exclude: [], overflow: { providers: [], denyTags: [], denyTenants: [] }, waitMaxMs: 0 };
+const POLICY: EffectivePolicy = { name: 't', sloTtftMs: 10_000, sloAttainment: 0.99, exclude: [], overflow: { providers: [], denyTags: [], denyTenants: [] }, waitMaxMs: 0 };
 const pod = (name: string): Pod => ({ uid: `ns/${name}`, name, namespace: 'ns', node: 'n', address: '127.0.0.1:1', models: ['m'], engine: 'vllm' });
 
 function pool(now: { t: number }) {

@@ -8,6 +8,7 @@ import type { Agent as Dispatcher } from 'undici';
 import { estimatePromptTokens } from '../predict/tokens.ts';
 import { candidateName, decide, type Decision, type LeaveVerdict } from '../route/router.ts';
 import type { Candidate } from '../route/candidate.ts';
+import type { Scored } from '../route/picker.ts';
 import type { EffectivePolicy, RequestKind, RouteRequest } from '../types.ts';
 import type { Metrics } from './metrics.ts';
 import { parseInferenceRequest, readBoundedBody, RequestError, type ParsedRequest } from './request.ts';
@@ -39,7 +40,7 @@ export interface RequestPathDeps {
   pool: {
     candidates(): Candidate[];
     /** Bookkeeping for one request sent to a pod; returns hooks for its first byte and end. */
-    begin(c: Candidate, promptTokens: number): { firstByte(ms: number): void; end(ok: boolean): void };
+    begin(c: Candidate, promptTokens: number, kind: RequestKind): { firstByte(ms: number): void; answered(ms: number): void; end(ok: boolean): void };
     /** The pod failed before its first byte: keep it out of decisions for a moment. */
     markFailed(c: Candidate): void;
     /** Resolves at the next change of any candidate (scrape, gossip, a request ending). */
@@ -148,7 +149,7 @@ export class RequestPath {
         }
         const chosen = decision.chosen.candidate;
         podAttempts++;
-        const answer = await this.#sendToPod(chosen, parsed, body, request, decision.predictedTtftMs, req.signal);
+        const answer = await this.#sendToPod(chosen, parsed, body, request, decision.chosen, { leavable: leave.allowed, started, sloTtftMs: policy.sloTtftMs }, req.signal);
         if (answer) return answer;
         tried.add(chosen.pod.uid);
         if (req.signal.aborted) throw new Error('client gone');
@@ -163,7 +164,11 @@ export class RequestPath {
 
       if (decision.action === 'overflow') {
         const result = await deps.overflow(request, parsed, decision.providers, req.signal);
-        if (result.ok) return result.response;
+        if (result.ok) {
+          // The provider's answer is in hand at its first byte when streamed: close enough to its TTFT.
+          if (parsed.stream) deps.metrics.sloRequests.inc({ route: 'overflow', leavable: 'true', within_slo: String(deps.now() - started <= policy.sloTtftMs) });
+          return result.response;
+        }
         return errorResponse(result.status, `no pod can answer in time and ${result.message}`, {
           code: result.status === 503 ? 'providers_unavailable' : 'providers_failed',
           headers: { 'retry-after': retryAfterSeconds(policy) },
@@ -203,13 +208,15 @@ export class RequestPath {
     parsed: ParsedRequest,
     body: Uint8Array,
     request: RouteRequest,
-    predictedMs: number,
+    admitted: Scored,
+    slo: { leavable: boolean; started: number; sloTtftMs: number },
     signal: AbortSignal,
   ): Promise<Response | undefined> {
     const deps = this.deps;
     const route = candidateName(candidate);
-    const ticket = deps.pool.begin(candidate, request.promptTokens);
-    const attempt = await sendToPod(deps.dispatcher, candidate.pod.address, UPSTREAM_PATHS[parsed.kind], body, signal, deps.limits.pod);
+    const predictedMs = admitted.predictedMs;
+    const ticket = deps.pool.begin(candidate, request.promptTokens, request.kind);
+    const attempt = await sendToPod(deps.dispatcher, candidate.pod.address, UPSTREAM_PATHS[parsed.kind], body, signal, deps.limits.pod, !parsed.stream);
     const headers = {
       'x-kinference-route': route,
       'x-kinference-predicted-ttft-ms': String(Math.round(predictedMs)),
@@ -224,8 +231,16 @@ export class RequestPath {
       return new Response((attempt.body ?? null) as BodyInit | null, { status: attempt.status ?? 502, headers: { 'content-type': attempt.contentType ?? 'application/json', ...headers } });
     }
     const routeLabel = candidate.where;
+    // A TTFT exists for streamed requests (first byte) and embeddings (all prefill); a non-streamed
+    // generation's first byte is its whole answer, so it is not counted against the TTFT SLO.
+    const measured = (ms: number) => {
+      if (!parsed.stream && parsed.kind !== 'embeddings') return;
+      deps.metrics.sloRequests.inc({ route: routeLabel, leavable: String(slo.leavable), within_slo: String(deps.now() - slo.started <= slo.sloTtftMs) });
+      if (candidate.where === 'local') deps.metrics.admissionCalibration.inc({ pod: candidate.pod.name, within_quantile: String(ms <= admitted.quantileMs) });
+    };
     if (parsed.stream) {
       ticket.firstByte(attempt.firstByteMs);
+      measured(attempt.firstByteMs);
       deps.metrics.upstreamTtft.observe({ route: routeLabel }, attempt.firstByteMs / 1000);
       if (candidate.where === 'local' && attempt.firstByteMs > 0) {
         deps.metrics.predictionError.observe(Math.abs(predictedMs - attempt.firstByteMs) / attempt.firstByteMs);
@@ -237,6 +252,9 @@ export class RequestPath {
     }
     try {
       const bytes = await readRest(attempt.first, attempt.rest, 64 * 1024 * 1024);
+      const answerMs = attempt.firstByteMs;
+      ticket.answered(answerMs);
+      measured(answerMs);
       ticket.end(true);
       return new Response(bytes as BodyInit, { status: attempt.status, headers: { 'content-type': attempt.contentType, ...headers } });
     } catch (error) {

@@ -42,6 +42,18 @@ export function createMetrics(options: MetricsOptions = {}) {
       buckets: [0.02, 0.05, 0.1, 0.2, 0.5, 1, 2],
       registers: [registry],
     }),
+    sloRequests: new Counter({
+      name: 'kinference_slo_requests_total',
+      help: 'Answered requests whose TTFT could be measured (streamed, embeddings, overflow), by route, whether policy let them leave, and whether their TTFT (from arrival at the agent) met the SLO.',
+      labelNames: ['route', 'leavable', 'within_slo'] as const,
+      registers: [registry],
+    }),
+    admissionCalibration: new Counter({
+      name: 'kinference_admission_calibration_total',
+      help: "Requests served by a local pod whose TTFT could be measured, by whether it was within the predicted quantile (at the policy's attainment) they were admitted on; the within share should sit near that attainment.",
+      labelNames: ['pod', 'within_quantile'] as const,
+      registers: [registry],
+    }),
     retries: new Counter({
       name: 'kinference_retries_total',
       help: 'Requests retried on another pod after a failure before the first byte.',

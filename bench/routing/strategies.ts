@@ -175,6 +175,7 @@ function benchPolicy(sloMs: number): EffectivePolicy {
   return {
     name: 'bench',
     sloTtftMs: sloMs,
+    sloAttainment: 0.99,
     exclude: [{ metric: 'queued', above: 2, windowMs: 30_000 }],
     overflow: { providers: [], denyTags: [], denyTenants: [] },
     waitMaxMs: 0,
