@@ -2,7 +2,7 @@
 // a predictor learned from the TTFTs it measures) and other nodes' pods (gossiped estimates).
 // It turns that view into router candidates, keeps per-pod request bookkeeping, and wakes
 // requests waiting for a pod whenever something changes.
-import { Calibration } from '../predict/calibration.ts';
+import { Calibration, type Regime } from '../predict/calibration.ts';
 import { NodeModel } from '../predict/node-model.ts';
 import type { PredictorOptions } from '../predict/predictor.ts';
 import type { Candidate, WindowedMetric } from '../route/candidate.ts';
@@ -63,6 +63,8 @@ export interface PodTicket {
 const REFERENCE_REQUEST: RouteRequest = { kind: 'chat', model: '', tenant: '', namespace: '', tags: [], promptTokens: 256, stream: true };
 
 const OWN_OBSERVATIONS_FRESH_MS = 5000;
+
+const regimeOf = (queuedAhead: number): Regime => (queuedAhead > 0 ? 'queued' : 'free');
 
 export class PodPool {
   readonly options: PoolOptions;
@@ -205,7 +207,7 @@ export class PodPool {
         },
         params: this.#model.params(local.pod.uid),
         embeddingParams: this.#embeddings.params(local.pod.uid),
-        logMargin: (q: number) => this.#calibration.margin(local.pod.uid, q),
+        logMargin: (q: number) => this.#calibration.margin(local.pod.uid, q, regimeOf((load?.waiting ?? 0) + local.unseenSent)),
         inFlight: local.inFlight,
         unseenSent: local.unseenSent,
         pendingPromptTokens: local.pendingPromptTokens,
@@ -228,7 +230,7 @@ export class PodPool {
         params: estimate.params,
         // Gossip carries one model and no error distribution: a peer's pod is judged with the
         // node's own calibration (how far this agent's kind of prediction strays), floored cold.
-        logMargin: (q: number) => this.#calibration.margin(undefined, q),
+        logMargin: (q: number) => this.#calibration.margin(undefined, q, regimeOf(estimate.queuedNow + (traffic?.unseenSent ?? 0))),
         inFlight: traffic?.inFlight ?? 0,
         unseenSent: traffic?.unseenSent ?? 0,
         pendingPromptTokens: traffic?.pendingPromptTokens ?? 0,
@@ -288,7 +290,7 @@ export class PodPool {
     const learn = (ms: number) => {
       if (!local) return;
       local.lastOwnObservationAt = this.options.now();
-      this.#calibration.observe(local.pod.uid, predictedMs, ms);
+      this.#calibration.observe(local.pod.uid, predictedMs, ms, regimeOf(features.queued));
       model.observe(local.pod.uid, features, ms);
     };
     return {
@@ -366,7 +368,10 @@ export class PodPool {
         predictedTtftMs: predicted.get(l.pod.uid),
         predictor: { params: this.#model.params(l.pod.uid), ...this.#model.stats(l.pod.uid) },
         embeddingsPredictor: { params: this.#embeddings.params(l.pod.uid), ...this.#embeddings.stats(l.pod.uid) },
-        calibration: { ...this.#calibration.stats(l.pod.uid), logMargin99: this.#calibration.margin(l.pod.uid, 0.99) },
+        calibration: {
+          free: { ...this.#calibration.stats(l.pod.uid, 'free'), logMargin99: this.#calibration.margin(l.pod.uid, 0.99, 'free') },
+          queued: { ...this.#calibration.stats(l.pod.uid, 'queued'), logMargin99: this.#calibration.margin(l.pod.uid, 0.99, 'queued') },
+        },
       })),
       remote: this.#remote.map((e) => ({ ...e, ageMs: now - e.at, traffic: this.#peerTraffic.get(e.pod.uid), predictedTtftMs: predicted.get(e.pod.uid) })),
     };

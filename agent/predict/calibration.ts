@@ -9,6 +9,12 @@
 // lands behind a long prefill is late by a lot, never early by as much) and its shape changes
 // with load; the window follows that change without a model of it.
 //
+// Two regimes, each with its own distributions: a request that finds requests queued ahead of it
+// at the pod, and one that does not. The error of the first is several times wider (the wait for
+// a batch slot depends on when running requests finish, which no scrape shows), and it is the
+// one that decides admission near the SLO; mixed with calm requests' errors its quantile would
+// be understated exactly at the peak.
+//
 // Widening, so that little evidence means "uncertain", never "fast":
 //   - a pod with fewer observations than the quantile needs (about 2/(1-q): 200 for 99%) takes
 //     at least the node's margin and a cold margin (×3), fading out linearly as evidence comes;
@@ -36,8 +42,12 @@ export interface CalibrationOptions {
 
 export const DEFAULT_CALIBRATION: CalibrationOptions = { window: 256, recent: 16, coldLogMargin: Math.log(3), minWarmObservations: 32 };
 
+/** Whether requests stood queued ahead of this one at the pod when it was sent. */
+export type Regime = 'free' | 'queued';
+
 /** Key for the node-wide distribution (every local pod's observations). */
 const NODE = '\u0000node';
+const key = (uid: string, regime: Regime) => `${uid}\u0000${regime}`;
 
 function quantileOf(r: Residuals, q: number): number {
   const n = Math.min(r.count, r.values.length);
@@ -64,22 +74,23 @@ export class Calibration {
   }
 
   /** One measured TTFT against the prediction the request was admitted on. */
-  observe(uid: string, predictedMs: number, measuredMs: number): void {
+  observe(uid: string, predictedMs: number, measuredMs: number, regime: Regime = 'free'): void {
     if (!(predictedMs > 0) || !(measuredMs > 0) || !Number.isFinite(predictedMs) || !Number.isFinite(measuredMs)) return;
     const logRatio = Math.log(measuredMs / predictedMs);
-    this.#push(uid, logRatio);
-    this.#push(NODE, logRatio);
+    this.#push(key(uid, regime), logRatio);
+    this.#push(key(NODE, regime), logRatio);
   }
 
   forget(uid: string): void {
-    this.#residuals.delete(uid);
+    this.#residuals.delete(key(uid, 'free'));
+    this.#residuals.delete(key(uid, 'queued'));
   }
 
   /**
    * Log margin such that predicted · exp(margin) is the q-quantile of the pod's TTFT. `uid`
    * undefined (a peer's pod, whose model this agent does not feed) gets the node's margin.
    */
-  margin(uid: string | undefined, q: number): number {
+  margin(uid: string | undefined, q: number, regime: Regime = 'free'): number {
     const needed = Math.max(this.options.minWarmObservations, Math.ceil(2 / (1 - q)));
     const cold = this.options.coldLogMargin;
     // The cold margin is a floor while evidence is thin, not an addition: a cold start must still
@@ -89,15 +100,15 @@ export class Calibration {
       const w = Math.min(1, r.count / needed);
       return w * own + (1 - w) * Math.max(own, floor);
     };
-    const node = this.#residuals.get(NODE);
+    const node = this.#residuals.get(key(NODE, regime));
     const nodeMargin = node ? blend(node, cold) : cold;
     if (uid === undefined) return nodeMargin;
-    const pod = this.#residuals.get(uid);
+    const pod = this.#residuals.get(key(uid, regime));
     return pod ? blend(pod, Math.max(nodeMargin, cold)) : Math.max(nodeMargin, cold);
   }
 
-  stats(uid: string): { observations: number; recentBias: number } {
-    const r = this.#residuals.get(uid);
+  stats(uid: string, regime: Regime = 'free'): { observations: number; recentBias: number } {
+    const r = this.#residuals.get(key(uid, regime));
     return { observations: r?.count ?? 0, recentBias: r ? this.#shift(r) : 0 };
   }
 

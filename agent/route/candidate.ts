@@ -21,8 +21,8 @@ export interface Candidate {
   /** The pod's embeddings model (prefill only); absent for peers' pods (gossip carries one model). */
   embeddingParams?: PredictorParams;
   /**
-   * Log factor from the mean predicted TTFT to its q-quantile, learned from how measurements
-   * strayed from predictions (agent/predict/calibration.ts). Absent: the prediction is exact.
+   * Log factor from the mean predicted TTFT to its q-quantile for a request sent now, learned from
+   * how measurements strayed from predictions (agent/predict/calibration.ts). Absent: exact.
    */
   logMargin?: (q: number) => number;
   /** This agent's requests to the pod that have not finished. */
