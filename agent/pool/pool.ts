@@ -268,7 +268,7 @@ export class PodPool {
    * request; `answered` the whole answer of a non-streamed one. Returns the mean prediction the
    * request was sent on (what calibration measures against).
    */
-  begin(c: Candidate, promptTokens: number, kind: RequestKind = 'chat'): PodTicket {
+  begin(c: Candidate, promptTokens: number, kind: RequestKind = 'chat', stream = true): PodTicket {
     const features = { queued: c.queuedNow + c.unseenSent, running: c.running, promptTokens, pendingPromptTokens: c.pendingPromptTokens };
     const local = c.where === 'local' ? this.#local.get(c.pod.uid) : undefined;
     const traffic = c.where === 'peer' ? this.#trafficFor(c.pod.uid) : undefined;
@@ -278,14 +278,18 @@ export class PodPool {
     const epoch = counters.epoch;
     counters.inFlight++;
     counters.unseenSent++;
-    counters.pendingPromptTokens += promptTokens;
+    // A non-streamed request's prefill ends unseen (its first byte is its whole answer): counted
+    // until the answer, its prompt would stand in front of later requests for its whole decode.
+    // The scraped queue and batch show it instead.
+    const counted = stream || kind === 'embeddings' ? promptTokens : 0;
+    counters.pendingPromptTokens += counted;
     let pending = true;
     let ended = false;
     // Its prompt stops standing in front of later requests once its first token is out.
     const prefilled = () => {
       if (!pending) return;
       pending = false;
-      counters.pendingPromptTokens -= promptTokens;
+      counters.pendingPromptTokens -= counted;
     };
     const learn = (ms: number) => {
       if (!local) return;

@@ -40,7 +40,7 @@ export interface RequestPathDeps {
   pool: {
     candidates(): Candidate[];
     /** Bookkeeping for one request sent to a pod; returns hooks for its first byte and end. */
-    begin(c: Candidate, promptTokens: number, kind: RequestKind): { firstByte(ms: number): void; answered(ms: number): void; end(ok: boolean): void };
+    begin(c: Candidate, promptTokens: number, kind: RequestKind, stream: boolean): { firstByte(ms: number): void; answered(ms: number): void; end(ok: boolean): void };
     /** The pod failed before its first byte: keep it out of decisions for a moment. */
     markFailed(c: Candidate): void;
     /** Resolves at the next change of any candidate (scrape, gossip, a request ending). */
@@ -215,7 +215,7 @@ export class RequestPath {
     const deps = this.deps;
     const route = candidateName(candidate);
     const predictedMs = admitted.predictedMs;
-    const ticket = deps.pool.begin(candidate, request.promptTokens, request.kind);
+    const ticket = deps.pool.begin(candidate, request.promptTokens, request.kind, parsed.stream);
     const attempt = await sendToPod(deps.dispatcher, candidate.pod.address, UPSTREAM_PATHS[parsed.kind], body, signal, deps.limits.pod, !parsed.stream);
     const headers = {
       'x-kinference-route': route,
