@@ -82,3 +82,15 @@ test('nonsense measurements are ignored', () => {
   c.observe('pod-a', Infinity, 100);
   assert.equal(c.stats('pod-a').observations, 0);
 });
+
+test('requests that found a queue have their own distribution: calm errors do not understate them', () => {
+  const c = new Calibration();
+  const rand = mulberry32(6);
+  for (let i = 0; i < 400; i++) {
+    c.observe('pod-a', 100, 100 * Math.exp(0.05 * gaussian(rand)), 'free');
+    c.observe('pod-a', 100, 100 * Math.exp(0.5 * gaussian(rand)), 'queued');
+  }
+  const free = c.margin('pod-a', 0.99, 'free');
+  const queued = c.margin('pod-a', 0.99, 'queued');
+  assert.ok(free < 0.2 && queued > 0.9, `free ${free}, queued ${queued}`);
+});
