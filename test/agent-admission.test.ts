@@ -85,8 +85,8 @@ describe('a fast pod behind the agent with the default policy', () => {
     // Warm-up, one at a time: the agent learns the pod is fast (the prior is an 8B model's).
     for (let i = 0; i < 50; i++) assert.equal(await send(), 200);
     const before = await (await fetch(`${agent.admin}/metrics`)).text();
-    const total = 3000;
-    const concurrency = 32;
+    const total = 2000;
+    const concurrency = 16; // a good neighbour: other test files share the two cores
     let next = 0;
     const statuses = new Map<number, number>();
     const started = performance.now();
