@@ -269,7 +269,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
       maxRetries: settings.limits.maxRetries,
       maxWaiting: settings.limits.maxWaiting,
       maxLabelValues: settings.limits.maxLabelValues,
-      pod: { connectMs: settings.limits.podConnectTimeoutMs, idleMs: settings.limits.podIdleTimeoutMs },
+      pod: { connectMs: settings.limits.podConnectTimeoutMs, responseMs: settings.limits.podResponseTimeoutMs, idleMs: settings.limits.podIdleTimeoutMs },
     },
     now,
     rand,
@@ -335,7 +335,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     const namespace = q.namespace ?? q.tenant ?? 'default';
     const who = { namespace, tenant: policies.tenantFor(namespace, q.tenant) };
     const request: RouteRequest = { kind: 'chat', model: q.model, tenant: who.tenant, namespace, tags: q.tags, promptTokens: q.promptTokens, stream: true };
-    return explainDecision(requestPath.explain(request, who));
+    return explainDecision(requestPath.explain(request, who), requestPath.deps.policyFor(who, q.model));
   };
   const state = async () => {
     const at = now();
@@ -379,7 +379,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     const c = classifyBody(q.tags, parsed.body);
     const decision = requestPath.explain(requestPath.routeRequest(parsed, who, c.tags), who);
     return {
-      ...explainDecision(decision),
+      ...explainDecision(decision, requestPath.deps.policyFor(who, parsed.model)),
       caller: { namespace: who.namespace, tenant: who.tenant, ...(who.unidentified ? { unidentified: who.unidentified.reason } : {}) },
       classification: { tags: c.tags, findings: c.findings, unscanned: c.unscanned, rejectedHeaderTags: c.rejectedHeaderTags },
     };

@@ -99,6 +99,8 @@ export interface EffectivePolicy {
   /** `namespace/name` of the InferencePolicy that matched, or `builtin/default`. */
   name: string;
   sloTtftMs: number;
+  /** Share of requests that may leave which must meet the SLO (0..1): the quantile admission judges. */
+  sloAttainment: number;
   exclude: ExcludeRule[];
   overflow: { providers: string[]; denyTags: string[]; denyTenants: string[] };
   waitMaxMs: number;

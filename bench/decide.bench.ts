@@ -9,6 +9,7 @@ import type { EffectivePolicy, RouteRequest } from '../agent/types.ts';
 const policy: EffectivePolicy = {
   name: 'bench',
   sloTtftMs: 500,
+  sloAttainment: 0.99,
   exclude: [{ metric: 'queued', above: 2, windowMs: 30_000 }],
   overflow: { providers: [], denyTags: [], denyTenants: [] },
   waitMaxMs: 2000,

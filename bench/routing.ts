@@ -1,13 +1,17 @@
 // `npm run bench:routing`: every strategy against the same simulated pools and the same recorded
 // arrivals, in virtual time. Writes bench/results/routing.json and prints the README table.
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { calibrateCapacity, fitOracleModel, runScenario, type RunResult, type Scenario } from './routing/harness.ts';
+import { parseArgs } from 'node:util';
+import { calibrateCapacity, DEFAULT_SHAPE, fitOracleModel, POOL_SHAPES, runScenario, type PodShape, type RunResult, type Scenario } from './routing/harness.ts';
 import { STRATEGIES } from './routing/strategies.ts';
 
 const SHORT = { longShare: 0 };
 const MINUTE = 60_000;
+const args = parseArgs({ allowPositionals: true, options: { shapes: { type: 'boolean' }, seeds: { type: 'string' } } });
 /** Every figure is the mean over these seeds (arrivals, jitter, picks): one seed is noise. */
-const SEEDS = 5;
+const SEEDS = Number(args.values.seeds ?? (args.values.shapes ? 2 : 5));
+/** `--shapes`: every scenario on every pool shape (bench/routing/harness.ts), not only the default one. */
+const SHAPES: PodShape[] = args.values.shapes ? POOL_SHAPES.filter((s) => !s.speeds) : [DEFAULT_SHAPE];
 
 const SCENARIOS: Scenario[] = [
   { name: 'homogeneous', speeds: [1, 1, 1, 1], phases: [{ ms: 2 * MINUTE, load: 0.8 }], mix: SHORT, sloMs: 500, seed: 11 },
@@ -24,7 +28,7 @@ const SCENARIOS: Scenario[] = [
   { name: 'long prompts', speeds: [1, 1, 1, 1], phases: [{ ms: 2 * MINUTE, load: 0.8 }], mix: { longShare: 0.2 }, sloMs: 2000, seed: 15 },
 ];
 
-const only = process.argv[2];
+const only = args.positionals[0];
 const results: Record<string, Record<string, RunResult>> = {};
 const perSeed: Record<string, Record<string, RunResult[]>> = {};
 
@@ -41,17 +45,20 @@ function mean(runs: RunResult[]): RunResult {
     wallMs: runs.reduce((s, r) => s + r.wallMs, 0),
   };
 }
-const capacityByMix = new Map<number, { capacity: number; oracle: ReturnType<typeof fitOracleModel> }>();
+const capacityByMix = new Map<string, { capacity: number; oracle: ReturnType<typeof fitOracleModel> }>();
 const started = performance.now();
 
-for (const scenario of SCENARIOS) {
-  if (only && !scenario.name.includes(only)) continue;
-  let calibration = capacityByMix.get(scenario.mix.longShare);
+for (const shape of SHAPES)
+for (const base of SCENARIOS) {
+  if (only && !base.name.includes(only)) continue;
+  const scenario: Scenario = { ...base, shape, name: shape === DEFAULT_SHAPE ? base.name : `${shape.name}${shape.heldOut ? ' (held out)' : ''}: ${base.name}` };
+  const key = `${shape.name}/${scenario.mix.longShare}`;
+  let calibration = capacityByMix.get(key);
   if (!calibration) {
-    const capacity = calibrateCapacity(scenario.mix);
-    calibration = { capacity, oracle: fitOracleModel(scenario.mix, capacity) };
-    capacityByMix.set(scenario.mix.longShare, calibration);
-    console.error(`calibrated mix long=${scenario.mix.longShare}: ${capacity.toFixed(2)} req/s per speed-1 pod`);
+    const capacity = calibrateCapacity(scenario.mix, 99, shape);
+    calibration = { capacity, oracle: fitOracleModel(scenario.mix, capacity, 7, shape) };
+    capacityByMix.set(key, calibration);
+    console.error(`calibrated ${shape.name}, mix long=${scenario.mix.longShare}: ${capacity.toFixed(2)} req/s per speed-1 pod`);
   }
   results[scenario.name] = {};
   perSeed[scenario.name] = {};
@@ -68,7 +75,7 @@ const pct = (x: number) => `${(x * 100).toFixed(1)}%`;
 const ms = (x: number) => x.toFixed(0);
 const lines = [`Mean of ${SEEDS} seeds per cell; TTFT in ms.`, '', '| scenario | strategy | TTFT p50 | p90 | p99 | SLO attainment | prediction MAPE |', '| --- | --- | ---: | ---: | ---: | ---: | ---: |'];
 for (const [scenario, byStrategy] of Object.entries(results)) {
-  const slo = SCENARIOS.find((s) => s.name === scenario)!.sloMs;
+  const slo = SCENARIOS.find((s) => scenario.endsWith(s.name))!.sloMs;
   for (const [strategy, r] of Object.entries(byStrategy)) {
     lines.push(`| ${scenario} (SLO ${slo} ms) | ${strategy} | ${ms(r.p50)} | ${ms(r.p90)} | ${ms(r.p99)} | ${pct(r.sloAttainment)} | ${Number.isNaN(r.mape) ? '–' : pct(r.mape)} |`);
   }
@@ -83,7 +90,7 @@ for (const [scenario, r] of Object.entries(results)) {
 }
 console.log(`\n${goals.join('\n')}\n\ntotal ${((performance.now() - started) / 1000).toFixed(1)} s`);
 
-if (!only) {
+if (!only && !args.values.shapes) {
   mkdirSync('bench/results', { recursive: true });
   writeFileSync('bench/results/routing.json', JSON.stringify({ date: new Date().toISOString(), node: process.version, seeds: SEEDS, scenarios: SCENARIOS, results, perSeed }, null, 2));
 }

@@ -55,7 +55,12 @@ describe('routing around a pod filled by outside traffic', () => {
     } finally {
       console.log = log;
     }
-    assert.match(lines.join('\n'), /candidates \(best first\):\n {2}local\/pod-/);
+    assert.match(lines.join('\n'), /candidates \(best first\):\n {2}local\/pod-\d +mean +[\d.]+ ms {2}p99 +[\d.]+ ms {2}margin +-?[\d.]+ ms/);
+    for (const c of explanation.candidates) {
+      assert.ok(c.quantileTtftMs >= c.predictedTtftMs, 'the quantile is never below the mean');
+      assert.equal(c.marginMs, Math.round((2000 - c.quantileTtftMs) * 10) / 10);
+    }
+    assert.deepEqual(explanation.slo, { ttftMs: 2000, attainment: 0.99, judgedOn: 'mean' });
   });
 
   it('rejects a bad explain query with a clear error', async () => {

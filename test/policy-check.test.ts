@@ -25,7 +25,7 @@ kind: InferencePolicy
 metadata: {name: team-a, namespace: team-a}
 spec:
   models: [llama-3-8b]
-  slo: {ttft: 500ms}
+  slo: {ttft: 500ms, attainment: 99.9%}
   exclude:
     - {metric: queued, above: 2, window: 30s}
   overflow:
@@ -59,6 +59,26 @@ spec:
   assert.equal(r.code, 1);
   assert.equal(r.err[0], `${path}: doc 3 (team-b/slow): spec.exclude[0].window: expected a duration like 30s, found "30 seconds" (line 24)`);
   assert.equal(r.err.at(-1), '1 error');
+});
+
+test('an SLO attainment that is not a percentage below 100% fails the check, in a policy and in a namespace annotation', async () => {
+  const path = file('bad-attainment.yaml', `${GOOD}apiVersion: kinference.io/v1alpha1
+kind: InferencePolicy
+metadata: {name: sure, namespace: team-b}
+spec:
+  slo: {attainment: 100%}
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: team-c
+  annotations:
+    kinference.io/slo-attainment: "0.99"
+`);
+  const r = await check(path);
+  assert.equal(r.code, 1);
+  assert.equal(r.err[0], `${path}: doc 3 (team-b/sure): spec.slo.attainment: expected a percentage above 0% and below 100%, like 99%, found "100%" (line 23)`);
+  assert.match(r.err.join('\n'), /kinference\.io\/slo-attainment"\]: expected a percentage above 0% and below 100% like 99%, found "0\.99"/);
 });
 
 test('a typo in a key is caught with a suggestion', async () => {

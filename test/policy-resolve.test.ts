@@ -20,6 +20,7 @@ test('with no policy, the built-in default applies', () => {
   assert.deepEqual(p, {
     name: 'builtin/default',
     sloTtftMs: 1000,
+    sloAttainment: 0.99,
     exclude: [{ metric: 'queued', above: 2, windowMs: 30_000 }],
     overflow: { providers: [], denyTags: ['pii', 'unscanned'], denyTenants: [] },
     waitMaxMs: 2000,
@@ -54,13 +55,14 @@ test('tenants restrict, and count below models in specificity', () => {
 
 test('durations become milliseconds and missing fields take the built-in defaults', () => {
   const p = effectiveOf(policy('ns', 'p', {
-    slo: { ttft: '1.5s' },
+    slo: { ttft: '1.5s', attainment: '99.9%' },
     exclude: [{ metric: 'kvCache', above: 0.9, window: '1m' }, { metric: 'predictedTTFT', above: 800, window: '250ms' }],
     overflow: { providers: ['bedrock'] },
   }));
   assert.deepEqual(p, {
     name: 'ns/p',
     sloTtftMs: 1500,
+    sloAttainment: 0.999,
     exclude: [{ metric: 'kvCache', above: 0.9, windowMs: 60_000 }, { metric: 'predictedTTFT', above: 800, windowMs: 250 }],
     overflow: { providers: ['bedrock'], denyTags: ['pii', 'unscanned'], denyTenants: [] },
     waitMaxMs: 2000,
@@ -89,6 +91,16 @@ test('kinference.io/ttft-slo replaces the SLO and nothing else', () => {
   assert.equal(p.sloTtftMs, 800);
   assert.equal(p.name, 'team-a/team-llama');
   assert.deepEqual(p.exclude, effectiveOf(teamALlama).exclude);
+});
+
+test('kinference.io/slo-attainment replaces the attainment and nothing else; a bad value is reported and ignored', () => {
+  const c = compilePolicies([teamALlama], { 'team-a': { 'kinference.io/slo-attainment': '99.9%' }, b: { 'kinference.io/slo-attainment': '100%' } });
+  const p = c.resolve('team-a', 'team-a', 'llama-3-8b');
+  assert.equal(p.sloAttainment, 0.999);
+  assert.equal(p.sloTtftMs, 600);
+  assert.equal(p.name, 'team-a/team-llama');
+  assert.equal(c.resolve('b', 'b', 'llama-3-8b').sloAttainment, 0.99);
+  assert.match(c.problems.join('\n'), /namespace b: annotation kinference.io\/slo-attainment: expected a percentage above 0% and below 100% like 99%, found "100%"; ignored/);
 });
 
 test('kinference.io/policy picks a policy by name: in the namespace, in *, or as namespace/name', () => {

@@ -7,7 +7,7 @@ import { decide } from '../agent/route/router.ts';
 import { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
 import type { EffectivePolicy, Pod, PodLoad } from '../agent/types.ts';
 
-const POLICY: EffectivePolicy = { name: 't', sloTtftMs: 10_000, exclude: [], overflow: { providers: [], denyTags: [], denyTenants: [] }, waitMaxMs: 0 };
+const POLICY: EffectivePolicy = { name: 't', sloTtftMs: 10_000, sloAttainment: 0.99, exclude: [], overflow: { providers: [], denyTags: [], denyTenants: [] }, waitMaxMs: 0 };
 const pod = (name: string): Pod => ({ uid: `ns/${name}`, name, namespace: 'ns', node: 'n', address: '127.0.0.1:1', models: ['m'], engine: 'vllm' });
 
 function pool(now: { t: number }) {
@@ -64,4 +64,63 @@ test('the router sends a new request away from a pod with a long prompt still pr
   assert.equal(d.action === 'pod' && d.chosen.candidate.pod.name, 'b');
   const [best, behind] = d.scored;
   assert.ok(behind.predictedMs - best.predictedMs > 1000, `${behind.predictedMs} vs ${best.predictedMs}`);
+});
+
+test('a request answered before the next scrape is no unseen queue; one still running at the scrape is the scrape\'s to show', () => {
+  const now = { t: 1000 };
+  const p = pool(now);
+  const a = () => p.candidates().find((c) => c.pod.name === 'a')!;
+  const answered = p.begin(a(), 10, 'chat', false);
+  const running = p.begin(a(), 10, 'chat', false);
+  assert.equal(a().unseenSent, 2);
+  assert.equal(a().pendingPromptTokens, 0, 'a non-streamed prompt is not counted as pending prefill');
+  answered.answered(5);
+  answered.end(true);
+  assert.equal(a().unseenSent, 1);
+  const telemetry = new PodTelemetry();
+  const load: PodLoad = { at: now.t + 100, engine: 'vllm', waiting: 0, running: 3, kvCache: 0.1 };
+  telemetry.record(load);
+  p.recordLoad('ns/a', load, telemetry);
+  assert.equal(a().unseenSent, 0);
+  const later = p.begin(a(), 10, 'chat', false);
+  running.end(true); // sent before the scrape: the new epoch's count is not its to decrement
+  assert.equal(a().unseenSent, 1);
+  later.end(true);
+  assert.equal(a().unseenSent, 0);
+});
+
+test('a non-streamed answer sooner than the predicted TTFT lowers the prediction; a slower one teaches nothing', () => {
+  const now = { t: 1000 };
+  const p = pool(now);
+  const a = () => p.candidates().find((c) => c.pod.name === 'a')!;
+  const before = a().params.base;
+  const slow = p.begin(a(), 100, 'chat', false);
+  slow.answered(60_000);
+  slow.end(true);
+  assert.equal(a().params.base, before, 'a long answer holds decode time: no TTFT bound');
+  for (let i = 0; i < 20; i++) {
+    const fast = p.begin(a(), 100, 'chat', false);
+    fast.answered(2);
+    fast.end(true);
+  }
+  assert.ok(a().params.base < before / 2, `${a().params.base} vs ${before}`);
+  // The shape is shared by the node's pods; the speed is the answering pod's own.
+  assert.ok(a().params.base < p.candidates().find((c) => c.pod.name === 'b')!.params.base / 2, 'the answering pod is learned faster than its neighbour');
+});
+
+test('embeddings teach their own model and calibration, not the generation model', () => {
+  const now = { t: 1000 };
+  const p = pool(now);
+  const a = () => p.candidates().find((c) => c.pod.name === 'a')!;
+  const generation = a().params;
+  for (let i = 0; i < 30; i++) {
+    const t = p.begin(a(), 500, 'embeddings', false);
+    t.answered(400);
+    t.end(true);
+  }
+  assert.deepEqual(a().params, generation);
+  assert.ok(a().embeddingParams!.base !== generation.base);
+  const state = p.debugState().local.find((l) => l.pod.name === 'a')!;
+  assert.equal(state.embeddingsPredictor.observations, 30);
+  assert.equal(state.calibration.free.observations, 30);
 });

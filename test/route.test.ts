@@ -7,6 +7,7 @@ import type { EffectivePolicy, RouteRequest } from '../agent/types.ts';
 const POLICY: EffectivePolicy = {
   name: 'builtin/default',
   sloTtftMs: 500,
+  sloAttainment: 0.99,
   exclude: [{ metric: 'queued', above: 2, windowMs: 30_000 }],
   overflow: { providers: [], denyTags: [], denyTenants: [] },
   waitMaxMs: 2000,
@@ -131,4 +132,33 @@ test('a request that may not leave waits for the rest of wait.max, then gets 429
 test('503 when no pod serves the model and it may not leave', () => {
   const d = decide({ request: REQUEST, policy: POLICY, leave: STAY, rand: first, candidates: [] });
   assert.equal(d.action === 'reject' && d.status, 503);
+});
+
+test('calibrated admission: a request that may leave needs the quantile within the SLO; one that may not keeps the mean', () => {
+  // Mean 260 ms (20 + 2·100 + 0.2·200) at both pods; `wide` errs up to ×2 at 99%, `tight` up to ×1.2.
+  const wide = pod('wide', { queuedNow: 2, logMargin: () => Math.log(2) });
+  const tight = pod('tight', { queuedNow: 2, logMargin: () => Math.log(1.2) });
+  const leaving = decide({ request: REQUEST, policy: { ...POLICY, exclude: [] }, leave: LEAVE, rand: first, candidates: [wide, tight] });
+  assert.equal(leaving.action === 'pod' && leaving.chosen.candidate.pod.name, 'tight');
+  assert.deepEqual(leaving.dropped.map((d) => [d.pod, d.reason, d.detail]), [['local/wide', 'over-slo', 'p99 520ms (mean 260ms) > SLO 500ms']]);
+  assert.equal(leaving.action === 'pod' && Math.round(leaving.chosen.quantileMs), 312);
+
+  const onlyWide = decide({ request: REQUEST, policy: { ...POLICY, exclude: [] }, leave: LEAVE, rand: first, candidates: [wide] });
+  assert.equal(onlyWide.action, 'overflow');
+
+  // Same pods, request may not leave: the mean (260 ms) decides, exactly as without calibration.
+  const staying = decide({ request: REQUEST, policy: { ...POLICY, exclude: [] }, leave: STAY, rand: first, candidates: [wide] });
+  assert.equal(staying.action === 'pod' && staying.chosen.candidate.pod.name, 'wide');
+
+  // The mean still ranks: a wider but faster pod wins among admitted ones.
+  const fastWide = pod('fast-wide', { logMargin: () => Math.log(1.5) });
+  const ranked = decide({ request: REQUEST, policy: { ...POLICY, exclude: [] }, leave: LEAVE, rand: first, candidates: [tight, fastWide] });
+  assert.equal(ranked.action === 'pod' && ranked.chosen.candidate.pod.name, 'fast-wide');
+});
+
+test('a higher attainment asks for a wider margin: the same pod passes at 90% and overflows at 99.9%', () => {
+  const p = pod('p', { queuedNow: 2, logMargin: (q) => (q >= 0.999 ? Math.log(2.5) : Math.log(1.1)) });
+  const at = (sloAttainment: number) => decide({ request: REQUEST, policy: { ...POLICY, exclude: [], sloAttainment }, leave: LEAVE, rand: first, candidates: [p] }).action;
+  assert.equal(at(0.9), 'pod');
+  assert.equal(at(0.999), 'overflow');
 });

@@ -19,14 +19,21 @@ export function formatExplanation(e: Explanation & BodyEvidence): string {
     for (const u of e.classification.unscanned) lines.push(`  unscanned (${u.reason}) at ${u.path || '(body)'}`);
   }
   if ('status' in e) lines.push(`  ${e.status}: ${e.message}`);
-  lines.push(`policy:   ${e.policy}`, `overflow: ${e.leave.allowed ? 'allowed' : 'not allowed'} — ${e.leave.reason}`);
+  const pct = `p${Math.round(e.slo.attainment * 1000) / 10}`;
+  lines.push(
+    `policy:   ${e.policy}`,
+    `slo:      TTFT ${e.slo.ttftMs} ms at ${pct}; judged on the ${e.slo.judgedOn === 'quantile' ? `${pct} quantile (the request may leave)` : 'mean (the request may not leave)'}`,
+    `overflow: ${e.leave.allowed ? 'allowed' : 'not allowed'} — ${e.leave.reason}`,
+  );
+  const numbers = (x: { predictedTtftMs: number; quantileTtftMs: number; marginMs: number }) =>
+    `mean ${String(x.predictedTtftMs).padStart(7)} ms  ${pct} ${String(x.quantileTtftMs).padStart(7)} ms  margin ${String(x.marginMs).padStart(7)} ms`;
   if (e.candidates.length) {
     lines.push('candidates (best first):');
-    for (const c of e.candidates) lines.push(`  ${c.pod.padEnd(32)} predicted ${String(c.predictedTtftMs).padStart(7)} ms  queued ${c.queued}  running ${c.running}  in-flight ${c.inFlight}`);
+    for (const c of e.candidates) lines.push(`  ${c.pod.padEnd(32)} ${numbers(c)}  queued ${c.queued}  running ${c.running}  in-flight ${c.inFlight}`);
   }
   if (e.dropped.length) {
     lines.push('dropped:');
-    for (const d of e.dropped) lines.push(`  ${d.pod.padEnd(32)} ${d.reason.padEnd(10)} ${d.detail}`);
+    for (const d of e.dropped) lines.push(`  ${d.pod.padEnd(32)} ${d.reason.padEnd(10)} ${numbers(d)}  ${d.detail}`);
   }
   return lines.join('\n');
 }

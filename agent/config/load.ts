@@ -19,6 +19,7 @@ import { AgentConfigSchema, type AgentConfigFile, type ProviderConfigFile } from
 export interface Limits {
   maxBodyBytes: number;
   podConnectTimeoutMs: number;
+  podResponseTimeoutMs: number;
   podIdleTimeoutMs: number;
   maxRetries: number;
   drainTimeoutMs: number;
@@ -74,6 +75,9 @@ export interface AgentSettings {
 export const DEFAULT_LIMITS: Limits = {
   maxBodyBytes: 4 * 1024 * 1024,
   podConnectTimeoutMs: 10_000,
+  // Long: a 4k-token answer at 50 ms per token under load is over 3 minutes. A dead pod is still
+  // caught at once (refused) or by undici's TCP connect timeout (10 s), not by this.
+  podResponseTimeoutMs: 600_000,
   podIdleTimeoutMs: 120_000,
   maxRetries: 2,
   drainTimeoutMs: 25_000,
@@ -245,6 +249,7 @@ export function settingsFromObject(input: unknown, source = 'config', env: NodeJ
     limits: {
       maxBodyBytes: limits.maxBodyBytes ?? DEFAULT_LIMITS.maxBodyBytes,
       podConnectTimeoutMs: limits.podConnectTimeout ? parseDuration(limits.podConnectTimeout) : DEFAULT_LIMITS.podConnectTimeoutMs,
+      podResponseTimeoutMs: limits.podResponseTimeout ? parseDuration(limits.podResponseTimeout) : DEFAULT_LIMITS.podResponseTimeoutMs,
       podIdleTimeoutMs: limits.podIdleTimeout ? parseDuration(limits.podIdleTimeout) : DEFAULT_LIMITS.podIdleTimeoutMs,
       maxRetries: limits.maxRetries ?? DEFAULT_LIMITS.maxRetries,
       drainTimeoutMs: limits.drainTimeout ? parseDuration(limits.drainTimeout) : DEFAULT_LIMITS.drainTimeoutMs,

@@ -47,6 +47,11 @@ const Limits = Type.Object(
     maxBodyBytes: Type.Optional(Type.Integer({ minimum: 1024 })),
     /** Time to the upstream pod's response headers; past it the pod counts as failed (retry). */
     podConnectTimeout: Type.Optional(DurationString),
+    /**
+     * Time to a pod's answer for a non-streamed request: the engine sends headers only with the
+     * whole answer, so the generation is the deadline, not the connection.
+     */
+    podResponseTimeout: Type.Optional(DurationString),
     /** Longest gap between two chunks of an upstream stream before it is cut. */
     podIdleTimeout: Type.Optional(DurationString),
     /** How many other pods a request may try after a pod fails before its first byte. */

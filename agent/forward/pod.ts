@@ -3,8 +3,14 @@
 import { Agent, request, errors as undiciErrors } from 'undici';
 
 export interface PodTimeouts {
-  /** Until the pod's response headers. */
+  /** Until the pod's response headers, for a streamed request (they come with the first token). */
   connectMs: number;
+  /**
+   * Until the response headers of a non-streamed request: model servers send them only with the
+   * whole answer, so a long generation must not be cut (and retried elsewhere, wasting the GPU
+   * work) by the streamed request's deadline.
+   */
+  responseMs: number;
   /** Longest silence between two chunks of the body. */
   idleMs: number;
 }
@@ -58,9 +64,14 @@ export async function sendToPod(
   body: Uint8Array,
   clientSignal: AbortSignal,
   timeouts: PodTimeouts,
-  now: () => number = performance.now.bind(performance),
-  headers: Record<string, string> = {},
+  options: {
+    /** The request is not streamed: its headers wait for the whole answer (responseMs, not connectMs). */
+    wholeAnswer: boolean;
+    headers?: Record<string, string>;
+    now?: () => number;
+  },
 ): Promise<PodAttempt> {
+  const { wholeAnswer, headers = {}, now = performance.now.bind(performance) } = options;
   const controller = new AbortController();
   const onClientGone = () => controller.abort(new Error('client disconnected'));
   if (clientSignal.aborted) onClientGone();
@@ -73,7 +84,7 @@ export async function sendToPod(
       body,
       signal: controller.signal,
       dispatcher,
-      headersTimeout: timeouts.connectMs,
+      headersTimeout: wholeAnswer ? timeouts.responseMs : timeouts.connectMs,
       bodyTimeout: timeouts.idleMs,
     });
     const contentType = String(response.headers['content-type'] ?? 'application/json');

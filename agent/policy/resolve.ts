@@ -21,12 +21,13 @@
 //                                the policy N pins is no tie: the pin decides it;
 //   kinference.io/overflow       deny: no providers; allow: the policy's providers as they are;
 //   kinference.io/ttft-slo       replaces the SLO (a duration);
+//   kinference.io/slo-attainment replaces the SLO attainment (a percentage like 99.9%);
 //   kinference.io/tenant         the tenant of every caller in the namespace; it wins over a
 //                                tenant the caller claims (header), which wins over the namespace.
 //
 // Defaults: a field a policy leaves out takes the built-in default, not the value of a less
 // specific policy (what you read in one policy is what applies). With no policy at all:
-// SLO 1000 ms, exclude queued above 2 over 30 s, no overflow (deny tags [pii, unscanned]), wait 2 s.
+// SLO 1000 ms at 99% attainment for requests that may leave, exclude queued above 2 over 30 s, no overflow (deny tags [pii, unscanned]), wait 2 s.
 //
 // The platform floor (`spec.guardrails` of cluster-wide policies; [pii, unscanned] denied when
 // none sets one) is applied last, to every result: its deny tags and tenants are added, the SLO
@@ -35,17 +36,25 @@
 // forbids overflow, or guardrails of its own) is rejected: kept out, and reported.
 import type { EffectivePolicy, ExcludeRule } from '../types.ts';
 import { isDuration, parseDuration } from '../config/duration.ts';
-import type { InferencePolicy } from './schema.ts';
+import { ATTAINMENT_PATTERN, type InferencePolicy } from './schema.ts';
 
 export const ANNOTATIONS = {
   policy: 'kinference.io/policy',
   overflow: 'kinference.io/overflow',
   ttftSlo: 'kinference.io/ttft-slo',
+  sloAttainment: 'kinference.io/slo-attainment',
   tenant: 'kinference.io/tenant',
 } as const;
 
 export const BUILTIN_POLICY_NAME = 'builtin/default';
 export const DEFAULT_SLO_TTFT_MS = 1000;
+/**
+ * 99%: the product's promise is that peak demand doesn't mean failed SLOs, and overflow is what
+ * keeps it for requests that may leave; at 99% a pod is admitted only when the predicted TTFT
+ * quantile says at most 1 in 100 such requests would be late. It touches only requests that may
+ * leave (others keep the mean), so the cost is overflow share, never a 429.
+ */
+export const DEFAULT_SLO_ATTAINMENT = 0.99;
 export const DEFAULT_EXCLUDE: readonly ExcludeRule[] = [{ metric: 'queued', above: 2, windowMs: 30_000 }];
 /** A policy that leaves `overflow.deny.tags` out still keeps pii, and what could not be read, on the cluster. */
 export const DEFAULT_DENY_TAGS: readonly string[] = ['pii', 'unscanned'];
@@ -139,6 +148,7 @@ export function applyFloor(policy: EffectivePolicy, floor: Floor): EffectivePoli
 export const BUILTIN_DEFAULT: EffectivePolicy = deepFreeze({
   name: BUILTIN_POLICY_NAME,
   sloTtftMs: DEFAULT_SLO_TTFT_MS,
+  sloAttainment: DEFAULT_SLO_ATTAINMENT,
   exclude: DEFAULT_EXCLUDE.map((rule) => ({ ...rule })),
   overflow: { providers: [], denyTags: [...DEFAULT_DENY_TAGS], denyTenants: [] },
   waitMaxMs: DEFAULT_WAIT_MAX_MS,
@@ -175,6 +185,7 @@ export function effectiveOf(policy: InferencePolicy): EffectivePolicy {
   return {
     name: policyKey(policy),
     sloTtftMs: spec.slo?.ttft !== undefined ? parseDuration(spec.slo.ttft) : DEFAULT_SLO_TTFT_MS,
+    sloAttainment: spec.slo?.attainment !== undefined ? parsePercentage(spec.slo.attainment) : DEFAULT_SLO_ATTAINMENT,
     exclude: spec.exclude
       ? spec.exclude.map((rule) => ({ metric: rule.metric, above: rule.above, windowMs: parseDuration(rule.window) }))
       : DEFAULT_EXCLUDE.map((rule) => ({ ...rule })),
@@ -303,6 +314,7 @@ interface NamespaceOverrides<P> {
   pinned?: P;
   overflow?: 'allow' | 'deny';
   sloTtftMs?: number;
+  sloAttainment?: number;
   tenant?: string;
 }
 
@@ -370,11 +382,12 @@ export function compilePolicies(
     if (o?.pinned && covers(o.pinned, tenant, model)) chosen = o.pinned;
     chosen ??= byNamespace.get(namespace)?.find((e) => covers(e, tenant, model)) ?? star.find((e) => covers(e, tenant, model));
     const base = chosen?.effective ?? builtin;
-    if (!o || (o.overflow !== 'deny' && o.sloTtftMs === undefined)) return base;
+    if (!o || (o.overflow !== 'deny' && o.sloTtftMs === undefined && o.sloAttainment === undefined)) return base;
     return applyFloor(deepFreeze({
       ...base,
       exclude: base.exclude.map((rule) => ({ ...rule })),
       sloTtftMs: o.sloTtftMs ?? base.sloTtftMs,
+      sloAttainment: o.sloAttainment ?? base.sloAttainment,
       overflow: {
         providers: o.overflow === 'deny' ? [] : [...base.overflow.providers],
         denyTags: [...base.overflow.denyTags],
@@ -454,12 +467,26 @@ function parseAnnotations<P>(
       if (isDuration(slo)) o.sloTtftMs = parseDuration(slo);
       else bad(ANNOTATIONS.ttftSlo, `expected a duration like 800ms, found ${JSON.stringify(slo)}`);
     }
+    const attainment = values[ANNOTATIONS.sloAttainment];
+    if (attainment !== undefined) {
+      if (isPercentage(attainment.trim())) o.sloAttainment = parsePercentage(attainment.trim());
+      else bad(ANNOTATIONS.sloAttainment, `expected a percentage above 0% and below 100% like 99%, found ${JSON.stringify(attainment)}`);
+    }
     const tenant = values[ANNOTATIONS.tenant];
     if (tenant?.trim()) o.tenant = tenant.trim();
     else if (tenant !== undefined) bad(ANNOTATIONS.tenant, 'expected a tenant name, found an empty value');
     if (Object.keys(o).length > 0) overrides.set(namespace, o);
   }
   return { overrides, issues };
+}
+
+/** "99.5%" → 0.995 (the schema's pattern has checked the form). */
+export function parsePercentage(value: string): number {
+  return Math.round(Number(value.slice(0, -1)) * 1000) / 100_000; // 3 decimals, without 0.999000…1
+}
+
+function isPercentage(value: string): boolean {
+  return new RegExp(ATTAINMENT_PATTERN).test(value);
 }
 
 function covers(entry: Entry, tenant: string, model: string): boolean {

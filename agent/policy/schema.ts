@@ -13,6 +13,9 @@ export const DURATION_PATTERN = '^[0-9]+(\\.[0-9]+)?(ms|s|m|h)$';
 /** Request tags are lowercased by the classifier, so a deny tag outside this charset never matches. */
 export const TAG_PATTERN = '^[a-z0-9][a-z0-9._-]*$';
 
+/** A percentage like "99%" or "99.9%", above 0 and below 100 (100% would admit no pod at all). */
+export const ATTAINMENT_PATTERN = '^([1-9][0-9]?(\\.[0-9]{1,3})?|0\\.[0-9]{0,2}[1-9])%$';
+
 export const EXCLUDE_METRICS = ['queued', 'running', 'kvCache', 'predictedTTFT'] as const;
 
 // `expected` is our own keyword: the validator's words for what a field wants. It never reaches
@@ -79,7 +82,17 @@ export const InferencePolicySpecSchema = Type.Object(
     models: Type.Optional(NameList('Models this policy applies to; absent: every model.', 256)),
     tenants: Type.Optional(NameList('Tenants this policy applies to; absent: every tenant (tenant = caller namespace unless annotated).', 256)),
     slo: Type.Optional(
-      Type.Object({ ttft: Type.Optional(Duration('A pod predicted slower than this to first token is not a candidate.')) }, {
+      Type.Object({
+        ttft: Type.Optional(Duration('A pod predicted slower than this to first token is not a candidate.')),
+        attainment: Type.Optional(
+          Type.String({
+            pattern: ATTAINMENT_PATTERN,
+            maxLength: 16,
+            expected: 'a percentage above 0% and below 100%, like 99%',
+            description: 'For requests that may leave: a pod is a candidate only if it answers within the SLO with this confidence (its predicted TTFT quantile). Default 99%.',
+          }),
+        ),
+      }, {
         ...strict,
         description: 'Latency target.',
       }),

@@ -2,12 +2,13 @@
 // a predictor learned from the TTFTs it measures) and other nodes' pods (gossiped estimates).
 // It turns that view into router candidates, keeps per-pod request bookkeeping, and wakes
 // requests waiting for a pod whenever something changes.
+import { Calibration, type Regime } from '../predict/calibration.ts';
 import { NodeModel } from '../predict/node-model.ts';
 import type { PredictorOptions } from '../predict/predictor.ts';
 import type { Candidate, WindowedMetric } from '../route/candidate.ts';
 import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
 import { predictedTtft } from '../route/score.ts';
-import type { Pod, PodEstimate, PodLoad, RouteRequest } from '../types.ts';
+import type { Pod, PodEstimate, PodLoad, RequestKind, RouteRequest } from '../types.ts';
 
 export interface PoolOptions {
   node: string;
@@ -35,6 +36,8 @@ interface LocalPod {
   unhealthyUntil: number;
   /** When this agent last measured a TTFT at the pod; long ago, the pod's histograms teach instead. */
   lastOwnObservationAt: number;
+  /** Counts scrapes: a request answered in the epoch it was sent in leaves `unseenSent` at once. */
+  epoch: number;
 }
 
 interface PeerTraffic {
@@ -43,19 +46,33 @@ interface PeerTraffic {
   unseenSent: number;
   lastVersion: number;
   unhealthyUntil: number;
+  epoch: number;
 }
 
 type Waiter = () => void;
+
+export interface PodTicket {
+  /** Mean predicted TTFT the request was sent on (NaN for peers' pods). */
+  predictedMs: number;
+  firstByte(ms: number): void;
+  answered(ms: number): void;
+  end(ok: boolean): void;
+}
 
 /** What /debug/state and the dashboard predict for: a typical chat turn. */
 const REFERENCE_REQUEST: RouteRequest = { kind: 'chat', model: '', tenant: '', namespace: '', tags: [], promptTokens: 256, stream: true };
 
 const OWN_OBSERVATIONS_FRESH_MS = 5000;
 
+const regimeOf = (queuedAhead: number): Regime => (queuedAhead > 0 ? 'queued' : 'free');
+
 export class PodPool {
   readonly options: PoolOptions;
   readonly #local = new Map<string, LocalPod>();
   readonly #model: NodeModel;
+  /** Embeddings are all prefill: their own model, taught by their whole answer time. */
+  readonly #embeddings: NodeModel;
+  readonly #calibration = new Calibration();
   #remote: PodEstimate[] = [];
   readonly #peerTraffic = new Map<string, PeerTraffic>();
   readonly #waiters = new Set<Waiter>();
@@ -67,6 +84,7 @@ export class PodPool {
   constructor(options: PoolOptions) {
     this.options = options;
     this.#model = new NodeModel(options.predictor);
+    this.#embeddings = new NodeModel(options.predictor);
   }
 
   /** Bumped on every change (a scrape, a gossip update, a request ending). */
@@ -96,6 +114,8 @@ export class PodPool {
       if (next.has(uid)) continue;
       this.#local.delete(uid);
       this.#model.forget(uid);
+      this.#embeddings.forget(uid);
+      this.#calibration.forget(uid);
     }
     for (const pod of pods) {
       const existing = this.#local.get(pod.uid);
@@ -111,6 +131,7 @@ export class PodPool {
           unseenSent: 0,
           unhealthyUntil: 0,
           lastOwnObservationAt: -Infinity,
+          epoch: 0,
         });
       }
     }
@@ -130,6 +151,7 @@ export class PodPool {
     local.pod.engine ??= load.engine;
     // Our requests sent before this scrape now show in its queue; stop counting them twice.
     local.unseenSent = 0;
+    local.epoch++;
     // No streamed requests of our own to learn from lately (other agents' or direct traffic is
     // all this pod gets): learn from the pod's own TTFT histogram instead, with the state at the
     // previous scrape as the features those requests met. Coarser, so only as a fallback.
@@ -154,6 +176,7 @@ export class PodPool {
       if (traffic && e.version !== traffic.lastVersion) {
         traffic.lastVersion = e.version;
         traffic.unseenSent = 0;
+        traffic.epoch++;
       }
     }
     for (const uid of this.#peerTraffic.keys()) if (!live.has(uid)) this.#peerTraffic.delete(uid);
@@ -183,6 +206,8 @@ export class PodPool {
           return Number.isNaN(value) ? 0 : value;
         },
         params: this.#model.params(local.pod.uid),
+        embeddingParams: this.#embeddings.params(local.pod.uid),
+        logMargin: (q: number) => this.#calibration.margin(local.pod.uid, q, regimeOf((load?.waiting ?? 0) + local.unseenSent)),
         inFlight: local.inFlight,
         unseenSent: local.unseenSent,
         pendingPromptTokens: local.pendingPromptTokens,
@@ -203,6 +228,9 @@ export class PodPool {
         // A peer gossips one reference window; it stands in for whatever window a rule names.
         average: (metric: WindowedMetric) => (metric === 'queued' ? estimate.queued : metric === 'running' ? estimate.running : estimate.kvCache),
         params: estimate.params,
+        // Gossip carries one model and no error distribution: a peer's pod is judged with the
+        // node's own calibration (how far this agent's kind of prediction strays), floored cold.
+        logMargin: (q: number) => this.#calibration.margin(undefined, q, regimeOf(estimate.queuedNow + (traffic?.unseenSent ?? 0))),
         inFlight: traffic?.inFlight ?? 0,
         unseenSent: traffic?.unseenSent ?? 0,
         pendingPromptTokens: traffic?.pendingPromptTokens ?? 0,
@@ -235,35 +263,67 @@ export class PodPool {
     return out;
   }
 
-  /** Request bookkeeping for one request sent to `c`. */
-  begin(c: Candidate, promptTokens: number): { firstByte(ms: number): void; end(ok: boolean): void } {
+  /**
+   * Request bookkeeping for one request sent to `c`. `firstByte` is the first token of a streamed
+   * request; `answered` the whole answer of a non-streamed one. Returns the mean prediction the
+   * request was sent on (what calibration measures against).
+   */
+  begin(c: Candidate, promptTokens: number, kind: RequestKind = 'chat', stream = true): PodTicket {
     const features = { queued: c.queuedNow + c.unseenSent, running: c.running, promptTokens, pendingPromptTokens: c.pendingPromptTokens };
     const local = c.where === 'local' ? this.#local.get(c.pod.uid) : undefined;
     const traffic = c.where === 'peer' ? this.#trafficFor(c.pod.uid) : undefined;
     const counters = local ?? traffic!;
+    const model = kind === 'embeddings' ? this.#embeddings : this.#model;
+    const predictedMs = local ? model.predict(local.pod.uid, features) : NaN;
+    const epoch = counters.epoch;
     counters.inFlight++;
     counters.unseenSent++;
-    counters.pendingPromptTokens += promptTokens;
+    // A non-streamed request's prefill ends unseen (its first byte is its whole answer): counted
+    // until the answer, its prompt would stand in front of later requests for its whole decode.
+    // The scraped queue and batch show it instead.
+    const counted = stream || kind === 'embeddings' ? promptTokens : 0;
+    counters.pendingPromptTokens += counted;
     let pending = true;
     let ended = false;
     // Its prompt stops standing in front of later requests once its first token is out.
     const prefilled = () => {
       if (!pending) return;
       pending = false;
-      counters.pendingPromptTokens -= promptTokens;
+      counters.pendingPromptTokens -= counted;
+    };
+    const learn = (ms: number) => {
+      if (!local) return;
+      local.lastOwnObservationAt = this.options.now();
+      this.#calibration.observe(local.pod.uid, predictedMs, ms, regimeOf(features.queued));
+      model.observe(local.pod.uid, features, ms);
     };
     return {
+      predictedMs,
       firstByte: (ms: number) => {
         prefilled();
-        if (!local) return;
-        local.lastOwnObservationAt = this.options.now();
-        this.#model.observe(local.pod.uid, features, ms);
+        learn(ms);
+      },
+      answered: (ms: number) => {
+        prefilled();
+        // An embedding's answer time is its prefill: a TTFT, learned as one.
+        if (kind === 'embeddings') return learn(ms);
+        // A non-streamed generation's answer time also holds its decode, which the agent cannot
+        // separate; the pod's own TTFT histogram teaches the mean for it (recordLoad). But the
+        // answer bounds the TTFT: one that came sooner than the predicted TTFT proves the
+        // prediction too high, so it is learned as an (upper-bound) TTFT. Without this, a fast
+        // pod serving only non-streamed requests keeps the prior's idle cost per queued request
+        // and is throttled far below its capacity. Not fed to calibration: not a measured TTFT.
+        if (local && ms < predictedMs) model.observe(local.pod.uid, features, ms);
       },
       end: () => {
         if (ended) return;
         ended = true;
         prefilled();
         counters.inFlight--;
+        // Finished before the next report: the pod holds nothing of it, so it is no unseen queue.
+        // (Left counted, a fast pod answering hundreds of short requests between two scrapes
+        // would look hundreds deep and be throttled far below its capacity.)
+        if (counters.epoch === epoch && counters.unseenSent > 0) counters.unseenSent--;
         this.#changed();
       },
     };
@@ -311,6 +371,11 @@ export class PodPool {
         healthy: now >= l.unhealthyUntil,
         predictedTtftMs: predicted.get(l.pod.uid),
         predictor: { params: this.#model.params(l.pod.uid), ...this.#model.stats(l.pod.uid) },
+        embeddingsPredictor: { params: this.#embeddings.params(l.pod.uid), ...this.#embeddings.stats(l.pod.uid) },
+        calibration: {
+          free: { ...this.#calibration.stats(l.pod.uid, 'free'), logMargin99: this.#calibration.margin(l.pod.uid, 0.99, 'free') },
+          queued: { ...this.#calibration.stats(l.pod.uid, 'queued'), logMargin99: this.#calibration.margin(l.pod.uid, 0.99, 'queued') },
+        },
       })),
       remote: this.#remote.map((e) => ({ ...e, ageMs: now - e.at, traffic: this.#peerTraffic.get(e.pod.uid), predictedTtftMs: predicted.get(e.pod.uid) })),
     };
@@ -319,7 +384,7 @@ export class PodPool {
   #trafficFor(uid: string): PeerTraffic {
     let traffic = this.#peerTraffic.get(uid);
     if (!traffic) {
-      traffic = { inFlight: 0, pendingPromptTokens: 0, unseenSent: 0, lastVersion: -1, unhealthyUntil: 0 };
+      traffic = { inFlight: 0, pendingPromptTokens: 0, unseenSent: 0, lastVersion: -1, unhealthyUntil: 0, epoch: 0 };
       this.#peerTraffic.set(uid, traffic);
     }
     return traffic;

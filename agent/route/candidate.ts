@@ -18,6 +18,13 @@ export interface Candidate {
   /** Average of a metric over the window a policy names (peers: the gossiped reference window). */
   average(metric: WindowedMetric, windowMs: number): number;
   params: PredictorParams;
+  /** The pod's embeddings model (prefill only); absent for peers' pods (gossip carries one model). */
+  embeddingParams?: PredictorParams;
+  /**
+   * Log factor from the mean predicted TTFT to its q-quantile for a request sent now, learned from
+   * how measurements strayed from predictions (agent/predict/calibration.ts). Absent: exact.
+   */
+  logMargin?: (q: number) => number;
   /** This agent's requests to the pod that have not finished. */
   inFlight: number;
   /** This agent's requests sent since the pod's last scrape or report: queue the pod hasn't shown yet. */

@@ -14,6 +14,10 @@ export interface FilterContext {
   policy: EffectivePolicy;
   /** Predicted TTFT + network cost for the candidate (computed once by the router). */
   predictedMs: number;
+  /** The q-quantile of that TTFT (q = the policy's attainment), network cost included. */
+  quantileMs: number;
+  /** The request may overflow: the SLO filter judges the quantile, not the mean. */
+  mayLeave: boolean;
 }
 
 export type Filter = (c: Candidate, ctx: FilterContext) => Drop | undefined;
@@ -39,8 +43,20 @@ export const excludeRules: Filter = (c, { policy, predictedMs }) => {
   return undefined;
 };
 
-export const withinSlo: Filter = (c, { policy, predictedMs }) =>
-  predictedMs <= policy.sloTtftMs ? undefined : { reason: 'over-slo', detail: `predicted ${Math.round(predictedMs)}ms > SLO ${policy.sloTtftMs}ms` };
+/**
+ * A request that may leave goes to a pod only if the pod answers in time with the policy's
+ * confidence (its q-quantile TTFT is within the SLO): a miss there is a miss overflow would have
+ * avoided. A request that may not leave has nowhere better to go, so the mean decides, as it
+ * always did: the quantile would only make it wait.
+ */
+export const withinSlo: Filter = (c, { policy, predictedMs, quantileMs, mayLeave }) => {
+  if (!mayLeave) {
+    return predictedMs <= policy.sloTtftMs ? undefined : { reason: 'over-slo', detail: `predicted ${Math.round(predictedMs)}ms > SLO ${policy.sloTtftMs}ms` };
+  }
+  if (quantileMs <= policy.sloTtftMs) return undefined;
+  const pct = Math.round(policy.sloAttainment * 1000) / 10;
+  return { reason: 'over-slo', detail: `p${pct} ${Math.round(quantileMs)}ms (mean ${Math.round(predictedMs)}ms) > SLO ${policy.sloTtftMs}ms` };
+};
 
 /** Kinference's filter chain, cheapest first. */
 export const DEFAULT_FILTERS: readonly Filter[] = [modelServed, healthy, fresh, excludeRules, withinSlo];

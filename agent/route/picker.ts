@@ -5,6 +5,8 @@ export interface Scored {
   candidate: Candidate;
   /** Predicted TTFT (ms) including network cost. */
   predictedMs: number;
+  /** Its q-quantile (q = the policy's attainment), network cost included. */
+  quantileMs: number;
   /** Ranking cost (ms): the prediction plus the load term (score.ts). */
   score: number;
 }

@@ -36,6 +36,7 @@ export interface DroppedCandidate extends Drop {
   pod: string;
   where: 'local' | 'peer';
   predictedMs: number;
+  quantileMs: number;
 }
 
 export type Decision =
@@ -57,6 +58,13 @@ export function candidateName(c: Candidate): string {
   return c.where === 'local' ? `local/${c.pod.name}` : `peer/${c.pod.node}/${c.pod.name}`;
 }
 
+/** The q-quantile of a predicted TTFT: the pod's part scaled by its calibration, the network's as is. */
+export function quantileOf(c: Candidate, predictedMs: number, q: number): number {
+  if (!c.logMargin) return predictedMs;
+  const podMs = predictedMs - c.networkCostMs;
+  return c.networkCostMs + podMs * Math.exp(c.logMargin(q));
+}
+
 export interface DecideInput {
   request: RouteRequest;
   policy: EffectivePolicy;
@@ -75,22 +83,24 @@ export function decide(input: DecideInput): Decision {
   const dropped: DroppedCandidate[] = [];
   let servesModel = 0;
 
+  const mayLeave = leave.allowed && leave.providers.length > 0;
   for (const candidate of candidates) {
     const predictedMs = strategy.predict(candidate, request);
+    const quantileMs = quantileOf(candidate, predictedMs, policy.sloAttainment);
     let drop: Drop | undefined;
     for (const filter of strategy.filters) {
-      drop = filter(candidate, { request, policy, predictedMs });
+      drop = filter(candidate, { request, policy, predictedMs, quantileMs, mayLeave });
       if (drop) break;
     }
     if (drop?.reason !== 'model-not-served') servesModel++;
     if (drop) {
       // Pods of other models are noise in explain output; keep only those that could have served.
       if (drop.reason !== 'model-not-served') {
-        dropped.push({ ...drop, pod: candidateName(candidate), where: candidate.where, predictedMs });
+        dropped.push({ ...drop, pod: candidateName(candidate), where: candidate.where, predictedMs, quantileMs });
       }
       continue;
     }
-    scored.push({ candidate, predictedMs, score: strategy.cost(candidate, predictedMs, request) });
+    scored.push({ candidate, predictedMs, quantileMs, score: strategy.cost(candidate, predictedMs, request) });
   }
   scored.sort((a, b) => a.score - b.score);
   const basis: DecisionBasis = { policy: policy.name, leave, scored, dropped };

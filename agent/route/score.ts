@@ -13,7 +13,7 @@ export type Cost = (c: Candidate, predictedMs: number, r: RouteRequest) => numbe
  * without this a burst would all land on the one pod that looked idle), plus the network cost.
  */
 export const predictedTtft: Scorer = (c, r) =>
-  predictWith(c.params, { queued: c.queuedNow + c.unseenSent, running: c.running, promptTokens: r.promptTokens, pendingPromptTokens: c.pendingPromptTokens }) +
+  predictWith(r.kind === 'embeddings' ? (c.embeddingParams ?? c.params) : c.params, { queued: c.queuedNow + c.unseenSent, running: c.running, promptTokens: r.promptTokens, pendingPromptTokens: c.pendingPromptTokens }) +
   c.networkCostMs;
 
 /** A pod's TTFT for a typical request when idle: its speed, in ms. */

@@ -8,6 +8,7 @@ import type { Agent as Dispatcher } from 'undici';
 import { estimatePromptTokens } from '../predict/tokens.ts';
 import { candidateName, decide, type Decision, type LeaveVerdict } from '../route/router.ts';
 import type { Candidate } from '../route/candidate.ts';
+import type { Scored } from '../route/picker.ts';
 import type { EffectivePolicy, RequestKind, RouteRequest } from '../types.ts';
 import { BoundedLabel, type Metrics } from './metrics.ts';
 import { parseInferenceRequest, readBoundedBody, RequestError, type ParsedRequest } from './request.ts';
@@ -58,7 +59,7 @@ export interface RequestPathDeps {
   pool: {
     candidates(): Candidate[];
     /** Bookkeeping for one request sent to a pod; returns hooks for its first byte and end. */
-    begin(c: Candidate, promptTokens: number): { firstByte(ms: number): void; end(ok: boolean): void };
+    begin(c: Candidate, promptTokens: number, kind: RequestKind, stream: boolean): { firstByte(ms: number): void; answered(ms: number): void; end(ok: boolean): void };
     /** The pod failed before its first byte: keep it out of decisions for a moment. */
     markFailed(c: Candidate): void;
     /** Resolves at the next change of any candidate (scrape, gossip, a request ending). */
@@ -201,7 +202,8 @@ export class RequestPath {
         podAttempts++;
         record.podAttempts = podAttempts;
         record.predictedTtftMs = Math.round(decision.predictedTtftMs * 10) / 10;
-        const answer = await this.#sendToPod(chosen, parsed, body, request, decision.predictedTtftMs, req.signal, ctx);
+        const slo = { leavable: leave.allowed, started, sloTtftMs: policy.sloTtftMs };
+        const answer = await this.#sendToPod(chosen, parsed, body, request, decision.chosen, slo, req.signal, ctx);
         if (answer) return answer;
         tried.add(chosen.pod.uid);
         if (req.signal.aborted) throw new Error('client gone');
@@ -228,6 +230,8 @@ export class RequestPath {
           const provider = result.response.headers.get('x-kinference-route')?.slice('overflow/'.length) ?? 'unknown';
           deps.metrics.overflows.inc({ provider, reason });
           deps.metrics.upstreamTtft.observe({ route: 'overflow', stream: String(parsed.stream) }, ttftMs / 1000);
+          // The provider's answer is in hand at its first byte when streamed: close enough to its TTFT.
+          if (parsed.stream) deps.metrics.sloRequests.inc({ route: 'overflow', leavable: 'true', within_slo: String(deps.now() - started <= policy.sloTtftMs) });
           return result.response;
         }
         return errorResponse(result.status, `no pod can answer in time and ${result.message}`, {
@@ -283,15 +287,17 @@ export class RequestPath {
     parsed: ParsedRequest,
     body: Uint8Array,
     request: RouteRequest,
-    predictedMs: number,
+    admitted: Scored,
+    slo: { leavable: boolean; started: number; sloTtftMs: number },
     signal: AbortSignal,
     ctx: RequestContext,
   ): Promise<Response | undefined> {
     const deps = this.deps;
     const route = candidateName(candidate);
-    const ticket = deps.pool.begin(candidate, request.promptTokens);
+    const predictedMs = admitted.predictedMs;
+    const ticket = deps.pool.begin(candidate, request.promptTokens, request.kind, parsed.stream);
     const headersOut = { ...ctx.upstreamHeaders, ...deps.podAuth(candidate.pod) };
-    const attempt = await sendToPod(deps.dispatcher, candidate.pod.address, UPSTREAM_PATHS[parsed.kind], body, signal, deps.limits.pod, undefined, headersOut);
+    const attempt = await sendToPod(deps.dispatcher, candidate.pod.address, UPSTREAM_PATHS[parsed.kind], body, signal, deps.limits.pod, { wholeAnswer: !parsed.stream, headers: headersOut });
     const headers = {
       'x-kinference-route': route,
       'x-kinference-predicted-ttft-ms': String(Math.round(predictedMs)),
@@ -310,14 +316,21 @@ export class RequestPath {
     const streamLabel = String(parsed.stream);
     ctx.record.ttftMs = Math.round(attempt.firstByteMs * 10) / 10;
     // Non-streamed answers arrive whole, so their first byte is the whole answer: recorded under
-    // stream="false" for the operator, never taught to the predictor (that would teach it
-    // generation time as if it were queueing).
+    // stream="false" for the operator.
     deps.metrics.upstreamTtft.observe({ route: routeLabel, stream: streamLabel }, attempt.firstByteMs / 1000);
     if (candidate.where === 'local' && attempt.firstByteMs > 0) {
       deps.metrics.predictionError.observe({ stream: streamLabel }, Math.abs(predictedMs - attempt.firstByteMs) / attempt.firstByteMs);
     }
+    // A TTFT exists for streamed requests (first byte) and embeddings (all prefill); a non-streamed
+    // generation's first byte is its whole answer, so it is not counted against the TTFT SLO.
+    const measured = (ms: number) => {
+      if (!parsed.stream && parsed.kind !== 'embeddings') return;
+      deps.metrics.sloRequests.inc({ route: routeLabel, leavable: String(slo.leavable), within_slo: String(deps.now() - slo.started <= slo.sloTtftMs) });
+      if (candidate.where === 'local') deps.metrics.admissionCalibration.inc({ pod: candidate.pod.name, within_quantile: String(ms <= admitted.quantileMs) });
+    };
     if (parsed.stream) {
       ticket.firstByte(attempt.firstByteMs);
+      measured(attempt.firstByteMs);
       if (candidate.where === 'local') {
         deps.metrics.podTtft.observe({ pod: candidate.pod.name, source: 'measured' }, attempt.firstByteMs / 1000);
         deps.metrics.podTtft.observe({ pod: candidate.pod.name, source: 'predicted' }, predictedMs / 1000);
@@ -330,6 +343,9 @@ export class RequestPath {
     }
     try {
       const bytes = await readRest(attempt.first, attempt.rest, 64 * 1024 * 1024);
+      const answerMs = attempt.firstByteMs;
+      ticket.answered(answerMs);
+      measured(answerMs);
       ticket.end(true);
       if (deps.requestLog.sample > 0) Object.assign(ctx.record, usageOf(bytes)); // only read when lines may be written
       return new Response(bytes as BodyInit, { status: attempt.status, headers: { 'content-type': attempt.contentType, ...headers } });

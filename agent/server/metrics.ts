@@ -56,6 +56,18 @@ export function createMetrics(options: MetricsOptions = {}) {
       labelNames: ['provider', 'reason'] as const,
       registers: [registry],
     }),
+    sloRequests: new Counter({
+      name: 'kinference_slo_requests_total',
+      help: 'Answered requests whose TTFT could be measured (streamed, embeddings, overflow), by route, whether policy let them leave, and whether their TTFT (from arrival at the agent) met the SLO.',
+      labelNames: ['route', 'leavable', 'within_slo'] as const,
+      registers: [registry],
+    }),
+    admissionCalibration: new Counter({
+      name: 'kinference_admission_calibration_total',
+      help: "Requests served by a local pod whose TTFT could be measured, by whether it was within the predicted quantile (at the policy's attainment) they were admitted on; the within share should sit near that attainment.",
+      labelNames: ['pod', 'within_quantile'] as const,
+      registers: [registry],
+    }),
     retries: new Counter({
       name: 'kinference_retries_total',
       help: 'Requests retried on another pod after a failure before the first byte.',

@@ -78,9 +78,10 @@ async function passthrough(path: RequestPath, req: Request, remoteIp: string | u
       return errorResponse(503, `no pod serving model ${model} became available for ${upstreamPath} within ${waitMaxMs}ms (these requests never leave the cluster)`, { code: 'no_capacity', headers: { 'retry-after': '1' } });
     }
     ctx.record.podAttempts = attempt + 1;
-    const ticket = deps.pool.begin(candidate, 0);
+    // Counted as in flight (load for the next decision); nothing is predicted, so nothing is learned.
+    const ticket = deps.pool.begin(candidate, 0, 'chat', false);
     const headers = { ...ctx.upstreamHeaders, ...deps.podAuth(candidate.pod), 'content-type': contentType };
-    const sent = await sendToPod(deps.dispatcher, candidate.pod.address, upstreamPath, body, req.signal, deps.limits.pod, undefined, headers);
+    const sent = await sendToPod(deps.dispatcher, candidate.pod.address, upstreamPath, body, req.signal, deps.limits.pod, { wholeAnswer: true, headers });
     const routeHeaders = { 'x-kinference-route': candidateName(candidate) };
     if (!sent.ok) {
       ticket.end(false);
