@@ -17,10 +17,12 @@ import { PodPool } from './pool/pool.ts';
 import { BreakerSet, createProvider, tryProviders, type ClosableProvider } from './providers/index.ts';
 import { createAdminApp, type Readiness } from './server/admin.ts';
 import { createApiApp } from './server/api.ts';
+import type { LeaveVerdict } from './route/router.ts';
 import { explainDecision } from './server/explain.ts';
 import { identify } from './server/identify.ts';
 import { RequestPath, withHeaders } from './server/inference.ts';
 import { createMetrics } from './server/metrics.ts';
+import { FailureLog } from './telemetry/failure-log.ts';
 import { Scraper } from './telemetry/scraper.ts';
 import type { EffectivePolicy, RouteRequest } from './types.ts';
 
@@ -59,6 +61,9 @@ function urlOf(server: Server): string {
 
 const LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;
 
+/** After the drain deadline, how long the closing error events get to reach their clients. */
+const DRAIN_FLUSH_MS = 1_000;
+
 export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}): Promise<RunningAgent> {
   const now = deps.now ?? (() => performance.timeOrigin + performance.now());
   const rand = deps.rand ?? Math.random;
@@ -75,6 +80,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     networkCostMs: settings.gossip?.networkCostMs ?? 2,
     referenceWindowMs: 30_000,
     failureCooldownMs: 1000,
+    maxInFlightPerPod: settings.limits.maxConnectionsPerPod,
     now,
   });
   const metrics = createMetrics({
@@ -108,16 +114,20 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
           },
         }));
 
+  const scrapeFailures = new FailureLog(settings.limits.scrapeFailureLogIntervalMs);
   const scraper = new Scraper(
     // Windows cover the longest exclusion window a policy may name, at 1 s resolution.
     { intervalMs: settings.scrapeIntervalMs, timeoutMs: settings.limits.scrapeTimeoutMs, now, windows: { spanMs: MAX_EXCLUDE_WINDOW_MS, bucketMs: 1000 } },
     (pod, load, telemetry) => {
       metrics.scrapes.inc({ outcome: 'ok' });
+      scrapeFailures.forget(pod.uid);
       pool.recordLoad(pod.uid, load, telemetry);
     },
-    (pod) => {
-      metrics.scrapes.inc({ outcome: 'error' });
-      pool.recordScrapeFailure(pod.uid);
+    (pod, error, kind) => {
+      metrics.scrapes.inc({ outcome: kind === 'implausible' ? 'implausible' : 'error' });
+      const line = scrapeFailures.line(pod.uid, `scrape of pod ${pod.namespace}/${pod.name} (${pod.address}) failed: ${error}`, now());
+      if (line !== undefined) log('warn', line);
+      pool.recordScrapeFailure(pod.uid, kind === 'implausible' ? error : undefined);
     },
   );
 
@@ -140,7 +150,8 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     }
     if (next.providers !== snapshot.providers) {
       const old = providers;
-      providers = new Map(next.providers.map((p) => [p.name, createProvider(p)]));
+      const limits = { maxBodyBytes: settings.limits.maxUpstreamBodyBytes, idleTimeoutMs: settings.limits.providerIdleTimeoutMs };
+      providers = new Map(next.providers.map((p) => [p.name, createProvider(p, { limits })]));
       for (const p of old.values()) void p.close().catch(() => {});
     }
     gossip?.setPeers(next.peers);
@@ -176,23 +187,22 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   // --- the request path -------------------------------------------------------------------------
   const isKnownModel = (model: string) => pool.servedModels().has(model) || [...providers.values()].some((p) => p.models.includes(model));
   const knownModels = () => [...new Set([...pool.servedModels(), ...[...providers.values()].flatMap((p) => p.models)])].sort();
-  const leaveVerdict = (policy: EffectivePolicy, request: RouteRequest) => {
+  const leaveVerdict = (policy: EffectivePolicy, request: RouteRequest): LeaveVerdict => {
     const verdict = mayLeave(policy, request);
+    if (!verdict.allowed) return { ...verdict, providers: [] };
     const at = now();
-    const usable = verdict.allowed
-      ? policy.overflow.providers.filter((name) => {
-          const provider = providers.get(name);
-          return provider?.supports(request.kind, request.model) && breakers.get(name).state(at) !== 'open';
-        })
-      : [];
-    return { ...verdict, providers: usable };
+    const serving = policy.overflow.providers.filter((name) => providers.get(name)?.supports(request.kind, request.model));
+    const usable = serving.filter((name) => breakers.get(name).state(at) !== 'open');
+    if (serving.length === 0 || usable.length > 0) return { ...verdict, providers: usable };
+    const breakersOpenMs = Math.min(...serving.map((name) => breakers.get(name).retryInMs(at)));
+    return { ...verdict, reason: `${verdict.reason}, but every provider's circuit breaker is open`, providers: [], breakersOpenMs };
   };
   const trustTenantHeader = settings.discovery === 'static' || settings.tenantHeaderExplicit;
   const identity = (req: Request, remoteIp: string | undefined) => {
     const claim = identify({ trustTenantHeader, headerTenant: req.headers.get(settings.tenantHeader), remoteIp, callers: snapshot.callers });
     return { namespace: claim.namespace, tenant: policies.tenantFor(claim.namespace, claim.claimedTenant) };
   };
-  const dispatcher = createPodDispatcher();
+  const dispatcher = createPodDispatcher(settings.limits.maxConnectionsPerPod);
   const requestPath = new RequestPath({
     metrics,
     dispatcher,
@@ -200,6 +210,8 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
       maxBodyBytes: settings.limits.maxBodyBytes,
       maxRetries: settings.limits.maxRetries,
       maxWaiting: settings.limits.maxWaiting,
+      maxJsonDepth: settings.limits.maxJsonDepth,
+      maxUpstreamBodyBytes: settings.limits.maxUpstreamBodyBytes,
       pod: { connectMs: settings.limits.podConnectTimeoutMs, idleMs: settings.limits.podIdleTimeoutMs },
     },
     now,
@@ -218,7 +230,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
         onAttempt: (a) => metrics.providerRequests.inc({ provider: a.provider, outcome: a.outcome === 'answered' ? (a.status && a.status >= 400 ? 'client_error' : 'ok') : a.outcome }),
       });
       if (result.ok) return { ok: true, response: withHeaders(result.response, { 'x-kinference-route': `overflow/${result.provider}` }) };
-      const summary = result.attempts.map((a) => `${a.provider}: ${a.outcome}${a.reason ? ` (${a.reason}${a.status ? ` ${a.status}` : ''})` : ''}`).join(', ');
+      const summary = result.attempts.map((a) => `${a.provider}: ${a.outcome}${a.reason ? ` (${a.reason}${a.status ? ` ${a.status}` : ''})` : ''}${a.message ? `: ${a.message}` : ''}`).join(', ');
       log('warn', `overflow failed: ${summary}`);
       // Reached and answered badly (5xx, garbage) is a bad gateway; reached none is unavailability.
       const answered = result.attempts.some((a) => a.outcome === 'failed' && (a.reason === 'status' || a.reason === 'protocol'));
@@ -293,14 +305,21 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
       // Stop accepting; idle keep-alive connections close now, busy ones after their response.
       api.close();
       api.closeIdleConnections();
-      if (active > 0) {
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, settings.limits.drainTimeoutMs);
+      const untilDrained = (ms: number) =>
+        new Promise<void>((resolve) => {
+          if (active === 0) return resolve();
+          const timer = setTimeout(resolve, ms);
           drained.push(() => {
             clearTimeout(timer);
             resolve();
           });
         });
+      await untilDrained(settings.limits.drainTimeoutMs);
+      if (active > 0) {
+        // Past the deadline: streams end with an error event and [DONE] rather than a cut socket,
+        // given a moment to reach their clients.
+        requestPath.endStreams();
+        await untilDrained(DRAIN_FLUSH_MS);
       }
       api.closeAllConnections();
       clearInterval(publishTimer);

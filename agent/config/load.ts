@@ -19,6 +19,11 @@ export interface Limits {
   drainTimeoutMs: number;
   scrapeTimeoutMs: number;
   maxWaiting: number;
+  maxJsonDepth: number;
+  maxConnectionsPerPod: number;
+  maxUpstreamBodyBytes: number;
+  providerIdleTimeoutMs: number;
+  scrapeFailureLogIntervalMs: number;
 }
 
 export interface GossipSettings {
@@ -57,6 +62,11 @@ export const DEFAULT_LIMITS: Limits = {
   drainTimeoutMs: 25_000,
   scrapeTimeoutMs: 1_000,
   maxWaiting: 1_000,
+  maxJsonDepth: 64,
+  maxConnectionsPerPod: 256,
+  maxUpstreamBodyBytes: 32 * 1024 * 1024,
+  providerIdleTimeoutMs: 60_000,
+  scrapeFailureLogIntervalMs: 30_000,
 };
 
 export const DEFAULT_PROVIDER_TIMEOUT_MS = 10_000;
@@ -189,7 +199,7 @@ export function settingsFromObject(input: unknown, source = 'config', env: NodeJ
     scrapeIntervalMs,
     pods: (file.pods ?? []).map((p) => {
       const namespace = p.namespace ?? 'default';
-      return { uid: `${namespace}/${p.name}`, name: p.name, namespace, node: file.node, address: p.address, models: p.models, engine: p.engine };
+      return { uid: `${namespace}/${p.name}`, name: p.name, namespace, node: file.node, address: p.address, models: p.models, engine: p.engine, ...(p.maxConcurrency !== undefined ? { maxConcurrency: p.maxConcurrency } : {}) };
     }),
     peers: file.peers ?? [],
     gossip:
@@ -216,6 +226,11 @@ export function settingsFromObject(input: unknown, source = 'config', env: NodeJ
       drainTimeoutMs: limits.drainTimeout ? parseDuration(limits.drainTimeout) : DEFAULT_LIMITS.drainTimeoutMs,
       scrapeTimeoutMs: limits.scrapeTimeout ? parseDuration(limits.scrapeTimeout) : Math.max(DEFAULT_LIMITS.scrapeTimeoutMs, scrapeIntervalMs),
       maxWaiting: limits.maxWaiting ?? DEFAULT_LIMITS.maxWaiting,
+      maxJsonDepth: limits.maxJsonDepth ?? DEFAULT_LIMITS.maxJsonDepth,
+      maxConnectionsPerPod: limits.maxConnectionsPerPod ?? DEFAULT_LIMITS.maxConnectionsPerPod,
+      maxUpstreamBodyBytes: limits.maxUpstreamBodyBytes ?? DEFAULT_LIMITS.maxUpstreamBodyBytes,
+      providerIdleTimeoutMs: limits.providerIdleTimeout ? parseDuration(limits.providerIdleTimeout) : DEFAULT_LIMITS.providerIdleTimeoutMs,
+      scrapeFailureLogIntervalMs: limits.scrapeFailureLogInterval ? parseDuration(limits.scrapeFailureLogInterval) : DEFAULT_LIMITS.scrapeFailureLogIntervalMs,
     },
     kubernetes: file.kubernetes ?? {},
     logLevel: file.logLevel ?? 'info',

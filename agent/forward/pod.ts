@@ -9,10 +9,18 @@ export interface PodTimeouts {
   idleMs: number;
 }
 
-/** Keep-alive connection pools, one per pod origin, shared by every request of the agent. */
-export function createPodDispatcher(): Agent {
-  return new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 300_000, connections: 512, pipelining: 1 });
+/**
+ * Keep-alive connection pools, one per pod origin, shared by every request of the agent. The
+ * router admits at most `maxConnectionsPerPod` requests to one pod at a time (the pool's
+ * at-capacity filter), and this is the same bound: a request never waits inside undici's queue,
+ * where no timer runs and the router cannot see it.
+ */
+export function createPodDispatcher(maxConnectionsPerPod: number): Agent {
+  return new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 300_000, connections: maxConnectionsPerPod, pipelining: 1 });
 }
+
+/** Error answers are a message, not a payload: more than this is cut off (and the pod is at fault). */
+const MAX_ERROR_BODY_BYTES = 256 * 1024;
 
 export type PodAttempt =
   | {
@@ -64,6 +72,9 @@ export async function sendToPod(
   if (clientSignal.aborted) onClientGone();
   clientSignal.addEventListener('abort', onClientGone, { once: true });
   const started = now();
+  // undici's headersTimeout starts once a connection is free; this one starts now, so time spent
+  // queued for a connection counts too.
+  const headersDeadline = setTimeout(() => controller.abort(new Error(`no response headers within ${timeouts.connectMs} ms`)), timeouts.connectMs);
   try {
     const response = await request(`http://${address}${path}`, {
       method: 'POST',
@@ -74,9 +85,13 @@ export async function sendToPod(
       headersTimeout: timeouts.connectMs,
       bodyTimeout: timeouts.idleMs,
     });
+    clearTimeout(headersDeadline);
     const contentType = String(response.headers['content-type'] ?? 'application/json');
     if (response.statusCode >= 400) {
-      const bytes = new Uint8Array(await response.body.arrayBuffer());
+      const bytes = await readErrorBody(response.body);
+      if (bytes === undefined) {
+        return { ok: false, retryable: !clientSignal.aborted, status: response.statusCode, error: `pod answered ${response.statusCode} with an error body over ${MAX_ERROR_BODY_BYTES} bytes` };
+      }
       // 429 (queue full) and 5xx are the pod's trouble: another pod may do better.
       const retryable = response.statusCode === 429 || response.statusCode >= 500;
       return { ok: false, retryable, status: response.statusCode, body: bytes, contentType, error: `pod answered ${response.statusCode}` };
@@ -93,8 +108,25 @@ export async function sendToPod(
       abort: () => controller.abort(new Error('client disconnected')),
     };
   } catch (error) {
-    return { ok: false, retryable: !clientSignal.aborted, error: describe(error) };
+    const reason = controller.signal.aborted && !clientSignal.aborted ? (controller.signal.reason as Error).message : describe(error);
+    return { ok: false, retryable: !clientSignal.aborted, error: reason };
   } finally {
+    clearTimeout(headersDeadline);
     clientSignal.removeEventListener('abort', onClientGone);
   }
+}
+
+/** The error body, or undefined when it is larger than an error message has any reason to be. */
+async function readErrorBody(body: AsyncIterable<Uint8Array> & { destroy(): void }): Promise<Uint8Array | undefined> {
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    size += chunk.byteLength;
+    if (size > MAX_ERROR_BODY_BYTES) {
+      body.destroy();
+      return undefined;
+    }
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks, size);
 }
