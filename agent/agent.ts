@@ -251,12 +251,21 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     });
   });
 
+  // A new agent (a rollout's surge) is ready once it has heard a peer, so it routes with the
+  // cluster's view from its first request; alone in the cluster, one TTL of silence is enough.
+  const startedAt = now();
+  const gossipReadiness = () => {
+    if (!gossip || snapshot.peers.length === 0) return { ok: true };
+    const heard = gossip.stats().received.datagrams > 0;
+    return heard || now() - startedAt >= settings.gossip!.ttlMs ? { ok: true } : { ok: false, detail: 'no gossip heard yet' };
+  };
   const readiness = (): Readiness => {
     const status = discovery.status();
     const unscraped = pool.localPods().filter((p) => (scraper.health(p.uid)?.scrapes ?? 0) === 0).map((p) => p.name);
     const checks = {
       discovery: { ok: status.synced, detail: status.connected ? 'connected' : `serving the last known view: ${status.lastError ?? 'disconnected'}` },
       firstScrape: { ok: unscraped.length === 0, detail: unscraped.length ? `not yet scraped: ${unscraped.join(', ')}` : undefined },
+      gossip: gossipReadiness(),
       draining: { ok: !draining },
     };
     return { ready: Object.values(checks).every((c) => c.ok), checks };
