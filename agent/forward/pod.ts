@@ -1,6 +1,7 @@
 // One concern: send one request to one pod and hand back its answer, holding the first byte
 // back so a failure before it can still be retried on another pod.
 import { Agent, request, errors as undiciErrors } from 'undici';
+import { readRest } from './relay.ts';
 
 export interface PodTimeouts {
   /** Until the pod's response headers. */
@@ -88,8 +89,11 @@ export async function sendToPod(
     clearTimeout(headersDeadline);
     const contentType = String(response.headers['content-type'] ?? 'application/json');
     if (response.statusCode >= 400) {
-      const bytes = await readErrorBody(response.body);
-      if (bytes === undefined) {
+      let bytes: Uint8Array;
+      try {
+        bytes = await readRest(undefined, response.body[Symbol.asyncIterator](), MAX_ERROR_BODY_BYTES);
+      } catch {
+        response.body.destroy();
         return { ok: false, retryable: !clientSignal.aborted, status: response.statusCode, error: `pod answered ${response.statusCode} with an error body over ${MAX_ERROR_BODY_BYTES} bytes` };
       }
       // 429 (queue full) and 5xx are the pod's trouble: another pod may do better.
@@ -114,19 +118,4 @@ export async function sendToPod(
     clearTimeout(headersDeadline);
     clientSignal.removeEventListener('abort', onClientGone);
   }
-}
-
-/** The error body, or undefined when it is larger than an error message has any reason to be. */
-async function readErrorBody(body: AsyncIterable<Uint8Array> & { destroy(): void }): Promise<Uint8Array | undefined> {
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for await (const chunk of body) {
-    size += chunk.byteLength;
-    if (size > MAX_ERROR_BODY_BYTES) {
-      body.destroy();
-      return undefined;
-    }
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks, size);
 }
