@@ -22,10 +22,12 @@ import { BreakerSet, createProvider, tryProviders, type ClosableProvider } from 
 import { createAdminApp, type ExplainBodyQuery, type Readiness } from './server/admin.ts';
 import { parseInferenceRequest, RequestError } from './server/request.ts';
 import { createApiApp } from './server/api.ts';
+import type { LeaveVerdict } from './route/router.ts';
 import { explainDecision } from './server/explain.ts';
 import { identify, restrictUnidentified, type Identity } from './server/identify.ts';
 import { RequestPath, withHeaders } from './server/inference.ts';
 import { createMetrics } from './server/metrics.ts';
+import { FailureLog } from './telemetry/failure-log.ts';
 import { Scraper } from './telemetry/scraper.ts';
 import type { EffectivePolicy, RouteRequest } from './types.ts';
 
@@ -66,6 +68,9 @@ function urlOf(server: Server): string {
 
 const LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;
 
+/** After the drain deadline, how long the closing error events get to reach their clients. */
+const DRAIN_FLUSH_MS = 1_000;
+
 export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}): Promise<RunningAgent> {
   const now = deps.now ?? (() => performance.timeOrigin + performance.now());
   const rand = deps.rand ?? Math.random;
@@ -82,6 +87,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     networkCostMs: settings.gossip?.networkCostMs ?? 2,
     referenceWindowMs: 30_000,
     failureCooldownMs: 1000,
+    maxInFlightPerPod: settings.limits.maxConnectionsPerPod,
     now,
   });
   const metrics = createMetrics({
@@ -115,16 +121,20 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
           },
         }));
 
+  const scrapeFailures = new FailureLog(settings.limits.scrapeFailureLogIntervalMs);
   const scraper = new Scraper(
     // Windows cover the longest exclusion window a policy may name, at 1 s resolution.
     { intervalMs: settings.scrapeIntervalMs, timeoutMs: settings.limits.scrapeTimeoutMs, now, windows: { spanMs: MAX_EXCLUDE_WINDOW_MS, bucketMs: 1000 } },
     (pod, load, telemetry) => {
       metrics.scrapes.inc({ outcome: 'ok' });
+      scrapeFailures.forget(pod.uid);
       pool.recordLoad(pod.uid, load, telemetry);
     },
-    (pod) => {
-      metrics.scrapes.inc({ outcome: 'error' });
-      pool.recordScrapeFailure(pod.uid);
+    (pod, error, kind) => {
+      metrics.scrapes.inc({ outcome: kind === 'implausible' ? 'implausible' : 'error' });
+      const line = scrapeFailures.line(pod.uid, `scrape of pod ${pod.namespace}/${pod.name} (${pod.address}) failed: ${error}`, now());
+      if (line !== undefined) log('warn', line);
+      pool.recordScrapeFailure(pod.uid, kind === 'implausible' ? error : undefined);
     },
   );
 
@@ -149,7 +159,8 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     }
     if (next.providers !== snapshot.providers) {
       const old = providers;
-      providers = new Map(next.providers.map((p) => [p.name, createProvider(p)]));
+      const limits = { maxBodyBytes: settings.limits.maxUpstreamBodyBytes, idleTimeoutMs: settings.limits.providerIdleTimeoutMs };
+      providers = new Map(next.providers.map((p) => [p.name, createProvider(p, { limits })]));
       for (const p of old.values()) void p.close().catch(() => {});
     }
     gossip?.setPeers(next.peers);
@@ -219,22 +230,22 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   // --- the request path -------------------------------------------------------------------------
   const isKnownModel = (model: string) => pool.servedModels().has(model) || [...providers.values()].some((p) => p.models.includes(model));
   const knownModels = () => [...new Set([...pool.servedModels(), ...[...providers.values()].flatMap((p) => p.models)])].sort();
-  const leaveVerdict = (policy: EffectivePolicy, request: RouteRequest) => {
+  const leaveVerdict = (policy: EffectivePolicy, request: RouteRequest): LeaveVerdict => {
     const verdict = mayLeave(policy, request);
+    if (!verdict.allowed) return { ...verdict, providers: [] };
     const at = now();
-    const usable = verdict.allowed
-      ? policy.overflow.providers.filter((name) => {
-          const provider = providers.get(name);
-          return provider?.supports(request.kind, request.model) && breakers.get(name).state(at) !== 'open';
-        })
-      : [];
-    if (verdict.allowed && usable.length === 0) {
+    const serving = policy.overflow.providers.filter((name) => providers.get(name)?.supports(request.kind, request.model));
+    if (serving.length === 0) {
       // Say why when the policy's providers can never take this kind of request (Bedrock and
       // /v1/responses), rather than "may overflow" on a request that then gets 429.
       const refusals = policy.overflow.providers.map((name) => providers.get(name)?.refusal?.(request.kind)).filter((r): r is string => r !== undefined);
-      if (refusals.length === policy.overflow.providers.length) return { allowed: false, reason: refusals.join('; '), providers: [] };
+      if (refusals.length > 0 && refusals.length === policy.overflow.providers.length) return { allowed: false, reason: refusals.join('; '), providers: [] };
+      return { ...verdict, providers: [] };
     }
-    return { ...verdict, providers: usable };
+    const usable = serving.filter((name) => breakers.get(name).state(at) !== 'open');
+    if (usable.length > 0) return { ...verdict, providers: usable };
+    const breakersOpenMs = Math.min(...serving.map((name) => breakers.get(name).retryInMs(at)));
+    return { ...verdict, reason: `${verdict.reason}, but every provider's circuit breaker is open`, providers: [], breakersOpenMs };
   };
   const trustTenantHeader = settings.discovery === 'static' || settings.tenantHeaderExplicit;
   const identityOf = (headerTenant: string | null, remoteIp: string | undefined): Identity => {
@@ -260,7 +271,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     if (c.unscanned.length > 0) metrics.classified.inc({ detector: UNSCANNED_TAG, tag: UNSCANNED_TAG });
     return c.tags;
   };
-  const dispatcher = createPodDispatcher();
+  const dispatcher = createPodDispatcher(settings.limits.maxConnectionsPerPod);
   const requestPath = new RequestPath({
     metrics,
     dispatcher,
@@ -269,6 +280,8 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
       maxRetries: settings.limits.maxRetries,
       maxWaiting: settings.limits.maxWaiting,
       maxLabelValues: settings.limits.maxLabelValues,
+      maxJsonDepth: settings.limits.maxJsonDepth,
+      maxUpstreamBodyBytes: settings.limits.maxUpstreamBodyBytes,
       pod: { connectMs: settings.limits.podConnectTimeoutMs, responseMs: settings.limits.podResponseTimeoutMs, idleMs: settings.limits.podIdleTimeoutMs },
     },
     now,
@@ -300,7 +313,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
         onAttempt: (a) => metrics.providerRequests.inc({ provider: a.provider, outcome: a.outcome === 'answered' ? (a.status && a.status >= 400 ? 'client_error' : 'ok') : a.outcome }),
       });
       if (result.ok) return { ok: true, response: withHeaders(result.response, { 'x-kinference-route': `overflow/${result.provider}` }) };
-      const summary = result.attempts.map((a) => `${a.provider}: ${a.outcome}${a.reason ? ` (${a.reason}${a.status ? ` ${a.status}` : ''})` : ''}`).join(', ');
+      const summary = result.attempts.map((a) => `${a.provider}: ${a.outcome}${a.reason ? ` (${a.reason}${a.status ? ` ${a.status}` : ''})` : ''}${a.message ? `: ${a.message}` : ''}`).join(', ');
       log('warn', `overflow failed: ${summary}`);
       // Reached and answered badly (5xx, garbage) is a bad gateway; reached none is unavailability.
       const answered = result.attempts.some((a) => a.outcome === 'failed' && (a.reason === 'status' || a.reason === 'protocol'));
@@ -321,12 +334,21 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     });
   });
 
+  // A new agent (a rollout's surge) is ready once it has heard a peer, so it routes with the
+  // cluster's view from its first request; alone in the cluster, one TTL of silence is enough.
+  const startedAt = now();
+  const gossipReadiness = () => {
+    if (!gossip || snapshot.peers.length === 0) return { ok: true };
+    const heard = gossip.stats().received.datagrams > 0;
+    return heard || now() - startedAt >= settings.gossip!.ttlMs ? { ok: true } : { ok: false, detail: 'no gossip heard yet' };
+  };
   const readiness = (): Readiness => {
     const status = discovery.status();
     const unscraped = pool.localPods().filter((p) => (scraper.health(p.uid)?.scrapes ?? 0) === 0).map((p) => p.name);
     const checks = {
       discovery: { ok: status.synced, detail: status.connected ? 'connected' : `serving the last known view: ${status.lastError ?? 'disconnected'}` },
       firstScrape: { ok: unscraped.length === 0, detail: unscraped.length ? `not yet scraped: ${unscraped.join(', ')}` : undefined },
+      gossip: gossipReadiness(),
       draining: { ok: !draining },
     };
     return { ready: Object.values(checks).every((c) => c.ok), checks };
@@ -398,14 +420,21 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
       // Stop accepting; idle keep-alive connections close now, busy ones after their response.
       api.close();
       api.closeIdleConnections();
-      if (active > 0) {
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, settings.limits.drainTimeoutMs);
+      const untilDrained = (ms: number) =>
+        new Promise<void>((resolve) => {
+          if (active === 0) return resolve();
+          const timer = setTimeout(resolve, ms);
           drained.push(() => {
             clearTimeout(timer);
             resolve();
           });
         });
+      await untilDrained(settings.limits.drainTimeoutMs);
+      if (active > 0) {
+        // Past the deadline: streams end with an error event and [DONE] rather than a cut socket,
+        // given a moment to reach their clients.
+        requestPath.endStreams();
+        await untilDrained(DRAIN_FLUSH_MS);
       }
       api.closeAllConnections();
       clearInterval(publishTimer);

@@ -17,6 +17,8 @@ export interface Pod {
   models: string[];
   /** Undefined until configured or detected from the first scrape. */
   engine?: Engine;
+  /** Requests the server runs at once (vLLM --max-num-seqs …), when known: the connection cap. */
+  maxConcurrency?: number;
 }
 
 /** One parsed scrape of a model server's /metrics, engine-neutral. */

@@ -52,7 +52,7 @@ describe('gossip security, over UDP on 127.0.0.1', () => {
   test('accepts a well-formed datagram sealed with the cluster key', async () => {
     const sealer = new Sealer({ sender: 'peer-ok', key: KEY, boot: Date.now() - 5000 });
     await deliver(sealer.seal(encodePayload(fullState('peer-ok', 2)), Date.now()));
-    assert.deepEqual(node.stats().dropped, { oversized: 0, malformed: 0, forged: 0, replayed: 0, stale: 0 });
+    assert.deepEqual(node.stats().dropped, { oversized: 0, malformed: 0, forged: 0, replayed: 0, stale: 0, 'unknown-source': 0, 'rate-limited': 0 });
     assert.ok(remoteOrigins().has('peer-ok'));
   });
 

@@ -14,6 +14,19 @@ function ready(pod: PodObject): PodObject {
 }
 
 describe('model-server pods', () => {
+  it('takes the server\'s own concurrency from its command line (vLLM, TGI, SGLang), when given', () => {
+    const withArgs = (args: string[]) => ready({
+      metadata: { name: 'p', namespace: 'ns', annotations: { 'kinference.io/model': 'm', 'kinference.io/port': '8000' } },
+      spec: { containers: [{ args }] },
+      status: { podIP: '10.0.0.1' },
+    });
+    assert.equal(modelServerPods([withArgs(['--model', 'x', '--max-num-seqs', '64'])], 'n1')[0].maxConcurrency, 64);
+    assert.equal(modelServerPods([withArgs(['--max-concurrent-requests=128'])], 'n1')[0].maxConcurrency, 128);
+    assert.equal(modelServerPods([withArgs(['--max-running-requests', '32'])], 'n1')[0].maxConcurrency, 32);
+    assert.equal(modelServerPods([withArgs(['--max-num-seqs', 'lots'])], 'n1')[0].maxConcurrency, undefined);
+    assert.equal(modelServerPods([withArgs([])], 'n1')[0].maxConcurrency, undefined);
+  });
+
   it('brackets IPv6 pod addresses', () => {
     const pod = ready({ metadata: { name: 'p', namespace: 'ns', uid: 'u1', annotations: { 'kinference.io/model': 'm', 'kinference.io/port': '8000' } }, status: { podIP: 'fd00::5' } });
     assert.equal(modelServerPods([pod], 'n1')[0].address, '[fd00::5]:8000');

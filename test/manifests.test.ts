@@ -375,11 +375,11 @@ describe('manifests (kustomize base)', { skip: KUBECTL ? false : 'kubectl is not
       `terminationGracePeriodSeconds ${pod.terminationGracePeriodSeconds} must cover preStop ${preStopMs} ms + drain ${drainMs} ms + margin`);
   });
 
-  it('rolls out one node at a time and never runs two agents on a node', () => {
+  it('rolls out with a surge: a node never goes without a ready agent', () => {
     const strategy = daemonSet().spec.updateStrategy;
     assert.equal(strategy?.type, 'RollingUpdate');
-    assert.equal(strategy?.rollingUpdate?.maxUnavailable, 1);
-    assert.ok(!strategy?.rollingUpdate?.maxSurge, 'maxSurge 0: one gossip writer per node');
+    assert.equal(strategy?.rollingUpdate?.maxUnavailable, 0);
+    assert.equal(strategy?.rollingUpdate?.maxSurge, 1);
   });
 
   it('tolerates GPU taints and every other taint, so every node with callers has an agent', () => {

@@ -162,13 +162,39 @@ describe('overflow chain', () => {
     }
   });
 
-  test('returns a 400 as the answer: the next provider would refuse the same request', async () => {
-    first.fault = { kind: 'status', status: 400, body: JSON.stringify({ error: { message: 'bad request', type: 'invalid_request_error', param: null, code: null } }) };
-    const result = await tryProviders([p1, p2], call(), { breakers: new BreakerSet(), now });
+  test('a provider that cannot take the request (400) declines: the next one is asked, and no breaker counts it', async () => {
+    first.fault = { kind: 'status', status: 400, body: JSON.stringify({ error: { message: 'n > 1 is not supported', type: 'invalid_request_error', param: 'n', code: null } }) };
+    const breakers = new BreakerSet({ failureThreshold: 1 });
+    const result = await tryProviders([p1, p2], call(), { breakers, now });
     assert.ok(result.ok);
-    assert.equal(result.provider, 'first');
-    assert.equal(result.response.status, 400);
-    assert.equal(second.requests.length, 0);
+    assert.equal(result.provider, 'second');
+    assert.equal(await content(result.response), 'from second');
+    assert.deepEqual(result.attempts.map((a) => [a.provider, a.outcome, a.status]), [['first', 'declined', 400], ['second', 'answered', 200]]);
+    assert.equal(breakers.get('first').state(now()), 'closed');
+  });
+
+  test('when every provider declines, the last refusal is the answer (400, the client\'s), with every breaker closed', async () => {
+    for (const s of [first, second]) s.fault = { kind: 'status', status: 413, body: JSON.stringify({ error: { message: 'too large for me', type: 'invalid_request_error', param: null, code: null } }) };
+    const breakers = new BreakerSet({ failureThreshold: 1 });
+    for (let i = 0; i < 3; i++) {
+      const result = await tryProviders([p1, p2], call(), { breakers, now });
+      assert.ok(result.ok);
+      assert.equal(result.provider, 'second');
+      assert.equal(result.response.status, 413);
+      assert.match(((await result.response.json()) as { error: { message: string } }).error.message, /too large for me/);
+    }
+    assert.deepEqual(breakers.snapshot(now()), { first: { state: 'closed', consecutiveFailures: 0 }, second: { state: 'closed', consecutiveFailures: 0 } });
+  });
+
+  test('an error our own side throws while sending (the request\'s fault) never opens a breaker', async () => {
+    const breakers = new BreakerSet({ failureThreshold: 1 });
+    const throwing: ClosableProvider = { ...p1, name: 'throwing', send: () => Promise.reject(new RangeError('Maximum call stack size exceeded')) };
+    for (let i = 0; i < 3; i++) {
+      const result = await tryProviders([throwing, p2], call(), { breakers, now });
+      assert.ok(result.ok && result.provider === 'second');
+      assert.deepEqual(result.attempts[0], { provider: 'throwing', outcome: 'failed', reason: 'error', message: 'provider throwing: request failed', ms: 0 });
+    }
+    assert.equal(breakers.get('throwing').state(now()), 'closed');
   });
 
   test('fails over when our own credentials are rejected, without repeating them', async () => {
@@ -262,4 +288,14 @@ describe('overflow chain', () => {
     assert.equal(r.attempts[0].reason, 'breaker-open');
     assert.equal(first.requests.length, 2);
   });
+});
+
+test('a breaker says when it lets a request through again', () => {
+  const b = new CircuitBreaker({ failureThreshold: 1, coolDownMs: 10_000 });
+  assert.equal(b.retryInMs(0), 0);
+  b.onFailure(1_000);
+  assert.equal(b.retryInMs(4_000), 7_000);
+  assert.equal(b.retryInMs(11_000), 0, 'half-open: the trial may go');
+  assert.ok(b.allow(11_000));
+  assert.equal(b.retryInMs(12_000), 9_000, 'trial in flight: the next after another cool-down');
 });

@@ -308,6 +308,38 @@ describe('SSE relay', () => {
     assert.equal((await reader.read()).done, true);
   });
 
+  test('an event split across chunks right at its blank line is still cut there', async () => {
+    const enc = new TextEncoder();
+    async function* upstream() {
+      yield enc.encode('data: a\r\n');
+      yield enc.encode('\r');
+      yield enc.encode('\ndata: b\n');
+      yield enc.encode('\n');
+    }
+    const reader = relaySse(upstream(), { onCancel: () => {}, describeBreak: () => 'x' }).getReader();
+    const dec = new TextDecoder();
+    assert.equal(dec.decode((await reader.read()).value), 'data: a\r\n\r\n');
+    assert.equal(dec.decode((await reader.read()).value), 'data: b\n\n');
+    assert.equal((await reader.read()).done, true);
+  });
+
+  test('a stream without blank lines is bounded: past maxEventBytes it ends with an error event and [DONE], upstream cancelled', async () => {
+    const enc = new TextEncoder();
+    let sent = 0;
+    let cancelled = false;
+    async function* upstream() {
+      // 32 MB of one endless "event" in 16 KB chunks: the relay must stop long before.
+      for (let i = 0; i < 2048; i++) {
+        sent++;
+        yield enc.encode('x'.repeat(16 * 1024));
+      }
+    }
+    const text = await new Response(relaySse(upstream(), { maxEventBytes: 1024 * 1024, onCancel: () => (cancelled = true), describeBreak: () => 'x' })).text();
+    assert.ok(cancelled);
+    assert.ok(sent <= 1024 * 1024 / (16 * 1024) + 1, `read ${sent} chunks`);
+    assert.match(text, /^data: \{"error":\{"message":"upstream event larger than 1048576 bytes".*\n\ndata: \[DONE\]\n\n$/s);
+  });
+
   test('does not add an error after [DONE] when the connection drops late', async () => {
     const enc = new TextEncoder();
     async function* upstream() {

@@ -162,3 +162,30 @@ test('a higher attainment asks for a wider margin: the same pod passes at 90% an
   assert.equal(at(0.9), 'pod');
   assert.equal(at(0.999), 'overflow');
 });
+
+test('a pod reporting a negative, NaN or infinite load never wins: dropped as implausible (peers included)', () => {
+  for (const lie of [{ queuedNow: -1000 }, { running: -1000 }, { queuedNow: NaN }, { running: Infinity }, { inFlight: -3 }]) {
+    const liar = pod('liar', { where: 'peer', ...lie });
+    const d = decide({ request: REQUEST, policy: { ...POLICY, sloTtftMs: Infinity, exclude: [] }, leave: STAY, rand: first, candidates: [liar, pod('honest', { queuedNow: 1 })] });
+    assert.equal(d.action === 'pod' && d.chosen.candidate.pod.name, 'honest', JSON.stringify(lie));
+    assert.deepEqual(d.dropped.map((x) => [x.pod, x.reason]), [['peer/node-a/liar', 'implausible']]);
+    assert.ok(d.scored.every((s) => Number.isFinite(s.score) && s.score >= 0));
+  }
+});
+
+test('a pod at its connection cap is not a candidate: the request goes elsewhere', () => {
+  const d = decide({ request: REQUEST, policy: POLICY, leave: STAY, rand: first, candidates: [pod('full', { inFlight: 4, maxInFlight: 4 }), pod('busier', { queuedNow: 1, maxInFlight: 4 })] });
+  assert.equal(d.action === 'pod' && d.chosen.candidate.pod.name, 'busier');
+  assert.deepEqual(d.dropped.map((x) => [x.pod, x.reason, x.detail]), [['local/full', 'at-capacity', '4 requests in flight (limit 4)']]);
+});
+
+test('every provider breaker open: after the wait, 503 with the cool-down as Retry-After and a true message', () => {
+  const busy = [pod('a', { avgQueued: 3 })];
+  const open: LeaveVerdict = { allowed: true, reason: 'may overflow to p1, but every provider\'s circuit breaker is open', providers: [], breakersOpenMs: 7_200 };
+  assert.equal(decide({ request: REQUEST, policy: POLICY, leave: open, rand: first, candidates: busy }).action, 'wait');
+  const late = decide({ request: REQUEST, policy: POLICY, leave: open, rand: first, candidates: busy, waitedMs: 2000 });
+  assert.equal(late.action, 'reject');
+  assert.equal(late.action === 'reject' && late.status, 503);
+  assert.equal(late.action === 'reject' && late.retryAfterMs, 7_200);
+  assert.match(late.action === 'reject' ? late.message : '', /circuit breaker is open \(next trial in 8s\)/);
+});

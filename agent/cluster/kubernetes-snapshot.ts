@@ -35,7 +35,7 @@ export interface PodObject extends KubeObject {
   spec?: {
     nodeName?: string;
     hostNetwork?: boolean;
-    containers?: { name?: string; ports?: { name?: string; containerPort?: number; protocol?: string }[] }[];
+    containers?: { name?: string; command?: string[]; args?: string[]; ports?: { name?: string; containerPort?: number; protocol?: string }[] }[];
   };
   status?: {
     phase?: string;
@@ -104,6 +104,23 @@ function splitList(value: string | undefined): string[] {
   return [...new Set(value.split(',').map((s) => s.trim()).filter((s) => s !== ''))];
 }
 
+/** Flags naming how many requests a model server runs at once (vLLM, TGI, SGLang). */
+const CONCURRENCY_FLAGS = ['--max-num-seqs', '--max-concurrent-requests', '--max-running-requests'];
+
+/** The server's own concurrency limit from its containers' command lines, when one is given. */
+export function serverConcurrency(pod: PodObject): number | undefined {
+  for (const container of pod.spec?.containers ?? []) {
+    const argv = [...(container.command ?? []), ...(container.args ?? [])];
+    for (let i = 0; i < argv.length; i++) {
+      const [flag, inline] = argv[i].split('=', 2);
+      if (!CONCURRENCY_FLAGS.includes(flag)) continue;
+      const value = Number(inline ?? argv[i + 1]);
+      if (Number.isInteger(value) && value > 0) return value;
+    }
+  }
+  return undefined;
+}
+
 /**
  * The routable model-server pods on `node`: labelled `poolLabel` or annotated with their models.
  * A terminating or not-ready pod is left out rather than marked: the router has no use for an
@@ -126,6 +143,8 @@ export function modelServerPods(pods: readonly PodObject[], node: string, poolLa
       models: splitList(meta.annotations?.[MODEL_ANNOTATION]),
     };
     if (engine !== undefined && (ENGINES as readonly string[]).includes(engine)) result.engine = engine as Engine;
+    const concurrency = serverConcurrency(pod);
+    if (concurrency !== undefined) result.maxConcurrency = concurrency;
     out.push(result);
   }
   return out.sort((a, b) => `${a.namespace}/${a.name}`.localeCompare(`${b.namespace}/${b.name}`));

@@ -29,6 +29,11 @@ export interface Limits {
   classifyMaxDepth: number;
   classifyMaxValues: number;
   maxLabelValues: number;
+  maxJsonDepth: number;
+  maxConnectionsPerPod: number;
+  maxUpstreamBodyBytes: number;
+  providerIdleTimeoutMs: number;
+  scrapeFailureLogIntervalMs: number;
 }
 
 /** The key sent to matching model-server pods: `pod` (NAME or NAMESPACE/NAME) beats `namespace` beats neither. */
@@ -87,6 +92,11 @@ export const DEFAULT_LIMITS: Limits = {
   classifyMaxDepth: DEFAULT_SCAN_LIMITS.maxDepth,
   classifyMaxValues: DEFAULT_SCAN_LIMITS.maxNodes,
   maxLabelValues: 100,
+  maxJsonDepth: 64,
+  maxConnectionsPerPod: 256,
+  maxUpstreamBodyBytes: 32 * 1024 * 1024,
+  providerIdleTimeoutMs: 60_000,
+  scrapeFailureLogIntervalMs: 30_000,
 };
 
 export const DEFAULT_PROVIDER_TIMEOUT_MS = 10_000;
@@ -225,7 +235,7 @@ export function settingsFromObject(input: unknown, source = 'config', env: NodeJ
     scrapeIntervalMs,
     pods: (file.pods ?? []).map((p) => {
       const namespace = p.namespace ?? 'default';
-      return { uid: `${namespace}/${p.name}`, name: p.name, namespace, node: file.node, address: p.address, models: p.models, engine: p.engine };
+      return { uid: `${namespace}/${p.name}`, name: p.name, namespace, node: file.node, address: p.address, models: p.models, engine: p.engine, ...(p.maxConcurrency !== undefined ? { maxConcurrency: p.maxConcurrency } : {}) };
     }),
     peers: file.peers ?? [],
     peerPodCidrs: file.gossip?.peerPodCidrs ?? defaultPeerPodCidrs(file.peers ?? []),
@@ -259,6 +269,11 @@ export function settingsFromObject(input: unknown, source = 'config', env: NodeJ
       classifyMaxDepth: limits.classifyMaxDepth ?? DEFAULT_LIMITS.classifyMaxDepth,
       classifyMaxValues: limits.classifyMaxValues ?? DEFAULT_LIMITS.classifyMaxValues,
       maxLabelValues: limits.maxLabelValues ?? DEFAULT_LIMITS.maxLabelValues,
+      maxJsonDepth: limits.maxJsonDepth ?? DEFAULT_LIMITS.maxJsonDepth,
+      maxConnectionsPerPod: limits.maxConnectionsPerPod ?? DEFAULT_LIMITS.maxConnectionsPerPod,
+      maxUpstreamBodyBytes: limits.maxUpstreamBodyBytes ?? DEFAULT_LIMITS.maxUpstreamBodyBytes,
+      providerIdleTimeoutMs: limits.providerIdleTimeout ? parseDuration(limits.providerIdleTimeout) : DEFAULT_LIMITS.providerIdleTimeoutMs,
+      scrapeFailureLogIntervalMs: limits.scrapeFailureLogInterval ? parseDuration(limits.scrapeFailureLogInterval) : DEFAULT_LIMITS.scrapeFailureLogIntervalMs,
     },
     kubernetes: file.kubernetes ?? {},
     logLevel: file.logLevel ?? 'info',

@@ -17,6 +17,8 @@ const StaticPod = Type.Object(
     address: HostPort,
     engine: Type.Optional(Type.Union([Type.Literal('vllm'), Type.Literal('tgi'), Type.Literal('sglang')])),
     models: Type.Array(Name, { minItems: 1 }),
+    /** Requests the server runs at once (e.g. vLLM --max-num-seqs): caps connections to it. */
+    maxConcurrency: Type.Optional(Type.Integer({ minimum: 1 })),
   },
   { additionalProperties: false },
 );
@@ -70,6 +72,16 @@ const Limits = Type.Object(
     classifyMaxValues: Type.Optional(Type.Integer({ minimum: 100 })),
     /** Distinct values a metric's `model` or `policy` label may take; the rest count as "other". */
     maxLabelValues: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000 })),
+    /** Deepest nesting of arrays/objects accepted in a request body; deeper → 400. */
+    maxJsonDepth: Type.Optional(Type.Integer({ minimum: 4, maximum: 1000 })),
+    /** Connections (= requests in flight) to one pod; a pod at the cap is skipped, not queued for. */
+    maxConnectionsPerPod: Type.Optional(Type.Integer({ minimum: 1, maximum: 4096 })),
+    /** Largest non-streamed answer read from a pod or provider; larger → 502. */
+    maxUpstreamBodyBytes: Type.Optional(Type.Integer({ minimum: 1024 })),
+    /** Longest silence inside a provider's answer body before it is cut. */
+    providerIdleTimeout: Type.Optional(DurationString),
+    /** At most one log line per pod per interval about failing scrapes. */
+    scrapeFailureLogInterval: Type.Optional(DurationString),
   },
   { additionalProperties: false },
 );

@@ -1,6 +1,7 @@
 // One concern: send one request to one pod and hand back its answer, holding the first byte
 // back so a failure before it can still be retried on another pod.
 import { Agent, request, errors as undiciErrors } from 'undici';
+import { readRest } from './relay.ts';
 
 export interface PodTimeouts {
   /** Until the pod's response headers, for a streamed request (they come with the first token). */
@@ -15,10 +16,18 @@ export interface PodTimeouts {
   idleMs: number;
 }
 
-/** Keep-alive connection pools, one per pod origin, shared by every request of the agent. */
-export function createPodDispatcher(): Agent {
-  return new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 300_000, connections: 512, pipelining: 1 });
+/**
+ * Keep-alive connection pools, one per pod origin, shared by every request of the agent. The
+ * router admits at most `maxConnectionsPerPod` requests to one pod at a time (the pool's
+ * at-capacity filter), and this is the same bound: a request never waits inside undici's queue,
+ * where no timer runs and the router cannot see it.
+ */
+export function createPodDispatcher(maxConnectionsPerPod: number): Agent {
+  return new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 300_000, connections: maxConnectionsPerPod, pipelining: 1 });
 }
+
+/** Error answers are a message, not a payload: more than this is cut off (and the pod is at fault). */
+const MAX_ERROR_BODY_BYTES = 256 * 1024;
 
 export type PodAttempt =
   | {
@@ -77,6 +86,10 @@ export async function sendToPod(
   if (clientSignal.aborted) onClientGone();
   clientSignal.addEventListener('abort', onClientGone, { once: true });
   const started = now();
+  // undici's headersTimeout starts once a connection is free; this one starts now, so time spent
+  // queued for a connection counts too.
+  const headersMs = wholeAnswer ? timeouts.responseMs : timeouts.connectMs;
+  const headersDeadline = setTimeout(() => controller.abort(new Error(`no response headers within ${headersMs} ms`)), headersMs);
   try {
     const response = await request(`http://${address}${path}`, {
       method: 'POST',
@@ -84,12 +97,19 @@ export async function sendToPod(
       body,
       signal: controller.signal,
       dispatcher,
-      headersTimeout: wholeAnswer ? timeouts.responseMs : timeouts.connectMs,
+      headersTimeout: headersMs,
       bodyTimeout: timeouts.idleMs,
     });
+    clearTimeout(headersDeadline);
     const contentType = String(response.headers['content-type'] ?? 'application/json');
     if (response.statusCode >= 400) {
-      const bytes = new Uint8Array(await response.body.arrayBuffer());
+      let bytes: Uint8Array;
+      try {
+        bytes = await readRest(undefined, response.body[Symbol.asyncIterator](), MAX_ERROR_BODY_BYTES);
+      } catch {
+        response.body.destroy();
+        return { ok: false, retryable: !clientSignal.aborted, status: response.statusCode, error: `pod answered ${response.statusCode} with an error body over ${MAX_ERROR_BODY_BYTES} bytes` };
+      }
       if (response.statusCode === 401 || response.statusCode === 403) {
         // The pod rejected the agent's key (podCredentials), not the client: never pass its 401 on
         // as if the app were at fault; another pod (with the right key) may serve.
@@ -111,8 +131,10 @@ export async function sendToPod(
       abort: () => controller.abort(new Error('client disconnected')),
     };
   } catch (error) {
-    return { ok: false, retryable: !clientSignal.aborted, error: describe(error) };
+    const reason = controller.signal.aborted && !clientSignal.aborted ? (controller.signal.reason as Error).message : describe(error);
+    return { ok: false, retryable: !clientSignal.aborted, error: reason };
   } finally {
+    clearTimeout(headersDeadline);
     clientSignal.removeEventListener('abort', onClientGone);
   }
 }

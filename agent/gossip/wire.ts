@@ -239,8 +239,18 @@ function decodeDigest(m: Decoded | undefined): DigestWire | undefined {
   return { origins, versions, dataLag, shard, shards };
 }
 
-/** Decodes and validates a payload; throws WireError (or protobufjs's error) when malformed. */
+/** Decodes and validates a payload; throws WireError, and only WireError, when malformed. */
 export function decodePayload(bytes: Uint8Array): PayloadWire {
+  try {
+    return decodePayloadUnchecked(bytes);
+  } catch (error) {
+    // protobufjs (truncation, wire types) and the UTF-8 decoder (invalid strings) throw their own
+    // errors; callers should only need to know the datagram was malformed.
+    throw error instanceof WireError ? error : new WireError(`malformed payload: ${(error as Error).message}`);
+  }
+}
+
+function decodePayloadUnchecked(bytes: Uint8Array): PayloadWire {
   const m = types.payload.decode(bytes) as unknown as Decoded;
   const deltas = (m.deltas as Decoded[] | undefined) ?? [];
   if (deltas.length > WIRE_LIMITS.deltasPerPayload) throw new WireError('too many deltas');

@@ -20,6 +20,8 @@ export interface PoolOptions {
   referenceWindowMs: number;
   /** A pod that failed a request before its first byte sits out this long. */
   failureCooldownMs: number;
+  /** Requests this agent has at one pod at once (= connections); past it the pod is at capacity. */
+  maxInFlightPerPod?: number;
   now: () => number;
   predictor?: Partial<PredictorOptions>;
 }
@@ -34,6 +36,8 @@ interface LocalPod {
   pendingPromptTokens: number;
   unseenSent: number;
   unhealthyUntil: number;
+  /** Why its last page was refused (telemetry trust boundary); unhealthy until a plausible one. */
+  implausible: string | undefined;
   /** When this agent last measured a TTFT at the pod; long ago, the pod's histograms teach instead. */
   lastOwnObservationAt: number;
   /** Counts scrapes: a request answered in the epoch it was sent in leaves `unseenSent` at once. */
@@ -130,6 +134,7 @@ export class PodPool {
           pendingPromptTokens: 0,
           unseenSent: 0,
           unhealthyUntil: 0,
+          implausible: undefined,
           lastOwnObservationAt: -Infinity,
           epoch: 0,
         });
@@ -148,6 +153,7 @@ export class PodPool {
     local.telemetry = telemetry;
     const delta = telemetry.lastDelta;
     local.lastGoodAt = load.at;
+    local.implausible = undefined;
     local.pod.engine ??= load.engine;
     // Our requests sent before this scrape now show in its queue; stop counting them twice.
     local.unseenSent = 0;
@@ -162,9 +168,15 @@ export class PodPool {
     this.#changed();
   }
 
-  /** A failed scrape: nothing to record (it goes stale on its own), but waiters re-decide. */
-  recordScrapeFailure(uid: string): void {
-    if (this.#local.has(uid)) this.#changed();
+  /**
+   * A failed scrape: nothing to record (it goes stale on its own), but waiters re-decide. A page
+   * refused as implausible makes the pod unhealthy, with that reason, until a plausible one.
+   */
+  recordScrapeFailure(uid: string, implausible?: string): void {
+    const local = this.#local.get(uid);
+    if (!local) return;
+    if (implausible !== undefined) local.implausible = implausible;
+    this.#changed();
   }
 
   /** Other nodes' pods, as gossip currently knows them. */
@@ -195,7 +207,8 @@ export class PodPool {
         where: 'local',
         ageMs: now - local.lastGoodAt,
         maxAgeMs: 2 * this.options.scrapeIntervalMs,
-        healthy: now >= local.unhealthyUntil,
+        healthy: now >= local.unhealthyUntil && local.implausible === undefined,
+        ...(local.implausible !== undefined ? { unhealthyReason: local.implausible } : {}),
         queuedNow: load?.waiting ?? 0,
         running: load?.running ?? 0,
         kvCache: load?.kvCache ?? NaN,
@@ -209,6 +222,7 @@ export class PodPool {
         embeddingParams: this.#embeddings.params(local.pod.uid),
         logMargin: (q: number) => this.#calibration.margin(local.pod.uid, q, regimeOf((load?.waiting ?? 0) + local.unseenSent)),
         inFlight: local.inFlight,
+        maxInFlight: this.#maxInFlight(local.pod),
         unseenSent: local.unseenSent,
         pendingPromptTokens: local.pendingPromptTokens,
         networkCostMs: 0,
@@ -232,6 +246,7 @@ export class PodPool {
         // node's own calibration (how far this agent's kind of prediction strays), floored cold.
         logMargin: (q: number) => this.#calibration.margin(undefined, q, regimeOf(estimate.queuedNow + (traffic?.unseenSent ?? 0))),
         inFlight: traffic?.inFlight ?? 0,
+        maxInFlight: this.#maxInFlight(estimate.pod),
         unseenSent: traffic?.unseenSent ?? 0,
         pendingPromptTokens: traffic?.pendingPromptTokens ?? 0,
         networkCostMs: this.options.networkCostMs,
@@ -368,7 +383,8 @@ export class PodPool {
         ageMs: now - l.lastGoodAt,
         inFlight: l.inFlight,
         unseenSent: l.unseenSent,
-        healthy: now >= l.unhealthyUntil,
+        healthy: now >= l.unhealthyUntil && l.implausible === undefined,
+        unhealthyReason: l.implausible ?? (now < l.unhealthyUntil ? 'failed a request before its first byte' : null),
         predictedTtftMs: predicted.get(l.pod.uid),
         predictor: { params: this.#model.params(l.pod.uid), ...this.#model.stats(l.pod.uid) },
         embeddingsPredictor: { params: this.#embeddings.params(l.pod.uid), ...this.#embeddings.stats(l.pod.uid) },
@@ -379,6 +395,11 @@ export class PodPool {
       })),
       remote: this.#remote.map((e) => ({ ...e, ageMs: now - e.at, traffic: this.#peerTraffic.get(e.pod.uid), predictedTtftMs: predicted.get(e.pod.uid) })),
     };
+  }
+
+  /** The pod's own concurrency when known (its max-num-seqs), within the configured cap. */
+  #maxInFlight(pod: Pod): number {
+    return Math.min(this.options.maxInFlightPerPod ?? Infinity, pod.maxConcurrency ?? Infinity);
   }
 
   #trafficFor(uid: string): PeerTraffic {

@@ -30,6 +30,8 @@ import {
   JSON_HEADERS,
   postUpstream,
   ProviderError,
+  providerLimits,
+  readBounded,
   readText,
   redact,
   SSE_HEADERS,
@@ -75,7 +77,8 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
     throw new Error(`provider ${name}: bedrock needs a region`);
   }
   const endpoint = settings.endpoint ?? `https://bedrock-runtime.${region}.amazonaws.com`;
-  const ownDispatcher = deps.dispatcher ? undefined : createDispatcher(settings.timeoutMs);
+  const limits = providerLimits(deps);
+  const ownDispatcher = deps.dispatcher ? undefined : createDispatcher(settings.timeoutMs, limits.idleTimeoutMs);
   const dispatcher = deps.dispatcher ?? ownDispatcher!;
   const now = deps.now ?? Date.now;
 
@@ -137,7 +140,7 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
       accept: stream ? 'application/vnd.amazon.eventstream' : 'application/json',
     }, body);
     const res = await postUpstream({ provider: name, url, headers, body, signal: call.signal, timeoutMs: settings.timeoutMs, dispatcher });
-    const ctx = () => ({ timedOut: res.timedOut(), aborted: call.signal.aborted, timeoutMs: settings.timeoutMs });
+    const ctx = () => ({ timedOut: res.timedOut(), aborted: call.signal.aborted, timeoutMs: settings.timeoutMs, idleTimeoutMs: limits.idleTimeoutMs });
     const meta = {
       id: `chatcmpl-${header(res.headers, 'x-amzn-requestid') ?? randomUUID()}`,
       created: Math.floor(now() / 1000),
@@ -158,7 +161,7 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
       res.settle();
       let parsed: ConverseResponse;
       try {
-        parsed = JSON.parse(await res.body.text()) as ConverseResponse;
+        parsed = JSON.parse(await readBounded(res.body, limits.maxBodyBytes, name)) as ConverseResponse;
       } catch (err) {
         if (err instanceof SyntaxError) return errorResponse(502, `provider ${name} returned a malformed response`, { code: 'upstream_malformed' });
         throw failure(name, err, ctx());
@@ -177,7 +180,7 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
     const it = res.body[Symbol.asyncIterator]() as AsyncIterator<Uint8Array>;
     const decoder = new EventStreamDecoder();
     const queue: StreamEvent[] = [];
-    const ctx = () => ({ timedOut: res.timedOut(), aborted: call.signal.aborted, timeoutMs: settings.timeoutMs });
+    const ctx = () => ({ timedOut: res.timedOut(), aborted: call.signal.aborted, timeoutMs: settings.timeoutMs, idleTimeoutMs: limits.idleTimeoutMs });
 
     try {
       while (queue.length === 0) {

@@ -12,6 +12,8 @@ export interface Candidate {
   /** Older than this, the view is stale and the pod is not a candidate. */
   maxAgeMs: number;
   healthy: boolean;
+  /** Why it is not healthy, when known (e.g. its metrics page was refused as implausible). */
+  unhealthyReason?: string;
   queuedNow: number;
   running: number;
   kvCache: number;
@@ -27,6 +29,8 @@ export interface Candidate {
   logMargin?: (q: number) => number;
   /** This agent's requests to the pod that have not finished. */
   inFlight: number;
+  /** At this many requests in flight the pod takes no more from this agent (absent: no cap). */
+  maxInFlight?: number;
   /** This agent's requests sent since the pod's last scrape or report: queue the pod hasn't shown yet. */
   unseenSent: number;
   /** Prompt tokens of this agent's requests at the pod still awaiting their first token. */

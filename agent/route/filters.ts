@@ -2,7 +2,7 @@
 import type { EffectivePolicy, RouteRequest } from '../types.ts';
 import type { Candidate } from './candidate.ts';
 
-export type DropReason = 'model-not-served' | 'unhealthy' | 'stale' | 'excluded' | 'over-slo';
+export type DropReason = 'model-not-served' | 'unhealthy' | 'stale' | 'implausible' | 'at-capacity' | 'excluded' | 'over-slo';
 
 export interface Drop {
   reason: DropReason;
@@ -27,7 +27,21 @@ const round = (x: number, digits = 2) => Math.round(x * 10 ** digits) / 10 ** di
 export const modelServed: Filter = (c, { request }) =>
   c.pod.models.includes(request.model) ? undefined : { reason: 'model-not-served', detail: `serves ${c.pod.models.join(',')}` };
 
-export const healthy: Filter = (c) => (c.healthy ? undefined : { reason: 'unhealthy', detail: 'failing scrapes or requests' });
+export const healthy: Filter = (c) => (c.healthy ? undefined : { reason: 'unhealthy', detail: c.unhealthyReason ?? 'failing scrapes or requests' });
+
+const countable = (x: number) => Number.isFinite(x) && x >= 0;
+
+/**
+ * Last line of defence for numbers from outside (a peer's gossip, a model's parameters): a
+ * negative, NaN or infinite load or prediction would sort before every honest pod.
+ */
+export const plausible: Filter = (c, { predictedMs }) => {
+  if (!countable(predictedMs)) return { reason: 'implausible', detail: `predicted TTFT ${predictedMs}ms` };
+  for (const [name, value] of [['queued', c.queuedNow], ['running', c.running], ['inFlight', c.inFlight], ['unseenSent', c.unseenSent]] as const) {
+    if (!countable(value)) return { reason: 'implausible', detail: `${name} ${value}` };
+  }
+  return undefined;
+};
 
 export const fresh: Filter = (c) =>
   c.ageMs <= c.maxAgeMs ? undefined : { reason: 'stale', detail: `last report ${Math.round(c.ageMs)}ms ago (limit ${c.maxAgeMs}ms)` };
@@ -58,5 +72,9 @@ export const withinSlo: Filter = (c, { policy, predictedMs, quantileMs, mayLeave
   return { reason: 'over-slo', detail: `p${pct} ${Math.round(quantileMs)}ms (mean ${Math.round(predictedMs)}ms) > SLO ${policy.sloTtftMs}ms` };
 };
 
+/** No hidden queue: past its connection cap a pod is not a candidate (others, overflow or a bounded wait are). */
+export const hasRoom: Filter = (c) =>
+  c.maxInFlight === undefined || c.inFlight < c.maxInFlight ? undefined : { reason: 'at-capacity', detail: `${c.inFlight} requests in flight (limit ${c.maxInFlight})` };
+
 /** Kinference's filter chain, cheapest first. */
-export const DEFAULT_FILTERS: readonly Filter[] = [modelServed, healthy, fresh, excludeRules, withinSlo];
+export const DEFAULT_FILTERS: readonly Filter[] = [modelServed, healthy, fresh, plausible, hasRoom, excludeRules, withinSlo];

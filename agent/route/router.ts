@@ -30,6 +30,11 @@ export interface LeaveVerdict {
   reason: string;
   /** Providers in policy order that can serve this model now (breaker closed). */
   providers: readonly string[];
+  /**
+   * Set when leaving is allowed and providers serve the model, but every one's circuit breaker
+   * is open: ms until the first lets a request through again.
+   */
+  breakersOpenMs?: number;
 }
 
 export interface DroppedCandidate extends Drop {
@@ -43,7 +48,7 @@ export type Decision =
   | ({ action: 'pod'; chosen: Scored; predictedTtftMs: number } & DecisionBasis)
   | ({ action: 'overflow'; providers: readonly string[] } & DecisionBasis)
   | ({ action: 'wait'; maxWaitMs: number } & DecisionBasis)
-  | ({ action: 'reject'; status: 429 | 503; message: string } & DecisionBasis);
+  | ({ action: 'reject'; status: 429 | 503; message: string; retryAfterMs?: number } & DecisionBasis);
 
 export interface DecisionBasis {
   policy: string;
@@ -118,6 +123,16 @@ export function decide(input: DecideInput): Decision {
 
   const left = policy.waitMaxMs - (input.waitedMs ?? 0);
   if (left > 0) return { action: 'wait', maxWaitMs: left, ...basis };
+  if (leave.allowed && leave.breakersOpenMs !== undefined) {
+    // It would have overflowed: nothing is at fault but the providers, and they say when to retry.
+    return {
+      action: 'reject',
+      status: 503,
+      message: `no pod can answer model ${request.model} within the SLO (${policy.sloTtftMs}ms) and every overflow provider's circuit breaker is open (next trial in ${Math.ceil(leave.breakersOpenMs / 1000)}s)`,
+      retryAfterMs: leave.breakersOpenMs,
+      ...basis,
+    };
+  }
   return {
     action: 'reject',
     status: 429,

@@ -2,7 +2,7 @@
 // and act until answered — forward to a pod (retrying another before the first byte), overflow
 // to providers, wait for a pod, or reject. Every answer says where it went.
 import { errorResponse, responsesErrorEvent } from '../../shared/openai/errors.ts';
-import { relayStream, readRest } from '../forward/relay.ts';
+import { endOnSignal, relayStream, readRest } from '../forward/relay.ts';
 import { sendToPod, type PodTimeouts } from '../forward/pod.ts';
 import type { Agent as Dispatcher } from 'undici';
 import { estimatePromptTokens } from '../predict/tokens.ts';
@@ -42,7 +42,7 @@ export type OverflowResult =
 export interface RequestPathDeps {
   metrics: Metrics;
   dispatcher: Dispatcher;
-  limits: { maxBodyBytes: number; maxRetries: number; maxWaiting: number; maxLabelValues: number } & { pod: PodTimeouts };
+  limits: { maxBodyBytes: number; maxRetries: number; maxWaiting: number; maxLabelValues: number; maxJsonDepth: number; maxUpstreamBodyBytes: number } & { pod: PodTimeouts };
   now: () => number;
   rand: () => number;
   /** A fresh request id when the client sent none. */
@@ -90,6 +90,8 @@ export class RequestPath {
   #waiting = 0;
   readonly #modelLabel: BoundedLabel;
   readonly #policyLabel: BoundedLabel;
+  /** Fired at the drain deadline: streams still running end with an error event and [DONE]. */
+  readonly #drainDeadline = new AbortController();
 
   constructor(deps: RequestPathDeps) {
     this.deps = deps;
@@ -108,6 +110,11 @@ export class RequestPath {
       promptTokens: estimatePromptTokens(parsed.kind === 'responses' ? responsesPromptView(parsed.body) : parsed.body),
       stream: parsed.stream,
     };
+  }
+
+  /** The drain deadline passed: end every stream still running, properly. */
+  endStreams(): void {
+    this.#drainDeadline.abort();
   }
 
   /** A decision now, with no side effect: what /explain shows. */
@@ -146,7 +153,8 @@ export class RequestPath {
     const r = ctx.record;
     r.route = response.headers.get('x-kinference-route') ?? 'rejected';
     r.status = response.status;
-    r.outcome = response.status === 499 ? 'cancelled' : response.ok ? 'ok' : String(response.status);
+    // A client that left before its answer is its own outcome, not the status we could not send.
+    r.outcome = req.signal.aborted || response.status === 499 ? 'cancelled' : response.ok ? 'ok' : String(response.status);
     metrics.requests.inc({
       api,
       route: r.route.split('/')[0],
@@ -155,6 +163,10 @@ export class RequestPath {
       policy: r.policy === undefined ? 'none' : this.#policyLabel.value(r.policy),
     });
     response.headers.set('x-request-id', requestId);
+    if (response.body && response.headers.get('content-type')?.includes('event-stream')) {
+      const body = endOnSignal(response.body, this.#drainDeadline.signal, 'the agent is shutting down and its drain deadline passed; the answer is incomplete');
+      response = new Response(body, { status: response.status, headers: response.headers });
+    }
     const { requestLog } = this.deps;
     if (requestLog.sample <= 0 || this.deps.rand() >= requestLog.sample) return response;
     return onBodyEnd(response, (ok) => {
@@ -173,7 +185,7 @@ export class RequestPath {
     const record = ctx.record;
     // Pods get the client's bytes as they came: no re-serialisation on the hot path.
     const body = await readBoundedBody(req, deps.limits.maxBodyBytes);
-    const parsed = parseInferenceRequest(kind, body);
+    const parsed = parseInferenceRequest(kind, body, deps.limits.maxJsonDepth);
     if (!deps.isKnownModel(parsed.model)) {
       throw new RequestError(404, `The model \`${parsed.model}\` does not exist.`, 'model', 'model_not_found');
     }
@@ -248,10 +260,11 @@ export class RequestPath {
         continue;
       }
 
-      if (decision.status === 429) deps.metrics.waits.inc({ outcome: 'timeout' });
+      if (decision.status === 429 || decision.retryAfterMs !== undefined) deps.metrics.waits.inc({ outcome: 'timeout' });
+      const retryAfter = decision.retryAfterMs !== undefined ? String(Math.max(1, Math.ceil(decision.retryAfterMs / 1000))) : retryAfterSeconds(policy);
       return errorResponse(decision.status, decision.message, {
-        code: decision.status === 429 ? 'no_capacity_in_time' : 'no_capacity',
-        headers: { 'retry-after': retryAfterSeconds(policy), 'x-kinference-policy': policy.name },
+        code: decision.retryAfterMs !== undefined ? 'providers_unavailable' : decision.status === 429 ? 'no_capacity_in_time' : 'no_capacity',
+        headers: { 'retry-after': retryAfter, 'x-kinference-policy': policy.name },
       });
     }
   }
@@ -342,7 +355,7 @@ export class RequestPath {
       return new Response(stream, { status: attempt.status, headers: { 'content-type': attempt.contentType, 'cache-control': 'no-cache', ...headers } });
     }
     try {
-      const bytes = await readRest(attempt.first, attempt.rest, 64 * 1024 * 1024);
+      const bytes = await readRest(attempt.first, attempt.rest, deps.limits.maxUpstreamBodyBytes);
       const answerMs = attempt.firstByteMs;
       ticket.answered(answerMs);
       measured(answerMs);
@@ -351,6 +364,9 @@ export class RequestPath {
       return new Response(bytes as BodyInit, { status: attempt.status, headers: { 'content-type': attempt.contentType, ...headers } });
     } catch (error) {
       ticket.end(false);
+      // Drop the rest of the answer: an unread body would hold its socket (and the dispatcher's
+      // close) forever.
+      attempt.abort();
       if (signal.aborted) throw error;
       return errorResponse(502, `the model server failed while answering: ${(error as Error).message}`, { code: 'upstream_failed', headers });
     }

@@ -87,13 +87,13 @@ export function createMetrics(options: MetricsOptions = {}) {
     }),
     providerRequests: new Counter({
       name: 'kinference_provider_requests_total',
-      help: 'Overflow attempts per provider and outcome (ok|failed|skipped|client_error).',
+      help: 'Overflow attempts per provider and outcome (ok|declined|failed|skipped|client_error).',
       labelNames: ['provider', 'outcome'] as const,
       registers: [registry],
     }),
     scrapes: new Counter({
       name: 'kinference_scrapes_total',
-      help: 'Scrapes of local model servers, by outcome.',
+      help: 'Scrapes of local model servers, by outcome (ok|error|implausible).',
       labelNames: ['outcome'] as const,
       registers: [registry],
     }),

@@ -35,6 +35,32 @@ export async function readBoundedBody(req: Request, limit: number): Promise<Uint
   return Buffer.concat(chunks);
 }
 
+/** Default for `limits.maxJsonDepth`: real chat bodies (tool schemas included) nest < 20 deep. */
+export const DEFAULT_MAX_JSON_DEPTH = 64;
+
+/**
+ * Deepest array/object nesting in a JSON text, scanning bytes once (no recursion, no parse), so
+ * a hostile body is refused before anything recursive downstream (token estimate, classifier,
+ * JSON.stringify for a provider) can overflow the stack. Stops as soon as `limit` is passed.
+ */
+export function jsonDepthExceeds(bytes: Uint8Array, limit: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < bytes.length; i++) {
+    const c = bytes[i];
+    if (inString) {
+      if (c === 0x5c) i++; // backslash: skip the escaped byte
+      else if (c === 0x22) inString = false;
+      continue;
+    }
+    if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      if (++depth > limit) return true;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return false;
+}
+
 export interface ParsedRequest {
   kind: RequestKind;
   body: Record<string, unknown>;
@@ -67,7 +93,8 @@ function checkMessages(messages: unknown): void {
     if (typeof role !== 'string' || !ROLES.has(role)) {
       throw new RequestError(400, `'messages[${i}].role' must be one of ${[...ROLES].join(', ')}`, `messages[${i}].role`, 'invalid_value');
     }
-    if (content !== undefined && content !== null && typeof content !== 'string' && !Array.isArray(content)) {
+    const parts = Array.isArray(content) && content.every((p) => typeof p === 'string' || (p !== null && typeof p === 'object' && !Array.isArray(p)));
+    if (content !== undefined && content !== null && typeof content !== 'string' && !parts) {
       throw new RequestError(400, `'messages[${i}].content' must be a string or an array of content parts`, `messages[${i}].content`, 'invalid_type');
     }
   });
@@ -108,8 +135,11 @@ function checkResponsesRequest(body: Record<string, unknown>): void {
 }
 
 /** Parses and checks a JSON body for one of the OpenAI routes. Throws RequestError (400). */
-export function parseInferenceRequest(kind: RequestKind, bytes: Uint8Array): ParsedRequest {
+export function parseInferenceRequest(kind: RequestKind, bytes: Uint8Array, maxDepth = DEFAULT_MAX_JSON_DEPTH): ParsedRequest {
   if (bytes.byteLength === 0) throw new RequestError(400, 'request body is empty; expected a JSON object', null, 'invalid_json');
+  if (jsonDepthExceeds(bytes, maxDepth)) {
+    throw new RequestError(400, `request body nests arrays/objects deeper than ${maxDepth} levels`, null, 'too_deep');
+  }
   let body: unknown;
   try {
     body = JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8'));

@@ -13,6 +13,7 @@ import type { Engine, Pod, PodLoad } from '../types.ts';
 import { ADAPTERS, ANY_ENGINE_SELECTOR, detectEngine } from './adapters.ts';
 import { parsePromText } from './promtext.ts';
 import { PodTelemetry } from './pod-telemetry.ts';
+import { DEFAULT_PLAUSIBILITY, implausibility, type PlausibilityBounds } from './plausible.ts';
 import type { WindowOptions } from './window.ts';
 
 const gunzipAsync = promisify(gunzip);
@@ -35,6 +36,8 @@ export interface ScraperOptions {
   windows?: Partial<WindowOptions>;
   /** A pod whose last good scrape is older than this many intervals is stale. */
   staleAfterIntervals?: number;
+  /** What a page may say before it is refused as implausible. */
+  plausibility?: PlausibilityBounds;
 }
 
 export interface PodHealth {
@@ -49,7 +52,8 @@ export interface PodHealth {
 }
 
 export type OnLoad = (pod: Pod, load: PodLoad, telemetry: PodTelemetry) => void;
-export type OnError = (pod: Pod, error: string) => void;
+/** `implausible`: the page was read but its numbers cannot be believed (the pod lies or is broken). */
+export type OnError = (pod: Pod, error: string, kind: 'failed' | 'implausible') => void;
 
 interface PodState {
   pod: Pod;
@@ -76,6 +80,7 @@ export class Scraper {
   readonly #gzip: boolean;
   readonly #windows: Partial<WindowOptions>;
   readonly #staleAfterMs: number;
+  readonly #plausibility: PlausibilityBounds;
   readonly #onLoad: OnLoad;
   readonly #onError: OnError;
   readonly #pods = new Map<string, PodState>();
@@ -90,6 +95,7 @@ export class Scraper {
     this.#gzip = options.gzip ?? false;
     this.#windows = options.windows ?? {};
     this.#staleAfterMs = (options.staleAfterIntervals ?? DEFAULTS.staleAfterIntervals) * this.intervalMs;
+    this.#plausibility = options.plausibility ?? DEFAULT_PLAUSIBILITY;
     this.#onLoad = onLoad;
     this.#onError = onError;
   }
@@ -272,6 +278,11 @@ export class Scraper {
       this.#fail(state, page.errors > 0 ? `${result.error} (${page.errors} malformed lines)` : result.error);
       return;
     }
+    const implausible = implausibility(result.load, state.telemetry.latest, this.#plausibility);
+    if (implausible !== undefined) {
+      this.#fail(state, `implausible page: ${implausible}`, 'implausible');
+      return;
+    }
     if (state.engine === undefined) {
       state.engine = engine;
       state.pod = { ...state.pod, engine };
@@ -287,18 +298,18 @@ export class Scraper {
     }
   }
 
-  #fail(state: PodState, error: string): void {
+  #fail(state: PodState, error: string, kind: 'failed' | 'implausible' = 'failed'): void {
     if (state.removed) return;
     state.health.consecutiveFailures++;
     state.health.lastError = error;
     // The last numbers no longer describe the pod; don't let windows average them over the outage.
     state.telemetry.markUnknown(this.#now());
-    this.#report(state, error);
+    this.#report(state, error, kind);
   }
 
-  #report(state: PodState, error: string): void {
+  #report(state: PodState, error: string, kind: 'failed' | 'implausible' = 'failed'): void {
     try {
-      this.#onError(state.pod, error);
+      this.#onError(state.pod, error, kind);
     } catch {
       // An error callback that throws has nowhere left to report to; the loop must go on.
     }

@@ -13,6 +13,8 @@ export interface StackOptions {
   node?: string;
   /** Receives the agent's per-request JSON log lines (config requestLog.sample decides which). */
   requestLog?: (line: string) => void;
+  /** Pods that are not simulators (servers a test writes to misbehave), by host:port. */
+  extraPods?: { name: string; address: string }[];
 }
 
 export interface Stack {
@@ -30,7 +32,10 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     node: options.node ?? 'node-a',
     listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' },
     scrapeInterval: '50ms',
-    pods: sims.map((sim, i) => ({ name: `pod-${i}`, namespace: 'inference', address: new URL(sim.url).host, engine: sim.flavor, models: [MODEL] })),
+    pods: [
+      ...sims.map((sim, i) => ({ name: `pod-${i}`, namespace: 'inference', address: new URL(sim.url).host, engine: sim.flavor, models: [MODEL] })),
+      ...(options.extraPods ?? []).map((p) => ({ name: p.name, namespace: 'inference', address: p.address, engine: 'vllm', models: [MODEL] })),
+    ],
     ...options.config,
   });
   const agent = await startAgent(settings, { log: () => {}, requestLog: options.requestLog });
