@@ -37,6 +37,7 @@ describe('prompt blocks', () => {
     assert.equal(a.length, 3);
     for (let i = 0; i < 3; i++) assert.notEqual(a[i], b[i]);
     assert.equal(promptBlocks('short').length, 0, 'a partial block is never cached');
+    assert.deepEqual(promptBlocks('x'.repeat(640), 64, 2), promptBlocks('x'.repeat(640)).slice(0, 2), 'bounded, same hashes');
   });
 
   test('rendering covers chat parts, tool calls, completions prompts, token ids and Responses input', () => {

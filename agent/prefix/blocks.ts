@@ -60,12 +60,13 @@ function renderContent(value: unknown, out: string[]): void {
 }
 
 /**
- * Chained hashes of the full blocks of `text` (a partial last block is never cached, as in vLLM):
+ * Chained hashes of the full blocks of `text`, at most `maxBlocks` (a partial last block is never cached, as in vLLM):
  * entry i names characters [0, (i + 1) · blockChars). Two 32-bit lanes folded into a 52-bit safe
  * integer: collisions are negligible at the ~10⁵ blocks a pod holds.
  */
-export function promptBlocks(text: string, blockChars = BLOCK_TOKENS * CHARS_PER_TOKEN): number[] {
-  const full = Math.floor(text.length / blockChars);
+export function promptBlocks(text: string, blockChars = BLOCK_TOKENS * CHARS_PER_TOKEN, maxBlocks = Infinity): number[] {
+  // `maxBlocks` bounds the hashing a huge prompt costs (GIE's maxPrefixBlocksToMatch does the same).
+  const full = Math.min(maxBlocks, Math.floor(text.length / blockChars));
   const out = new Array<number>(full);
   let a = 0x811c9dc5;
   let b = 0x9747b28c;
