@@ -93,6 +93,21 @@ describe('simulated prefix caching', () => {
     assert.ok(Math.abs(second - (13.4 + 100 * 0.25 * (1 + 0.5 / 16))) < 0.01, `second ${second}`);
   });
 
+  test("with the answer's token ids, its full blocks are cached too: the next turn hits the history", () => {
+    const { clock, engine } = engineWith();
+    const conversation = tokens(5, 1000);
+    clock.set(10);
+    engine.advanceTo(10);
+    // Turn 1: 300 prompt tokens, an answer of 200 known tokens.
+    assert.ok(engine.submit({ promptTokens: 300, tokens: conversation.slice(0, 300), outputTokens: conversation.slice(300, 500), maxTokens: 200 }).accepted);
+    engine.runUntilIdle();
+    // Its KV covered 300 + 199 tokens (the last answer token is never fed back): 31 full blocks.
+    assert.equal(engine.snapshot().prefixCachedBlocks, 31);
+    const before = engine.snapshot().counters.prefixHits;
+    runAlone(engine, clock, [conversation.slice(0, 600)]);
+    assert.equal(engine.snapshot().counters.prefixHits - before, 31 * 16);
+  });
+
   test('without token ids, or with caching off, nothing is cached and nothing changes', () => {
     const off = engineWith({ prefixCaching: false });
     const p = tokens(1, 1000);

@@ -53,7 +53,7 @@ function submitTracked(engine: SimEngine, pending: PendingPrompts, a: Arrival, e
     waiting = false;
     pending.pendingPromptTokens -= a.promptTokens;
   };
-  const result = engine.submit({ promptTokens: a.promptTokens, maxTokens: a.maxTokens, tokens: a.tokens }, {
+  const result = engine.submit({ promptTokens: a.promptTokens, maxTokens: a.maxTokens, tokens: a.tokens, outputTokens: a.outputTokens }, {
     onToken: (at, n) => {
       if (n === 1) prefilled();
       events.onToken?.(at, n);

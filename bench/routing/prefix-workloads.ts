@@ -71,7 +71,7 @@ function conversations(seed: number, ms: number, warmupMs: number, meanGapMs: nu
       const prompt = history + between(rand, 30, 250);
       const answer = between(rand, 60, 250);
       if (prompt + answer > MAX_HISTORY_TOKENS) break;
-      if (at >= 0) out.push({ at, promptTokens: prompt, maxTokens: answer, tokens: stream(prompt) });
+      if (at >= 0) out.push({ at, promptTokens: prompt, maxTokens: answer, tokens: stream(prompt), outputTokens: stream(prompt + answer).slice(prompt) });
       history = prompt + answer;
       at += between(rand, 3000, 10_000);
     }
@@ -105,7 +105,7 @@ export function sharedSystemPrompt(seed: number, ms: number, ratePerS: number): 
 
 /** The control: the multi-turn workload's sizes and timing, but every prompt's tokens are its own. */
 export function noSharing(seed: number, ms: number, ratePerS: number): Arrival[] {
-  return multiTurnChat(seed, ms, ratePerS).map((a, i) => ({ ...a, tokens: tokenStream(seed * 31 + i)(a.promptTokens) }));
+  return multiTurnChat(seed, ms, ratePerS).map((a, i) => ({ ...a, tokens: tokenStream(seed * 31 + i)(a.promptTokens), outputTokens: undefined }));
 }
 
 /**

@@ -10,6 +10,8 @@ export interface Arrival {
   direct?: number;
   /** The prompt's token ids, for the pods' prefix caches (prefix-workloads.ts); absent: nothing cached. */
   tokens?: number[];
+  /** The answer's token ids, so the pod caches its blocks too (a next turn resends it). */
+  outputTokens?: number[];
 }
 
 export interface Phase {

@@ -59,6 +59,11 @@ export interface SimRequest {
    * same prefix are not computed again; without them, nothing is cached (every token is prefilled).
    */
   tokens?: ArrayLike<number>;
+  /**
+   * The token ids this request will generate (a stand-in model's answer). With them, full blocks
+   * of output are cached too, as vLLM V1 does, so a next turn resending this answer hits them.
+   */
+  outputTokens?: ArrayLike<number>;
 }
 
 export interface SeqOutcome {
@@ -314,8 +319,7 @@ export class SimEngine {
       computed: 0,
       generated: 0,
       held: 0,
-      blockHashes:
-        this.#prefix && req.tokens && kind === 'generate' ? chainedBlockHashes(req.tokens, this.blockSize, promptTokens) : [],
+      blockHashes: this.#prefix && req.tokens && kind === 'generate' ? this.#hashes(req, promptTokens, targetTokens) : [],
       sharedBlocks: 0,
       hitTokens: 0,
       chunk: 0,
@@ -457,9 +461,9 @@ export class SimEngine {
     let tokens = 0;
     for (const seq of step.work) {
       if (seq.state !== 'running') continue; // aborted during the step
+      if (seq.prefilling) seq.computed += seq.chunk;
+      this.#shareComputedBlocks(seq);
       if (seq.prefilling) {
-        seq.computed += seq.chunk;
-        this.#shareComputedBlocks(seq);
         if (seq.computed < seq.prefillTarget) continue;
         if (seq.generated === 0) {
           this.#counters.promptTokens += seq.promptTokens;
@@ -589,11 +593,22 @@ export class SimEngine {
     seq.computed = seq.held;
   }
 
-  /** Full prompt blocks `seq` has just computed join the cache, for later requests with the same prefix. */
+  /** Block hashes over the prompt, then over the output when its ids are known. */
+  #hashes(req: SimRequest, promptTokens: number, targetTokens: number): number[] {
+    const tokens = req.tokens!;
+    if (!req.outputTokens || tokens.length < promptTokens) return chainedBlockHashes(tokens, this.blockSize, promptTokens);
+    const all = [...Array.from(tokens).slice(0, promptTokens), ...Array.from(req.outputTokens)];
+    return chainedBlockHashes(all, this.blockSize, promptTokens + targetTokens);
+  }
+
+  /**
+   * Full blocks whose KV `seq` has just computed (at the end of a step, all it holds: prompt
+   * chunks, and each decode's input token) join the cache, for later requests with the same prefix.
+   */
   #shareComputedBlocks(seq: Seq): void {
     const prefix = this.#prefix;
     if (!prefix) return;
-    while (seq.sharedBlocks < seq.blockHashes.length && (seq.sharedBlocks + 1) * this.blockSize <= seq.computed) {
+    while (seq.sharedBlocks < seq.blockHashes.length && (seq.sharedBlocks + 1) * this.blockSize <= seq.held) {
       // Its own block becomes the cached one, or is dropped for a copy already cached.
       this.#usedBlocks += prefix.acquire(seq.blockHashes[seq.sharedBlocks]) - 1;
       seq.sharedBlocks++;
