@@ -42,6 +42,7 @@ function mean(runs: RunResult[]): RunResult {
     p99: avg((r) => r.p99),
     sloAttainment: avg((r) => r.sloAttainment),
     mape: avg((r) => r.mape),
+    cacheHitRate: avg((r) => r.cacheHitRate),
     wallMs: runs.reduce((s, r) => s + r.wallMs, 0),
   };
 }

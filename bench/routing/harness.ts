@@ -57,6 +57,8 @@ export interface Scenario {
   direct?: { pod: number; load: number };
   seed: number;
   shape?: PodShape;
+  /** Generates the arrivals instead of `phases` + `mix` (the prefix-sharing workloads). */
+  workload?: (seed: number, capacityPerS: number) => Arrival[];
 }
 
 export interface RunResult {
@@ -68,6 +70,8 @@ export interface RunResult {
   sloAttainment: number;
   /** Mean absolute percentage error of the strategy's TTFT predictions (NaN if it makes none). */
   mape: number;
+  /** Prompt tokens the pods found in their prefix caches, over all prompt tokens (vLLM's hits / queries). */
+  cacheHitRate: number;
   /** ms of real time the run took. */
   wallMs: number;
 }
@@ -87,7 +91,7 @@ export function submitTracked(engine: SimEngine, pending: PendingPrompts, a: Arr
     waiting = false;
     pending.pendingPromptTokens -= a.promptTokens;
   };
-  const result = engine.submit({ promptTokens: a.promptTokens, maxTokens: a.maxTokens }, {
+  const result = engine.submit({ promptTokens: a.promptTokens, maxTokens: a.maxTokens, tokens: a.tokens, outputTokens: a.outputTokens }, {
     onToken: (at, n) => {
       if (n === 1) prefilled();
       events.onToken?.(at, n);
@@ -205,7 +209,9 @@ export function runScenario(scenario: Scenario, factory: StrategyFactory, capaci
     telemetry: new PodTelemetry(),
   }));
   const totalCapacity = capacityPerPodS * scenario.speeds.reduce((a, b) => a + b, 0);
-  const arrivals = generateArrivals(scenario.seed, scenario.phases, totalCapacity, scenario.mix);
+  const arrivals = scenario.workload
+    ? scenario.workload(scenario.seed, totalCapacity)
+    : generateArrivals(scenario.seed, scenario.phases, totalCapacity, scenario.mix);
   const end = scenario.phases.reduce((t, p) => t + p.ms, 0);
   const direct = scenario.direct
     ? generateDirect(scenario.seed + 1, scenario.direct.pod, scenario.direct.load * capacityPerPodS * scenario.speeds[scenario.direct.pod], 0, end)
@@ -263,6 +269,8 @@ export function runScenario(scenario: Scenario, factory: StrategyFactory, capaci
   for (const p of pods) p.engine.runUntilIdle();
 
   const sorted = ttfts.sort((x, y) => x - y);
+  const counters = pods.map((p) => p.engine.snapshot().counters);
+  const queries = counters.reduce((sum, c) => sum + c.prefixQueries, 0);
   const requests = arrivals.length;
   return {
     requests,
@@ -272,6 +280,7 @@ export function runScenario(scenario: Scenario, factory: StrategyFactory, capaci
     p99: percentile(sorted, 0.99),
     sloAttainment: sorted.filter((t) => t <= scenario.sloMs).length / requests,
     mape: apeCount ? apeSum / apeCount : NaN,
+    cacheHitRate: queries > 0 ? counters.reduce((sum, c) => sum + c.prefixHits, 0) / queries : 0,
     wallMs: performance.now() - started,
   };
 }

@@ -171,7 +171,7 @@ const oracle: StrategyFactory = (ctx) => {
   };
 };
 
-function benchPolicy(sloMs: number): EffectivePolicy {
+export function benchPolicy(sloMs: number): EffectivePolicy {
   return {
     name: 'bench',
     sloTtftMs: sloMs,
@@ -182,7 +182,7 @@ function benchPolicy(sloMs: number): EffectivePolicy {
   };
 }
 
-function benchRequest(a: Arrival): RouteRequest {
+export function benchRequest(a: Arrival): RouteRequest {
   return { kind: 'chat', model: 'm', tenant: 't', namespace: 't', tags: [], promptTokens: a.promptTokens, stream: true };
 }
 

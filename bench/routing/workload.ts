@@ -8,6 +8,10 @@ export interface Arrival {
   maxTokens: number;
   /** Index of the pod it goes to directly (traffic the agent never sees); undefined: via the agent. */
   direct?: number;
+  /** The prompt's token ids, for the pods' prefix caches (prefix-workloads.ts); absent: nothing cached. */
+  tokens?: number[];
+  /** The answer's token ids, so the pod caches its blocks too (a next turn resends it). */
+  outputTokens?: number[];
 }
 
 export interface Phase {

@@ -63,8 +63,8 @@ function vllmFamilies(snap: EngineSnapshot, ctx: MetricsContext): Family[] {
     gauge('vllm:num_requests_running', 'Number of requests in model execution batches.', l, snap.running),
     gauge('vllm:num_requests_waiting', 'Number of requests waiting to be processed.', l, snap.waiting),
     gauge('vllm:kv_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', l, snap.kvCache),
-    counter('vllm:prefix_cache_queries', 'Prefix cache queries, in terms of number of queried tokens.', l, c.promptTokens),
-    counter('vllm:prefix_cache_hits', 'Prefix cache hits, in terms of number of cached tokens.', l, 0),
+    counter('vllm:prefix_cache_queries', 'Prefix cache queries, in terms of number of queried tokens.', l, c.prefixQueries),
+    counter('vllm:prefix_cache_hits', 'Prefix cache hits, in terms of number of cached tokens.', l, c.prefixHits),
     counter('vllm:num_preemptions', 'Cumulative number of preemption from the engine.', l, c.preemptions),
     counter('vllm:prompt_tokens', 'Number of prefill tokens processed.', l, c.promptTokens),
     counter('vllm:generation_tokens', 'Number of generation tokens processed.', l, c.generationTokens),
@@ -187,7 +187,8 @@ function sglangFamilies(snap: EngineSnapshot, ctx: MetricsContext): Family[] {
     s('sglang:token_usage', 'The token usage.', snap.kvCache),
     s('sglang:gen_throughput', 'The generation throughput (token/s).', snap.genThroughput),
     s('sglang:num_queue_reqs', 'The number of requests in the waiting queue.', snap.waiting),
-    s('sglang:cache_hit_rate', 'The prefix cache hit rate.', 0),
+    // SGLang reports the share of prefill tokens its radix cache served; here over the pod's lifetime.
+    s('sglang:cache_hit_rate', 'The prefix cache hit rate.', c.prefixQueries > 0 ? c.prefixHits / c.prefixQueries : 0),
     s('sglang:max_total_num_tokens', 'Maximum total number of tokens in the KV cache pool.', snap.kvCapacityTokens),
     // A gauge in the client's default multiprocess mode ("all") gets a per-process `pid` label.
     gauge('sglang:num_retracted_reqs', 'The number of retracted requests.', { ...scheduler, pid: '4242' }, 0),

@@ -1,8 +1,7 @@
 // The simulator's non-generating routes, shaped like vLLM's: /tokenize, rerank, score, audio
 // transcription/translation (multipart), and moderations. Pure: each turns a parsed body into
 // the answer object and the prompt tokens the engine should be charged, so they load the pod.
-import { hashString } from './random.ts';
-import { estimateTokens, messagesText } from './text.ts';
+import { estimateTokens, messagesText, tokenIds } from './text.ts';
 
 export type PoolingRoute = 'tokenize' | 'rerank' | 'score' | 'transcription' | 'moderation';
 
@@ -30,13 +29,6 @@ export interface PoolingWork {
 export type PoolingResult = { ok: true; work: PoolingWork } | { ok: false; status: number; message: string; param: string | null };
 
 const bad = (message: string, param: string | null = null): PoolingResult => ({ ok: false, status: 400, message, param });
-
-/** Deterministic fake token ids for a text: one per ~4 characters. */
-function tokenIds(text: string): number[] {
-  const ids: number[] = [];
-  for (let i = 0; i < Math.max(1, Math.ceil(text.length / 4)); i++) ids.push(hashString(text.slice(i * 4, i * 4 + 4)) % 128_000);
-  return ids;
-}
 
 /** Word overlap in [0, 1]: enough for a reranker whose order a test can predict. */
 function relevance(query: string, doc: string): number {

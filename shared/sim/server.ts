@@ -127,7 +127,7 @@ export async function startSim(opts: SimOptions = {}): Promise<SimServer> {
     const resetAtFirstToken = faultNow?.kind === 'reset-after-first-token';
     let text = '';
     const result = engine.submit(
-      { promptTokens: spec.promptTokens, maxTokens: spec.maxTokens, capTokens: spec.capTokens },
+      { promptTokens: spec.promptTokens, tokens: spec.tokens, maxTokens: spec.maxTokens, capTokens: spec.capTokens },
       {
         onToken: (_at, n) => {
           if (res.destroyed || res.writableEnded) return;

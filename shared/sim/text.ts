@@ -23,6 +23,17 @@ export function messagesText(messages: readonly unknown[]): string {
   return parts.join('\n');
 }
 
+/**
+ * Deterministic stand-in token ids for a text: one per 4 characters (so as many as `estimateTokens`
+ * counts), each the hash of its characters. Texts sharing a prefix share the ids of that prefix,
+ * which is what makes the simulator's prefix cache hit on resent histories and system prompts.
+ */
+export function tokenIds(text: string): number[] {
+  const ids: number[] = [];
+  for (let i = 0; i < Math.max(1, Math.ceil(text.length / 4)); i++) ids.push(hashString(text.slice(i * 4, i * 4 + 4)) % 128_000);
+  return ids;
+}
+
 const WORDS = [
   'the', 'model', 'routes', 'each', 'request', 'to', 'a', 'pod', 'with', 'low', 'latency', 'and',
   'keeps', 'tokens', 'flowing', 'while', 'queues', 'stay', 'short', 'so', 'every', 'user', 'sees',
