@@ -28,10 +28,9 @@ export interface PoolOptions {
 
 interface LocalPod {
   pod: Pod;
-  /** The scraper's record of the pod (windows, latest load); absent until the first good scrape. */
+  /** The scraper's record of the pod (windows, latest load and when): the one record of its
+   *  scraped state; absent until the first good scrape. */
   telemetry: PodTelemetry | undefined;
-  lastGoodAt: number;
-  lastLoad: PodLoad | undefined;
   inFlight: number;
   pendingPromptTokens: number;
   unseenSent: number;
@@ -117,8 +116,6 @@ export class PodPool {
         this.#local.set(pod.uid, {
           pod,
           telemetry: undefined,
-          lastGoodAt: -Infinity,
-          lastLoad: undefined,
           inFlight: 0,
           pendingPromptTokens: 0,
           unseenSent: 0,
@@ -136,17 +133,13 @@ export class PodPool {
   recordLoad(uid: string, load: PodLoad, telemetry: PodTelemetry): void {
     const local = this.#local.get(uid);
     if (!local) return;
-    const previous = local.lastLoad;
-    local.lastLoad = load;
     local.telemetry = telemetry;
-    const delta = telemetry.lastDelta;
-    local.lastGoodAt = load.at;
     local.implausible = undefined;
     local.pod.engine ??= load.engine;
     // Our requests sent before this scrape now show in its queue; stop counting them twice.
     local.unseenSent = 0;
     local.epoch++;
-    this.#learner.observeScrape(uid, previous, load, delta);
+    this.#learner.observeScrape(uid, telemetry.previous, load, telemetry.lastDelta);
     this.#changed();
   }
 
@@ -182,12 +175,12 @@ export class PodPool {
     const now = this.options.now();
     const out: Candidate[] = [];
     for (const local of this.#local.values()) {
-      const load = local.lastLoad;
       const telemetry = local.telemetry;
+      const load = telemetry?.latest;
       out.push({
         pod: local.pod,
         where: 'local',
-        ageMs: now - local.lastGoodAt,
+        ageMs: now - (load?.at ?? -Infinity),
         maxAgeMs: staleAfterMs(this.options.scrapeIntervalMs),
         healthy: now >= local.unhealthyUntil && local.implausible === undefined,
         ...(local.implausible !== undefined ? { unhealthyReason: local.implausible } : {}),
@@ -242,7 +235,7 @@ export class PodPool {
     const now = this.options.now();
     const out: PodEstimate[] = [];
     for (const local of this.#local.values()) {
-      const load = local.lastLoad;
+      const load = local.telemetry?.latest;
       if (!load || !local.telemetry) continue;
       const queued = local.telemetry.waiting.average(this.options.referenceWindowMs, now);
       out.push({
@@ -252,7 +245,7 @@ export class PodPool {
         running: load.running,
         kvCache: load.kvCache,
         params: this.#learner.params(local.pod.uid),
-        at: local.lastGoodAt,
+        at: load.at,
         origin: this.options.node,
         version: 0,
       });
@@ -351,9 +344,9 @@ export class PodPool {
       referencePromptTokens: REFERENCE_REQUEST.promptTokens,
       local: [...this.#local.values()].map((l) => ({
         pod: l.pod,
-        load: l.lastLoad,
+        load: l.telemetry?.latest,
         queuedAvg30s: l.telemetry?.waiting.average(30_000, now) ?? null,
-        ageMs: now - l.lastGoodAt,
+        ageMs: now - (l.telemetry?.latest?.at ?? -Infinity),
         inFlight: l.inFlight,
         unseenSent: l.unseenSent,
         healthy: now >= l.unhealthyUntil && l.implausible === undefined,
