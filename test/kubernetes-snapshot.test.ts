@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { parseProviderList, parseProvidersConfigMap } from '../agent/cluster/kubernetes-providers.ts';
+import { settingsFromObject } from '../agent/config/load.ts';
 import { callersByIp, modelServerPods, namespaceAnnotations, peerAddresses, policyObjects, servingPodsByIp, slimPod, unroutableReason } from '../agent/cluster/kubernetes-snapshot.ts';
 import type { EndpointSliceObject, PodObject } from '../agent/cluster/kubernetes-snapshot.ts';
 
@@ -110,22 +111,37 @@ describe('providers.yaml', () => {
     assert.equal(parseProviderList([ok])[0].timeoutMs, 10_000);
     assert.equal(parseProviderList([{ ...ok, timeout: '2.5s' }])[0].timeoutMs, 2_500);
     assert.equal(parseProviderList({ providers: [{ ...ok, timeout: 750 }] })[0].timeoutMs, 750);
+    assert.equal(parseProviderList([{ ...ok, timeoutMs: 1_234 }])[0].timeoutMs, 1_234);
   });
 
   it('rejects the whole list with a message naming the entry and field', () => {
     const cases: [unknown, RegExp][] = [
       [[{ ...ok, apiKey: 'dapi-123' }], /\[0\] \(db\)\.apiKey: expected \{env: NAME\} or \{file/],
       [[{ ...ok, apiKey: { file: 'relative/path' } }], /apiKey: .*absolute/],
-      [[{ ...ok, apikey: { env: 'X' } }], /unknown field "apikey"/],
+      [[{ ...ok, apikey: { env: 'X' } }], /apikey: unexpected property/],
       [[{ ...ok, endpoint: undefined }], /endpoint: required for kind openai/],
-      [[{ name: 'b', kind: 'bedrock', models: { a: 'b' } }], /needs region/],
-      [[ok, ok], /\[1\]: duplicate provider name "db"/],
-      [[{ ...ok, timeout: 'soon' }], /timeout: invalid duration/],
+      [[{ name: 'b', kind: 'bedrock', models: { a: 'b' } }], /region: required for kind bedrock/],
+      [[ok, ok], /\[1\] \(db\)\.name: duplicate provider "db"/],
+      [[{ ...ok, timeout: 'soon' }], /timeout: expected duration/],
       [[{ ...ok, models: {} }], /models: expected a non-empty mapping/],
       [[{ ...ok, credentials: { accessKeyId: { env: 'A' } } }], /secretAccessKey/],
       [{ not: 'a list' }, /expected a list/],
+      [[{ ...ok, timeout: '0s' }], /timeout: must be positive/],
+      [[{ ...ok, timeout: '1s', timeoutMs: 5 }], /give timeout or timeoutMs, not both/],
     ];
     for (const [value, message] of cases) assert.throws(() => parseProviderList(value), message);
+  });
+
+  it('reads a provider the same from the agent config file as from the ConfigMap (one schema)', () => {
+    const file = (provider: object) =>
+      settingsFromObject({ node: 'n', listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' }, pods: [{ name: 'p', address: '127.0.0.1:1', models: ['m'] }], providers: [provider] }, 'test', {});
+    for (const entry of [ok, { ...ok, timeout: '2.5s' }, { ...ok, timeoutMs: 1_234 }, { ...ok, apiKey: { file: '/run/key' } }]) {
+      assert.deepEqual(file(entry).providers, parseProviderList([entry]));
+    }
+    for (const entry of [{ ...ok, apiKey: { file: 'relative/path' } }, { ...ok, models: {} }, { ...ok, timeout: '0s' }, { ...ok, endpoint: undefined }]) {
+      assert.throws(() => file(entry), /providers\[0\]/);
+      assert.throws(() => parseProviderList([entry]), /providers\[0\]/);
+    }
   });
 
   it('treats a missing key or an empty file as no providers, and reports bad YAML', () => {

@@ -26,7 +26,8 @@ import { parseProvidersConfigMap } from '../agent/cluster/kubernetes-providers.t
 import { policyObjects, type KubeObject } from '../agent/cluster/kubernetes-snapshot.ts';
 import { parseDuration } from '../agent/config/duration.ts';
 import { settingsFromObject } from '../agent/config/load.ts';
-import { checkNamespaceAnnotations, checkPolicySet } from '../agent/policy/resolve.ts';
+import { checkNamespaceAnnotations } from '../agent/policy/annotations.ts';
+import { checkPolicySet } from '../agent/policy/resolve.ts';
 import { loadPolicies } from '../agent/policy/schema.ts';
 
 const ROOT = new URL('..', import.meta.url).pathname;

@@ -2,8 +2,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { InferencePolicy, InferencePolicySpec } from '../agent/policy/schema.ts';
 import {
-  BUILTIN_DEFAULT, checkNamespaceAnnotations, checkPolicySet, compilePolicies, effectiveOf, mayLeave, specificity,
+  BUILTIN_DEFAULT, checkPolicySet, compilePolicies, effectiveOf, mayLeave, specificity,
 } from '../agent/policy/resolve.ts';
+import { checkNamespaceAnnotations } from '../agent/policy/annotations.ts';
 
 function policy(namespace: string, name: string, spec: InferencePolicySpec = {}): InferencePolicy {
   return { metadata: { name, namespace }, spec };

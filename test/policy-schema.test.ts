@@ -3,10 +3,8 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { parse } from 'yaml';
 import { CustomResourceDefinition } from 'kubernetes-models/apiextensions.k8s.io/v1/CustomResourceDefinition';
-import {
-  inferencePolicyOpenAPISchema, loadPolicies, validatePolicy, type PolicyError,
-} from '../agent/policy/schema.ts';
-import { CRD_FILE, renderCrd, renderCrdYaml } from '../agent/policy/crd.ts';
+import { loadPolicies, validatePolicy, type PolicyError } from '../agent/policy/schema.ts';
+import { CRD_FILE, inferencePolicyOpenAPISchema, renderCrd, renderCrdYaml } from '../agent/policy/crd.ts';
 
 // The InferencePolicy example of CONTRACT.md, as written there.
 const CONTRACT_EXAMPLE = `

@@ -13,7 +13,8 @@ import { LineCounter, parseAllDocuments, type Document } from 'yaml';
 import {
   API_VERSION, KIND, describeDoc, formatPath, validatePolicy, type InferencePolicy, type PolicyError,
 } from '../policy/schema.ts';
-import { checkNamespaceAnnotations, checkPolicySet } from '../policy/resolve.ts';
+import { checkNamespaceAnnotations } from '../policy/annotations.ts';
+import { checkPolicySet } from '../policy/resolve.ts';
 
 export interface CheckOutput {
   log(line: string): void;

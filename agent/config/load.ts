@@ -14,7 +14,8 @@ import { compileDetectors, type DetectorSpec } from '../classify/custom.ts';
 import { cidrBlockList } from '../cluster/peer-pods.ts';
 import { parseHostPort } from '../gossip/node.ts';
 import { DEFAULT_SCAN_LIMITS } from '../classify/walk.ts';
-import { AgentConfigSchema, type AgentConfigFile, type ProviderConfigFile } from './schema.ts';
+import { AgentConfigSchema, type AgentConfigFile } from './schema.ts';
+import { providerListProblems, providerSettings } from './providers.ts';
 
 export interface Limits {
   maxBodyBytes: number;
@@ -99,8 +100,6 @@ export const DEFAULT_LIMITS: Limits = {
   scrapeFailureLogIntervalMs: 30_000,
 };
 
-export const DEFAULT_PROVIDER_TIMEOUT_MS = 10_000;
-
 export class ConfigError extends Error {
   readonly problems: string[];
   constructor(source: string, problems: string[]) {
@@ -126,7 +125,7 @@ function expectation(schema: unknown, fallback: string): string {
   const node = schema as { description?: string; pattern?: string; anyOf?: { const?: unknown }[] };
   const literals = node.anyOf?.map((option) => option.const);
   if (literals?.length && literals.every((l) => typeof l === 'string')) return `expected one of ${literals.join(', ')}`;
-  if (node.pattern && node.description) return `expected ${node.description}`;
+  if (node.description) return `expected ${node.description}`;
   return fallback.charAt(0).toLowerCase() + fallback.slice(1);
 }
 
@@ -143,32 +142,12 @@ export function schemaProblems(schema: Parameters<typeof Value.Errors>[0], value
   return problems;
 }
 
-function providerSettings(p: ProviderConfigFile): ProviderSettings {
-  return {
-    name: p.name,
-    kind: p.kind,
-    endpoint: p.endpoint,
-    region: p.region,
-    models: p.models,
-    apiKey: p.apiKey,
-    azureApiVersion: p.azureApiVersion,
-    credentials: p.credentials,
-    timeoutMs: p.timeout ? parseDuration(p.timeout) : DEFAULT_PROVIDER_TIMEOUT_MS,
-  };
-}
-
 function crossChecks(file: AgentConfigFile): string[] {
   const problems: string[] = [];
   const discovery = file.discovery ?? 'static';
   if (discovery === 'static' && !file.pods?.length) problems.push('pods: static discovery needs at least one pod');
   if (file.listen.gossip && !file.gossip) problems.push('gossip: listen.gossip is set, so gossip.key is required');
-  const names = new Set<string>();
-  (file.providers ?? []).forEach((p, i) => {
-    if (names.has(p.name)) problems.push(`providers[${i}].name: duplicate provider "${p.name}"`);
-    names.add(p.name);
-    if (p.kind === 'openai' && !p.endpoint) problems.push(`providers[${i}].endpoint: required for kind openai`);
-    if (p.kind === 'bedrock' && !p.region && !p.endpoint) problems.push(`providers[${i}].region: required for kind bedrock`);
-  });
+  problems.push(...providerListProblems(file.providers ?? [], 'providers'));
   const pods = new Set<string>();
   (file.pods ?? []).forEach((p, i) => {
     const id = `${p.namespace ?? 'default'}/${p.name}`;

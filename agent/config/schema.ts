@@ -1,14 +1,8 @@
 // The agent's configuration file (CONTRACT.md "Agent configuration"), as one TypeBox schema.
 // Validated once at start; a wrong key or value exits non-zero naming the key.
 import { Type, type Static } from '@sinclair/typebox';
-
-const DurationString = Type.String({ pattern: '^\\d+(\\.\\d+)?(ms|s|m|h)$', description: 'duration like 250ms, 30s, 1m' });
-const HostPort = Type.String({ pattern: '^(\\[[0-9a-fA-F:.]+\\]|[A-Za-z0-9.-]+):\\d{1,5}$', description: 'host:port' });
-const Name = Type.String({ minLength: 1, maxLength: 253 });
-const SecretRef = Type.Union([
-  Type.Object({ env: Name }, { additionalProperties: false }),
-  Type.Object({ file: Name }, { additionalProperties: false }),
-]);
+import { ProviderConfig } from './providers.ts';
+import { DurationString, HostPort, Name, SecretRef } from './schema-parts.ts';
 
 const StaticPod = Type.Object(
   {
@@ -19,26 +13,6 @@ const StaticPod = Type.Object(
     models: Type.Array(Name, { minItems: 1 }),
     /** Requests the server runs at once (e.g. vLLM --max-num-seqs): caps connections to it. */
     maxConcurrency: Type.Optional(Type.Integer({ minimum: 1 })),
-  },
-  { additionalProperties: false },
-);
-
-const ProviderConfig = Type.Object(
-  {
-    name: Name,
-    kind: Type.Union([Type.Literal('openai'), Type.Literal('bedrock')]),
-    endpoint: Type.Optional(Type.String({ pattern: '^https?://' })),
-    region: Type.Optional(Name),
-    models: Type.Record(Type.String(), Type.String()),
-    apiKey: Type.Optional(SecretRef),
-    azureApiVersion: Type.Optional(Name),
-    credentials: Type.Optional(
-      Type.Object(
-        { accessKeyId: SecretRef, secretAccessKey: SecretRef, sessionToken: Type.Optional(SecretRef) },
-        { additionalProperties: false },
-      ),
-    ),
-    timeout: Type.Optional(DurationString),
   },
   { additionalProperties: false },
 );
@@ -165,4 +139,3 @@ export const AgentConfigSchema = Type.Object(
 );
 
 export type AgentConfigFile = Static<typeof AgentConfigSchema>;
-export type ProviderConfigFile = Static<typeof ProviderConfig>;

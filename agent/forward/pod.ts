@@ -2,6 +2,10 @@
 // back so a failure before it can still be retried on another pod.
 import { Agent, request, errors as undiciErrors } from 'undici';
 import { readRest } from './relay.ts';
+import { credentialFor } from './headers.ts';
+import type { PodCredential } from '../config/load.ts';
+import { resolveSecret } from '../config/secrets.ts';
+import type { Pod } from '../types.ts';
 
 export interface PodTimeouts {
   /** Until the pod's response headers, for a streamed request (they come with the first token). */
@@ -24,6 +28,21 @@ export interface PodTimeouts {
  */
 export function createPodDispatcher(maxConnectionsPerPod: number): Agent {
   return new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 300_000, connections: maxConnectionsPerPod, pipelining: 1 });
+}
+
+/** The headers that authenticate the agent to a pod: its most specific configured API key, if any. */
+export function podAuthFrom(credentials: readonly PodCredential[], log: (level: 'warn', message: string) => void): (pod: Pick<Pod, 'name' | 'namespace'>) => Record<string, string> {
+  return (pod): Record<string, string> => {
+    const key = credentialFor(pod, credentials);
+    if (!key) return {};
+    try {
+      return { authorization: `Bearer ${resolveSecret(key)}` };
+    } catch (error) {
+      // Sent without a key, the pod answers 401, which fails over to another pod and says why.
+      log('warn', `pod ${pod.namespace}/${pod.name}: ${(error as Error).message}`);
+      return {};
+    }
+  };
 }
 
 /** Error answers are a message, not a payload: more than this is cut off (and the pod is at fault). */

@@ -200,6 +200,11 @@ export type InferencePolicySpec = Static<typeof InferencePolicySpecSchema>;
 export type InferencePolicy = Static<typeof InferencePolicySchema>;
 export type PolicyStatus = Static<typeof PolicyStatusSchema>;
 
+/** A policy's name where it is shown: namespace/name. */
+export function policyKey(policy: InferencePolicy): string {
+  return `${policy.metadata.namespace}/${policy.metadata.name}`;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Validation
 
@@ -327,7 +332,7 @@ function expectedOf(schema: TSchema): string {
   }
 }
 
-function literalValues(schema: TSchema): unknown[] | undefined {
+export function literalValues(schema: TSchema): unknown[] | undefined {
   if ('const' in schema) return [schema.const];
   if (Array.isArray(schema.anyOf) && schema.anyOf.every((s: TSchema) => 'const' in s)) {
     return schema.anyOf.map((s: TSchema) => s.const);
@@ -391,64 +396,4 @@ function editDistance(a: string, b: string): number {
 
 function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
-
-// ---------------------------------------------------------------------------------------------
-// OpenAPI v3 (Kubernetes structural schema)
-
-/** Keywords a CRD's structural schema accepts and that we use; everything else is dropped. */
-// (In this order in the output, so the rendered CRD reads type first.)
-const OPENAPI_KEYWORDS = [
-  'type', 'format', 'description', 'enum', 'pattern', 'minimum', 'maximum', 'minLength',
-  'maxLength', 'minItems', 'maxItems', 'nullable', 'x-kubernetes-list-type',
-  'x-kubernetes-list-map-keys', 'x-kubernetes-preserve-unknown-fields', 'x-kubernetes-validations',
-  'required', 'properties', 'items',
-] as const;
-
-type OpenAPISchema = Record<string, unknown>;
-
-/**
- * The TypeBox schema rewritten as a Kubernetes structural schema: unions of literals become
- * `enum`, `additionalProperties: false` goes (the API server prunes and, with strict field
- * validation, rejects unknown fields itself), and only OpenAPI keywords Kubernetes accepts stay.
- */
-export function toOpenAPI(schema: TSchema): OpenAPISchema {
-  const literals = literalValues(schema);
-  if (literals) {
-    const types = new Set(literals.map((v) => typeof v));
-    const out: OpenAPISchema = { type: [...types][0], enum: literals };
-    if (schema.description) out.description = schema.description;
-    return out;
-  }
-  const out: OpenAPISchema = {};
-  for (const key of OPENAPI_KEYWORDS) {
-    const value: unknown = schema[key];
-    if (value === undefined) continue;
-    if (key === 'properties') {
-      out.properties = Object.fromEntries(
-        Object.entries(value as Record<string, TSchema>).map(([name, child]) => [name, toOpenAPI(child)]),
-      );
-    } else if (key === 'items') {
-      out.items = toOpenAPI(value as TSchema);
-    } else {
-      out[key] = structuredClone(value);
-    }
-  }
-  return out;
-}
-
-/** The CRD's `openAPIV3Schema`: the whole object, spec from the one source, plus status. */
-export function inferencePolicyOpenAPISchema(): OpenAPISchema {
-  return {
-    type: 'object',
-    description: 'InferencePolicy says, for matching models and tenants, the TTFT target, the exclusion rules, whether and where requests may overflow, and how long they may wait.',
-    required: ['spec'],
-    properties: {
-      apiVersion: { type: 'string' },
-      kind: { type: 'string' },
-      metadata: { type: 'object' },
-      spec: toOpenAPI(InferencePolicySpecSchema),
-      status: toOpenAPI(PolicyStatusSchema),
-    },
-  };
 }

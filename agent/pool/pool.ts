@@ -2,11 +2,11 @@
 // a predictor learned from the TTFTs it measures) and other nodes' pods (gossiped estimates).
 // It turns that view into router candidates, keeps per-pod request bookkeeping, and wakes
 // requests waiting for a pod whenever something changes.
-import { Calibration, type Regime } from '../predict/calibration.ts';
-import { NodeModel } from '../predict/node-model.ts';
+import { Learner } from '../predict/learner.ts';
 import type { PredictorOptions } from '../predict/predictor.ts';
 import type { Candidate, WindowedMetric } from '../route/candidate.ts';
 import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
+import { staleAfterMs } from '../telemetry/scraper.ts';
 import { predictedTtft } from '../route/score.ts';
 import type { Pod, PodEstimate, PodLoad, RequestKind, RouteRequest } from '../types.ts';
 
@@ -28,18 +28,15 @@ export interface PoolOptions {
 
 interface LocalPod {
   pod: Pod;
-  /** The scraper's record of the pod (windows, latest load); absent until the first good scrape. */
+  /** The scraper's record of the pod (windows, latest load and when): the one record of its
+   *  scraped state; absent until the first good scrape. */
   telemetry: PodTelemetry | undefined;
-  lastGoodAt: number;
-  lastLoad: PodLoad | undefined;
   inFlight: number;
   pendingPromptTokens: number;
   unseenSent: number;
   unhealthyUntil: number;
   /** Why its last page was refused (telemetry trust boundary); unhealthy until a plausible one. */
   implausible: string | undefined;
-  /** When this agent last measured a TTFT at the pod; long ago, the pod's histograms teach instead. */
-  lastOwnObservationAt: number;
   /** Counts scrapes: a request answered in the epoch it was sent in leaves `unseenSent` at once. */
   epoch: number;
 }
@@ -66,17 +63,11 @@ export interface PodTicket {
 /** What /debug/state and the dashboard predict for: a typical chat turn. */
 const REFERENCE_REQUEST: RouteRequest = { kind: 'chat', model: '', tenant: '', namespace: '', tags: [], promptTokens: 256, stream: true };
 
-const OWN_OBSERVATIONS_FRESH_MS = 5000;
-
-const regimeOf = (queuedAhead: number): Regime => (queuedAhead > 0 ? 'queued' : 'free');
-
 export class PodPool {
   readonly options: PoolOptions;
   readonly #local = new Map<string, LocalPod>();
-  readonly #model: NodeModel;
-  /** Embeddings are all prefill: their own model, taught by their whole answer time. */
-  readonly #embeddings: NodeModel;
-  readonly #calibration = new Calibration();
+  /** The model of the local pods, and where it learns. */
+  readonly #learner: Learner;
   #remote: PodEstimate[] = [];
   readonly #peerTraffic = new Map<string, PeerTraffic>();
   readonly #waiters = new Set<Waiter>();
@@ -87,8 +78,7 @@ export class PodPool {
 
   constructor(options: PoolOptions) {
     this.options = options;
-    this.#model = new NodeModel(options.predictor);
-    this.#embeddings = new NodeModel(options.predictor);
+    this.#learner = new Learner(options.predictor);
   }
 
   /** Bumped on every change (a scrape, a gossip update, a request ending). */
@@ -117,9 +107,7 @@ export class PodPool {
     for (const uid of this.#local.keys()) {
       if (next.has(uid)) continue;
       this.#local.delete(uid);
-      this.#model.forget(uid);
-      this.#embeddings.forget(uid);
-      this.#calibration.forget(uid);
+      this.#learner.forget(uid);
     }
     for (const pod of pods) {
       const existing = this.#local.get(pod.uid);
@@ -128,14 +116,11 @@ export class PodPool {
         this.#local.set(pod.uid, {
           pod,
           telemetry: undefined,
-          lastGoodAt: -Infinity,
-          lastLoad: undefined,
           inFlight: 0,
           pendingPromptTokens: 0,
           unseenSent: 0,
           unhealthyUntil: 0,
           implausible: undefined,
-          lastOwnObservationAt: -Infinity,
           epoch: 0,
         });
       }
@@ -148,23 +133,13 @@ export class PodPool {
   recordLoad(uid: string, load: PodLoad, telemetry: PodTelemetry): void {
     const local = this.#local.get(uid);
     if (!local) return;
-    const previous = local.lastLoad;
-    local.lastLoad = load;
     local.telemetry = telemetry;
-    const delta = telemetry.lastDelta;
-    local.lastGoodAt = load.at;
     local.implausible = undefined;
     local.pod.engine ??= load.engine;
     // Our requests sent before this scrape now show in its queue; stop counting them twice.
     local.unseenSent = 0;
     local.epoch++;
-    // No streamed requests of our own to learn from lately (other agents' or direct traffic is
-    // all this pod gets): learn from the pod's own TTFT histogram instead, with the state at the
-    // previous scrape as the features those requests met. Coarser, so only as a fallback.
-    if (previous && delta?.ttft && delta.ttft.count > 0 && load.at - local.lastOwnObservationAt > OWN_OBSERVATIONS_FRESH_MS) {
-      const promptTokens = delta.promptTokens !== undefined ? delta.promptTokens / delta.ttft.count : 256;
-      this.#model.observe(uid, { queued: previous.waiting, running: previous.running, promptTokens }, delta.ttft.mean * 1000);
-    }
+    this.#learner.observeScrape(uid, telemetry.previous, load, telemetry.lastDelta);
     this.#changed();
   }
 
@@ -200,13 +175,13 @@ export class PodPool {
     const now = this.options.now();
     const out: Candidate[] = [];
     for (const local of this.#local.values()) {
-      const load = local.lastLoad;
       const telemetry = local.telemetry;
+      const load = telemetry?.latest;
       out.push({
         pod: local.pod,
         where: 'local',
-        ageMs: now - local.lastGoodAt,
-        maxAgeMs: 2 * this.options.scrapeIntervalMs,
+        ageMs: now - (load?.at ?? -Infinity),
+        maxAgeMs: staleAfterMs(this.options.scrapeIntervalMs),
         healthy: now >= local.unhealthyUntil && local.implausible === undefined,
         ...(local.implausible !== undefined ? { unhealthyReason: local.implausible } : {}),
         queuedNow: load?.waiting ?? 0,
@@ -218,9 +193,9 @@ export class PodPool {
           const value = window.average(windowMs, now);
           return Number.isNaN(value) ? 0 : value;
         },
-        params: this.#model.params(local.pod.uid),
-        embeddingParams: this.#embeddings.params(local.pod.uid),
-        logMargin: (q: number) => this.#calibration.margin(local.pod.uid, q, regimeOf((load?.waiting ?? 0) + local.unseenSent)),
+        params: this.#learner.params(local.pod.uid),
+        embeddingParams: this.#learner.embeddingParams(local.pod.uid),
+        logMargin: (q: number) => this.#learner.logMargin(local.pod.uid, q, (load?.waiting ?? 0) + local.unseenSent),
         inFlight: local.inFlight,
         maxInFlight: this.#maxInFlight(local.pod),
         unseenSent: local.unseenSent,
@@ -244,7 +219,7 @@ export class PodPool {
         params: estimate.params,
         // Gossip carries one model and no error distribution: a peer's pod is judged with the
         // node's own calibration (how far this agent's kind of prediction strays), floored cold.
-        logMargin: (q: number) => this.#calibration.margin(undefined, q, regimeOf(estimate.queuedNow + (traffic?.unseenSent ?? 0))),
+        logMargin: (q: number) => this.#learner.logMargin(undefined, q, estimate.queuedNow + (traffic?.unseenSent ?? 0)),
         inFlight: traffic?.inFlight ?? 0,
         maxInFlight: this.#maxInFlight(estimate.pod),
         unseenSent: traffic?.unseenSent ?? 0,
@@ -260,7 +235,7 @@ export class PodPool {
     const now = this.options.now();
     const out: PodEstimate[] = [];
     for (const local of this.#local.values()) {
-      const load = local.lastLoad;
+      const load = local.telemetry?.latest;
       if (!load || !local.telemetry) continue;
       const queued = local.telemetry.waiting.average(this.options.referenceWindowMs, now);
       out.push({
@@ -269,8 +244,8 @@ export class PodPool {
         queuedNow: load.waiting,
         running: load.running,
         kvCache: load.kvCache,
-        params: this.#model.params(local.pod.uid),
-        at: local.lastGoodAt,
+        params: this.#learner.params(local.pod.uid),
+        at: load.at,
         origin: this.options.node,
         version: 0,
       });
@@ -288,8 +263,7 @@ export class PodPool {
     const local = c.where === 'local' ? this.#local.get(c.pod.uid) : undefined;
     const traffic = c.where === 'peer' ? this.#trafficFor(c.pod.uid) : undefined;
     const counters = local ?? traffic!;
-    const model = kind === 'embeddings' ? this.#embeddings : this.#model;
-    const predictedMs = local ? model.predict(local.pod.uid, features) : NaN;
+    const predictedMs = local ? this.#learner.predict(local.pod.uid, kind, features) : NaN;
     const epoch = counters.epoch;
     counters.inFlight++;
     counters.unseenSent++;
@@ -307,10 +281,7 @@ export class PodPool {
       counters.pendingPromptTokens -= counted;
     };
     const learn = (ms: number) => {
-      if (!local) return;
-      local.lastOwnObservationAt = this.options.now();
-      this.#calibration.observe(local.pod.uid, predictedMs, ms, regimeOf(features.queued));
-      model.observe(local.pod.uid, features, ms);
+      if (local) this.#learner.observeTtft(local.pod.uid, kind, features, predictedMs, ms, this.options.now());
     };
     return {
       predictedMs,
@@ -322,13 +293,8 @@ export class PodPool {
         prefilled();
         // An embedding's answer time is its prefill: a TTFT, learned as one.
         if (kind === 'embeddings') return learn(ms);
-        // A non-streamed generation's answer time also holds its decode, which the agent cannot
-        // separate; the pod's own TTFT histogram teaches the mean for it (recordLoad). But the
-        // answer bounds the TTFT: one that came sooner than the predicted TTFT proves the
-        // prediction too high, so it is learned as an (upper-bound) TTFT. Without this, a fast
-        // pod serving only non-streamed requests keeps the prior's idle cost per queued request
-        // and is throttled far below its capacity. Not fed to calibration: not a measured TTFT.
-        if (local && ms < predictedMs) model.observe(local.pod.uid, features, ms);
+        // A generation's answer time holds its decode too: only a bound (see Learner.observeAnswer).
+        if (local) this.#learner.observeAnswer(local.pod.uid, kind, features, predictedMs, ms);
       },
       end: () => {
         if (ended) return;
@@ -378,20 +344,15 @@ export class PodPool {
       referencePromptTokens: REFERENCE_REQUEST.promptTokens,
       local: [...this.#local.values()].map((l) => ({
         pod: l.pod,
-        load: l.lastLoad,
+        load: l.telemetry?.latest,
         queuedAvg30s: l.telemetry?.waiting.average(30_000, now) ?? null,
-        ageMs: now - l.lastGoodAt,
+        ageMs: now - (l.telemetry?.latest?.at ?? -Infinity),
         inFlight: l.inFlight,
         unseenSent: l.unseenSent,
         healthy: now >= l.unhealthyUntil && l.implausible === undefined,
         unhealthyReason: l.implausible ?? (now < l.unhealthyUntil ? 'failed a request before its first byte' : null),
         predictedTtftMs: predicted.get(l.pod.uid),
-        predictor: { params: this.#model.params(l.pod.uid), ...this.#model.stats(l.pod.uid) },
-        embeddingsPredictor: { params: this.#embeddings.params(l.pod.uid), ...this.#embeddings.stats(l.pod.uid) },
-        calibration: {
-          free: { ...this.#calibration.stats(l.pod.uid, 'free'), logMargin99: this.#calibration.margin(l.pod.uid, 0.99, 'free') },
-          queued: { ...this.#calibration.stats(l.pod.uid, 'queued'), logMargin99: this.#calibration.margin(l.pod.uid, 0.99, 'queued') },
-        },
+        ...this.#learner.stats(l.pod.uid),
       })),
       remote: this.#remote.map((e) => ({ ...e, ageMs: now - e.at, traffic: this.#peerTraffic.get(e.pod.uid), predictedTtftMs: predicted.get(e.pod.uid) })),
     };

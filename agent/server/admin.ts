@@ -6,6 +6,7 @@ import type { Metrics } from './metrics.ts';
 import type { Explanation } from './explain.ts';
 import { DASHBOARD_HTML } from './dashboard.ts';
 import { readBoundedBody, RequestError } from './request.ts';
+import { describeError } from './inference.ts';
 import type { RequestKind } from '../types.ts';
 
 /** What POST /explain is asked: the body an app would send, and who sends it. */
@@ -36,6 +37,7 @@ export interface AdminDeps {
   /** Throws RequestError for a body the API listener would refuse. */
   explainBody(query: ExplainBodyQuery): object;
   maxBodyBytes: number;
+  log(level: 'error', message: string): void;
 }
 
 export function createAdminApp(deps: AdminDeps): Hono {
@@ -78,7 +80,7 @@ export function createAdminApp(deps: AdminDeps): Hono {
   app.get('/ui', (c) => c.html(DASHBOARD_HTML));
   app.notFound((c) => errorResponse(404, `no route ${c.req.method} ${c.req.path}`));
   app.onError((error) => {
-    console.error('kinference: unhandled error in the admin listener', error);
+    deps.log('error', `unhandled error in the admin listener: ${describeError(error)}`);
     return errorResponse(500, 'internal error in the agent');
   });
   return app;

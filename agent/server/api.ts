@@ -2,7 +2,7 @@
 import { Hono } from 'hono';
 import { getConnInfo } from '@hono/node-server/conninfo';
 import { errorResponse } from '../../shared/openai/errors.ts';
-import type { RequestPath } from './inference.ts';
+import { describeError, type RequestPath } from './inference.ts';
 import { handlePassthrough, PASSTHROUGH_PATHS } from './passthrough.ts';
 import { requestIdFor } from '../forward/headers.ts';
 import { randomUUID } from 'node:crypto';
@@ -13,6 +13,7 @@ export interface ApiDeps {
   models(): string[];
   /** False while draining: new requests get 503 so clients retry elsewhere. */
   accepting(): boolean;
+  log(level: 'error', message: string): void;
 }
 
 export function createApiApp(deps: ApiDeps): Hono {
@@ -49,7 +50,7 @@ export function createApiApp(deps: ApiDeps): Hono {
   });
   app.notFound((c) => errorResponse(404, `no route ${c.req.method} ${c.req.path}`, { code: 'unknown_route' }));
   app.onError((error) => {
-    console.error('kinference: unhandled error in the API listener', error);
+    deps.log('error', `unhandled error in the API listener: ${describeError(error)}`);
     return errorResponse(500, 'internal error in the agent', { type: 'server_error' });
   });
   return app;

@@ -15,6 +15,7 @@ import { parseInferenceRequest, readBoundedBody, RequestError, type ParsedReques
 import type { Identity } from './identify.ts';
 import { logLine, onBodyEnd, overflowReason, usageOf, type RequestRecord } from './evidence.ts';
 import { propagatedHeaders, requestIdFor } from '../forward/headers.ts';
+import type { Limits } from '../config/load.ts';
 
 export const UPSTREAM_PATHS: Record<RequestKind, string> = {
   chat: '/v1/chat/completions',
@@ -45,6 +46,8 @@ export interface RequestPathDeps {
   limits: { maxBodyBytes: number; maxRetries: number; maxWaiting: number; maxLabelValues: number; maxJsonDepth: number; maxUpstreamBodyBytes: number } & { pod: PodTimeouts };
   now: () => number;
   rand: () => number;
+  /** Errors of our own on the request path (the agent's logger). */
+  log(level: 'error', message: string): void;
   /** A fresh request id when the client sent none. */
   newRequestId: () => string;
   /** Share of requests (0..1) that write a JSON log line, and where the lines go. */
@@ -67,6 +70,19 @@ export interface RequestPathDeps {
   };
   /** Tries the providers in order: their answer, or why none answered. */
   overflow(request: RouteRequest, parsed: ParsedRequest, providers: readonly string[], signal: AbortSignal, headers: Record<string, string>): Promise<OverflowResult>;
+}
+
+/** The request path's limits, from the agent's settings. */
+export function requestPathLimits(limits: Limits): RequestPathDeps['limits'] {
+  return {
+    maxBodyBytes: limits.maxBodyBytes,
+    maxRetries: limits.maxRetries,
+    maxWaiting: limits.maxWaiting,
+    maxLabelValues: limits.maxLabelValues,
+    maxJsonDepth: limits.maxJsonDepth,
+    maxUpstreamBodyBytes: limits.maxUpstreamBodyBytes,
+    pod: { connectMs: limits.podConnectTimeoutMs, responseMs: limits.podResponseTimeoutMs, idleMs: limits.podIdleTimeoutMs },
+  };
 }
 
 export function withHeaders(response: Response, headers: Record<string, string>): Response {
@@ -144,7 +160,7 @@ export class RequestPath {
       } else if (req.signal.aborted) {
         response = errorResponse(499, 'client closed the request', { code: 'client_closed' });
       } else {
-        console.error('kinference: unexpected error on the request path', error);
+        this.deps.log('error', `unexpected error on the request path: ${describeError(error)}`);
         response = errorResponse(500, 'internal error in the agent', { type: 'server_error' });
       }
     } finally {
@@ -379,4 +395,9 @@ function responsesPromptView(body: Record<string, unknown>): Record<string, unkn
   if (typeof body.input === 'string') return { messages: [...instructions, { content: body.input }] };
   const items = Array.isArray(body.input) ? (body.input as unknown[]).filter((i) => i && typeof i === 'object') : [];
   return { messages: [...instructions, ...items] };
+}
+
+/** An unexpected error for the log: its stack when it has one (where it came from matters). */
+export function describeError(error: unknown): string {
+  return error instanceof Error ? (error.stack ?? `${error.name}: ${error.message}`) : String(error);
 }

@@ -18,6 +18,17 @@ export interface MetricsOptions {
   discoveryConnected?: () => boolean;
 }
 
+/** Each pod's prediction as the pool's state shows it: local pods by name, peers' as node/name. */
+export function podPredictionsOf(state: {
+  local: readonly { pod: { name: string }; predictedTtftMs?: number }[];
+  remote: readonly { pod: { node: string; name: string }; predictedTtftMs?: number }[];
+}): PodPrediction[] {
+  return [
+    ...state.local.map((p) => ({ pod: p.pod.name, where: 'local' as const, seconds: (p.predictedTtftMs ?? NaN) / 1000 })),
+    ...state.remote.map((p) => ({ pod: `${p.pod.node}/${p.pod.name}`, where: 'peer' as const, seconds: (p.predictedTtftMs ?? NaN) / 1000 })),
+  ];
+}
+
 export function createMetrics(options: MetricsOptions = {}) {
   const registry = new Registry();
   if (options.defaultMetrics) collectDefaultMetrics({ register: registry, prefix: 'kinference_' });

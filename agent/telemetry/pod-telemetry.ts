@@ -62,6 +62,7 @@ export class PodTelemetry {
   readonly running: TimeWindow;
   readonly kvCache: TimeWindow;
   #latest: PodLoad | undefined;
+  #previous: PodLoad | undefined;
   #lastDelta: IntervalDelta | undefined;
 
   constructor(windows: Partial<WindowOptions> = {}) {
@@ -72,6 +73,11 @@ export class PodTelemetry {
 
   get latest(): PodLoad | undefined {
     return this.#latest;
+  }
+
+  /** The good scrape before the latest one. */
+  get previous(): PodLoad | undefined {
+    return this.#previous;
   }
 
   /** Change between the last two good scrapes. */
@@ -86,6 +92,7 @@ export class PodTelemetry {
     this.waiting.record(load.at, load.waiting);
     this.running.record(load.at, load.running);
     this.kvCache.record(load.at, load.kvCache);
+    this.#previous = previous;
     this.#latest = load;
     this.#lastDelta = previous === undefined ? undefined : intervalDelta(previous, load);
     return this.#lastDelta;

@@ -9,8 +9,8 @@
 import { gunzip } from 'node:zlib';
 import { promisify } from 'node:util';
 import { Agent, request } from 'undici';
-import type { Engine, Pod, PodLoad } from '../types.ts';
-import { ADAPTERS, ANY_ENGINE_SELECTOR, detectEngine } from './adapters.ts';
+import type { Pod, PodLoad } from '../types.ts';
+import { ADAPTERS, ANY_ENGINE_SELECTOR, detectEngine, toPodLoad } from './adapters.ts';
 import { parsePromText } from './promtext.ts';
 import { PodTelemetry } from './pod-telemetry.ts';
 import { DEFAULT_PLAUSIBILITY, implausibility, type PlausibilityBounds } from './plausible.ts';
@@ -58,8 +58,6 @@ export type OnError = (pod: Pod, error: string, kind: 'failed' | 'implausible') 
 interface PodState {
   pod: Pod;
   url: string;
-  /** Configured, or detected on the first good scrape. */
-  engine: Engine | undefined;
   health: PodHealth;
   telemetry: PodTelemetry;
   timer: NodeJS.Timeout | undefined;
@@ -67,7 +65,14 @@ interface PodState {
   removed: boolean;
 }
 
-const DEFAULTS = { intervalMs: 100, timeoutMs: 1000, maxBodyBytes: 8 * 1024 * 1024, staleAfterIntervals: 2 };
+/** A pod whose last good scrape is older than this many intervals is stale: for the scraper and the router alike. */
+export const STALE_AFTER_INTERVALS = 2;
+
+export function staleAfterMs(scrapeIntervalMs: number): number {
+  return STALE_AFTER_INTERVALS * scrapeIntervalMs;
+}
+
+const DEFAULTS = { intervalMs: 100, timeoutMs: 1000, maxBodyBytes: 8 * 1024 * 1024 };
 
 /** Marks an abort as ours (pod removed, scraper stopped) so it is not reported as a pod failure. */
 const CANCELLED = new Error('cancelled');
@@ -94,7 +99,7 @@ export class Scraper {
     this.#maxBodyBytes = options.maxBodyBytes ?? DEFAULTS.maxBodyBytes;
     this.#gzip = options.gzip ?? false;
     this.#windows = options.windows ?? {};
-    this.#staleAfterMs = (options.staleAfterIntervals ?? DEFAULTS.staleAfterIntervals) * this.intervalMs;
+    this.#staleAfterMs = (options.staleAfterIntervals ?? STALE_AFTER_INTERVALS) * this.intervalMs;
     this.#plausibility = options.plausibility ?? DEFAULT_PLAUSIBILITY;
     this.#onLoad = onLoad;
     this.#onError = onError;
@@ -110,9 +115,8 @@ export class Scraper {
     for (const [uid, state] of this.#pods) {
       const pod = next.get(uid);
       if (pod === undefined || pod.address !== state.pod.address) this.#remove(uid);
-      else if (pod.engine !== undefined && pod.engine !== state.engine) {
-        state.engine = pod.engine; // reconfigured: trust the configuration from the next scrape on
-        state.pod = { ...pod };
+      else if (pod.engine !== undefined && pod.engine !== state.pod.engine) {
+        state.pod = { ...pod }; // reconfigured: trust the configuration from the next scrape on
       }
     }
     for (const pod of pods) {
@@ -120,7 +124,6 @@ export class Scraper {
       const state: PodState = {
         pod: { ...pod },
         url: `http://${pod.address}/metrics`,
-        engine: pod.engine,
         health: { consecutiveFailures: 0, scrapes: 0, parseErrors: 0 },
         telemetry: new PodTelemetry(this.#windows),
         timer: undefined,
@@ -265,15 +268,14 @@ export class Scraper {
   #accept(state: PodState, text: string): void {
     if (state.removed) return;
     const at = this.#now();
-    const page = parsePromText(text, state.engine === undefined ? ANY_ENGINE_SELECTOR : ADAPTERS[state.engine].selector);
-    const engine = state.engine ?? detectEngine(page);
-    if (engine === undefined) {
-      this.#fail(state, page.errors > 0
-        ? `not a metrics page (${page.errors} malformed lines, first: line ${page.diagnostics[0].line}: ${page.diagnostics[0].reason})`
-        : 'cannot tell the engine from the page (no vLLM, TGI or SGLang queue gauge)');
+    const known = state.pod.engine;
+    const page = parsePromText(text, known === undefined ? ANY_ENGINE_SELECTOR : ADAPTERS[known].selector);
+    const engine = known ?? detectEngine(page);
+    if (engine === undefined && page.errors > 0) {
+      this.#fail(state, `not a metrics page (${page.errors} malformed lines, first: line ${page.diagnostics[0].line}: ${page.diagnostics[0].reason})`);
       return;
     }
-    const result = ADAPTERS[engine].toLoad(page, at);
+    const result = toPodLoad(page, at, engine);
     if (!result.ok) {
       this.#fail(state, page.errors > 0 ? `${result.error} (${page.errors} malformed lines)` : result.error);
       return;
@@ -283,10 +285,7 @@ export class Scraper {
       this.#fail(state, `implausible page: ${implausible}`, 'implausible');
       return;
     }
-    if (state.engine === undefined) {
-      state.engine = engine;
-      state.pod = { ...state.pod, engine };
-    }
+    if (state.pod.engine === undefined) state.pod = { ...state.pod, engine };
     state.health.lastGoodAt = at;
     state.health.consecutiveFailures = 0;
     state.health.parseErrors = page.errors;
