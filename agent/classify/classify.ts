@@ -1,6 +1,6 @@
 // A request's tags: what the caller declares, what the built-in and the platform's detectors find
 // in any string of the body, and `unscanned` for what could not be read. Pure.
-import { formatPath } from '../policy/schema.ts';
+import { formatPath } from '../../shared/json.ts';
 import type { CustomDetector } from './custom.ts';
 import { DETECTORS, detect, normalise, type Detector } from './detect.ts';
 import { parseTagHeader } from './tags.ts';

@@ -15,6 +15,7 @@ import { parse } from 'yaml';
 import { parseDuration } from '../config/duration.ts';
 import type { SecretRef } from '../config/secrets.ts';
 import type { ProviderSettings } from '../providers/types.ts';
+import { isRecord } from '../../shared/json.ts';
 
 export const PROVIDERS_KEY = 'providers.yaml';
 export const DEFAULT_PROVIDER_TIMEOUT_MS = 10_000;
@@ -23,9 +24,6 @@ const KINDS = ['openai', 'bedrock'] as const;
 const FIELDS = new Set(['name', 'kind', 'endpoint', 'region', 'models', 'apiKey', 'azureApiVersion', 'credentials', 'timeout', 'timeoutMs']);
 const CREDENTIAL_FIELDS = new Set(['accessKeyId', 'secretAccessKey', 'sessionToken']);
 
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
 
 function secretRef(value: unknown, where: string): SecretRef {
   if (!isRecord(value)) throw new Error(`${where}: expected {env: NAME} or {file: PATH}`);

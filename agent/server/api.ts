@@ -6,6 +6,7 @@ import type { RequestPath } from './inference.ts';
 import { handlePassthrough, PASSTHROUGH_PATHS } from './passthrough.ts';
 import { requestIdFor } from '../forward/headers.ts';
 import { randomUUID } from 'node:crypto';
+import { API_PATHS, type RequestKind } from '../types.ts';
 
 export interface ApiDeps {
   requestPath: RequestPath;
@@ -34,10 +35,9 @@ export function createApiApp(deps: ApiDeps): Hono {
     if (!deps.accepting()) return errorResponse(503, 'this agent is shutting down', { code: 'draining', headers: { 'retry-after': '1', connection: 'close' } });
     await next();
   });
-  app.post('/v1/chat/completions', (c) => deps.requestPath.handle('chat', c.req.raw, remoteIp(c)));
-  app.post('/v1/completions', (c) => deps.requestPath.handle('completions', c.req.raw, remoteIp(c)));
-  app.post('/v1/embeddings', (c) => deps.requestPath.handle('embeddings', c.req.raw, remoteIp(c)));
-  app.post('/v1/responses', (c) => deps.requestPath.handle('responses', c.req.raw, remoteIp(c)));
+  for (const [kind, path] of Object.entries(API_PATHS) as [RequestKind, string][]) {
+    app.post(`/v1/${path}`, (c) => deps.requestPath.handle(kind, c.req.raw, remoteIp(c)));
+  }
   for (const path of PASSTHROUGH_PATHS) {
     const api = path.replace(/^\/v\d\//, '/').slice(1); // the metric's api label: rerank, audio/speech, …
     app.post(path, (c) => handlePassthrough(deps.requestPath, api, c.req.raw, remoteIp(c)));

@@ -9,19 +9,12 @@ import { estimatePromptTokens } from '../predict/tokens.ts';
 import { candidateName, decide, type Decision, type LeaveVerdict } from '../route/router.ts';
 import type { Candidate } from '../route/candidate.ts';
 import type { Scored } from '../route/picker.ts';
-import type { EffectivePolicy, RequestKind, RouteRequest } from '../types.ts';
+import { API_PATHS, type EffectivePolicy, type RequestKind, type RouteRequest } from '../types.ts';
 import { BoundedLabel, type Metrics } from './metrics.ts';
 import { parseInferenceRequest, readBoundedBody, RequestError, type ParsedRequest } from './request.ts';
 import type { Identity } from './identify.ts';
 import { logLine, onBodyEnd, overflowReason, usageOf, type RequestRecord } from './evidence.ts';
 import { propagatedHeaders, requestIdFor } from '../forward/headers.ts';
-
-export const UPSTREAM_PATHS: Record<RequestKind, string> = {
-  chat: '/v1/chat/completions',
-  completions: '/v1/completions',
-  embeddings: '/v1/embeddings',
-  responses: '/v1/responses',
-};
 
 /** One request's context along the path: its id, what goes upstream with it, and its record. */
 export interface RequestContext {
@@ -310,7 +303,7 @@ export class RequestPath {
     const predictedMs = admitted.predictedMs;
     const ticket = deps.pool.begin(candidate, request.promptTokens, request.kind, parsed.stream);
     const headersOut = { ...ctx.upstreamHeaders, ...deps.podAuth(candidate.pod) };
-    const attempt = await sendToPod(deps.dispatcher, candidate.pod.address, UPSTREAM_PATHS[parsed.kind], body, signal, deps.limits.pod, { wholeAnswer: !parsed.stream, headers: headersOut });
+    const attempt = await sendToPod(deps.dispatcher, candidate.pod.address, `/v1/${API_PATHS[parsed.kind]}`, body, signal, deps.limits.pod, { wholeAnswer: !parsed.stream, headers: headersOut });
     const headers = {
       'x-kinference-route': route,
       'x-kinference-predicted-ttft-ms': String(Math.round(predictedMs)),

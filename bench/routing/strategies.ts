@@ -187,7 +187,7 @@ function benchRequest(a: Arrival): RouteRequest {
 }
 
 /**
- * Kinference: the production pool (telemetry windows, per-pod predictor) and router. With
+ * Kinference: the production pool (telemetry windows, per-node model scaled per pod) and router. With
  * `streamed` false every request is non-streamed: the agent measures no TTFT of its own and its
  * model learns from the pods' TTFT histograms (a non-streamed answer here is never sooner than
  * the prediction often enough to matter, so the bound it gives is left out).
