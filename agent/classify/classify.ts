@@ -2,7 +2,8 @@
 // in any string of the body, and `unscanned` for what could not be read. Pure.
 import { formatPath } from '../../shared/json.ts';
 import type { CustomDetector } from './custom.ts';
-import { DETECTORS, detect, normalise, type Detector } from './detect.ts';
+import { DETECTORS, detect, type Detector } from './detect.ts';
+import { normalise } from './normalise.ts';
 import { parseTagHeader } from './tags.ts';
 import { DEFAULT_SCAN_LIMITS, walkBody, type ScanLimits, type UnscannedReason } from './walk.ts';
 
