@@ -2,6 +2,7 @@
 // back so a failure before it can still be retried on another pod.
 import { Agent, request, errors as undiciErrors } from 'undici';
 import { readRest } from './relay.ts';
+import { describeError } from '../../shared/describe-error.ts';
 
 export interface PodTimeouts {
   /** Until the pod's response headers, for a streamed request (they come with the first token). */
@@ -54,11 +55,11 @@ export type PodAttempt =
       error: string;
     };
 
+/** undici's two timeouts in words; anything else as every error is described. */
 function describe(error: unknown): string {
   if (error instanceof undiciErrors.HeadersTimeoutError) return 'timed out waiting for response headers';
   if (error instanceof undiciErrors.BodyTimeoutError) return 'timed out waiting for the body';
-  const e = error as { code?: string; message?: string; cause?: { code?: string } };
-  return e.code ?? e.cause?.code ?? e.message ?? String(error);
+  return describeError(error);
 }
 
 /**
