@@ -79,22 +79,18 @@ const routed =
 
 function scrapedCandidate(p: BenchPod): Candidate {
   const load = p.lastLoad;
-  return {
-    pod: p.pod,
-    where: 'local',
-    ageMs: 0,
-    maxAgeMs: Infinity,
-    healthy: true,
+  return localCandidate(p, {
     queuedNow: load?.waiting ?? 0,
     running: load?.running ?? 0,
     kvCache: Number.isFinite(load?.kvCache) ? (load!.kvCache as number) : 0,
-    average: () => 0,
     params: DEFAULT_PREDICTOR.prior,
-    inFlight: p.inFlight,
-    unseenSent: 0,
     pendingPromptTokens: 0,
-    networkCostMs: 0,
-  };
+  });
+}
+
+/** A bench pod as a router candidate: local, always fresh and healthy, with this agent's in-flight count. */
+function localCandidate(p: BenchPod, view: Pick<Candidate, 'queuedNow' | 'running' | 'kvCache' | 'params' | 'pendingPromptTokens'>): Candidate {
+  return { pod: p.pod, where: 'local', ageMs: 0, maxAgeMs: Infinity, healthy: true, average: () => 0, inFlight: p.inFlight, unseenSent: 0, networkCostMs: 0, ...view };
 }
 
 /**
@@ -183,16 +179,10 @@ const oracle: StrategyFactory = (ctx) => {
 export function oracleCandidate(p: BenchPod, model: PredictorParams): Candidate {
   const s = p.engine.snapshot();
   const slow = 1 / p.speed;
-  return {
-    pod: p.pod,
-    where: 'local',
-    ageMs: 0,
-    maxAgeMs: Infinity,
-    healthy: true,
+  return localCandidate(p, {
     queuedNow: s.waiting,
     running: s.running,
     kvCache: s.kvCache,
-    average: () => 0,
     params: {
       base: model.base * slow,
       perQueued: model.perQueued * slow,
@@ -200,11 +190,8 @@ export function oracleCandidate(p: BenchPod, model: PredictorParams): Candidate 
       perKPromptTokens: model.perKPromptTokens * slow,
       perKPendingTokens: (model.perKPendingTokens ?? 0) * slow,
     },
-    inFlight: p.inFlight,
-    unseenSent: 0,
     pendingPromptTokens: p.pendingPromptTokens,
-    networkCostMs: 0,
-  };
+  });
 }
 
 function benchPolicy(sloMs: number): EffectivePolicy {
