@@ -1,4 +1,4 @@
-// The core data of DESIGN.md. Plain data only: the pure core (classify, policy, predict, route)
+// The core data the agent's parts exchange. Plain data only: the pure core (classify, policy, predict, route)
 // and the I/O shells (server, telemetry, forward, providers, gossip, cluster) exchange these.
 
 export type Engine = 'vllm' | 'tgi' | 'sglang';
@@ -87,6 +87,14 @@ export interface RouteRequest {
 }
 
 export type RequestKind = 'chat' | 'completions' | 'embeddings' | 'responses';
+
+/** Where each kind is served under an OpenAI-compatible base (`/v1` at pods, the endpoint at providers). */
+export const API_PATHS: Readonly<Record<RequestKind, string>> = {
+  chat: 'chat/completions',
+  completions: 'completions',
+  embeddings: 'embeddings',
+  responses: 'responses',
+};
 
 export type ExcludeMetric = 'queued' | 'running' | 'kvCache' | 'predictedTTFT';
 

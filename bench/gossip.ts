@@ -26,6 +26,7 @@ import { Opener, Sealer } from '../agent/gossip/envelope.ts';
 import { GossipProtocol } from '../agent/gossip/protocol.ts';
 import { decodePayload, encodePayload, envelopeOverhead } from '../agent/gossip/wire.ts';
 import type { PodEstimate } from '../agent/types.ts';
+import { writeDelta } from '../agent/gossip/packing.ts';
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -170,7 +171,7 @@ class Cluster {
     const heartbeatMs = this.agents[0].protocol.state.heartbeatMs;
     for (const a of this.agents) a.protocol.state.localUpdate(estimates(a.name, 1), this.now - this.rand() * heartbeatMs);
     for (const a of this.agents) {
-      const written = a.protocol.state.writeDelta(a.protocol.state.self, 0, 1 << 20, this.now)!;
+      const written = writeDelta(a.protocol.state.self, 0, 1 << 20, this.now)!;
       const [delta] = decodePayload(encodePayload({ deltas: [written.delta] })).deltas;
       for (const b of this.agents) if (b !== a) b.protocol.state.apply([delta], this.now);
     }

@@ -4,7 +4,7 @@
 // SLO attainment and the cache hit rate the pods achieved. Writes bench/results/routing-prefix.json.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fitOracleModel, runScenario, type RunResult, type Scenario } from './routing/harness.ts';
-import { STRATEGIES } from './routing/strategies.ts';
+import { BENCH_STRATEGIES } from './routing/strategies.ts';
 import { calibrateWorkload, gieWithPrefix, kinferencePrefixPreview, multiTurnChat, noSharing, sharedSystemPrompt } from './routing/prefix-workloads.ts';
 import type { Arrival } from './routing/workload.ts';
 
@@ -19,7 +19,7 @@ const WORKLOADS: { name: string; generate: Generator; sloMs: number; seed: numbe
   { name: 'shared system prompt', generate: sharedSystemPrompt, sloMs: 1000, seed: 22 },
   { name: 'no sharing (control)', generate: noSharing, sloMs: 1000, seed: 21 },
 ];
-const strategies = [...STRATEGIES.filter(([name]) => name !== 'peak-EWMA P2C'), ['GIE queue+KV+prefix', gieWithPrefix] as const, ['kinference+prefix (preview)', kinferencePrefixPreview] as const];
+const strategies = [...BENCH_STRATEGIES.filter(([name]) => name !== 'peak-EWMA P2C'), ['GIE queue+KV+prefix', gieWithPrefix] as const, ['kinference+prefix (preview)', kinferencePrefixPreview] as const];
 
 const only = process.argv[2];
 const results: Record<string, Record<string, RunResult>> = {};

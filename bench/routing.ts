@@ -3,7 +3,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { calibrateCapacity, DEFAULT_SHAPE, fitOracleModel, POOL_SHAPES, runScenario, type PodShape, type RunResult, type Scenario } from './routing/harness.ts';
-import { STRATEGIES } from './routing/strategies.ts';
+import { BENCH_STRATEGIES } from './routing/strategies.ts';
 
 const SHORT = { longShare: 0 };
 const MINUTE = 60_000;
@@ -63,7 +63,7 @@ for (const base of SCENARIOS) {
   }
   results[scenario.name] = {};
   perSeed[scenario.name] = {};
-  for (const [name, factory] of STRATEGIES) {
+  for (const [name, factory] of BENCH_STRATEGIES) {
     const runs = Array.from({ length: SEEDS }, (_, i) => runScenario({ ...scenario, seed: scenario.seed + 1000 * i }, factory, calibration.capacity, calibration.oracle));
     const r = mean(runs);
     results[scenario.name][name] = r;

@@ -5,7 +5,8 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { classify, classifyRequest } from '../agent/classify/classify.ts';
 import { backtrackingHazard, compileDetectors } from '../agent/classify/custom.ts';
-import { detect, normalise } from '../agent/classify/detect.ts';
+import { detect } from '../agent/classify/detect.ts';
+import { normalise } from '../agent/classify/normalise.ts';
 import { DEFAULT_SCAN_LIMITS } from '../agent/classify/walk.ts';
 import { ORDINARY_PROMPTS } from './fixtures/ordinary-prompts.ts';
 

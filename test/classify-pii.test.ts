@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { detect, luhn, mod97, type Detector } from '../agent/classify/detect.ts';
+import { detect, type Detector } from '../agent/classify/detect.ts';
+import { luhn, mod97 } from '../agent/classify/checksums.ts';
 import { classify, classifyRequest } from '../agent/classify/classify.ts';
 
 function detected(text: string): Detector[] {

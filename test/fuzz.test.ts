@@ -14,6 +14,7 @@ import { mulberry32, type Rand } from '../shared/sim/random.ts';
 import { int, pick, requestText } from './fixtures/fuzz-requests.ts';
 import { podEstimates } from './fixtures/gossip-estimates.ts';
 import { GossipState } from '../agent/gossip/state.ts';
+import { writeDelta } from '../agent/gossip/packing.ts';
 
 const SEED = Number(process.env.FUZZ_SEED ?? 20261201);
 const RUNS = Number(process.env.FUZZ_RUNS ?? 300);
@@ -64,7 +65,7 @@ test('gossip decoder: mutated payloads decode to a valid payload or throw a deco
   const rand = mulberry32(SEED + 2);
   const state = new GossipState({ nodeId: 'n1', incarnation: 1000 });
   state.localUpdate(podEstimates('n1', 4, {}, 2000), 2000);
-  const good = encodePayload({ deltas: [state.writeDelta(state.self, 0, 1 << 16, 2000)!.delta] });
+  const good = encodePayload({ deltas: [writeDelta(state.self, 0, 1 << 16, 2000)!.delta] });
   assert.ok(decodePayload(good).deltas.length === 1);
   for (let i = 0; i < RUNS; i++) {
     const bytes = Buffer.from(good);

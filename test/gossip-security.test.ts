@@ -8,6 +8,7 @@ import { GossipNode, parseHostPort } from '../agent/gossip/node.ts';
 import { GossipState } from '../agent/gossip/state.ts';
 import { encodePayload, type PayloadWire } from '../agent/gossip/wire.ts';
 import { podEstimates } from './fixtures/gossip-estimates.ts';
+import { writeDelta } from '../agent/gossip/packing.ts';
 
 const KEY = Buffer.alloc(32, 0x5a);
 const OTHER_KEY = Buffer.alloc(32, 0x5b);
@@ -16,7 +17,7 @@ const OTHER_KEY = Buffer.alloc(32, 0x5b);
 function fullState(node: string, pods: number): PayloadWire {
   const s = new GossipState({ nodeId: node, incarnation: Date.now() - 1000 });
   s.localUpdate(podEstimates(node, pods, {}, Date.now()), Date.now());
-  return { deltas: [s.writeDelta(s.self, 0, 1 << 16, Date.now())!.delta] };
+  return { deltas: [writeDelta(s.self, 0, 1 << 16, Date.now())!.delta] };
 }
 
 describe('gossip security, over UDP on 127.0.0.1', () => {

@@ -4,6 +4,7 @@ import { GossipState } from '../agent/gossip/state.ts';
 import { originId, type DigestWire } from '../agent/gossip/wire.ts';
 import { EPOCH, podEstimate, podEstimates } from './fixtures/gossip-estimates.ts';
 import { GossipSim } from './fixtures/gossip-sim.ts';
+import { writeDelta } from '../agent/gossip/packing.ts';
 
 const names = (n: number) => Array.from({ length: n }, (_, i) => `node-${String.fromCharCode(97 + i)}`);
 
@@ -84,17 +85,17 @@ describe('gossip state', () => {
     // Someone else claims to be node-a (another incarnation), with other pods.
     const impostor = new GossipState({ nodeId: 'node-a', incarnation: EPOCH + 5 });
     impostor.localUpdate(podEstimates('node-a', 5), EPOCH + 6);
-    const full = impostor.writeDelta(impostor.self, 0, 1 << 16, EPOCH + 7)!.delta;
+    const full = writeDelta(impostor.self, 0, 1 << 16, EPOCH + 7)!.delta;
     assert.equal(a.apply([full], EPOCH + 8).rejected, 1);
     // An increment for our own origin id, as if relayed back with a higher version.
-    const own = { ...a.writeDelta(a.self, 0, 1 << 16, EPOCH + 8)!.delta, from: 1, to: 99, node: '', incarnation: 0 };
+    const own = { ...writeDelta(a.self, 0, 1 << 16, EPOCH + 8)!.delta, from: 1, to: 99, node: '', incarnation: 0 };
     assert.equal(a.apply([own], EPOCH + 8).rejected, 1);
     assert.equal(a.self.version, 1);
     assert.equal(a.remoteEstimates(EPOCH + 9).length, 0);
     // And a delta whose id does not match its node and incarnation is refused too.
     const b = new GossipState({ nodeId: 'node-b', incarnation: EPOCH });
     b.localUpdate(podEstimates('node-b', 1), EPOCH + 1);
-    const mislabelled = { ...b.writeDelta(b.self, 0, 1 << 16, EPOCH + 2)!.delta, node: 'node-c' };
+    const mislabelled = { ...writeDelta(b.self, 0, 1 << 16, EPOCH + 2)!.delta, node: 'node-c' };
     assert.equal(a.apply([mislabelled], EPOCH + 3).rejected, 1);
   });
 
@@ -121,16 +122,16 @@ describe('gossip state', () => {
     const receiver = new GossipState({ nodeId: 'node-b', incarnation: EPOCH });
     let now = EPOCH + 1;
     origin.localUpdate(podEstimates('node-a', 8), now);
-    receiver.apply([origin.writeDelta(origin.self, 0, 1 << 16, now)!.delta], now);
+    receiver.apply([writeDelta(origin.self, 0, 1 << 16, now)!.delta], now);
     const behind = receiver.origin('node-a')!.version;
 
     // Two pods leave: the receiver, behind, gets their tombstones in an ordinary delta.
     origin.localUpdate(podEstimates('node-a', 6), ++now);
-    const increment = origin.writeDelta(origin.self, behind, 1 << 16, now)!.delta;
+    const increment = writeDelta(origin.self, behind, 1 << 16, now)!.delta;
     assert.equal(increment.from, behind);
     assert.deepEqual(increment.pods.map((p) => p.removed), [true, true]);
     const twin = new GossipState({ nodeId: 'node-c', incarnation: EPOCH });
-    twin.apply([origin.writeDelta(origin.self, 0, 1 << 16, EPOCH + 1)!.delta], now);
+    twin.apply([writeDelta(origin.self, 0, 1 << 16, EPOCH + 1)!.delta], now);
 
     // Three more leave, one at a time: only two tombstones are kept, so the floor rises.
     for (const count of [5, 4, 3]) origin.localUpdate(podEstimates('node-a', count), ++now);
@@ -138,7 +139,7 @@ describe('gossip state', () => {
     receiver.apply([increment], now);
     const stale = receiver.origin('node-a')!.version;
     assert.ok(stale < origin.self.floor);
-    const answer = origin.writeDelta(origin.self, stale, 1 << 16, now)!.delta;
+    const answer = writeDelta(origin.self, stale, 1 << 16, now)!.delta;
     assert.equal(answer.from, 0, 'older than the floor: a full state');
     receiver.apply([answer], now);
     assert.deepEqual(receiver.remoteEstimates(now).map((e) => e.pod.uid).sort(), podEstimates('node-a', 3).map((e) => e.pod.uid).sort());
@@ -149,7 +150,7 @@ describe('gossip state', () => {
     const origin = new GossipState({ nodeId: 'node-a', incarnation: EPOCH, heartbeatMs: 100 });
     const b = new GossipState({ nodeId: 'node-b', incarnation: EPOCH });
     origin.localUpdate(podEstimates('node-a', 2), EPOCH + 1);
-    b.apply([origin.writeDelta(origin.self, 0, 1 << 16, EPOCH + 1)!.delta], EPOCH + 1);
+    b.apply([writeDelta(origin.self, 0, 1 << 16, EPOCH + 1)!.delta], EPOCH + 1);
     const v = b.origin('node-a')!.version;
     origin.heartbeat(EPOCH + 200);
     origin.heartbeat(EPOCH + 400);
@@ -188,7 +189,7 @@ describe('gossip state', () => {
     const a = new GossipState({ nodeId: 'node-a', incarnation: EPOCH + 0.375 });
     const b = new GossipState({ nodeId: 'node-b', incarnation: EPOCH + 0.5 });
     a.localUpdate(podEstimates('node-a', 2, {}, EPOCH + 10.25), EPOCH + 10.25);
-    const result = b.apply([a.writeDelta(a.self, 0, 1 << 16, EPOCH + 11.125)!.delta], EPOCH + 11.5);
+    const result = b.apply([writeDelta(a.self, 0, 1 << 16, EPOCH + 11.125)!.delta], EPOCH + 11.5);
     assert.deepEqual(result, { dataChanged: true, advanced: 1, gaps: 0, rejected: 0 });
     assert.equal(b.remoteEstimates(EPOCH + 12.75).length, 2);
   });
@@ -197,11 +198,11 @@ describe('gossip state', () => {
     const a = new GossipState({ nodeId: 'node-a', incarnation: EPOCH, maxOrigins: 3, maxPodsPerOrigin: 4 });
     const big = new GossipState({ nodeId: 'node-big', incarnation: EPOCH });
     big.localUpdate(podEstimates('node-big', 6), EPOCH + 1);
-    assert.equal(a.apply([big.writeDelta(big.self, 0, 1 << 16, EPOCH + 1)!.delta], EPOCH + 1).rejected, 1, 'too many pods');
+    assert.equal(a.apply([writeDelta(big.self, 0, 1 << 16, EPOCH + 1)!.delta], EPOCH + 1).rejected, 1, 'too many pods');
     for (const n of ['node-x', 'node-y', 'node-z']) {
       const s = new GossipState({ nodeId: n, incarnation: EPOCH });
       s.localUpdate(podEstimates(n, 1), EPOCH + 1);
-      a.apply([s.writeDelta(s.self, 0, 1 << 16, EPOCH + 1)!.delta], EPOCH + 1);
+      a.apply([writeDelta(s.self, 0, 1 << 16, EPOCH + 1)!.delta], EPOCH + 1);
     }
     assert.equal(a.size, 3, 'ourselves and two others: the limit');
   });

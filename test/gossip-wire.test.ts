@@ -17,6 +17,7 @@ import {
   type PodEntryWire,
 } from '../agent/gossip/wire.ts';
 import { EPOCH, podEstimates } from './fixtures/gossip-estimates.ts';
+import { writeDelta } from '../agent/gossip/packing.ts';
 
 const KEY = Buffer.alloc(32, 3);
 const MAX_DATAGRAM = 1400;
@@ -41,7 +42,7 @@ function fullStateFor(from: GossipProtocol, maxDatagramsPerReply?: number): Payl
 describe('gossip wire format', () => {
   test('round-trips every field of every message', () => {
     const p = origin(nodeName(1), 3);
-    const written = p.state.writeDelta(p.state.self, 0, 1 << 16, EPOCH + 2)!;
+    const written = writeDelta(p.state.self, 0, 1 << 16, EPOCH + 2)!;
     const tombstone: PodEntryWire = { slot: 9, version: 2, info: undefined, removed: true, queued: 0, queuedNow: 0, running: 0, kvCache: 0, params: [], at: 0 };
     const increment: OriginDeltaWire = { origin: 77, from: 1, to: 2, ageMs: 15, node: '', incarnation: 0, floor: 3, continuesFull: true, pods: [tombstone] };
     const payload: PayloadWire = {
@@ -69,7 +70,7 @@ describe('gossip wire format', () => {
 
   test('accepts pod entries from agents that send only the first four predictor coefficients', () => {
     const p = origin(nodeName(1), 3);
-    const { delta } = p.state.writeDelta(p.state.self, 0, 1 << 16, EPOCH + 2)!;
+    const { delta } = writeDelta(p.state.self, 0, 1 << 16, EPOCH + 2)!;
     const empty = { origins: [], versions: [], dataLag: [], shard: 0, shards: 0 };
     const payloadWith = (params: number[]): PayloadWire => ({
       digest: empty,
@@ -92,7 +93,7 @@ describe('gossip wire format', () => {
       assert.equal(entrySize(entry) + infoFieldSize(record.info!), withInfo);
     }
     for (const since of [0, 1]) {
-      const w = p.state.writeDelta(p.state.self, since, 1 << 16, EPOCH + 2)!;
+      const w = writeDelta(p.state.self, since, 1 << 16, EPOCH + 2)!;
       const alone = encodePayload({ deltas: [w.delta] }).length;
       assert.equal(w.fieldSize, alone);
       const header = wireTypes.originDelta.encode({ ...w.delta, pods: [] }).finish().length;
@@ -106,13 +107,13 @@ describe('gossip wire format', () => {
     const a = origin(nodeName(0), 8);
     for (let i = 1; i < 10; i++) {
       const b = origin(nodeName(i), 8);
-      a.state.apply([b.state.writeDelta(b.state.self, 0, 1 << 16, EPOCH + 2)!.delta], EPOCH + 3);
+      a.state.apply([writeDelta(b.state.self, 0, 1 << 16, EPOCH + 2)!.delta], EPOCH + 3);
     }
     const digest = a.state.digest(a.maxPayload - 3, 0, EPOCH + 3);
     assert.equal(digest.shards, 1, 'a 10-node digest is complete');
     assert.equal(digest.origins.length, 10);
-    const full = a.state.writeDelta(a.state.self, 0, 1 << 16, EPOCH + 3)!;
-    const increment = a.state.writeDelta(a.state.self, a.state.self.version - 1, 1 << 16, EPOCH + 3)!;
+    const full = writeDelta(a.state.self, 0, 1 << 16, EPOCH + 3)!;
+    const increment = writeDelta(a.state.self, a.state.self.version - 1, 1 << 16, EPOCH + 3)!;
     const fullRound = sealedSize(nodeName(0), encodePayload({ digest, deltas: [full.delta] }));
     const changedLoads = sealedSize(nodeName(0), encodePayload({ digest, deltas: [increment.delta] }));
     t.diagnostic(`digest of 10 origins + 8 pods with identities: ${fullRound} bytes; + 8 changed loads: ${changedLoads} bytes`);
@@ -158,14 +159,14 @@ describe('gossip wire format', () => {
     const prefix = [...big.state.self.pods.values()].filter((r) => r.entry.version <= held.version).length;
     assert.equal(receiver.remoteEstimates(now).length, prefix, 'holds exactly the entries up to its version');
 
-    const rest = big.state.writeDelta(big.state.self, held.version, 1 << 16, now)!;
+    const rest = writeDelta(big.state.self, held.version, 1 << 16, now)!;
     assert.equal(receiver.apply([rest.delta], now).advanced, 1);
     assert.equal(receiver.remoteEstimates(now).length, 40);
   });
 
   test('rejects malformed payloads: entries out of order, over-long strings, ragged digests', () => {
     const p = origin(nodeName(1), 2);
-    const good = p.state.writeDelta(p.state.self, 0, 1 << 16, EPOCH + 2)!.delta;
+    const good = writeDelta(p.state.self, 0, 1 << 16, EPOCH + 2)!.delta;
     const reversed = { ...good, pods: [...good.pods].reverse().map((e, i) => ({ ...e, version: good.to - i })) };
     assert.throws(() => decodePayload(encodePayload({ deltas: [reversed] })));
     const longName = { ...good, pods: [{ ...good.pods[0], info: { ...good.pods[0].info!, name: 'x'.repeat(300) } }] };

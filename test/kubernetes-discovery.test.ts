@@ -7,6 +7,7 @@ import { createKubernetesDiscovery } from '../agent/cluster/kubernetes.ts';
 import type { KubernetesDiscovery, KubernetesDiscoveryOptions } from '../agent/cluster/kubernetes.ts';
 import { FakeKubeApiServer } from './fixtures/kube-apiserver.ts';
 import type { FakeKubeApiServerOptions, KubeObject } from './fixtures/kube-apiserver.ts';
+import { waitFor } from './helpers/wait.ts';
 
 const NODE = 'node-a';
 const AGENT_IP = '10.1.0.10';
@@ -94,15 +95,6 @@ const PROVIDERS_YAML = `
   models: {llama-3-8b: databricks-meta-llama-3-1-8b-instruct}
   apiKey: {env: DATABRICKS_TOKEN}
 `;
-
-async function waitFor(what: string, check: () => boolean, timeoutMs: number): Promise<number> {
-  const start = performance.now();
-  while (!check()) {
-    if (performance.now() - start > timeoutMs) assert.fail(`${what}: not within ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
-  return performance.now() - start;
-}
 
 interface Harness {
   api: FakeKubeApiServer;
@@ -254,7 +246,7 @@ describe('kubernetes discovery', () => {
     for (const [what, act, seen] of cases) {
       const before = changes();
       act();
-      await waitFor(what, () => seen() && changes() > before, 1000);
+      await waitFor(() => seen() && changes() > before, 1000, what);
     }
   });
 
@@ -265,7 +257,7 @@ describe('kubernetes discovery', () => {
     api.put(modelServer('llama-0', '10.1.0.20', { labels: { 'kinference.io/pool': 'llama', unrelated: 'x' } }));
     api.put(namespace('team-a', { 'example.com/owner': 'someone' }));
     api.put(namespace('team-a', { 'example.com/owner': 'someone-else' }));
-    await waitFor('namespace seen', () => discovery.snapshot().namespaces.has('team-a'), 1000);
+    await waitFor(() => discovery.snapshot().namespaces.has('team-a'), 1000, 'namespace seen');
     const afterNamespace = changes();
     api.put(namespace('team-a', { 'example.com/owner': 'a-third' }));
     await new Promise((r) => setTimeout(r, 200));
@@ -277,12 +269,12 @@ describe('kubernetes discovery', () => {
   it('keeps the last good providers when providers.yaml turns invalid, and says why', async (t) => {
     const { api, discovery } = await harness(t, (api) => api.put(providersConfigMap(PROVIDERS_YAML)));
     api.put(providersConfigMap('- name: broken\n  kind: carrier-pigeon\n  models: {a: b}\n'));
-    await waitFor('problem reported', () => discovery.status().problems.length === 1, 1000);
+    await waitFor(() => discovery.status().problems.length === 1, 1000, 'problem reported');
     assert.match(discovery.status().problems[0], /carrier-pigeon|kind/);
     assert.equal(discovery.snapshot().providers.length, 2);
     assert.equal(discovery.status().connected, true);
     api.put(providersConfigMap(PROVIDERS_YAML.split('- name: databricks')[0]));
-    await waitFor('fixed', () => discovery.snapshot().providers.length === 1 && discovery.status().problems.length === 0, 1000);
+    await waitFor(() => discovery.snapshot().providers.length === 1 && discovery.status().problems.length === 0, 1000, 'fixed');
   });
 
   it('resumes dropped watches from their resourceVersion, without relisting', async (t) => {
@@ -290,8 +282,8 @@ describe('kubernetes discovery', () => {
     const listed = lists();
     api.dropWatches();
     api.put(modelServer('llama-0', '10.1.0.20'));
-    await waitFor('pod after drop', () => podNames(discovery).length === 1, 1000);
-    await waitFor('watches back', () => api.watchCount() === 5, 1000);
+    await waitFor(() => podNames(discovery).length === 1, 1000, 'pod after drop');
+    await waitFor(() => api.watchCount() === 5, 1000, 'watches back');
     assert.equal(lists(), listed, 'no relist after a clean close');
     const resumed = api.requests.filter((r) => r.watch && r.path === '/api/v1/pods').at(-1);
     assert.ok(Number(resumed?.query.resourceVersion) > 0, 'the new watch starts at the last resourceVersion');
@@ -306,7 +298,7 @@ describe('kubernetes discovery', () => {
     await new Promise((r) => setTimeout(r, 200));
     assert.equal(discovery.snapshot().pods.length, 0, 'the stalled watch delivers nothing');
     // idleTimeoutMs is 800 in these tests; healthy watches get bookmarks every 100 ms and stay up.
-    await waitFor('replayed after the idle timeout', () => podNames(discovery).length === 1 && discovery.snapshot().namespaces.has('team-a'), 2500);
+    await waitFor(() => podNames(discovery).length === 1 && discovery.snapshot().namespaces.has('team-a'), 2500, 'replayed after the idle timeout');
     assert.equal(lists(), listed, 'resumed, not relisted');
     assert.equal(discovery.status().connected, true);
   });
@@ -326,7 +318,7 @@ describe('kubernetes discovery', () => {
       api.compact();
       const listed = lists('/api/v1/pods');
       api.dropWatches();
-      await waitFor('relisted view', () => podNames(discovery).join() === 'inference/llama-1' && discovery.snapshot().policies.length === 0, 1000);
+      await waitFor(() => podNames(discovery).join() === 'inference/llama-1' && discovery.snapshot().policies.length === 0, 1000, 'relisted view');
       assert.ok(lists('/api/v1/pods') > listed, 'pods were relisted');
       const podLists = api.requests.filter((r) => !r.watch && r.path === '/api/v1/pods');
       assert.equal(podLists[0].query.resourceVersion, '0', 'the first list is served from the watch cache');
@@ -345,7 +337,7 @@ describe('kubernetes discovery', () => {
       const before = discovery.snapshot();
       if (fault === 'refused connections') api.refuseConnections();
       else api.failRequests(500);
-      await waitFor('disconnected', () => !discovery.status().connected, 2000);
+      await waitFor(() => !discovery.status().connected, 2000, 'disconnected');
       const status = discovery.status();
       assert.equal(status.synced, true);
       assert.ok(status.lastError, 'lastError says what failed');
@@ -356,7 +348,7 @@ describe('kubernetes discovery', () => {
       await new Promise((r) => setTimeout(r, 600));
       assert.equal(discovery.snapshot(), before, 'the last view is kept, untouched');
       api.restore();
-      await waitFor('reconnected and caught up', () => discovery.status().connected && podNames(discovery).join() === 'inference/llama-1', 3000);
+      await waitFor(() => discovery.status().connected && podNames(discovery).join() === 'inference/llama-1', 3000, 'reconnected and caught up');
       assert.equal(discovery.status().lastError, undefined);
       assert.deepEqual(discovery.snapshot().peers, ['10.2.0.10:7946']);
     });
@@ -377,7 +369,7 @@ describe('kubernetes discovery', () => {
     let changed = false;
     discovery.onChange(() => (changed = true));
     api.restore();
-    await waitFor('synced', () => discovery.status().synced && changed, 3000);
+    await waitFor(() => discovery.status().synced && changed, 3000, 'synced');
     assert.deepEqual(podNames(discovery), ['inference/llama-0']);
   });
 
@@ -393,9 +385,9 @@ describe('kubernetes discovery', () => {
 
   it('stops every watch on stop()', async (t) => {
     const { api, discovery } = await harness(t, () => {});
-    await waitFor('watching', () => api.watchCount() === 5, 1000);
+    await waitFor(() => api.watchCount() === 5, 1000, 'watching');
     await discovery.stop();
-    await waitFor('watches closed', () => api.watchCount() === 0, 1000);
+    await waitFor(() => api.watchCount() === 0, 1000, 'watches closed');
     const requests = api.requests.length;
     await new Promise((r) => setTimeout(r, 300));
     assert.equal(api.requests.length, requests, 'nothing restarts after stop()');

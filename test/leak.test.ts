@@ -9,7 +9,7 @@ import { MODEL, postJson, startStack, waitFor, type Stack } from './helpers/stac
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { luhn } from '../agent/classify/detect.ts';
+import { luhn } from '../agent/classify/checksums.ts';
 import { mulberry32, type Rand } from '../shared/sim/random.ts';
 import { runExplainCommand } from '../agent/cli/explain.ts';
 

@@ -6,7 +6,7 @@ import { CustomResourceDefinition } from 'kubernetes-models/apiextensions.k8s.io
 import { loadPolicies, validatePolicy, type PolicyError } from '../agent/policy/schema.ts';
 import { CRD_FILE, inferencePolicyOpenAPISchema, renderCrd, renderCrdYaml } from '../agent/policy/crd.ts';
 
-// The InferencePolicy example of CONTRACT.md, as written there.
+// The InferencePolicy example of the team's interface contract (the README's policy reference), as written there.
 const CONTRACT_EXAMPLE = `
 apiVersion: kinference.io/v1alpha1
 kind: InferencePolicy

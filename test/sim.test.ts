@@ -6,6 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { startSim, type SimServer } from '../shared/sim/server.ts';
 import { SimEngine, type SimEngineOptions } from '../shared/sim/engine.ts';
 import { VirtualClock } from '../shared/sim/clock.ts';
+import { waitFor } from './helpers/wait.ts';
 
 // Wire-format tests don't need realistic speed: a fast GPU keeps them quick.
 const FAST = { stepBaseMs: 1, decodeMsPerSeq: 0.1, prefillMsPerToken: 0.005 };
@@ -34,14 +35,6 @@ function sseData(text: string): string[] {
     assert.match(frame, /^data: /);
     return frame.slice('data: '.length);
   });
-}
-
-async function waitFor(cond: () => boolean, timeoutMs = 3000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await sleep(5);
-  }
 }
 
 describe('wire format (vLLM OpenAI-compatible)', () => {
@@ -272,7 +265,7 @@ describe('behaviour under load', () => {
       await reader.read();
       assert.equal(sim.engine.snapshot().running, 1);
       ac.abort();
-      await waitFor(() => sim.engine.snapshot().running === 0, 1000);
+      await waitFor(() => sim.engine.snapshot().running === 0, 1000, 'the aborted request to finish');
       const snap = sim.engine.snapshot();
       assert.equal(snap.counters.finished.abort, 1);
       assert.equal(snap.kvCache, 0);
@@ -289,10 +282,10 @@ describe('behaviour under load', () => {
     try {
       const ac = new AbortController();
       const pending = post(sim, '/v1/chat/completions', chat({ max_tokens: 5000 }), ac.signal);
-      await waitFor(() => sim.engine.snapshot().running === 1);
+      await waitFor(() => sim.engine.snapshot().running === 1, 3000, 'the request to start');
       ac.abort();
       await assert.rejects(pending);
-      await waitFor(() => sim.engine.snapshot().running === 0, 1000);
+      await waitFor(() => sim.engine.snapshot().running === 0, 1000, 'the aborted request to finish');
       assert.equal(sim.engine.snapshot().counters.finished.abort, 1);
     } finally {
       await sim.close();
@@ -360,7 +353,7 @@ describe('fault injection', () => {
     });
     assert.match(received, /"content":"[^"]+"/, 'the first token arrived');
     assert.ok(!received.includes('[DONE]'));
-    await waitFor(() => sim.engine.snapshot().counters.finished.abort === aborted + 1);
+    await waitFor(() => sim.engine.snapshot().counters.finished.abort === aborted + 1, 3000, 'the abort to be counted');
     assert.equal(sim.engine.snapshot().running, 0);
   });
 
@@ -370,7 +363,7 @@ describe('fault injection', () => {
     const res = await post(sim, '/v1/chat/completions', chat({ max_tokens: 50, stream: true }));
     assert.equal(res.status, 200);
     await assert.rejects(res.text());
-    await waitFor(() => sim.engine.snapshot().counters.finished.abort === aborted + 1);
+    await waitFor(() => sim.engine.snapshot().counters.finished.abort === aborted + 1, 3000, 'the abort to be counted');
   });
 
   test('stall-before-headers never answers', async () => {

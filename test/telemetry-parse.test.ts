@@ -1,7 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { MetricSelector, parseFloatToken, parsePromText } from '../agent/telemetry/promtext.ts';
+import { parsePromText } from '../agent/telemetry/promtext.ts';
+import { MetricSelector, parseFloatToken } from '../agent/telemetry/metric-page.ts';
 
 const fixture = (name: string) => readFileSync(new URL(`./fixtures/metrics/${name}`, import.meta.url), 'utf8');
 

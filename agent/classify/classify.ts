@@ -1,8 +1,9 @@
 // A request's tags: what the caller declares, what the built-in and the platform's detectors find
 // in any string of the body, and `unscanned` for what could not be read. Pure.
-import { formatPath } from '../policy/schema.ts';
+import { formatPath } from '../../shared/json.ts';
 import type { CustomDetector } from './custom.ts';
-import { DETECTORS, detect, normalise, type Detector } from './detect.ts';
+import { DETECTORS, detect, type Detector } from './detect.ts';
+import { normalise } from './normalise.ts';
 import { parseTagHeader } from './tags.ts';
 import { DEFAULT_SCAN_LIMITS, walkBody, type ScanLimits, type UnscannedReason } from './walk.ts';
 

@@ -7,7 +7,7 @@
 // every pattern runs on slices of at most REGEX_SLICE characters, so the rest stays polynomial in
 // a small bound.
 
-import { normalise } from './detect.ts';
+import { normalise } from './normalise.ts';
 
 export interface DetectorSpec {
   name: string;

@@ -11,8 +11,9 @@
 import { readFile } from 'node:fs/promises';
 import { LineCounter, parseAllDocuments, type Document } from 'yaml';
 import {
-  API_VERSION, KIND, describeDoc, formatPath, validatePolicy, type InferencePolicy, type PolicyError,
+  API_VERSION, KIND, describeDoc, validatePolicy, type InferencePolicy, type PolicyError,
 } from '../policy/schema.ts';
+import { formatPath, isRecord } from '../../shared/json.ts';
 import { checkNamespaceAnnotations } from '../policy/annotations.ts';
 import { checkPolicySet } from '../policy/resolve.ts';
 
@@ -188,10 +189,6 @@ function nodeLine(doc: Document, lines: LineCounter, at: (string | number)[]): s
 
 function lineSuffix(lines: LineCounter, offset: number): string {
   return ` (line ${lines.linePos(offset).line})`;
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
 if (import.meta.main) process.exitCode = await runPolicyCheck(process.argv.slice(2));

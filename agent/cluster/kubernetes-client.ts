@@ -15,6 +15,7 @@ import { HttpMethod, RequestContext, Watch } from '@kubernetes/client-node';
 import type { KubeConfig, KubernetesListObject, KubernetesObject } from '@kubernetes/client-node';
 import { fetch } from 'undici';
 import type { Dispatcher, Response } from 'undici';
+import { describeError } from '../../shared/describe-error.ts';
 
 /** An error answered by the API server (or a watch ERROR event); `statusCode` is what ListWatch reads. */
 export class KubeApiError extends Error {
@@ -26,18 +27,6 @@ export class KubeApiError extends Error {
     this.statusCode = statusCode;
     this.reason = reason;
   }
-}
-
-/** One line, with the socket-level cause undici hides behind "fetch failed". */
-export function describeError(err: unknown): string {
-  if (!(err instanceof Error)) return String(err);
-  let message = err.message;
-  let depth = 0;
-  for (let cause = err.cause as { code?: string; message?: string; cause?: unknown } | undefined; cause && depth++ < 4; cause = cause.cause as typeof cause) {
-    const detail = cause.code ?? cause.message;
-    if (detail && !message.includes(detail)) message += ` (${detail})`;
-  }
-  return message;
 }
 
 interface Status {

@@ -16,14 +16,12 @@ import { Type } from '@sinclair/typebox';
 import { schemaProblems } from '../config/load.ts';
 import { ProviderConfig, providerListProblems, providerSettings, type ProviderConfigFile } from '../config/providers.ts';
 import type { ProviderSettings } from '../providers/types.ts';
+import { isRecord } from '../../shared/json.ts';
 
 export const PROVIDERS_KEY = 'providers.yaml';
 
 const ProviderList = Type.Array(ProviderConfig);
 
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
 
 /**
  * Validated provider settings from an already-parsed value: a list, or a mapping with a

@@ -21,7 +21,8 @@ import { existsSync, readFileSync } from 'node:fs';
 import { KubeConfig, ListWatch } from '@kubernetes/client-node';
 import type { KubernetesObject } from '@kubernetes/client-node';
 import type { ProviderSettings } from '../providers/types.ts';
-import { describeError, listObjects, ResumingWatch } from './kubernetes-client.ts';
+import { describeError } from '../../shared/describe-error.ts';
+import { listObjects, ResumingWatch } from './kubernetes-client.ts';
 import type { Selectors } from './kubernetes-client.ts';
 import { parseProvidersConfigMap } from './kubernetes-providers.ts';
 import {

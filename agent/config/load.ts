@@ -1,5 +1,5 @@
-// Reads and validates the agent's config file once at start, and turns it into typed settings
-// with milliseconds and defaults. Errors name the key, what was expected and what was found.
+// Reads and validates the agent's config file (at start, and again on each change in static
+// mode), and turns it into typed settings with milliseconds and defaults. Errors name the key, what was expected and what was found.
 import { readFileSync } from 'node:fs';
 import { Value } from '@sinclair/typebox/value';
 import { parse as parseYaml } from 'yaml';
@@ -16,6 +16,7 @@ import { parseHostPort } from '../gossip/node.ts';
 import { DEFAULT_SCAN_LIMITS } from '../classify/walk.ts';
 import { AgentConfigSchema, type AgentConfigFile } from './schema.ts';
 import { providerListProblems, providerSettings } from './providers.ts';
+import { dotPath } from '../../shared/json.ts';
 
 export interface Limits {
   maxBodyBytes: number;
@@ -108,12 +109,6 @@ export class ConfigError extends Error {
   }
 }
 
-/** `/listen/api` → `listen.api`, `/pods/0/name` → `pods[0].name`. */
-export function jsonPointerToPath(pointer: string): string {
-  const parts = pointer.split('/').slice(1).map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
-  return parts.reduce((path, part) => (/^\d+$/.test(part) ? `${path}[${part}]` : path ? `${path}.${part}` : part), '') || '(root)';
-}
-
 function describeFound(value: unknown): string {
   if (value === undefined) return 'nothing';
   const text = JSON.stringify(value);
@@ -134,7 +129,7 @@ export function schemaProblems(schema: Parameters<typeof Value.Errors>[0], value
   const seen = new Set<string>();
   const problems: string[] = [];
   for (const error of Value.Errors(schema, value)) {
-    const path = jsonPointerToPath(error.path);
+    const path = dotPath(error.path) || '(root)';
     if (seen.has(path)) continue;
     seen.add(path);
     problems.push(`${path}: ${expectation(error.schema, error.message)}, found ${describeFound(error.value)}`);

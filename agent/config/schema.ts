@@ -1,5 +1,6 @@
-// The agent's configuration file (CONTRACT.md "Agent configuration"), as one TypeBox schema.
-// Validated once at start; a wrong key or value exits non-zero naming the key.
+// The agent's configuration file (README "Agent configuration"), as one TypeBox schema.
+// A wrong key or value names the key: at start the agent exits non-zero; a reload of the
+// watched file (static mode) is rejected and the last good settings stay.
 import { Type, type Static } from '@sinclair/typebox';
 import { ProviderConfig } from './providers.ts';
 import { DurationString, HostPort, Name, SecretRef } from './schema-parts.ts';

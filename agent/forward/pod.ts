@@ -6,6 +6,7 @@ import { credentialFor } from './headers.ts';
 import type { PodCredential } from '../config/load.ts';
 import { resolveSecret } from '../config/secrets.ts';
 import type { Pod } from '../types.ts';
+import { describeError } from '../../shared/describe-error.ts';
 
 export interface PodTimeouts {
   /** Until the pod's response headers, for a streamed request (they come with the first token). */
@@ -73,11 +74,11 @@ export type PodAttempt =
       error: string;
     };
 
+/** undici's two timeouts in words; anything else as every error is described. */
 function describe(error: unknown): string {
   if (error instanceof undiciErrors.HeadersTimeoutError) return 'timed out waiting for response headers';
   if (error instanceof undiciErrors.BodyTimeoutError) return 'timed out waiting for the body';
-  const e = error as { code?: string; message?: string; cause?: { code?: string } };
-  return e.code ?? e.cause?.code ?? e.message ?? String(error);
+  return describeError(error);
 }
 
 /**

@@ -9,6 +9,7 @@
 import type { PodEstimate } from '../types.ts';
 import { emptyComparison, GossipState, type Comparison, type GossipStateOptions, type Send } from './state.ts';
 import { digestSize, encodePayload, fieldSize, type DigestWire, type PayloadWire } from './wire.ts';
+import { writeDelta } from './packing.ts';
 
 export interface ProtocolOptions extends GossipStateOptions {
   fanout?: number;
@@ -131,7 +132,7 @@ export class GossipProtocol {
       let since = s.since;
       let continuesFull = false;
       for (;;) {
-        const written = this.state.writeDelta(s.origin, since, this.maxPayload - used, now, continuesFull);
+        const written = writeDelta(s.origin, since, this.maxPayload - used, now, continuesFull);
         if (written === undefined) {
           if (used === 0) break; // cannot fit even an empty datagram: skip this origin
           if (!flush()) break outer;

@@ -3,6 +3,7 @@
 import { isDuration, parseDuration } from '../config/duration.ts';
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
+import { dotPath, isRecord, pointerSegments } from '../../shared/json.ts';
 
 export const API_GROUP = 'kinference.io';
 export const API_VERSION = 'kinference.io/v1alpha1';
@@ -349,29 +350,6 @@ function found(value: unknown): string {
   return String(value);
 }
 
-function pointerSegments(pointer: string): (string | number)[] {
-  return pointer.split('/').slice(1).map((raw) => {
-    const part = raw.replaceAll('~1', '/').replaceAll('~0', '~');
-    return /^\d+$/.test(part) ? Number(part) : part;
-  });
-}
-
-/** `/spec/exclude/0/window` → `spec.exclude[0].window` (JSON pointer unescaped). */
-export function dotPath(pointer: string): string {
-  return formatPath(pointerSegments(pointer));
-}
-
-/** ['spec', 'exclude', 0, 'window'] → `spec.exclude[0].window`. */
-export function formatPath(segments: readonly (string | number)[]): string {
-  let out = '';
-  for (const part of segments) {
-    if (typeof part === 'number') out += `[${part}]`;
-    else if (/^[A-Za-z_$][\w$-]*$/.test(part)) out += out ? `.${part}` : part;
-    else out += `[${JSON.stringify(part)}]`;
-  }
-  return out;
-}
-
 function closest(key: string, candidates: string[]): string | undefined {
   let best: string | undefined;
   let bestDistance = Infinity;
@@ -392,8 +370,4 @@ function editDistance(a: string, b: string): number {
     row = next;
   }
   return row[b.length];
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }

@@ -7,7 +7,7 @@
 // stay a byte copy. The Bedrock adapter follows the same rule (it reports the Bedrock model id).
 import type { Dispatcher } from 'undici';
 import { resolveSecret } from '../config/secrets.ts';
-import type { RequestKind } from '../types.ts';
+import { API_PATHS, type RequestKind } from '../types.ts';
 import { errorResponse, SSE_DONE, sseErrorFrame } from '../../shared/openai/errors.ts';
 import type { ProviderCall, ProviderSettings } from './types.ts';
 import {
@@ -28,23 +28,16 @@ import {
 
 const DEFAULT_OPENAI_ENDPOINT = 'https://api.openai.com/v1';
 
-const ROUTES: Record<RequestKind, string> = {
-  chat: 'chat/completions',
-  completions: 'completions',
-  embeddings: 'embeddings',
-  responses: 'responses',
-};
-
 /** The URL one call goes to. Pure. */
 export function openAIUrl(settings: ProviderSettings, kind: RequestKind, providerModel: string): URL {
   const base = (settings.endpoint ?? DEFAULT_OPENAI_ENDPOINT).replace(/\/+$/, '');
   if (settings.azureApiVersion !== undefined) {
     // Azure serves the Responses API beside the deployments, the deployment named in `model`.
-    const url = kind === 'responses' ? new URL(`${base}/openai/responses`) : new URL(`${base}/openai/deployments/${encodeURIComponent(providerModel)}/${ROUTES[kind]}`);
+    const url = kind === 'responses' ? new URL(`${base}/openai/responses`) : new URL(`${base}/openai/deployments/${encodeURIComponent(providerModel)}/${API_PATHS[kind]}`);
     url.searchParams.set('api-version', settings.azureApiVersion);
     return url;
   }
-  return new URL(`${base}/${ROUTES[kind]}`);
+  return new URL(`${base}/${API_PATHS[kind]}`);
 }
 
 /** Authentication headers: Azure's `api-key`, or a bearer token. Pure (the key is passed in). */

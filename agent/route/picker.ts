@@ -7,7 +7,7 @@ export interface Scored {
   predictedMs: number;
   /** Its q-quantile (q = the policy's attainment), network cost included. */
   quantileMs: number;
-  /** Ranking cost (ms): the prediction plus the load term (score.ts). */
+  /** The strategy's score: lower is better (Kinference's: the prediction plus the load term, score.ts). */
   score: number;
 }
 

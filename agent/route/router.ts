@@ -1,26 +1,31 @@
 // The routing decision for one request: a pure function of candidates, policy and request.
-// Filters drop candidates with a reason, the scorer ranks the rest, the picker chooses; with no
+// Filters drop candidates with a reason; the strategy predicts each one's TTFT, scores the rest and
+// picks; with no
 // candidate left the policy decides between overflow, a bounded wait, and rejection.
 import type { EffectivePolicy, RouteRequest } from '../types.ts';
 import type { Candidate } from './candidate.ts';
 import { DEFAULT_FILTERS, type Drop, type Filter } from './filters.ts';
 import { fastestAmongNearTies, type Picker, type Scored } from './picker.ts';
-import { predictedTtft, predictionPlusLoad, type Cost, type Scorer } from './score.ts';
+import { predictedTtft, predictionPlusLoad, type Predict, type Score } from './score.ts';
 
-/** A routing strategy is data: how to predict, which filters, how to rank, how to pick. */
+/**
+ * A routing strategy is data, in the field's order: predict each candidate's TTFT, drop those a
+ * filter refuses, score the rest, pick one. The bench's baselines are strategies too
+ * (strategies.ts), so every one of them is judged by the same router and explained the same way.
+ */
 export interface Strategy {
-  filters: readonly Filter[];
   /** Predicted TTFT (ms) of this request at the candidate: the SLO filter and explain use it. */
-  predict: Scorer;
-  /** Ranking cost (ms), from the prediction. */
-  cost: Cost;
+  predict: Predict;
+  filters: readonly Filter[];
+  /** Ranks the candidates that passed, from the prediction: lower is better. */
+  score: Score;
   pick: Picker;
 }
 
 export const KINFERENCE_STRATEGY: Strategy = {
-  filters: DEFAULT_FILTERS,
   predict: predictedTtft,
-  cost: predictionPlusLoad(0.3),
+  filters: DEFAULT_FILTERS,
+  score: predictionPlusLoad(0.3),
   pick: fastestAmongNearTies({ absoluteMs: 5, fraction: 0.05 }),
 };
 
@@ -105,7 +110,7 @@ export function decide(input: DecideInput): Decision {
       }
       continue;
     }
-    scored.push({ candidate, predictedMs, quantileMs, score: strategy.cost(candidate, predictedMs, request) });
+    scored.push({ candidate, predictedMs, quantileMs, score: strategy.score(candidate, predictedMs, request) });
   }
   scored.sort((a, b) => a.score - b.score);
   const basis: DecisionBasis = { policy: policy.name, leave, scored, dropped };

@@ -6,7 +6,7 @@ import type { Metrics } from './metrics.ts';
 import type { Explanation } from './explain.ts';
 import { DASHBOARD_HTML } from './dashboard.ts';
 import { readBoundedBody, RequestError } from './request.ts';
-import { describeError } from './inference.ts';
+import { describeUnexpected } from '../../shared/describe-error.ts';
 import type { RequestKind } from '../types.ts';
 
 /** What POST /explain is asked: the body an app would send, and who sends it. */
@@ -80,7 +80,7 @@ export function createAdminApp(deps: AdminDeps): Hono {
   app.get('/ui', (c) => c.html(DASHBOARD_HTML));
   app.notFound((c) => errorResponse(404, `no route ${c.req.method} ${c.req.path}`));
   app.onError((error) => {
-    deps.log('error', `unhandled error in the admin listener: ${describeError(error)}`);
+    deps.log('error', `unhandled error in the admin listener: ${describeUnexpected(error)}`);
     return errorResponse(500, 'internal error in the agent');
   });
   return app;

@@ -2,6 +2,7 @@
 // and act until answered — forward to a pod (retrying another before the first byte), overflow
 // to providers, wait for a pod, or reject. Every answer says where it went.
 import { errorResponse, responsesErrorEvent } from '../../shared/openai/errors.ts';
+import { describeUnexpected } from '../../shared/describe-error.ts';
 import { endOnSignal, relayStream, readRest } from '../forward/relay.ts';
 import { sendToPod, type PodTimeouts } from '../forward/pod.ts';
 import type { Agent as Dispatcher } from 'undici';
@@ -9,20 +10,13 @@ import { estimatePromptTokens } from '../predict/tokens.ts';
 import { candidateName, decide, type Decision, type LeaveVerdict } from '../route/router.ts';
 import type { Candidate } from '../route/candidate.ts';
 import type { Scored } from '../route/picker.ts';
-import type { EffectivePolicy, RequestKind, RouteRequest } from '../types.ts';
+import { API_PATHS, type EffectivePolicy, type RequestKind, type RouteRequest } from '../types.ts';
 import { BoundedLabel, type Metrics } from './metrics.ts';
 import { parseInferenceRequest, readBoundedBody, RequestError, type ParsedRequest } from './request.ts';
 import type { Identity } from './identify.ts';
 import { logLine, onBodyEnd, overflowReason, usageOf, type RequestRecord } from './evidence.ts';
 import { propagatedHeaders, requestIdFor } from '../forward/headers.ts';
 import type { Limits } from '../config/load.ts';
-
-export const UPSTREAM_PATHS: Record<RequestKind, string> = {
-  chat: '/v1/chat/completions',
-  completions: '/v1/completions',
-  embeddings: '/v1/embeddings',
-  responses: '/v1/responses',
-};
 
 /** One request's context along the path: its id, what goes upstream with it, and its record. */
 export interface RequestContext {
@@ -160,7 +154,7 @@ export class RequestPath {
       } else if (req.signal.aborted) {
         response = errorResponse(499, 'client closed the request', { code: 'client_closed' });
       } else {
-        this.deps.log('error', `unexpected error on the request path: ${describeError(error)}`);
+        this.deps.log('error', `unexpected error on the request path: ${describeUnexpected(error)}`);
         response = errorResponse(500, 'internal error in the agent', { type: 'server_error' });
       }
     } finally {
@@ -326,7 +320,7 @@ export class RequestPath {
     const predictedMs = admitted.predictedMs;
     const ticket = deps.pool.begin(candidate, request.promptTokens, request.kind, parsed.stream);
     const headersOut = { ...ctx.upstreamHeaders, ...deps.podAuth(candidate.pod) };
-    const attempt = await sendToPod(deps.dispatcher, candidate.pod.address, UPSTREAM_PATHS[parsed.kind], body, signal, deps.limits.pod, { wholeAnswer: !parsed.stream, headers: headersOut });
+    const attempt = await sendToPod(deps.dispatcher, candidate.pod.address, `/v1/${API_PATHS[parsed.kind]}`, body, signal, deps.limits.pod, { wholeAnswer: !parsed.stream, headers: headersOut });
     const headers = {
       'x-kinference-route': route,
       'x-kinference-predicted-ttft-ms': String(Math.round(predictedMs)),
@@ -395,9 +389,4 @@ function responsesPromptView(body: Record<string, unknown>): Record<string, unkn
   if (typeof body.input === 'string') return { messages: [...instructions, { content: body.input }] };
   const items = Array.isArray(body.input) ? (body.input as unknown[]).filter((i) => i && typeof i === 'object') : [];
   return { messages: [...instructions, ...items] };
-}
-
-/** An unexpected error for the log: its stack when it has one (where it came from matters). */
-export function describeError(error: unknown): string {
-  return error instanceof Error ? (error.stack ?? `${error.name}: ${error.message}`) : String(error);
 }

@@ -5,7 +5,7 @@
 // vLLM v1/metrics/loggers.py, TGI docs/source/reference/metrics.md, SGLang srt/metrics/collector.py.
 
 import type { Engine, PodLoad } from '../types.ts';
-import { MetricSelector, type MetricPage, type Series } from './promtext.ts';
+import { MetricSelector, type MetricPage, type Series } from './metric-page.ts';
 
 export type LoadResult = { ok: true; load: PodLoad } | { ok: false; error: string };
 

@@ -15,6 +15,7 @@ import { parsePromText } from './promtext.ts';
 import { PodTelemetry } from './pod-telemetry.ts';
 import { DEFAULT_PLAUSIBILITY, implausibility, type PlausibilityBounds } from './plausible.ts';
 import type { WindowOptions } from './window.ts';
+import { describeError } from '../../shared/describe-error.ts';
 
 const gunzipAsync = promisify(gunzip);
 
@@ -225,7 +226,7 @@ export class Scraper {
       text = await this.#fetch(state.url, agent, controller.signal);
     } catch (err) {
       if (controller.signal.reason === CANCELLED) return;
-      this.#fail(state, controller.signal.reason === timeoutError ? timeoutError.message : describe(err));
+      this.#fail(state, controller.signal.reason === timeoutError ? timeoutError.message : describeError(err));
       return;
     } finally {
       clearTimeout(timer);
@@ -293,7 +294,7 @@ export class Scraper {
     try {
       this.#onLoad(state.pod, result.load, state.telemetry);
     } catch (err) {
-      this.#report(state, `onLoad failed: ${describe(err)}`);
+      this.#report(state, `onLoad failed: ${describeError(err)}`);
     }
   }
 
@@ -313,12 +314,4 @@ export class Scraper {
       // An error callback that throws has nowhere left to report to; the loop must go on.
     }
   }
-}
-
-function describe(err: unknown): string {
-  if (err instanceof Error) {
-    const code = (err as { code?: unknown }).code;
-    return typeof code === 'string' && !err.message.includes(code) ? `${err.message} (${code})` : err.message;
-  }
-  return String(err);
 }

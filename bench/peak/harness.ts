@@ -5,9 +5,8 @@
 // bench/routing: recorded arrivals replayed identically to every strategy.
 import { VirtualClock } from '../../shared/sim/clock.ts';
 import { mulberry32 } from '../../shared/sim/random.ts';
-import { PodTelemetry } from '../../agent/telemetry/pod-telemetry.ts';
 import type { PodLoad, PredictorParams } from '../../agent/types.ts';
-import { engineFor, scrapeLoad, SCRAPE_INTERVAL_MS, submitTracked, type PodShape } from '../routing/harness.ts';
+import { benchPods, scrapeLoad, SCRAPE_INTERVAL_MS, submitTracked, type PodShape } from '../routing/harness.ts';
 import type { BenchPod } from '../routing/strategies.ts';
 import { generateArrivals, type Arrival, type Phase, type PromptMix } from '../routing/workload.ts';
 
@@ -80,15 +79,7 @@ export function peakArrivals(s: PeakScenario, capacityPerS: number): PeakArrival
 
 export function runPeak(s: PeakScenario, factory: PeakStrategyFactory, capacityPerPodS: number, oracle: PeakContext['oracle']): PhaseResult[] {
   const clock = new VirtualClock();
-  const pods: BenchPod[] = s.speeds.map((speed, index) => ({
-    index,
-    pod: { uid: `peak/pod-${index}`, name: `pod-${index}`, namespace: 'bench', node: 'bench', address: `sim:${index}`, models: ['m'], engine: s.shape.engine },
-    engine: engineFor(clock, speed, s.seed * 100 + index, s.shape),
-    speed,
-    inFlight: 0,
-    pendingPromptTokens: 0,
-    telemetry: new PodTelemetry(),
-  }));
+  const pods = benchPods(clock, s.speeds, s.seed, 'peak', s.shape);
   const capacity = capacityPerPodS * s.speeds.reduce((a, b) => a + b, 0);
   const arrivals = peakArrivals(s, capacity);
   const strategy = factory({ pods, now: () => clock.now(), rand: mulberry32(s.seed + 2), scenario: s, oracle });

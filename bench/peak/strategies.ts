@@ -9,6 +9,7 @@ import type { EffectivePolicy, RouteRequest } from '../../agent/types.ts';
 import { VirtualClock } from '../../shared/sim/clock.ts';
 import { engineFor, fitOracleModel, submitTracked, type PodShape } from '../routing/harness.ts';
 import { generateArrivals, type PromptMix } from '../routing/workload.ts';
+import { oracleCandidate } from '../routing/strategies.ts';
 import type { PeakAction, PeakArrival, PeakContext, PeakStrategyFactory } from './harness.ts';
 
 export const ATTAINMENT = 0.99;
@@ -71,28 +72,7 @@ const oracle: PeakStrategyFactory = (ctx) => {
   return {
     scraped: () => {},
     decide: (a, waitedMs) => {
-      const m = ctx.oracle.params;
-      const candidates: Candidate[] = ctx.pods.map((p) => {
-        const s = p.engine.snapshot();
-        const slow = 1 / p.speed;
-        return {
-          pod: p.pod,
-          where: 'local',
-          ageMs: 0,
-          maxAgeMs: Infinity,
-          healthy: true,
-          queuedNow: s.waiting,
-          running: s.running,
-          kvCache: s.kvCache,
-          average: () => 0,
-          params: { base: m.base * slow, perQueued: m.perQueued * slow, perRunning: m.perRunning * slow, perKPromptTokens: m.perKPromptTokens * slow, perKPendingTokens: (m.perKPendingTokens ?? 0) * slow },
-          logMargin: () => ctx.oracle.logMargin,
-          inFlight: p.inFlight,
-          unseenSent: 0,
-          pendingPromptTokens: p.pendingPromptTokens,
-          networkCostMs: 0,
-        };
-      });
+      const candidates = ctx.pods.map((p) => ({ ...oracleCandidate(p, ctx.oracle.params), logMargin: () => ctx.oracle.logMargin }));
       return toAction(decide({ request: request(a), policy, candidates, leave: a.mayLeave ? LEAVE : STAY, waitedMs, rand: ctx.rand }), ctx.pods, () => ({}));
     },
   };

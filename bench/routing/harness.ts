@@ -104,6 +104,19 @@ export function submitTracked(engine: SimEngine, pending: PendingPrompts, a: Arr
   if (result.accepted) pending.pendingPromptTokens += a.promptTokens;
   return result;
 }
+/** One simulated pod per speed, seeded from `seed`, named `<namespace>/pod-<i>`. */
+export function benchPods(clock: VirtualClock, speeds: readonly number[], seed: number, namespace: string, shape?: PodShape): BenchPod[] {
+  return speeds.map((speed, index) => ({
+    index,
+    pod: { uid: `${namespace}/pod-${index}`, name: `pod-${index}`, namespace: 'bench', node: 'bench', address: `sim:${index}`, models: ['m'], engine: shape?.engine ?? 'vllm' },
+    engine: engineFor(clock, speed, seed * 100 + index, shape),
+    speed,
+    inFlight: 0,
+    pendingPromptTokens: 0,
+    telemetry: new PodTelemetry(),
+  }));
+}
+
 export function engineFor(clock: VirtualClock, speed: number, seed: number, shape: PodShape = DEFAULT_SHAPE): SimEngine {
   const l = DEFAULT_LATENCY;
   return new SimEngine(
@@ -199,15 +212,7 @@ export function fitOracleModel(mix: PromptMix, capacityPerS: number, seed = 7, s
 export function runScenario(scenario: Scenario, factory: StrategyFactory, capacityPerPodS: number, oracleModel: PredictorParams): RunResult {
   const started = performance.now();
   const clock = new VirtualClock();
-  const pods: BenchPod[] = scenario.speeds.map((speed, index) => ({
-    index,
-    pod: { uid: `bench/pod-${index}`, name: `pod-${index}`, namespace: 'bench', node: 'bench', address: `sim:${index}`, models: ['m'], engine: scenario.shape?.engine ?? 'vllm' },
-    engine: engineFor(clock, speed, scenario.seed * 100 + index, scenario.shape),
-    speed,
-    inFlight: 0,
-    pendingPromptTokens: 0,
-    telemetry: new PodTelemetry(),
-  }));
+  const pods = benchPods(clock, scenario.speeds, scenario.seed, 'bench', scenario.shape);
   const totalCapacity = capacityPerPodS * scenario.speeds.reduce((a, b) => a + b, 0);
   const arrivals = scenario.workload
     ? scenario.workload(scenario.seed, totalCapacity)

@@ -1,6 +1,7 @@
 // Validating OpenAI request bodies the way vLLM does, reduced to what the simulator needs. Pure.
 
-import { estimateTokens, isRecord, messagesText, tokenIds } from './text.ts';
+import { isRecord } from '../json.ts';
+import { estimateTokens, messagesText, tokenIds } from './text.ts';
 
 export interface RequestError {
   status: number;

@@ -1,6 +1,7 @@
 // What the simulator says and how it counts: token estimates, generated words, embeddings.
 
 import { hashString, mulberry32, type Rand } from './random.ts';
+import { isRecord } from '../json.ts';
 
 /** Tokens in a text, estimated the way the brief and most routers do: about four characters each. */
 export function estimateTokens(text: string): number {
@@ -57,6 +58,3 @@ export function embeddingFor(text: string, dim: number): number[] {
   return v.map((x) => x / norm);
 }
 
-export function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}

@@ -2,6 +2,8 @@
 import { startAgent, type RunningAgent } from '../../agent/agent.ts';
 import { settingsFromObject } from '../../agent/config/load.ts';
 import { startSim, type SimOptions, type SimServer } from '../../shared/sim/server.ts';
+import { waitFor } from './wait.ts';
+export { waitFor };
 
 export const MODEL = 'llama-3-8b';
 
@@ -50,16 +52,6 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       await Promise.all(sims.map((s) => s.close()));
     },
   };
-}
-
-/** Polls `check` until it holds; fails the test with `what` after `timeoutMs`. */
-export async function waitFor(check: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await check()) return;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 export function chatBody(content = 'Hello there', extra: Record<string, unknown> = {}): Record<string, unknown> {
