@@ -86,14 +86,48 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   const log = deps.log ?? consoleLog(settings);
   const { limits } = settings;
   const pool = poolFor(settings, now);
-  const metrics = createMetrics({ defaultMetrics: true, podPredictions: () => podPredictionsOf(pool.debugState()), discoveryConnected: () => discovery.status().connected });
-  const discovery = deps.discovery ?? (await discoveryFor(settings, { configPath: deps.configPath, reloads: metrics.policyReloads, log }));
-  const scraper = scraperFeedingPool(settings, { now, scrapes: metrics.scrapes, log, pool, windowSpanMs: MAX_EXCLUDE_WINDOW_MS });
+  const metrics = createMetrics({
+    defaultMetrics: true,
+    podPredictions: () => podPredictionsOf(pool.debugState()),
+    discoveryConnected: () => discovery.status().connected,
+  });
+  const discovery =
+    deps.discovery ??
+    (await discoveryFor(settings, { configPath: deps.configPath, reloads: metrics.policyReloads, log }));
+  const scraper = scraperFeedingPool(settings, {
+    now,
+    scrapes: metrics.scrapes,
+    log,
+    pool,
+    windowSpanMs: MAX_EXCLUDE_WINDOW_MS,
+  });
   const callers = new Callers({ settings, metrics, log });
-  const overflow = new Overflow({ limits: { maxBodyBytes: limits.maxUpstreamBodyBytes, idleTimeoutMs: limits.providerIdleTimeoutMs }, now, providerRequests: metrics.providerRequests, log });
-  let snapshot: ClusterSnapshot = { pods: [], namespaces: new Map(), policies: [], providers: [], peers: [], callers: new Map() };
+  const overflow = new Overflow({
+    limits: { maxBodyBytes: limits.maxUpstreamBodyBytes, idleTimeoutMs: limits.providerIdleTimeoutMs },
+    now,
+    providerRequests: metrics.providerRequests,
+    log,
+  });
+  let snapshot: ClusterSnapshot = {
+    pods: [],
+    namespaces: new Map(),
+    policies: [],
+    providers: [],
+    peers: [],
+    callers: new Map(),
+  };
   const gossip = settings.gossip
-    ? new GossipLink({ node: settings.node, settings: settings.gossip, peers: [], now, rand, registry: metrics.registry, peerPodsRejected: metrics.peerPodsRejected, log, pool })
+    ? new GossipLink({
+        node: settings.node,
+        settings: settings.gossip,
+        peers: [],
+        now,
+        rand,
+        registry: metrics.registry,
+        peerPodsRejected: metrics.peerPodsRejected,
+        log,
+        pool,
+      })
     : undefined;
 
   // What changes with discovery: pods, policies, providers, peers, callers, detectors.
@@ -101,7 +135,8 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     const next = discovery.snapshot();
     pool.setLocalPods(next.pods);
     scraper.setPods(next.pods);
-    if (next.policies !== snapshot.policies || next.namespaces !== snapshot.namespaces) callers.setPolicies(next.policies, next.namespaces);
+    if (next.policies !== snapshot.policies || next.namespaces !== snapshot.namespaces)
+      callers.setPolicies(next.policies, next.namespaces);
     callers.setCallers(next.callers);
     overflow.setProviders(next.providers);
     gossip?.setPeers(next.peers);
@@ -127,7 +162,10 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     rand,
     log,
     newRequestId: randomUUID,
-    requestLog: { sample: settings.requestLogSample, write: deps.requestLog ?? ((line) => process.stdout.write(`${line}\n`)) },
+    requestLog: {
+      sample: settings.requestLogSample,
+      write: deps.requestLog ?? ((line) => process.stdout.write(`${line}\n`)),
+    },
     podAuth: podAuthFrom(settings.podCredentials, log),
     identify: (req, ip) => callers.identify(req, ip),
     classify: (tags, body) => callers.classifyCounted(tags, body),
@@ -139,7 +177,10 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   });
 
   const drain = new Drain();
-  const api = await listen(createApiApp({ requestPath, models: knownModels, accepting: () => !drain.draining, log }), settings.listen.api);
+  const api = await listen(
+    createApiApp({ requestPath, models: knownModels, accepting: () => !drain.draining, log }),
+    settings.listen.api,
+  );
   drain.track(api);
   const views = adminViews({
     node: settings.node,
@@ -156,8 +197,14 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     requestPath,
     isKnownModel,
   });
-  const admin = await listen(createAdminApp({ metrics, ...views, isKnownModel, maxBodyBytes: limits.maxBodyBytes, log }), settings.listen.admin);
-  log('info', `node ${settings.node}: API ${urlOf(api)}, admin ${urlOf(admin)}${settings.gossip ? `, gossip udp ${settings.gossip.bind}` : ''}`);
+  const admin = await listen(
+    createAdminApp({ metrics, ...views, isKnownModel, maxBodyBytes: limits.maxBodyBytes, log }),
+    settings.listen.admin,
+  );
+  log(
+    'info',
+    `node ${settings.node}: API ${urlOf(api)}, admin ${urlOf(admin)}${settings.gossip ? `, gossip udp ${settings.gossip.bind}` : ''}`,
+  );
 
   let shutdownPromise: Promise<void> | undefined;
   const shutdown = () =>

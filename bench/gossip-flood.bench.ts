@@ -7,7 +7,10 @@ import { Opener, Sealer } from '../agent/gossip/envelope.ts';
 import { SourceGate } from '../agent/gossip/source-gate.ts';
 
 const now = Date.now();
-const forged = new Sealer({ sender: 'mallory', key: Buffer.alloc(32, 1), boot: now - 1000 }).seal(new Uint8Array(1200).fill(7), now);
+const forged = new Sealer({ sender: 'mallory', key: Buffer.alloc(32, 1), boot: now - 1000 }).seal(
+  new Uint8Array(1200).fill(7),
+  now,
+);
 const opener = new Opener({ key: Buffer.alloc(32, 2), maxDatagram: 1400, maxClockSkewMs: 30_000 });
 const strict = new SourceGate({ maxPerSecond: 200 });
 strict.setPeers(['10.0.0.2:7946', '10.0.0.3:7946']);
@@ -24,7 +27,7 @@ bench
   .add('gate: unknown source (peers by address)', () => {
     if (strict.admit('10.6.6.6', now) !== undefined) sink++;
   })
-  .add('gate: over the source\'s rate', () => {
+  .add("gate: over the source's rate", () => {
     if (open.admit('10.6.6.6', now) !== undefined) sink++;
   });
 await bench.run();
@@ -33,6 +36,8 @@ const hmac = bench.tasks[0].result.state === 'completed' ? bench.tasks[0].result
 for (const task of bench.tasks) {
   const result = task.result;
   if (result.state !== 'completed') continue;
-  console.log(`${task.name}: ${(result.latency.mean * 1000).toFixed(2)} µs/op, ${(hmac / result.latency.mean).toFixed(0)}x cheaper than the HMAC`);
+  console.log(
+    `${task.name}: ${(result.latency.mean * 1000).toFixed(2)} µs/op, ${(hmac / result.latency.mean).toFixed(0)}x cheaper than the HMAC`,
+  );
 }
 if (sink === -1) console.log(sink);

@@ -11,7 +11,13 @@ import { calibrateCapacity, POOL_SHAPES } from './routing/harness.ts';
 import { runPeak, type PeakScenario, type PhaseResult } from './peak/harness.ts';
 import { ATTAINMENT, fitOracle, PEAK_STRATEGIES } from './peak/strategies.ts';
 
-const { values } = parseArgs({ options: { seeds: { type: 'string', default: '2' }, phase: { type: 'string', default: '20' }, shape: { type: 'string' } } });
+const { values } = parseArgs({
+  options: {
+    seeds: { type: 'string', default: '2' },
+    phase: { type: 'string', default: '20' },
+    shape: { type: 'string' },
+  },
+});
 const SEEDS = Number(values.seeds);
 const PHASE_MS = Number(values.phase) * 1000;
 const LOADS = [1, 1.5, 2, 3];
@@ -62,7 +68,9 @@ for (const shape of shapes) {
     }
     results[shape.name][name] = perLoad;
   }
-  console.error(`${shape.name}${shape.heldOut ? ' (held out)' : ''}: ${capacity.toFixed(2)} req/s per pod, oracle margin ×${Math.exp(oracle.logMargin).toFixed(2)} (${((performance.now() - started) / 1000).toFixed(0)} s)`);
+  console.error(
+    `${shape.name}${shape.heldOut ? ' (held out)' : ''}: ${capacity.toFixed(2)} req/s per pod, oracle margin ×${Math.exp(oracle.logMargin).toFixed(2)} (${((performance.now() - started) / 1000).toFixed(0)} s)`,
+  );
 }
 
 const mean = (xs: number[]) => {
@@ -96,7 +104,10 @@ function table(title: string, shapeNames: string[]): string[] {
 const names = shapes.map((s) => s.name);
 const heldOut = shapes.filter((s) => s.heldOut).map((s) => s.name);
 const out = [
-  ...table(`All ${names.length} pool shapes, ${SEEDS} seeds each, ${PHASE_MS / 1000} s per load, SLO ${SLO_MS} ms, attainment ${ATTAINMENT * 100}%:`, names),
+  ...table(
+    `All ${names.length} pool shapes, ${SEEDS} seeds each, ${PHASE_MS / 1000} s per load, SLO ${SLO_MS} ms, attainment ${ATTAINMENT * 100}%:`,
+    names,
+  ),
   '',
   ...(heldOut.length ? table(`Held-out shapes only (${heldOut.join('; ')}):`, heldOut) : []),
   '',
@@ -105,7 +116,10 @@ const out = [
   ...shapes.map((s) => {
     const r = (st: string, j: number, f: (x: Shares) => number) => over([s.name], st, j, f);
     // An oracle that kept nothing local (its offline fit failed the shape) gives no ratio.
-    const ratio = (j: number) => (r('oracle', j, (x) => x.local) > 0 ? (r('calibrated', j, (x) => x.local) / r('oracle', j, (x) => x.local)).toFixed(2) : '–');
+    const ratio = (j: number) =>
+      r('oracle', j, (x) => x.local) > 0
+        ? (r('calibrated', j, (x) => x.local) / r('oracle', j, (x) => x.local)).toFixed(2)
+        : '–';
     return `- ${s.name}${s.heldOut ? ' (held out)' : ''}: ${LOADS.map((_, j) => pct(r('calibrated', j, (x) => x.leavable))).join(' / ')}; ${[1, 2].map(ratio).join(' / ')} (mean admission: ${LOADS.map((_, j) => pct(r('mean admission', j, (x) => x.leavable))).join(' / ')})`;
   }),
 ];
@@ -113,5 +127,20 @@ console.log(out.join('\n'));
 console.log(`\ntotal ${((performance.now() - started) / 1000).toFixed(1)} s`);
 if (!values.shape) {
   mkdirSync('bench/results', { recursive: true });
-  writeFileSync('bench/results/peak.json', JSON.stringify({ date: new Date().toISOString(), node: process.version, seeds: SEEDS, phaseMs: PHASE_MS, sloMs: SLO_MS, shapes, results }, null, 2));
+  writeFileSync(
+    'bench/results/peak.json',
+    JSON.stringify(
+      {
+        date: new Date().toISOString(),
+        node: process.version,
+        seeds: SEEDS,
+        phaseMs: PHASE_MS,
+        sloMs: SLO_MS,
+        shapes,
+        results,
+      },
+      null,
+      2,
+    ),
+  );
 }

@@ -33,7 +33,13 @@ for (const pods of [1, 4]) {
   prompts.forEach((p, i) => index.record(`pod-${i % pods}`, p));
   const bytes = heapUsed() - before;
   const m = index.memory();
-  memoryRows.push({ pods, blocks: m.blocks, 'MB total': (bytes / 1e6).toFixed(1), 'MB per pod': (bytes / pods / 1e6).toFixed(1), 'bytes per block': (bytes / m.blocks).toFixed(0) });
+  memoryRows.push({
+    pods,
+    blocks: m.blocks,
+    'MB total': (bytes / 1e6).toFixed(1),
+    'MB per pod': (bytes / pods / 1e6).toFixed(1),
+    'bytes per block': (bytes / m.blocks).toFixed(0),
+  });
   // Keep `index` reachable until measured.
   if (m.blocks === 0) throw new Error('nothing recorded');
 }
@@ -56,7 +62,13 @@ const everywhere = new PrefixIndex();
 for (let p = 0; p < CANDIDATES; p++) everywhere.record(`pod-${p}`, request);
 const ids = Array.from({ length: CANDIDATES }, (_, p) => `pod-${p}`);
 const text = 'x'.repeat(request.length * 64);
-const body = { model: 'm', messages: [{ role: 'system', content: text.slice(0, 2048) }, { role: 'user', content: text.slice(2048) }] };
+const body = {
+  model: 'm',
+  messages: [
+    { role: 'system', content: text.slice(0, 2048) },
+    { role: 'user', content: text.slice(2048) },
+  ],
+};
 
 const bench = new Bench({ time: 500 });
 bench.add('render + hash a 16 KB chat prompt (256 blocks), once per request', () => {

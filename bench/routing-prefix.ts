@@ -5,7 +5,14 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fitOracleModel, runScenario, type RunResult, type Scenario } from './routing/harness.ts';
 import { BENCH_STRATEGIES } from './routing/strategies.ts';
-import { calibrateWorkload, gieWithPrefix, kinferencePrefixPreview, multiTurnChat, noSharing, sharedSystemPrompt } from './routing/prefix-workloads.ts';
+import {
+  calibrateWorkload,
+  gieWithPrefix,
+  kinferencePrefixPreview,
+  multiTurnChat,
+  noSharing,
+  sharedSystemPrompt,
+} from './routing/prefix-workloads.ts';
 import type { Arrival } from './routing/workload.ts';
 
 const MINUTE = 60_000;
@@ -19,7 +26,11 @@ const WORKLOADS: { name: string; generate: Generator; sloMs: number; seed: numbe
   { name: 'shared system prompt', generate: sharedSystemPrompt, sloMs: 1000, seed: 22 },
   { name: 'no sharing (control)', generate: noSharing, sloMs: 1000, seed: 21 },
 ];
-const strategies = [...BENCH_STRATEGIES.filter(([name]) => name !== 'peak-EWMA P2C'), ['GIE queue+KV+prefix', gieWithPrefix] as const, ['kinference+prefix (preview)', kinferencePrefixPreview] as const];
+const strategies = [
+  ...BENCH_STRATEGIES.filter(([name]) => name !== 'peak-EWMA P2C'),
+  ['GIE queue+KV+prefix', gieWithPrefix] as const,
+  ['kinference+prefix (preview)', kinferencePrefixPreview] as const,
+];
 
 const only = process.argv[2];
 const results: Record<string, Record<string, RunResult>> = {};
@@ -58,7 +69,9 @@ for (const w of WORKLOADS) {
       wallMs: runs.reduce((s, x) => s + x.wallMs, 0),
     };
     results[w.name][name] = r;
-    console.error(`${w.name.padEnd(22)} ${name.padEnd(28)} p50 ${r.p50.toFixed(0).padStart(6)} p90 ${r.p90.toFixed(0).padStart(6)} SLO ${(r.sloAttainment * 100).toFixed(1).padStart(5)}% hit ${(r.cacheHitRate * 100).toFixed(1).padStart(5)}%  (${r.wallMs.toFixed(0)} ms)`);
+    console.error(
+      `${w.name.padEnd(22)} ${name.padEnd(28)} p50 ${r.p50.toFixed(0).padStart(6)} p90 ${r.p90.toFixed(0).padStart(6)} SLO ${(r.sloAttainment * 100).toFixed(1).padStart(5)}% hit ${(r.cacheHitRate * 100).toFixed(1).padStart(5)}%  (${r.wallMs.toFixed(0)} ms)`,
+    );
   }
 }
 
@@ -71,12 +84,21 @@ const lines = [
 ];
 for (const w of WORKLOADS) {
   for (const [strategy, r] of Object.entries(results[w.name] ?? {})) {
-    lines.push(`| ${w.name} (${w.sloMs} ms) | ${strategy} | ${r.requests.toFixed(0)} | ${r.p50.toFixed(0)} | ${r.p90.toFixed(0)} | ${r.p99.toFixed(0)} | ${pct(r.sloAttainment)} | ${pct(r.cacheHitRate)} |`);
+    lines.push(
+      `| ${w.name} (${w.sloMs} ms) | ${strategy} | ${r.requests.toFixed(0)} | ${r.p50.toFixed(0)} | ${r.p90.toFixed(0)} | ${r.p99.toFixed(0)} | ${pct(r.sloAttainment)} | ${pct(r.cacheHitRate)} |`,
+    );
   }
 }
 console.log(lines.join('\n'));
 console.log(`\ntotal ${((performance.now() - started) / 1000).toFixed(1)} s`);
 if (!only) {
   mkdirSync('bench/results', { recursive: true });
-  writeFileSync(`bench/results/routing-prefix-${LOAD}.json`, JSON.stringify({ date: new Date().toISOString(), node: process.version, seeds: SEEDS, load: LOAD, results }, null, 2));
+  writeFileSync(
+    `bench/results/routing-prefix-${LOAD}.json`,
+    JSON.stringify(
+      { date: new Date().toISOString(), node: process.version, seeds: SEEDS, load: LOAD, results },
+      null,
+      2,
+    ),
+  );
 }

@@ -16,4 +16,7 @@ async function run(mb: number, blank: boolean): Promise<number> {
   const u = process.cpuUsage(t);
   return (u.user + u.system) / 1e6;
 }
-for (const mb of [8, 32]) console.log(`${mb} MB without blank lines: ${(await run(mb, false)).toFixed(2)} CPU-s; with events: ${(await run(mb, true)).toFixed(2)} CPU-s`);
+for (const mb of [8, 32])
+  console.log(
+    `${mb} MB without blank lines: ${(await run(mb, false)).toFixed(2)} CPU-s; with events: ${(await run(mb, true)).toFixed(2)} CPU-s`,
+  );

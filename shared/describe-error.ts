@@ -9,7 +9,8 @@ export function describeError(err: unknown): string {
   let message = err.message;
   let e = err as { code?: unknown; message?: unknown; cause?: unknown } | undefined;
   for (let depth = 0; e && typeof e === 'object' && depth <= 4; depth++, e = e.cause as typeof e) {
-    const detail = typeof e.code === 'string' ? e.code : depth > 0 && typeof e.message === 'string' ? e.message : undefined;
+    const detail =
+      typeof e.code === 'string' ? e.code : depth > 0 && typeof e.message === 'string' ? e.message : undefined;
     if (detail && !message.includes(detail)) message += ` (${detail})`;
   }
   return message;

@@ -28,7 +28,10 @@ describe('a non-streamed generation longer than the pod connect timeout', () => 
 
   it('succeeds on the first pod after 30 s, with no retry', async () => {
     const started = Date.now();
-    const response = await postJson(`${stack.api}/v1/chat/completions`, chatBody('Write a long story.', { max_tokens: 100 }));
+    const response = await postJson(
+      `${stack.api}/v1/chat/completions`,
+      chatBody('Write a long story.', { max_tokens: 100 }),
+    );
     const body = (await response.json()) as { usage: { completion_tokens: number } };
     const elapsed = Date.now() - started;
     assert.equal(response.status, 200);
@@ -37,7 +40,10 @@ describe('a non-streamed generation longer than the pod connect timeout', () => 
     assert.ok(elapsed >= 29_000, `the generation really took 30 s (${elapsed} ms), past the 10 s connect timeout`);
     const metrics = await (await fetch(`${stack.admin}/metrics`)).text();
     assert.equal(metric(metrics, /^kinference_retries_total (\d+)$/m), 0);
-    assert.equal(metric(metrics, /^kinference_requests_total\{api="chat",route="local",outcome="ok"[^}]*\} (\d+)$/m), 1);
+    assert.equal(
+      metric(metrics, /^kinference_requests_total\{api="chat",route="local",outcome="ok"[^}]*\} (\d+)$/m),
+      1,
+    );
   });
 });
 
@@ -50,7 +56,9 @@ describe('a fast pod behind the agent with the default policy', () => {
   before(async () => {
     // A stand-in for a small, fast model: the simulator at 100× speed (a 256-token prompt is
     // prefilled in under a millisecond), room for 256 sequences.
-    sim = spawn(process.execPath, [MAIN, 'sim', '--port', '0', '--max-seqs', '256', '--speed', '100'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    sim = spawn(process.execPath, [MAIN, 'sim', '--port', '0', '--max-seqs', '256', '--speed', '100'], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     const url = await new Promise<string>((resolve, reject) => {
       let out = '';
       sim.stdout!.on('data', (d) => {
@@ -66,7 +74,15 @@ describe('a fast pod behind the agent with the default policy', () => {
     // Scrapes every 500 ms: between two of them the agent sends hundreds of requests it has not
     // seen in the pod's metrics (the unseen queue that used to throttle a fast pod), and a CPU-starved
     // test machine cannot make the pod's view stale (2 intervals) and turn this into a wait.
-    writeFileSync(config, stringify({ node: 'node-a', scrapeInterval: '500ms', listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' }, pods: [{ name: 'fast', namespace: 'inference', address: new URL(url).host, engine: 'vllm', models: [MODEL] }] }));
+    writeFileSync(
+      config,
+      stringify({
+        node: 'node-a',
+        scrapeInterval: '500ms',
+        listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' },
+        pods: [{ name: 'fast', namespace: 'inference', address: new URL(url).host, engine: 'vllm', models: [MODEL] }],
+      }),
+    );
     agent = await runAgent(config);
     await waitFor(async () => (await fetch(`${agent.admin}/readyz`)).ok, 5000, 'agent ready');
   });
@@ -100,7 +116,9 @@ describe('a fast pod behind the agent with the default policy', () => {
       }),
     );
     const seconds = (performance.now() - started) / 1000;
-    t.diagnostic(`${total} non-streamed requests in ${seconds.toFixed(2)} s: ${(total / seconds).toFixed(0)} req/s on this machine`);
+    t.diagnostic(
+      `${total} non-streamed requests in ${seconds.toFixed(2)} s: ${(total / seconds).toFixed(0)} req/s on this machine`,
+    );
     assert.deepEqual([...statuses], [[200, total]]);
     const metrics = await (await fetch(`${agent.admin}/metrics`)).text();
     // The agent (almost) never held a request back: it did not judge the pod too slow or too deep.
@@ -112,7 +130,10 @@ describe('a fast pod behind the agent with the default policy', () => {
     const waits = (text: string) => metric(text, /^kinference_waits_total\{outcome="pod"\} (\d+)$/m);
     assert.ok(waits(metrics) - waits(before) <= total / 100, routing.join('\n'));
     assert.ok(drops(metrics) - drops(before) <= total / 100, routing.join('\n'));
-    assert.equal(metric(metrics, /^kinference_requests_total\{api="chat",route="local",outcome="ok"[^}]*\} (\d+)$/m), total + 50);
+    assert.equal(
+      metric(metrics, /^kinference_requests_total\{api="chat",route="local",outcome="ok"[^}]*\} (\d+)$/m),
+      total + 50,
+    );
   });
 });
 
@@ -126,7 +147,10 @@ describe('embeddings', () => {
   it('are routed to pods, predicted with their own prefill-only model, and teach it', async () => {
     const routes = new Set<string>();
     for (let i = 0; i < 40; i++) {
-      const response = await postJson(`${stack.api}/v1/embeddings`, { model: MODEL, input: 'a sentence to embed '.repeat(1 + (i % 10)) });
+      const response = await postJson(`${stack.api}/v1/embeddings`, {
+        model: MODEL,
+        input: 'a sentence to embed '.repeat(1 + (i % 10)),
+      });
       const body = (await response.json()) as { data: { embedding: number[] }[] };
       assert.equal(response.status, 200);
       assert.equal(body.data[0].embedding.length, 32);
@@ -135,14 +159,22 @@ describe('embeddings', () => {
     }
     assert.deepEqual([...routes].sort(), ['local/pod-0', 'local/pod-1']);
     const state = (await (await fetch(`${stack.admin}/debug/state`)).json()) as {
-      pods: { local: { embeddingsPredictor: { observations: number; params: { base: number } }; predictor: { params: { base: number } } }[] };
+      pods: {
+        local: {
+          embeddingsPredictor: { observations: number; params: { base: number } };
+          predictor: { params: { base: number } };
+        }[];
+      };
     };
     const observed = state.pods.local.reduce((n, p) => n + p.embeddingsPredictor.observations, 0);
     assert.equal(observed, 40, 'every embedding taught the embeddings model');
     // The generation model learned nothing from them: still the prior's base.
     for (const p of state.pods.local) assert.equal(p.predictor.params.base, 25);
     const metrics = await (await fetch(`${stack.admin}/metrics`)).text();
-    assert.equal(metric(metrics, /^kinference_slo_requests_total\{route="local",leavable="false",within_slo="true"\} (\d+)$/m), 40);
+    assert.equal(
+      metric(metrics, /^kinference_slo_requests_total\{route="local",leavable="false",within_slo="true"\} (\d+)$/m),
+      40,
+    );
   });
 });
 
@@ -155,7 +187,12 @@ describe('calibrated admission when a pod slows down mid-run', () => {
       pods: [{}, {}],
       config: {
         providers: [{ name: 'hosted', kind: 'openai', endpoint: provider.url, models: { [MODEL]: 'hosted-llama' } }],
-        policies: [{ metadata: { name: 'default', namespace: '*' }, spec: { slo: { ttft: '500ms', attainment: '95%' }, exclude: [], overflow: { providers: ['hosted'] } } }],
+        policies: [
+          {
+            metadata: { name: 'default', namespace: '*' },
+            spec: { slo: { ttft: '500ms', attainment: '95%' }, exclude: [], overflow: { providers: ['hosted'] } },
+          },
+        ],
       },
     });
   });
@@ -165,12 +202,16 @@ describe('calibrated admission when a pod slows down mid-run', () => {
   });
 
   const send = async () => {
-    const response = await postJson(`${stack.api}/v1/chat/completions`, chatBody('Tell me something.', { stream: true, max_tokens: 1 }));
+    const response = await postJson(
+      `${stack.api}/v1/chat/completions`,
+      chatBody('Tell me something.', { stream: true, max_tokens: 1 }),
+    );
     await response.text();
     assert.equal(response.status, 200);
     return response.headers.get('x-kinference-route') ?? '';
   };
-  const explain = async () => (await (await fetch(`${stack.admin}/explain?model=${MODEL}&promptTokens=20`)).json()) as Explanation;
+  const explain = async () =>
+    (await (await fetch(`${stack.admin}/explain?model=${MODEL}&promptTokens=20`)).json()) as Explanation;
 
   it('stops admitting the slowed pod within seconds, keeps the healthy one, and explains it', async (t) => {
     // Learn both pods at their normal speed (idle TTFT ~ 20 ms).
@@ -183,11 +224,15 @@ describe('calibrated admission when a pod slows down mid-run', () => {
     // though its queue and batch look the same as ever, so only measurements can tell.
     stack.sims[0].engine.setSpeed(0.02);
     const slowed = Date.now();
-    await waitFor(async () => {
-      await send();
-      const e = await explain();
-      return e.dropped.some((d) => d.pod === 'local/pod-0' && d.reason === 'over-slo');
-    }, 15_000, 'pod-0 to fail the quantile test');
+    await waitFor(
+      async () => {
+        await send();
+        const e = await explain();
+        return e.dropped.some((d) => d.pod === 'local/pod-0' && d.reason === 'over-slo');
+      },
+      15_000,
+      'pod-0 to fail the quantile test',
+    );
     const adaptedMs = Date.now() - slowed;
 
     const routes: string[] = [];
@@ -201,7 +246,12 @@ describe('calibrated admission when a pod slows down mid-run', () => {
     t.diagnostic(`pod-0 dropped for leavable requests ${adaptedMs} ms after it slowed down`);
 
     const metrics = await (await fetch(`${stack.admin}/metrics`)).text();
-    assert.ok(metric(metrics, /^kinference_admission_calibration_total\{pod="pod-1",within_quantile="true"\} (\d+)$/m) > 0);
-    assert.ok(metric(metrics, /^kinference_slo_requests_total\{route="local",leavable="true",within_slo="true"\} (\d+)$/m) > 100);
+    assert.ok(
+      metric(metrics, /^kinference_admission_calibration_total\{pod="pod-1",within_quantile="true"\} (\d+)$/m) > 0,
+    );
+    assert.ok(
+      metric(metrics, /^kinference_slo_requests_total\{route="local",leavable="true",within_slo="true"\} (\d+)$/m) >
+        100,
+    );
   });
 });

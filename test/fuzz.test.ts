@@ -32,18 +32,37 @@ test('request parser, token estimate and classifier: any bytes give a parsed req
       assert.ok(Array.isArray(tags));
       JSON.stringify(parsed.body); // what a provider call does with it
     } catch (error) {
-      assert.ok(error instanceof RequestError, `seed ${SEED} case ${i}: ${(error as Error).stack}\n${text.slice(0, 300)}`);
+      assert.ok(
+        error instanceof RequestError,
+        `seed ${SEED} case ${i}: ${(error as Error).stack}\n${text.slice(0, 300)}`,
+      );
       assert.ok(error.status >= 400 && error.status < 500);
     }
   }
 });
 
 function promLine(rand: Rand): string {
-  const name = pick(rand, ['vllm:num_requests_waiting', 'vllm:num_requests_running', 'vllm:kv_cache_usage_perc', 'vllm:request_success_total', 'vllm:time_to_first_token_seconds_sum', 'other_metric', '', '9bad']);
-  const labels = rand() < 0.5 ? `{model_name="m",engine="${int(rand, 3)}"${rand() < 0.1 ? ',x="\\"' : ''}}` : rand() < 0.1 ? '{unterminated' : '';
+  const name = pick(rand, [
+    'vllm:num_requests_waiting',
+    'vllm:num_requests_running',
+    'vllm:kv_cache_usage_perc',
+    'vllm:request_success_total',
+    'vllm:time_to_first_token_seconds_sum',
+    'other_metric',
+    '',
+    '9bad',
+  ]);
+  const labels =
+    rand() < 0.5
+      ? `{model_name="m",engine="${int(rand, 3)}"${rand() < 0.1 ? ',x="\\"' : ''}}`
+      : rand() < 0.1
+        ? '{unterminated'
+        : '';
   const v = pick(rand, ['0', '1', '-1000', 'NaN', '+Inf', '-Inf', '1e308', '3.5', 'x', '', '0x10']);
   const ts = rand() < 0.1 ? ` ${pick(rand, ['1700000000000', 'bad'])}` : '';
-  return rand() < 0.1 ? pick(rand, ['# TYPE vllm:num_requests_waiting gauge', '# HELP x', '#', '# EOF', '\u0000\u0000']) : `${name}${labels} ${v}${ts}`;
+  return rand() < 0.1
+    ? pick(rand, ['# TYPE vllm:num_requests_waiting gauge', '# HELP x', '#', '# EOF', '\u0000\u0000'])
+    : `${name}${labels} ${v}${ts}`;
 }
 
 test('Prometheus parser and adapters: any page gives a page (with diagnostics) and a load that is either refused or plausible', () => {
@@ -56,7 +75,8 @@ test('Prometheus parser and adapters: any page gives a page (with diagnostics) a
     if (!result.ok) continue;
     const why = implausibility(result.load, undefined);
     if (why === undefined) {
-      for (const k of ['waiting', 'running'] as const) assert.ok(Number.isFinite(result.load[k]) && result.load[k] >= 0, `seed ${SEED + 1} case ${i}: ${k}`);
+      for (const k of ['waiting', 'running'] as const)
+        assert.ok(Number.isFinite(result.load[k]) && result.load[k] >= 0, `seed ${SEED + 1} case ${i}: ${k}`);
     }
   }
 });

@@ -38,7 +38,14 @@ describe('source gate', () => {
 });
 
 test('a flood over UDP is dropped unread (rate-limited), and a node that knows its peers drops strangers before the HMAC', async () => {
-  const node = new GossipNode({ nodeId: 'victim', bind: '127.0.0.1:0', peers: [], key: KEY, intervalMs: 50, maxDatagramsPerSecondPerSource: 50 });
+  const node = new GossipNode({
+    nodeId: 'victim',
+    bind: '127.0.0.1:0',
+    peers: [],
+    key: KEY,
+    intervalMs: 50,
+    maxDatagramsPerSecondPerSource: 50,
+  });
   await node.start();
   const target = parseHostPort(node.address());
   const raw = createSocket('udp4');
@@ -56,13 +63,22 @@ test('a flood over UDP is dropped unread (rate-limited), and a node that knows i
     assert.ok(received.datagrams >= 200, `received ${received.datagrams}`);
     assert.equal(authenticated + dropped['rate-limited'], received.datagrams, 'every junk datagram dropped');
     // A 50/s bucket admits its burst plus what refills while the flood lasts (well under a second).
-    assert.ok(authenticated <= 100, `only the source's rate reached the HMAC: ${authenticated} of ${received.datagrams}`);
+    assert.ok(
+      authenticated <= 100,
+      `only the source's rate reached the HMAC: ${authenticated} of ${received.datagrams}`,
+    );
   } finally {
     raw.close();
     await node.stop();
   }
   // A node that knows its peers by address drops strangers before their HMAC.
-  const strict = new GossipNode({ nodeId: 'strict', bind: '127.0.0.1:0', peers: ['10.9.9.9:7946'], key: KEY, intervalMs: 50 });
+  const strict = new GossipNode({
+    nodeId: 'strict',
+    bind: '127.0.0.1:0',
+    peers: ['10.9.9.9:7946'],
+    key: KEY,
+    intervalMs: 50,
+  });
   await strict.start();
   const sock = createSocket('udp4');
   await new Promise<void>((resolve) => sock.bind(0, '127.0.0.1', resolve));

@@ -13,11 +13,16 @@ function holdsExactly(sim: GossipSim, at: string, origin: string): boolean {
   const mine = sim.get(origin).state.self;
   const held = sim.get(at).state.origin(origin);
   if (!held || held.dataVersion < mine.dataVersion || held.version > mine.version) return false;
-  const live = (pods: typeof mine.pods) => [...pods.values()].filter((r) => !r.entry.removed).map((r) => `${r.entry.slot}:${r.entry.version}:${r.entry.queuedNow}`).sort();
+  const live = (pods: typeof mine.pods) =>
+    [...pods.values()]
+      .filter((r) => !r.entry.removed)
+      .map((r) => `${r.entry.slot}:${r.entry.version}:${r.entry.queuedNow}`)
+      .sort();
   return JSON.stringify(live(held.pods)) === JSON.stringify(live(mine.pods));
 }
 
-const converged = (sim: GossipSim, nodes: string[]) => nodes.every((a) => nodes.every((o) => a === o || sim.stopped.has(o) || holdsExactly(sim, a, o)));
+const converged = (sim: GossipSim, nodes: string[]) =>
+  nodes.every((a) => nodes.every((o) => a === o || sim.stopped.has(o) || holdsExactly(sim, a, o)));
 
 const digestOf = (s: GossipState, entries: [number, number, number?][]): DigestWire => ({
   origins: entries.map((e) => e[0]),
@@ -42,7 +47,10 @@ describe('gossip state', () => {
     const spread = sim.runUntil(() => converged(sim, nodes), 5000);
     assert.ok(spread < 2000, `${spread} ms`);
     for (const n of nodes.filter((x) => x !== 'node-c')) {
-      const pods = sim.get(n).state.remoteEstimates(sim.now).filter((e) => e.origin === 'node-c');
+      const pods = sim
+        .get(n)
+        .state.remoteEstimates(sim.now)
+        .filter((e) => e.origin === 'node-c');
       assert.deepEqual(pods.map((e) => e.queuedNow).sort(), [2, 2, 2, 9]);
     }
   });
@@ -54,11 +62,20 @@ describe('gossip state', () => {
     sim.runUntil(() => converged(sim, nodes), 5000);
     sim.stopped.add('node-f');
     const stoppedAt = sim.now;
-    const holders = () => nodes.filter((n) => n !== 'node-f' && sim.get(n).state.remoteEstimates(sim.now).some((e) => e.origin === 'node-f'));
+    const holders = () =>
+      nodes.filter(
+        (n) =>
+          n !== 'node-f' &&
+          sim
+            .get(n)
+            .state.remoteEstimates(sim.now)
+            .some((e) => e.origin === 'node-f'),
+      );
     sim.run(3000 + 1);
     assert.deepEqual(holders(), [], 'no pods of node-f are candidates once its TTL has passed');
     sim.run(sim.intervalMs);
-    for (const n of nodes.filter((x) => x !== 'node-f')) assert.equal(sim.get(n).state.origin('node-f'), undefined, 'and it is dropped');
+    for (const n of nodes.filter((x) => x !== 'node-f'))
+      assert.equal(sim.get(n).state.origin('node-f'), undefined, 'and it is dropped');
     // Peers that heard it last (relayed news carries its age) cannot revive it for one another.
     sim.run(6000);
     assert.deepEqual(holders(), []);
@@ -113,7 +130,13 @@ describe('gossip state', () => {
       const held = sim.get(n).state.origin('node-d')!;
       assert.notEqual(held.id, oldId);
       assert.equal(held.id, originId('node-d', restarted.state.incarnation));
-      assert.equal(sim.get(n).state.remoteEstimates(sim.now).filter((e) => e.origin === 'node-d').length, 3);
+      assert.equal(
+        sim
+          .get(n)
+          .state.remoteEstimates(sim.now)
+          .filter((e) => e.origin === 'node-d').length,
+        3,
+      );
     }
   });
 
@@ -129,7 +152,10 @@ describe('gossip state', () => {
     origin.localUpdate(podEstimates('node-a', 6), ++now);
     const increment = writeDelta(origin.self, behind, 1 << 16, now)!.delta;
     assert.equal(increment.from, behind);
-    assert.deepEqual(increment.pods.map((p) => p.removed), [true, true]);
+    assert.deepEqual(
+      increment.pods.map((p) => p.removed),
+      [true, true],
+    );
     const twin = new GossipState({ nodeId: 'node-c', incarnation: EPOCH });
     twin.apply([writeDelta(origin.self, 0, 1 << 16, EPOCH + 1)!.delta], now);
 
@@ -142,7 +168,15 @@ describe('gossip state', () => {
     const answer = writeDelta(origin.self, stale, 1 << 16, now)!.delta;
     assert.equal(answer.from, 0, 'older than the floor: a full state');
     receiver.apply([answer], now);
-    assert.deepEqual(receiver.remoteEstimates(now).map((e) => e.pod.uid).sort(), podEstimates('node-a', 3).map((e) => e.pod.uid).sort());
+    assert.deepEqual(
+      receiver
+        .remoteEstimates(now)
+        .map((e) => e.pod.uid)
+        .sort(),
+      podEstimates('node-a', 3)
+        .map((e) => e.pod.uid)
+        .sort(),
+    );
     assert.equal(receiver.origin('node-a')!.floor, origin.self.floor, 'and inherits the floor');
   });
 

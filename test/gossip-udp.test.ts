@@ -17,7 +17,14 @@ const origins = (n: GossipNode) => new Set(n.remoteEstimates().map((e) => e.orig
 
 test('three agents on loopback converge, and a stopped one’s pods disappear within its TTL and a round', async () => {
   for (const name of ['node-a', 'node-b', 'node-c']) {
-    const n = new GossipNode({ nodeId: name, bind: '127.0.0.1:0', peers: [], key: KEY, intervalMs: INTERVAL_MS, ttlMs: TTL_MS });
+    const n = new GossipNode({
+      nodeId: name,
+      bind: '127.0.0.1:0',
+      peers: [],
+      key: KEY,
+      intervalMs: INTERVAL_MS,
+      ttlMs: TTL_MS,
+    });
     await n.start();
     nodes.push(n);
   }
@@ -31,15 +38,32 @@ test('three agents on loopback converge, and a stopped one’s pods disappear wi
   c.publishLocal(podEstimates('node-c', 4, {}, Date.now()));
 
   // Each holds the others' pods: a sees 2 + 4, b sees 3 + 4, c sees 3 + 2.
-  await waitFor(() => a.remoteEstimates().length === 6 && b.remoteEstimates().length === 7 && c.remoteEstimates().length === 5, 5000, 'convergence');
+  await waitFor(
+    () => a.remoteEstimates().length === 6 && b.remoteEstimates().length === 7 && c.remoteEstimates().length === 5,
+    5000,
+    'convergence',
+  );
   assert.ok(changes > 0, 'onChange fired');
   const fromC = a.remoteEstimates().filter((e) => e.origin === 'node-c');
-  assert.deepEqual(fromC.map((e) => e.pod.name).sort(), podEstimates('node-c', 4).map((e) => e.pod.name).sort());
+  assert.deepEqual(
+    fromC.map((e) => e.pod.name).sort(),
+    podEstimates('node-c', 4)
+      .map((e) => e.pod.name)
+      .sort(),
+  );
   assert.ok(fromC.every((e) => e.ageMs <= TTL_MS && e.pod.node === 'node-c'));
 
   // A new estimate travels too.
   c.publishLocal(podEstimates('node-c', 4, { queuedNow: 7 }, Date.now()));
-  await waitFor(() => a.remoteEstimates().filter((e) => e.origin === 'node-c').every((e) => e.queuedNow === 7), 5000, 'a new estimate');
+  await waitFor(
+    () =>
+      a
+        .remoteEstimates()
+        .filter((e) => e.origin === 'node-c')
+        .every((e) => e.queuedNow === 7),
+    5000,
+    'a new estimate',
+  );
 
   await c.stop();
   // Its pods stop being candidates once its TTL has passed (checked when read), and it is

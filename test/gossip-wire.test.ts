@@ -24,16 +24,27 @@ const MAX_DATAGRAM = 1400;
 const nodeName = (i: number) => `ip-10-0-${i}-17.eu-west-1.compute.internal`;
 
 function origin(node: string, pods: number, incarnation = EPOCH): GossipProtocol {
-  const p = new GossipProtocol({ nodeId: node, incarnation, maxPayload: MAX_DATAGRAM - envelopeOverhead(node, incarnation), groupBytes: MAX_DATAGRAM - 400 });
+  const p = new GossipProtocol({
+    nodeId: node,
+    incarnation,
+    maxPayload: MAX_DATAGRAM - envelopeOverhead(node, incarnation),
+    groupBytes: MAX_DATAGRAM - 400,
+  });
   p.state.localUpdate(podEstimates(node, pods), EPOCH + 1);
   return p;
 }
 
-const sealedSize = (sender: string, payload: Uint8Array) => new Sealer({ sender, key: KEY, boot: EPOCH }).seal(payload, EPOCH + 5000).length;
+const sealedSize = (sender: string, payload: Uint8Array) =>
+  new Sealer({ sender, key: KEY, boot: EPOCH }).seal(payload, EPOCH + 5000).length;
 
 /** The deltas a peer that knows nothing of `from` gets, one payload per datagram. */
 function fullStateFor(from: GossipProtocol, maxDatagramsPerReply?: number): PayloadWire[] {
-  const sender = new GossipProtocol({ nodeId: from.state.nodeId, incarnation: from.state.incarnation, maxPayload: from.maxPayload, maxDatagramsPerReply });
+  const sender = new GossipProtocol({
+    nodeId: from.state.nodeId,
+    incarnation: from.state.incarnation,
+    maxPayload: from.maxPayload,
+    maxDatagramsPerReply,
+  });
   Object.defineProperty(sender, 'state', { value: from.state });
   const want = { origins: [from.state.self.id], versions: [0], dataLag: [], shard: 0, shards: 0 };
   return sender.receive('peer', { want, deltas: [] }, EPOCH + 10).out.map((o) => decodePayload(o.payload));
@@ -43,8 +54,29 @@ describe('gossip wire format', () => {
   test('round-trips every field of every message', () => {
     const p = origin(nodeName(1), 3);
     const written = writeDelta(p.state.self, 0, 1 << 16, EPOCH + 2)!;
-    const tombstone: PodEntryWire = { slot: 9, version: 2, info: undefined, removed: true, queued: 0, queuedNow: 0, running: 0, kvCache: 0, params: [], at: 0 };
-    const increment: OriginDeltaWire = { origin: 77, from: 1, to: 2, ageMs: 15, node: '', incarnation: 0, floor: 3, continuesFull: true, pods: [tombstone] };
+    const tombstone: PodEntryWire = {
+      slot: 9,
+      version: 2,
+      info: undefined,
+      removed: true,
+      queued: 0,
+      queuedNow: 0,
+      running: 0,
+      kvCache: 0,
+      params: [],
+      at: 0,
+    };
+    const increment: OriginDeltaWire = {
+      origin: 77,
+      from: 1,
+      to: 2,
+      ageMs: 15,
+      node: '',
+      incarnation: 0,
+      floor: 3,
+      continuesFull: true,
+      pods: [tombstone],
+    };
     const payload: PayloadWire = {
       digest: { origins: [1, 0xffffffff], versions: [5, 300_000], dataLag: [0, 2], shard: 3, shards: 8 },
       want: { origins: [7], versions: [0], dataLag: [], shard: 0, shards: 0 },
@@ -99,7 +131,13 @@ describe('gossip wire format', () => {
       const header = wireTypes.originDelta.encode({ ...w.delta, pods: [] }).finish().length;
       assert.equal(deltaHeaderSize(w.delta), header);
     }
-    const digest = { origins: [1, 2, 0xfffffff0], versions: [1, 200, 70_000], dataLag: [0, 1, 129], shard: 5, shards: 16 };
+    const digest = {
+      origins: [1, 2, 0xfffffff0],
+      versions: [1, 200, 70_000],
+      dataLag: [0, 1, 129],
+      shard: 5,
+      shards: 16,
+    };
     assert.equal(digestSize(digest), wireTypes.digest.encode(digest).finish().length);
   });
 
@@ -116,7 +154,9 @@ describe('gossip wire format', () => {
     const increment = writeDelta(a.state.self, a.state.self.version - 1, 1 << 16, EPOCH + 3)!;
     const fullRound = sealedSize(nodeName(0), encodePayload({ digest, deltas: [full.delta] }));
     const changedLoads = sealedSize(nodeName(0), encodePayload({ digest, deltas: [increment.delta] }));
-    t.diagnostic(`digest of 10 origins + 8 pods with identities: ${fullRound} bytes; + 8 changed loads: ${changedLoads} bytes`);
+    t.diagnostic(
+      `digest of 10 origins + 8 pods with identities: ${fullRound} bytes; + 8 changed loads: ${changedLoads} bytes`,
+    );
     t.diagnostic(`envelope: ${envelopeOverhead(nodeName(0), EPOCH)} bytes at most (HMAC tag 34)`);
     assert.ok(fullRound <= MAX_DATAGRAM, `${fullRound} bytes`);
     assert.ok(changedLoads < 700, `${changedLoads} bytes`);
@@ -135,8 +175,15 @@ describe('gossip wire format', () => {
     }
     assert.equal(deltas.at(-1)!.to, big.state.self.version);
     const versions = deltas.flatMap((d) => d.pods.map((p) => p.version));
-    assert.deepEqual(versions, [...versions].sort((x, y) => x - y), 'entries in version order');
-    assert.equal(deltas.reduce((n, d) => n + d.pods.length, 0), 40);
+    assert.deepEqual(
+      versions,
+      [...versions].sort((x, y) => x - y),
+      'entries in version order',
+    );
+    assert.equal(
+      deltas.reduce((n, d) => n + d.pods.length, 0),
+      40,
+    );
 
     const receiver = new GossipState({ nodeId: nodeName(9), incarnation: EPOCH });
     const now = EPOCH + 20;

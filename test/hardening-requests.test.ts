@@ -20,9 +20,16 @@ async function errorOf(response: Response): Promise<{ message: string; type: str
   return ((await response.json()) as { error: { message: string; type: string; code: string | null } }).error;
 }
 
-const provider = (name: string, url: string) => ({ name, kind: 'openai', endpoint: url, models: { [MODEL]: `${name}-llama` }, apiKey: { env: KEY_ENV }, timeout: '1s' });
+const provider = (name: string, url: string) => ({
+  name,
+  kind: 'openai',
+  endpoint: url,
+  models: { [MODEL]: `${name}-llama` },
+  apiKey: { env: KEY_ENV },
+  timeout: '1s',
+});
 
-describe('client faults stay the client\'s', () => {
+describe("client faults stay the client's", () => {
   let stack: Stack;
   let hosted: OpenAIStandin;
 
@@ -35,8 +42,14 @@ describe('client faults stay the client\'s', () => {
         providers: [provider('hosted', hosted.url), provider('down', `http://127.0.0.1:${refused}/v1`)],
         policies: [
           // Nothing meets a 1 ms SLO: every request overflows.
-          { metadata: { name: 'away', namespace: '*' }, spec: { slo: { ttft: '1ms' }, overflow: { providers: ['hosted'] }, wait: { max: '100ms' } } },
-          { metadata: { name: 'dead', namespace: 'dead' }, spec: { slo: { ttft: '1ms' }, overflow: { providers: ['down'] }, wait: { max: '100ms' } } },
+          {
+            metadata: { name: 'away', namespace: '*' },
+            spec: { slo: { ttft: '1ms' }, overflow: { providers: ['hosted'] }, wait: { max: '100ms' } },
+          },
+          {
+            metadata: { name: 'dead', namespace: 'dead' },
+            spec: { slo: { ttft: '1ms' }, overflow: { providers: ['down'] }, wait: { max: '100ms' } },
+          },
         ],
         limits: { maxJsonDepth: 32 },
       },
@@ -46,9 +59,10 @@ describe('client faults stay the client\'s', () => {
     await stack.close();
     await hosted.close();
   });
-  const send = (body: unknown, tenant = 'team-a') => postJson(`${stack.api}/v1/chat/completions`, body, { 'x-kinference-tenant': tenant });
+  const send = (body: unknown, tenant = 'team-a') =>
+    postJson(`${stack.api}/v1/chat/completions`, body, { 'x-kinference-tenant': tenant });
 
-  it('deeply nested bodies get 400 before anything is sent, and never open a provider\'s breaker', async () => {
+  it("deeply nested bodies get 400 before anything is sent, and never open a provider's breaker", async () => {
     for (const depth of [33, 10_000, 100_000]) {
       const response = await send(deeplyNested(depth));
       assert.equal(response.status, 400);
@@ -62,7 +76,9 @@ describe('client faults stay the client\'s', () => {
     assert.equal(ok.status, 200);
     assert.equal(ok.headers.get('x-kinference-route'), 'overflow/hosted');
     await ok.arrayBuffer();
-    const state = (await (await fetch(`${stack.admin}/debug/state`)).json()) as { providers: { name: string; breaker: { state: string } }[] };
+    const state = (await (await fetch(`${stack.admin}/debug/state`)).json()) as {
+      providers: { name: string; breaker: { state: string } }[];
+    };
     assert.equal(state.providers.find((p) => p.name === 'hosted')?.breaker.state, 'closed');
   });
 
@@ -94,11 +110,23 @@ describe('client faults stay the client\'s', () => {
     try {
       const asked = hosted.requests.length;
       const controller = new AbortController();
-      const pending = fetch(`${stack.api}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(chatBody('hang')), signal: controller.signal }).catch(() => undefined);
+      const pending = fetch(`${stack.api}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(chatBody('hang')),
+        signal: controller.signal,
+      }).catch(() => undefined);
       await waitFor(() => hosted.requests.length > asked, 3000, 'the provider to be asked');
       controller.abort();
       await pending;
-      await waitFor(async () => /kinference_requests_total\{api="chat",route="\w+",outcome="cancelled"[^}]*\} 1/.test(await (await fetch(`${stack.admin}/metrics`)).text()), 3000, 'the cancelled outcome');
+      await waitFor(
+        async () =>
+          /kinference_requests_total\{api="chat",route="\w+",outcome="cancelled"[^}]*\} 1/.test(
+            await (await fetch(`${stack.admin}/metrics`)).text(),
+          ),
+        3000,
+        'the cancelled outcome',
+      );
       const metrics = await (await fetch(`${stack.admin}/metrics`)).text();
       assert.doesNotMatch(metrics, /outcome="502"/, 'the disconnect is not a bad gateway');
     } finally {
@@ -115,13 +143,21 @@ describe('bounded upstream answers', () => {
   before(async () => {
     process.env[KEY_ENV] = SECRET;
     hosted = await startOpenAIStandin({ apiKey: SECRET });
-    huge = await startScriptedPod(() => vllmPage(MODEL, '0', '0'), () => JSON.stringify({ padding: 'x'.repeat(1024 * 1024) }));
+    huge = await startScriptedPod(
+      () => vllmPage(MODEL, '0', '0'),
+      () => JSON.stringify({ padding: 'x'.repeat(1024 * 1024) }),
+    );
     stack = await startStack({
       pods: [],
       extraPods: [{ name: 'huge', address: huge.address }],
       config: {
         providers: [provider('hosted', hosted.url)],
-        policies: [{ metadata: { name: 'away', namespace: 'away' }, spec: { slo: { ttft: '1ms' }, overflow: { providers: ['hosted'] }, wait: { max: '100ms' } } }],
+        policies: [
+          {
+            metadata: { name: 'away', namespace: 'away' },
+            spec: { slo: { ttft: '1ms' }, overflow: { providers: ['hosted'] }, wait: { max: '100ms' } },
+          },
+        ],
         limits: { maxUpstreamBodyBytes: 64 * 1024 },
       },
     });
@@ -135,7 +171,9 @@ describe('bounded upstream answers', () => {
   it('a provider answer over maxUpstreamBodyBytes is a clear 502, not relayed whole', async () => {
     hosted.fault = { kind: 'status', status: 200, body: JSON.stringify({ padding: 'x'.repeat(1024 * 1024) }) };
     try {
-      const response = await postJson(`${stack.api}/v1/chat/completions`, chatBody('big'), { 'x-kinference-tenant': 'away' });
+      const response = await postJson(`${stack.api}/v1/chat/completions`, chatBody('big'), {
+        'x-kinference-tenant': 'away',
+      });
       assert.equal(response.status, 502);
       assert.match((await errorOf(response)).message, /answer larger than 65536 bytes/);
     } finally {
@@ -144,7 +182,9 @@ describe('bounded upstream answers', () => {
   });
 
   it('a pod answer over maxUpstreamBodyBytes is a clear 502', async () => {
-    const response = await postJson(`${stack.api}/v1/chat/completions`, chatBody('big'), { 'x-kinference-tenant': 'huge' });
+    const response = await postJson(`${stack.api}/v1/chat/completions`, chatBody('big'), {
+      'x-kinference-tenant': 'huge',
+    });
     assert.equal(response.status, 502);
     assert.equal(response.headers.get('x-kinference-route'), 'local/huge');
     assert.match((await errorOf(response)).message, /larger than 65536 bytes/);
@@ -157,7 +197,9 @@ describe('no hidden queue at a pod', () => {
     stack = await startStack({
       pods: [{ maxSeqs: 64 }],
       config: {
-        policies: [{ metadata: { name: 'default', namespace: '*' }, spec: { slo: { ttft: '30s' }, wait: { max: '200ms' } } }],
+        policies: [
+          { metadata: { name: 'default', namespace: '*' }, spec: { slo: { ttft: '30s' }, wait: { max: '200ms' } } },
+        ],
         limits: { maxConnectionsPerPod: 2 },
       },
     });
@@ -166,16 +208,36 @@ describe('no hidden queue at a pod', () => {
 
   it('past maxConnectionsPerPod the pod is at capacity for the router: the request waits with a deadline instead of queueing in the pool', async () => {
     const controllers = [new AbortController(), new AbortController()];
-    const streams = await Promise.all(controllers.map((c) => fetch(`${stack.api}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(chatBody('long', { stream: true, max_tokens: 8000 })), signal: c.signal })));
+    const streams = await Promise.all(
+      controllers.map((c) =>
+        fetch(`${stack.api}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(chatBody('long', { stream: true, max_tokens: 8000 })),
+          signal: c.signal,
+        }),
+      ),
+    );
     for (const s of streams) assert.equal(s.status, 200);
-    const explain = (await (await fetch(`${stack.admin}/explain?model=${MODEL}`)).json()) as { action: string; dropped: { reason: string; detail: string }[] };
+    const explain = (await (await fetch(`${stack.admin}/explain?model=${MODEL}`)).json()) as {
+      action: string;
+      dropped: { reason: string; detail: string }[];
+    };
     assert.equal(explain.action, 'wait');
-    assert.deepEqual(explain.dropped.map((d) => [d.reason, d.detail]), [['at-capacity', '2 requests in flight (limit 2)']]);
+    assert.deepEqual(
+      explain.dropped.map((d) => [d.reason, d.detail]),
+      [['at-capacity', '2 requests in flight (limit 2)']],
+    );
     const third = await postJson(`${stack.api}/v1/chat/completions`, chatBody('third'));
     assert.equal(third.status, 429, 'bounded wait, then a clear answer');
     await third.arrayBuffer();
     for (const c of controllers) c.abort();
-    await waitFor(async () => ((await (await fetch(`${stack.admin}/explain?model=${MODEL}`)).json()) as { action: string }).action === 'pod', 3000, 'room again');
+    await waitFor(
+      async () =>
+        ((await (await fetch(`${stack.admin}/explain?model=${MODEL}`)).json()) as { action: string }).action === 'pod',
+      3000,
+      'room again',
+    );
   });
 });
 
@@ -184,7 +246,10 @@ describe('shutdown past the drain deadline', () => {
     const stack = await startStack({ pods: [{ maxSeqs: 8 }], config: { limits: { drainTimeout: '200ms' } } });
     let closed = false;
     try {
-      const response = await postJson(`${stack.api}/v1/chat/completions`, chatBody('long', { stream: true, max_tokens: 8000 }));
+      const response = await postJson(
+        `${stack.api}/v1/chat/completions`,
+        chatBody('long', { stream: true, max_tokens: 8000 }),
+      );
       assert.equal(response.status, 200);
       const reader = response.body!.getReader();
       await reader.read();
@@ -196,7 +261,10 @@ describe('shutdown past the drain deadline', () => {
         text += Buffer.from(value).toString('utf8');
       }
       await shutdown;
-      const frames = text.trim().split('\n\n').filter((f) => f.startsWith('data: '));
+      const frames = text
+        .trim()
+        .split('\n\n')
+        .filter((f) => f.startsWith('data: '));
       assert.equal(frames.at(-1), 'data: [DONE]');
       const error = JSON.parse(frames.at(-2)!.slice('data: '.length)) as { error: { code: string; message: string } };
       assert.equal(error.error.code, 'agent_shutting_down');
@@ -223,7 +291,12 @@ describe('provider body idle timeout', () => {
     stack = await startStack({
       config: {
         providers: [provider('stalls', url)],
-        policies: [{ metadata: { name: 'away', namespace: '*' }, spec: { slo: { ttft: '1ms' }, overflow: { providers: ['stalls'] }, wait: { max: '100ms' } } }],
+        policies: [
+          {
+            metadata: { name: 'away', namespace: '*' },
+            spec: { slo: { ttft: '1ms' }, overflow: { providers: ['stalls'] }, wait: { max: '100ms' } },
+          },
+        ],
         limits: { providerIdleTimeout: '300ms' },
       },
     });

@@ -7,11 +7,34 @@ import { decide } from '../agent/route/router.ts';
 import { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
 import type { EffectivePolicy, Pod, PodLoad } from '../agent/types.ts';
 
-const POLICY: EffectivePolicy = { name: 't', sloTtftMs: 10_000, sloAttainment: 0.99, exclude: [], overflow: { providers: [], denyTags: [], denyTenants: [] }, waitMaxMs: 0 };
-const pod = (name: string): Pod => ({ uid: `ns/${name}`, name, namespace: 'ns', node: 'n', address: '127.0.0.1:1', models: ['m'], engine: 'vllm' });
+const POLICY: EffectivePolicy = {
+  name: 't',
+  sloTtftMs: 10_000,
+  sloAttainment: 0.99,
+  exclude: [],
+  overflow: { providers: [], denyTags: [], denyTenants: [] },
+  waitMaxMs: 0,
+};
+const pod = (name: string): Pod => ({
+  uid: `ns/${name}`,
+  name,
+  namespace: 'ns',
+  node: 'n',
+  address: '127.0.0.1:1',
+  models: ['m'],
+  engine: 'vllm',
+});
 
 function pool(now: { t: number }) {
-  const p = new PodPool({ node: 'n', scrapeIntervalMs: 100, peerMaxAgeMs: 3000, networkCostMs: 2, referenceWindowMs: 30_000, failureCooldownMs: 1000, now: () => now.t });
+  const p = new PodPool({
+    node: 'n',
+    scrapeIntervalMs: 100,
+    peerMaxAgeMs: 3000,
+    networkCostMs: 2,
+    referenceWindowMs: 30_000,
+    failureCooldownMs: 1000,
+    now: () => now.t,
+  });
   p.setLocalPods([pod('a'), pod('b')]);
   for (const name of ['a', 'b']) {
     const telemetry = new PodTelemetry();
@@ -51,7 +74,10 @@ test('a request that ends without a first token releases its pending prompt too'
 test('the router sends a new request away from a pod with a long prompt still prefilling', () => {
   const now = { t: 1000 };
   const p = pool(now);
-  p.begin(p.candidates().find((c) => c.pod.name === 'a')!, 6000);
+  p.begin(
+    p.candidates().find((c) => c.pod.name === 'a')!,
+    6000,
+  );
   // A new scrape clears "unseen" but not "pending": the queue now shows the request, its prompt still stands in front.
   for (const name of ['a', 'b']) {
     const telemetry = new PodTelemetry();
@@ -60,13 +86,19 @@ test('the router sends a new request away from a pod with a long prompt still pr
     p.recordLoad(`ns/${name}`, load, telemetry);
   }
   now.t += 100;
-  const d = decide({ request: { kind: 'chat', model: 'm', tenant: 't', namespace: 'ns', tags: [], promptTokens: 200, stream: true }, policy: POLICY, candidates: p.candidates(), leave: { allowed: false, reason: '', providers: [] }, rand: () => 0 });
+  const d = decide({
+    request: { kind: 'chat', model: 'm', tenant: 't', namespace: 'ns', tags: [], promptTokens: 200, stream: true },
+    policy: POLICY,
+    candidates: p.candidates(),
+    leave: { allowed: false, reason: '', providers: [] },
+    rand: () => 0,
+  });
   assert.equal(d.action === 'pod' && d.chosen.candidate.pod.name, 'b');
   const [best, behind] = d.scored;
   assert.ok(behind.predictedMs - best.predictedMs > 1000, `${behind.predictedMs} vs ${best.predictedMs}`);
 });
 
-test('a request answered before the next scrape is no unseen queue; one still running at the scrape is the scrape\'s to show', () => {
+test("a request answered before the next scrape is no unseen queue; one still running at the scrape is the scrape's to show", () => {
   const now = { t: 1000 };
   const p = pool(now);
   const a = () => p.candidates().find((c) => c.pod.name === 'a')!;
@@ -105,7 +137,10 @@ test('a non-streamed answer sooner than the predicted TTFT lowers the prediction
   }
   assert.ok(a().params.base < before / 2, `${a().params.base} vs ${before}`);
   // The shape is shared by the node's pods; the speed is the answering pod's own.
-  assert.ok(a().params.base < p.candidates().find((c) => c.pod.name === 'b')!.params.base / 2, 'the answering pod is learned faster than its neighbour');
+  assert.ok(
+    a().params.base < p.candidates().find((c) => c.pod.name === 'b')!.params.base / 2,
+    'the answering pod is learned faster than its neighbour',
+  );
 });
 
 test('embeddings teach their own model and calibration, not the generation model', () => {
@@ -132,7 +167,7 @@ const scrape = (p: PodPool, name: string, load: Omit<PodLoad, 'engine'>, telemet
   return telemetry;
 };
 
-test('a local pod is stale after two scrape intervals without a good scrape (the scraper\'s rule)', () => {
+test("a local pod is stale after two scrape intervals without a good scrape (the scraper's rule)", () => {
   const now = { t: 1000 };
   const p = pool(now);
   const a = () => p.candidates().find((c) => c.pod.name === 'a')!;
@@ -157,12 +192,15 @@ test('an implausible page makes the pod unhealthy with its reason until a plausi
   assert.equal(a().healthy, true);
   p.markFailed(a());
   assert.equal(a().healthy, false);
-  assert.equal(p.debugState().local.find((l) => l.pod.name === 'a')!.unhealthyReason, 'failed a request before its first byte');
+  assert.equal(
+    p.debugState().local.find((l) => l.pod.name === 'a')!.unhealthyReason,
+    'failed a request before its first byte',
+  );
   now.t += 1000;
   assert.equal(a().healthy, true, 'back after the cool-down');
 });
 
-test('measured TTFTs teach the pod\'s model and its calibration; a pod that leaves is forgotten', () => {
+test("measured TTFTs teach the pod's model and its calibration; a pod that leaves is forgotten", () => {
   const now = { t: 1000 };
   const p = pool(now);
   const a = () => p.candidates().find((c) => c.pod.name === 'a')!;
@@ -182,9 +220,17 @@ test('measured TTFTs teach the pod\'s model and its calibration; a pod that leav
   assert.deepEqual(a().params, p.candidates().find((c) => c.pod.name === 'b')!.params);
 });
 
-test('without own measurements, the pod\'s TTFT histogram teaches (from the state at the previous scrape)', () => {
+test("without own measurements, the pod's TTFT histogram teaches (from the state at the previous scrape)", () => {
   const now = { t: 1000 };
-  const p = new PodPool({ node: 'n', scrapeIntervalMs: 100, peerMaxAgeMs: 3000, networkCostMs: 2, referenceWindowMs: 30_000, failureCooldownMs: 1000, now: () => now.t });
+  const p = new PodPool({
+    node: 'n',
+    scrapeIntervalMs: 100,
+    peerMaxAgeMs: 3000,
+    networkCostMs: 2,
+    referenceWindowMs: 30_000,
+    failureCooldownMs: 1000,
+    now: () => now.t,
+  });
   p.setLocalPods([pod('a')]);
   const telemetry = scrape(p, 'a', { at: 1000, waiting: 4, running: 8, kvCache: 0.5, ttftSum: 0, ttftCount: 0 });
   const before = p.candidates()[0].params;
@@ -198,15 +244,25 @@ test('gossiped pods: our own origin is ignored, a new version clears what we sen
   const p = pool(now);
   const estimate = (origin: string, version: number) => ({
     pod: { uid: `${origin}/x`, name: 'x', namespace: 'ns', node: origin, address: '10.0.0.9:8000', models: ['m2'] },
-    queued: 0, queuedNow: 0, running: 0, kvCache: 0, params: { base: 50, perQueued: 100, perRunning: 5, perKPromptTokens: 10 }, at: now.t, origin, version,
+    queued: 0,
+    queuedNow: 0,
+    running: 0,
+    kvCache: 0,
+    params: { base: 50, perQueued: 100, perRunning: 5, perKPromptTokens: 10 },
+    at: now.t,
+    origin,
+    version,
   });
   p.setRemote([estimate('n', 1), estimate('other', 1)]);
   const peers = () => p.candidates().filter((c) => c.where === 'peer');
-  assert.deepEqual(peers().map((c) => c.pod.uid), ['other/x']);
+  assert.deepEqual(
+    peers().map((c) => c.pod.uid),
+    ['other/x'],
+  );
   assert.ok(p.servedModels().has('m2'));
   const ticket = p.begin(peers()[0], 10);
   assert.equal(peers()[0].unseenSent, 1);
-  assert.ok(Number.isNaN(ticket.predictedMs), 'no local prediction for a peer\'s pod');
+  assert.ok(Number.isNaN(ticket.predictedMs), "no local prediction for a peer's pod");
   p.setRemote([estimate('other', 2)]);
   assert.equal(peers()[0].unseenSent, 0);
   assert.equal(peers()[0].inFlight, 1);

@@ -11,7 +11,10 @@ const SYSTEM = 'You are a careful assistant for the finance team. Answer briefly
 function chat(turns: string[]): Record<string, unknown> {
   return {
     model: 'm',
-    messages: [{ role: 'system', content: SYSTEM }, ...turns.map((content, i) => ({ role: i % 2 ? 'assistant' : 'user', content }))],
+    messages: [
+      { role: 'system', content: SYSTEM },
+      ...turns.map((content, i) => ({ role: i % 2 ? 'assistant' : 'user', content })),
+    ],
   };
 }
 
@@ -37,13 +40,21 @@ describe('prompt blocks', () => {
     assert.equal(a.length, 3);
     for (let i = 0; i < 3; i++) assert.notEqual(a[i], b[i]);
     assert.equal(promptBlocks('short').length, 0, 'a partial block is never cached');
-    assert.deepEqual(promptBlocks('x'.repeat(640), 64, 2), promptBlocks('x'.repeat(640)).slice(0, 2), 'bounded, same hashes');
+    assert.deepEqual(
+      promptBlocks('x'.repeat(640), 64, 2),
+      promptBlocks('x'.repeat(640)).slice(0, 2),
+      'bounded, same hashes',
+    );
   });
 
   test('rendering covers chat parts, tool calls, completions prompts, token ids and Responses input', () => {
-    const parts = renderPrompt({ messages: [{ role: 'user', content: [{ type: 'text', text: 'hello' }, { type: 'image_url' }] }] });
+    const parts = renderPrompt({
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'hello' }, { type: 'image_url' }] }],
+    });
     assert.equal(parts, '<|user|>hello\n');
-    const tool = renderPrompt({ messages: [{ role: 'assistant', content: null, tool_calls: [{ function: { name: 'f', arguments: '{"a":1}' } }] }] });
+    const tool = renderPrompt({
+      messages: [{ role: 'assistant', content: null, tool_calls: [{ function: { name: 'f', arguments: '{"a":1}' } }] }],
+    });
     assert.equal(tool, '<|assistant|>f{"a":1}\n');
     assert.equal(renderPrompt({ prompt: 'plain' }), 'plain');
     assert.equal(renderPrompt({ prompt: [1, 2] }).length, 8, 'a token id counts as four characters');

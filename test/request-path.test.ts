@@ -14,10 +14,21 @@ import { createMetrics } from '../agent/server/metrics.ts';
 import type { EffectivePolicy, RouteRequest } from '../agent/types.ts';
 
 const MODEL = 'm';
-const POLICY: EffectivePolicy = { name: 'ns/p', sloTtftMs: 10_000, sloAttainment: 0.99, exclude: [], overflow: { providers: ['prov'], denyTags: ['pii'], denyTenants: [] }, waitMaxMs: 0 };
+const POLICY: EffectivePolicy = {
+  name: 'ns/p',
+  sloTtftMs: 10_000,
+  sloAttainment: 0.99,
+  exclude: [],
+  overflow: { providers: ['prov'], denyTags: ['pii'], denyTenants: [] },
+  waitMaxMs: 0,
+};
 const STAY: LeaveVerdict = { allowed: false, reason: 'may not leave', providers: [] };
 const LEAVE: LeaveVerdict = { allowed: true, reason: 'may overflow to prov', providers: ['prov'] };
-const ANSWER = { id: 'x', object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }] };
+const ANSWER = {
+  id: 'x',
+  object: 'chat.completion',
+  choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }],
+};
 
 let pod: Server;
 let podAddress: string;
@@ -44,9 +55,19 @@ after(async () => {
 function candidate(address: string): Candidate {
   return {
     pod: { uid: 'ns/pod-0', name: 'pod-0', namespace: 'ns', node: 'n', address, models: [MODEL], engine: 'vllm' },
-    where: 'local', ageMs: 0, maxAgeMs: 1000, healthy: true, queuedNow: 0, running: 0, kvCache: 0.1,
-    average: () => 0, params: { base: 50, perQueued: 100, perRunning: 5, perKPromptTokens: 10 },
-    inFlight: 0, unseenSent: 0, pendingPromptTokens: 0, networkCostMs: 0,
+    where: 'local',
+    ageMs: 0,
+    maxAgeMs: 1000,
+    healthy: true,
+    queuedNow: 0,
+    running: 0,
+    kvCache: 0.1,
+    average: () => 0,
+    params: { base: 50, perQueued: 100, perRunning: 5, perKPromptTokens: 10 },
+    inFlight: 0,
+    unseenSent: 0,
+    pendingPromptTokens: 0,
+    networkCostMs: 0,
   };
 }
 
@@ -65,7 +86,15 @@ function requestPath(f: Fakes) {
   const deps: RequestPathDeps = {
     metrics: createMetrics(),
     dispatcher: createPodDispatcher(4),
-    limits: { maxBodyBytes: 1 << 20, maxRetries: 1, maxWaiting: 10, maxLabelValues: 10, maxJsonDepth: 16, maxUpstreamBodyBytes: 1 << 20, pod: { connectMs: 2000, responseMs: 2000, idleMs: 2000 } },
+    limits: {
+      maxBodyBytes: 1 << 20,
+      maxRetries: 1,
+      maxWaiting: 10,
+      maxLabelValues: 10,
+      maxJsonDepth: 16,
+      maxUpstreamBodyBytes: 1 << 20,
+      pod: { connectMs: 2000, responseMs: 2000, idleMs: 2000 },
+    },
     now: () => performance.now(),
     rand: () => 0,
     log: (level, message) => logs.push(`${level}: ${message}`),
@@ -96,10 +125,17 @@ function requestPath(f: Fakes) {
   return { path: new RequestPath(deps), deps, logs, lines, calls };
 }
 
-const chat = (body: unknown = { model: MODEL, messages: [{ role: 'user', content: 'hello' }] }, headers: Record<string, string> = {}) =>
-  new Request('http://agent/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+const chat = (
+  body: unknown = { model: MODEL, messages: [{ role: 'user', content: 'hello' }] },
+  headers: Record<string, string> = {},
+) =>
+  new Request('http://agent/v1/chat/completions', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+  });
 
-test('forwards to the chosen pod with the agent\'s headers and says where it went', async () => {
+test("forwards to the chosen pod with the agent's headers and says where it went", async () => {
   const { path, calls, deps } = requestPath({ candidates: [candidate(podAddress)], leave: STAY });
   const res = await path.handle('chat', chat(undefined, { 'x-request-id': 'client-id' }), '10.0.0.1');
   assert.equal(res.status, 200);
@@ -112,7 +148,10 @@ test('forwards to the chosen pod with the agent\'s headers and says where it wen
   assert.equal(seen.headers['x-request-id'], 'client-id');
   assert.equal(calls.begun, 1);
   assert.deepEqual(calls.ended, [true]);
-  assert.match(await deps.metrics.registry.metrics(), /kinference_requests_total\{api="chat",route="local",outcome="ok",model="m",policy="ns\/p"\} 1/);
+  assert.match(
+    await deps.metrics.registry.metrics(),
+    /kinference_requests_total\{api="chat",route="local",outcome="ok",model="m",policy="ns\/p"\} 1/,
+  );
 });
 
 test('a pod that refuses the connection is marked failed, another is tried, then 502 names the failure', async () => {
@@ -135,7 +174,12 @@ test('with no pod and leaving allowed, the providers answer and the route says w
   const { path, calls } = requestPath({
     candidates: [],
     leave: LEAVE,
-    overflow: async () => ({ ok: true, response: new Response(JSON.stringify(ANSWER), { headers: { 'content-type': 'application/json', 'x-kinference-route': 'overflow/prov' } }) }),
+    overflow: async () => ({
+      ok: true,
+      response: new Response(JSON.stringify(ANSWER), {
+        headers: { 'content-type': 'application/json', 'x-kinference-route': 'overflow/prov' },
+      }),
+    }),
   });
   const res = await path.handle('chat', chat(), undefined);
   assert.equal(res.status, 200);
@@ -143,9 +187,13 @@ test('with no pod and leaving allowed, the providers answer and the route says w
   assert.deepEqual(calls.overflowed, [['prov']]);
 });
 
-test('every provider failing is the overflow\'s status (503 unreachable, 502 answered badly) with Retry-After', async () => {
+test("every provider failing is the overflow's status (503 unreachable, 502 answered badly) with Retry-After", async () => {
   for (const status of [502, 503] as const) {
-    const { path } = requestPath({ candidates: [], leave: LEAVE, overflow: async () => ({ ok: false, status, message: 'every overflow provider failed (prov: failed)' }) });
+    const { path } = requestPath({
+      candidates: [],
+      leave: LEAVE,
+      overflow: async () => ({ ok: false, status, message: 'every overflow provider failed (prov: failed)' }),
+    });
     const res = await path.handle('chat', chat(), undefined);
     assert.equal(res.status, status);
     assert.equal(res.headers.get('retry-after'), '1');
@@ -164,18 +212,32 @@ test('no pod and no leaving: a rejection that names the policy, never a provider
   assert.deepEqual(calls.overflowed, []);
 });
 
-test('bad requests are the client\'s: unknown model 404, broken JSON 400, both OpenAI-shaped', async () => {
+test("bad requests are the client's: unknown model 404, broken JSON 400, both OpenAI-shaped", async () => {
   const { path } = requestPath({ candidates: [candidate(podAddress)], leave: STAY });
-  const unknown = await path.handle('chat', chat({ model: 'nope', messages: [{ role: 'user', content: 'x' }] }), undefined);
+  const unknown = await path.handle(
+    'chat',
+    chat({ model: 'nope', messages: [{ role: 'user', content: 'x' }] }),
+    undefined,
+  );
   assert.equal(unknown.status, 404);
   assert.equal(((await unknown.json()) as { error: { code: string } }).error.code, 'model_not_found');
-  const broken = await path.handle('chat', new Request('http://agent/v1/chat/completions', { method: 'POST', body: '{"model":' }), undefined);
+  const broken = await path.handle(
+    'chat',
+    new Request('http://agent/v1/chat/completions', { method: 'POST', body: '{"model":' }),
+    undefined,
+  );
   assert.equal(broken.status, 400);
   assert.equal(typeof ((await broken.json()) as { error: { message: string } }).error.message, 'string');
 });
 
 test('an error of our own is a 500 and goes to the injected logger, not the console', async () => {
-  const { path, logs } = requestPath({ candidates: [], leave: STAY, classify: () => { throw new Error('classifier exploded'); } });
+  const { path, logs } = requestPath({
+    candidates: [],
+    leave: STAY,
+    classify: () => {
+      throw new Error('classifier exploded');
+    },
+  });
   const res = await path.handle('chat', chat(), undefined);
   assert.equal(res.status, 500);
   assert.equal(((await res.json()) as { error: { type: string } }).error.type, 'server_error');

@@ -31,23 +31,46 @@ before(async () => {
   for (const [i, sim] of sims.entries()) {
     const { hostname, port } = new URL(sim.url);
     api.put({
-      apiVersion: 'v1', kind: 'Pod',
-      metadata: { name: `llama-${i}`, namespace: 'inference', annotations: { 'kinference.io/model': MODEL, 'kinference.io/engine': 'vllm', 'kinference.io/port': port } },
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: {
+        name: `llama-${i}`,
+        namespace: 'inference',
+        annotations: { 'kinference.io/model': MODEL, 'kinference.io/engine': 'vllm', 'kinference.io/port': port },
+      },
       spec: { nodeName: NODE, containers: [{ name: 'main' }] },
-      status: { phase: 'Running', podIP: hostname, podIPs: [{ ip: hostname }], conditions: [{ type: 'Ready', status: 'True' }] },
+      status: {
+        phase: 'Running',
+        podIP: hostname,
+        podIPs: [{ ip: hostname }],
+        conditions: [{ type: 'Ready', status: 'True' }],
+      },
     });
   }
-  api.put({ apiVersion: 'kinference.io/v1alpha1', kind: 'InferencePolicy', metadata: { name: 'default', namespace: 'kinference' }, spec: { slo: { ttft: '30s' } } });
-  api.put({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'kinference-providers', namespace: 'kinference' }, data: { 'providers.yaml': '[]' } });
+  api.put({
+    apiVersion: 'kinference.io/v1alpha1',
+    kind: 'InferencePolicy',
+    metadata: { name: 'default', namespace: 'kinference' },
+    spec: { slo: { ttft: '30s' } },
+  });
+  api.put({
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    metadata: { name: 'kinference-providers', namespace: 'kinference' },
+    data: { 'providers.yaml': '[]' },
+  });
   config = join(mkdtempSync(join(tmpdir(), 'kinference-rollout-')), 'agent.yaml');
-  writeFileSync(config, stringify({
-    discovery: 'kubernetes',
-    listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' },
-    scrapeInterval: '50ms',
-    kubernetes: { kubeconfig: api.kubeconfigPath },
-    limits: { drainTimeout: '10s' },
-    logLevel: 'error',
-  }));
+  writeFileSync(
+    config,
+    stringify({
+      discovery: 'kubernetes',
+      listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' },
+      scrapeInterval: '50ms',
+      kubernetes: { kubeconfig: api.kubeconfigPath },
+      limits: { drainTimeout: '10s' },
+      logLevel: 'error',
+    }),
+  );
 });
 after(async () => {
   await api?.close();
@@ -55,15 +78,29 @@ after(async () => {
 });
 
 /** An agent pod of the DaemonSet, as the API holds it, with the process behind it. */
-interface AgentPod { name: string; process: AgentProcess }
+interface AgentPod {
+  name: string;
+  process: AgentProcess;
+}
 
 function putAgentPod(pod: AgentPod, ready: boolean, terminating = false): void {
   const { port } = new URL(pod.process.api);
   api.put({
-    apiVersion: 'v1', kind: 'Pod',
-    metadata: { name: pod.name, namespace: 'kinference', labels: { 'app.kubernetes.io/component': 'agent' }, annotations: { 'test/api-port': port }, ...(terminating ? { deletionTimestamp: new Date().toISOString() } : {}) },
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: {
+      name: pod.name,
+      namespace: 'kinference',
+      labels: { 'app.kubernetes.io/component': 'agent' },
+      annotations: { 'test/api-port': port },
+      ...(terminating ? { deletionTimestamp: new Date().toISOString() } : {}),
+    },
     spec: { nodeName: NODE, containers: [{ name: 'agent' }] },
-    status: { phase: 'Running', podIP: '127.0.0.1', conditions: [{ type: 'Ready', status: ready && !terminating ? 'True' : 'False' }] },
+    status: {
+      phase: 'Running',
+      podIP: '127.0.0.1',
+      conditions: [{ type: 'Ready', status: ready && !terminating ? 'True' : 'False' }],
+    },
   });
 }
 
@@ -76,7 +113,10 @@ async function startAgentPod(name: string, podIp: string): Promise<AgentPod> {
 
 /** kubelet: the readiness probe, copied into the pod's Ready condition. */
 async function probe(pod: AgentPod): Promise<boolean> {
-  const ready = await fetch(`${pod.process.admin}/readyz`).then((r) => r.ok, () => false);
+  const ready = await fetch(`${pod.process.admin}/readyz`).then(
+    (r) => r.ok,
+    () => false,
+  );
   putAgentPod(pod, ready);
   return ready;
 }
@@ -97,11 +137,23 @@ async function rollOut(old: AgentPod, started: (pod: AgentPod) => void): Promise
   // kube-proxy: ready, non-terminating agent endpoints on this node, re-read every 50 ms.
   let endpoints: string[] = [];
   const refresh = async () => {
-    const response = await fetch(`${api.url}/api/v1/namespaces/kinference/pods?labelSelector=${encodeURIComponent('app.kubernetes.io/component=agent')}`, { headers: { authorization: `Bearer ${api.token}` } });
+    const response = await fetch(
+      `${api.url}/api/v1/namespaces/kinference/pods?labelSelector=${encodeURIComponent('app.kubernetes.io/component=agent')}`,
+      { headers: { authorization: `Bearer ${api.token}` } },
+    );
     const list = (await response.json()) as { items: KubeObject[] };
     endpoints = list.items
-      .filter((p) => !(p.metadata as { deletionTimestamp?: string }).deletionTimestamp && (p.status as { conditions: { type: string; status: string }[] }).conditions.some((c) => c.type === 'Ready' && c.status === 'True'))
-      .map((p) => `http://127.0.0.1:${(p.metadata as { annotations: Record<string, string> }).annotations['test/api-port']}`);
+      .filter(
+        (p) =>
+          !(p.metadata as { deletionTimestamp?: string }).deletionTimestamp &&
+          (p.status as { conditions: { type: string; status: string }[] }).conditions.some(
+            (c) => c.type === 'Ready' && c.status === 'True',
+          ),
+      )
+      .map(
+        (p) =>
+          `http://127.0.0.1:${(p.metadata as { annotations: Record<string, string> }).annotations['test/api-port']}`,
+      );
   };
   await refresh();
   let proxying = true;
@@ -116,22 +168,29 @@ async function rollOut(old: AgentPod, started: (pod: AgentPod) => void): Promise
   const outcomes: Record<string, number> = {};
   const byAgent: Record<string, number> = {};
   let sent = 0;
-  const load = Promise.all(Array.from({ length: 8 }, async () => {
-    while (sent < REQUESTS) {
-      sent++;
-      const target = endpoints[Math.floor(Math.random() * endpoints.length)];
-      let outcome: string;
-      try {
-        const res = await request(`${target}/v1/chat/completions`, { method: 'POST', dispatcher: client, headers: { 'content-type': 'application/json' }, body: JSON.stringify(chatBody('roll', { max_tokens: 4 })) });
-        await res.body.text();
-        outcome = String(res.statusCode);
-      } catch (error) {
-        outcome = (error as { code?: string }).code ?? 'error';
+  const load = Promise.all(
+    Array.from({ length: 8 }, async () => {
+      while (sent < REQUESTS) {
+        sent++;
+        const target = endpoints[Math.floor(Math.random() * endpoints.length)];
+        let outcome: string;
+        try {
+          const res = await request(`${target}/v1/chat/completions`, {
+            method: 'POST',
+            dispatcher: client,
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify(chatBody('roll', { max_tokens: 4 })),
+          });
+          await res.body.text();
+          outcome = String(res.statusCode);
+        } catch (error) {
+          outcome = (error as { code?: string }).code ?? 'error';
+        }
+        outcomes[outcome] = (outcomes[outcome] ?? 0) + 1;
+        byAgent[target] = (byAgent[target] ?? 0) + 1;
       }
-      outcomes[outcome] = (outcomes[outcome] ?? 0) + 1;
-      byAgent[target] = (byAgent[target] ?? 0) + 1;
-    }
-  }));
+    }),
+  );
 
   // The DaemonSet controller, once some load is flowing.
   await waitFor(() => sent >= 200, 20_000, 'load before the update');

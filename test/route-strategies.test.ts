@@ -13,7 +13,15 @@ const POLICY: EffectivePolicy = {
   overflow: { providers: [], denyTags: [], denyTenants: [] },
   waitMaxMs: 0,
 };
-const REQUEST: RouteRequest = { kind: 'chat', model: 'm', tenant: 't', namespace: 't', tags: [], promptTokens: 200, stream: true };
+const REQUEST: RouteRequest = {
+  kind: 'chat',
+  model: 'm',
+  tenant: 't',
+  namespace: 't',
+  tags: [],
+  promptTokens: 200,
+  stream: true,
+};
 const STAY: LeaveVerdict = { allowed: false, reason: 'no overflow providers in policy', providers: [] };
 
 function pod(name: string, overrides: Partial<Candidate> = {}): Candidate {
@@ -48,20 +56,40 @@ test('strategies are selectable by name, and kinference is the router default', 
 });
 
 test('least-request sends to the pod with the fewest requests in flight, whatever its queue', () => {
-  const candidates = [pod('busy', { inFlight: 3 }), pod('queued', { inFlight: 1, queuedNow: 9 }), pod('idle', { inFlight: 2 })];
+  const candidates = [
+    pod('busy', { inFlight: 3 }),
+    pod('queued', { inFlight: 1, queuedNow: 9 }),
+    pod('idle', { inFlight: 2 }),
+  ];
   assert.equal(chosen(STRATEGIES['least-request'](), candidates), 'queued');
 });
 
 test('round-robin takes each candidate in turn, and its cursor is per strategy instance', () => {
   const candidates = [pod('a'), pod('b'), pod('c')];
   const rr = STRATEGIES['round-robin']();
-  assert.deepEqual([1, 2, 3, 4].map(() => chosen(rr, candidates)), ['a', 'b', 'c', 'a']);
+  assert.deepEqual(
+    [1, 2, 3, 4].map(() => chosen(rr, candidates)),
+    ['a', 'b', 'c', 'a'],
+  );
   assert.equal(chosen(STRATEGIES['round-robin'](), candidates), 'a');
 });
 
 test('baseline decisions are explained like Kinference’s: every candidate scored with its prediction', () => {
-  const d = decide({ request: REQUEST, policy: POLICY, candidates: [pod('a', { inFlight: 1 }), pod('b')], leave: STAY, rand: () => 0, strategy: STRATEGIES['least-request']() });
-  assert.deepEqual(d.scored.map((s) => [s.candidate.pod.name, s.score]), [['b', 0], ['a', 1]]);
+  const d = decide({
+    request: REQUEST,
+    policy: POLICY,
+    candidates: [pod('a', { inFlight: 1 }), pod('b')],
+    leave: STAY,
+    rand: () => 0,
+    strategy: STRATEGIES['least-request'](),
+  });
+  assert.deepEqual(
+    d.scored.map((s) => [s.candidate.pod.name, s.score]),
+    [
+      ['b', 0],
+      ['a', 1],
+    ],
+  );
   assert.ok(d.scored.every((s) => s.predictedMs > 0));
 });
 
@@ -69,5 +97,8 @@ test('randomAmongLowest draws among ties only, and nothing from nothing', () => 
   const scored = [1, 0, 0, 2].map((score, i) => ({ candidate: pod(`p${i}`), predictedMs: 1, quantileMs: 1, score }));
   assert.equal(randomAmongLowest(scored, () => 0)?.candidate.pod.name, 'p1');
   assert.equal(randomAmongLowest(scored, () => 0.99)?.candidate.pod.name, 'p2');
-  assert.equal(randomAmongLowest([], () => 0), undefined);
+  assert.equal(
+    randomAmongLowest([], () => 0),
+    undefined,
+  );
 });

@@ -22,11 +22,14 @@ function runAlone(engine: SimEngine, clock: VirtualClock, prompts: number[][]): 
     clock.set(start);
     engine.advanceTo(start);
     let ttft = NaN;
-    const res = engine.submit({ promptTokens: ids.length, tokens: ids, maxTokens: 4 }, {
-      onToken: (at, n) => {
-        if (n === 1) ttft = at - start;
+    const res = engine.submit(
+      { promptTokens: ids.length, tokens: ids, maxTokens: 4 },
+      {
+        onToken: (at, n) => {
+          if (n === 1) ttft = at - start;
+        },
       },
-    });
+    );
     assert.ok(res.accepted);
     engine.runUntilIdle();
     return ttft;
@@ -88,7 +91,10 @@ describe('simulated prefix caching', () => {
   test('a shared prefix is a partial hit: only the divergent tail is prefilled', () => {
     const { clock, engine } = engineWith();
     const system = tokens(7, 320);
-    const [, second] = runAlone(engine, clock, [[...system, ...tokens(1, 100)], [...system, ...tokens(2, 100)]]);
+    const [, second] = runAlone(engine, clock, [
+      [...system, ...tokens(1, 100)],
+      [...system, ...tokens(2, 100)],
+    ]);
     assert.equal(engine.snapshot().counters.prefixHits, 320);
     assert.ok(Math.abs(second - (13.4 + 100 * 0.25 * (1 + 0.5 / 16))) < 0.01, `second ${second}`);
   });
@@ -99,7 +105,14 @@ describe('simulated prefix caching', () => {
     clock.set(10);
     engine.advanceTo(10);
     // Turn 1: 300 prompt tokens, an answer of 200 known tokens.
-    assert.ok(engine.submit({ promptTokens: 300, tokens: conversation.slice(0, 300), outputTokens: conversation.slice(300, 500), maxTokens: 200 }).accepted);
+    assert.ok(
+      engine.submit({
+        promptTokens: 300,
+        tokens: conversation.slice(0, 300),
+        outputTokens: conversation.slice(300, 500),
+        maxTokens: 200,
+      }).accepted,
+    );
     engine.runUntilIdle();
     // Its KV covered 300 + 199 tokens (the last answer token is never fed back): 31 full blocks.
     assert.equal(engine.snapshot().prefixCachedBlocks, 31);
@@ -160,9 +173,16 @@ describe('simulated prefix caching', () => {
 
   test('vLLM counters and SGLang hit rate on /metrics, from chat requests resending their history', async () => {
     for (const flavor of ['vllm', 'sglang'] as const) {
-      const sim = await startSim({ engine: flavor, seed: 1, latency: { stepBaseMs: 1, decodeMsPerSeq: 0.1, prefillMsPerToken: 0.005 } });
+      const sim = await startSim({
+        engine: flavor,
+        seed: 1,
+        latency: { stepBaseMs: 1, decodeMsPerSeq: 0.1, prefillMsPerToken: 0.005 },
+      });
       try {
-        const history = [{ role: 'system', content: 'You are a helpful routing assistant. '.repeat(20) }, { role: 'user', content: 'First question?' }];
+        const history = [
+          { role: 'system', content: 'You are a helpful routing assistant. '.repeat(20) },
+          { role: 'user', content: 'First question?' },
+        ];
         const send = (messages: unknown[]) =>
           fetch(sim.url + '/v1/chat/completions', {
             method: 'POST',

@@ -123,7 +123,9 @@ describe('wire format (vLLM OpenAI-compatible)', () => {
   });
 
   test('completions, streamed and not', async () => {
-    const plain = await (await post(sim, '/v1/completions', { model: MODEL, prompt: 'Once upon a time', max_tokens: 6 })).json();
+    const plain = await (
+      await post(sim, '/v1/completions', { model: MODEL, prompt: 'Once upon a time', max_tokens: 6 })
+    ).json();
     assert.match(plain.id, /^cmpl-/);
     assert.equal(plain.object, 'text_completion');
     assert.equal(plain.choices[0].text.split(' ').filter(Boolean).length, 6);
@@ -141,7 +143,10 @@ describe('wire format (vLLM OpenAI-compatible)', () => {
     const chunks = data.slice(0, -1).map((d) => JSON.parse(d));
     assert.equal(chunks.length, 2 + 1);
     assert.ok(chunks.every((c) => c.object === 'text_completion'));
-    assert.deepEqual(chunks.map((c) => c.choices[0]?.finish_reason), [null, 'length', undefined]);
+    assert.deepEqual(
+      chunks.map((c) => c.choices[0]?.finish_reason),
+      [null, 'length', undefined],
+    );
     assert.equal(chunks[2].usage.completion_tokens, 2);
   });
 
@@ -244,7 +249,9 @@ describe('behaviour under load', () => {
     const load = async (sim: SimServer) => {
       const start = performance.now();
       await Promise.all(
-        Array.from({ length: 4 }, async () => (await post(sim, '/v1/chat/completions', chat({ max_tokens: 15 }))).json()),
+        Array.from({ length: 4 }, async () =>
+          (await post(sim, '/v1/chat/completions', chat({ max_tokens: 15 }))).json(),
+        ),
       );
       return performance.now() - start;
     };
@@ -420,7 +427,10 @@ describe('virtual time', () => {
     const fast = scenario(8, { speed: 1 }, burst);
     const slow = scenario(8, { speed: 0.5 }, burst);
     assert.equal(slow.end, 2 * fast.end);
-    assert.deepEqual(slow.ttft, fast.ttft.map((t) => 2 * t));
+    assert.deepEqual(
+      slow.ttft,
+      fast.ttft.map((t) => 2 * t),
+    );
   });
 
   test('TTFT grows with the queue, and KV use follows the tokens held', () => {

@@ -11,7 +11,18 @@ import { startSim, type SimServer } from '../shared/sim/server.ts';
 import { CHAT_ANSWER, startScriptedPod, vllmPage, type ScriptedPod } from './fixtures/scripted-pod.ts';
 import { chatBody, MODEL, postJson, waitFor } from './helpers/stack.ts';
 
-const load = (over: Partial<PodLoad> = {}): PodLoad => ({ at: 0, engine: 'vllm', waiting: 2, running: 3, kvCache: 0.4, finished: 10, promptTokens: 1000, ttftSum: 5, ttftCount: 10, ...over });
+const load = (over: Partial<PodLoad> = {}): PodLoad => ({
+  at: 0,
+  engine: 'vllm',
+  waiting: 2,
+  running: 3,
+  kvCache: 0.4,
+  finished: 10,
+  promptTokens: 1000,
+  ttftSum: 5,
+  ttftCount: 10,
+  ...over,
+});
 
 describe('implausibility', () => {
   test('accepts an honest page, an engine without KV use, and a restart (every counter down)', () => {
@@ -31,7 +42,10 @@ describe('implausibility', () => {
     assert.match(implausibility(load({ finished: -1 }), undefined)!, /finished = -1/);
     assert.match(implausibility(load({ ttftSum: -Infinity }), undefined)!, /ttftSum/);
     assert.match(implausibility(load({ promptTokens: 1e18 }), undefined)!, /promptTokens/);
-    assert.match(implausibility(load({ finished: 5, promptTokens: 2000 }), load())!, /backwards.*finished went from 10 to 5/);
+    assert.match(
+      implausibility(load({ finished: 5, promptTokens: 2000 }), load())!,
+      /backwards.*finished went from 10 to 5/,
+    );
   });
 });
 
@@ -55,17 +69,29 @@ describe('a pod whose /metrics lies does not capture traffic', () => {
 
   before(async () => {
     honest = await startSim({ models: [MODEL], seed: 3, name: 'honest' });
-    liar = await startScriptedPod(() => vllmPage(MODEL, lie.waiting, lie.running), () => CHAT_ANSWER);
-    agent = await startAgent(settingsFromObject({
-      node: 'node-a',
-      listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' },
-      scrapeInterval: '50ms',
-      pods: [
-        { name: 'honest', namespace: 'inference', address: new URL(honest.url).host, engine: 'vllm', models: [MODEL] },
-        { name: 'liar', namespace: 'inference', address: liar.address, engine: 'vllm', models: [MODEL] },
-      ],
-      limits: { scrapeFailureLogInterval: '1h' },
-    }), { log: (_level, message) => logged.push(message) });
+    liar = await startScriptedPod(
+      () => vllmPage(MODEL, lie.waiting, lie.running),
+      () => CHAT_ANSWER,
+    );
+    agent = await startAgent(
+      settingsFromObject({
+        node: 'node-a',
+        listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' },
+        scrapeInterval: '50ms',
+        pods: [
+          {
+            name: 'honest',
+            namespace: 'inference',
+            address: new URL(honest.url).host,
+            engine: 'vllm',
+            models: [MODEL],
+          },
+          { name: 'liar', namespace: 'inference', address: liar.address, engine: 'vllm', models: [MODEL] },
+        ],
+        limits: { scrapeFailureLogInterval: '1h' },
+      }),
+      { log: (_level, message) => logged.push(message) },
+    );
     await waitFor(async () => (await fetch(`${agent.adminUrl}/readyz`)).ok, 5000, 'agent ready');
   });
   after(async () => {
@@ -74,15 +100,29 @@ describe('a pod whose /metrics lies does not capture traffic', () => {
     await liar.close();
   });
 
-  for (const [what, value] of [['negative', '-1000'], ['NaN', 'NaN'], ['+Inf', '+Inf']] as const) {
+  for (const [what, value] of [
+    ['negative', '-1000'],
+    ['NaN', 'NaN'],
+    ['+Inf', '+Inf'],
+  ] as const) {
     it(`${what} queue: unhealthy with a reason in /explain and /debug/state, and 0 of 20 requests`, async () => {
       lie = { waiting: value, running: value };
       const before = liar.served;
-      await waitFor(async () => {
-        const e = (await (await fetch(`${agent.adminUrl}/explain?model=${MODEL}`)).json()) as { dropped: { pod: string; reason: string; detail: string }[] };
-        return e.dropped.some((d) => d.pod === 'local/liar' && d.reason === 'unhealthy' && /implausible page: waiting = /.test(d.detail));
-      }, 3000, 'the liar to be dropped as unhealthy');
-      const state = (await (await fetch(`${agent.adminUrl}/debug/state`)).json()) as { pods: { local: { pod: { name: string }; healthy: boolean; unhealthyReason: string | null }[] } };
+      await waitFor(
+        async () => {
+          const e = (await (await fetch(`${agent.adminUrl}/explain?model=${MODEL}`)).json()) as {
+            dropped: { pod: string; reason: string; detail: string }[];
+          };
+          return e.dropped.some(
+            (d) => d.pod === 'local/liar' && d.reason === 'unhealthy' && /implausible page: waiting = /.test(d.detail),
+          );
+        },
+        3000,
+        'the liar to be dropped as unhealthy',
+      );
+      const state = (await (await fetch(`${agent.adminUrl}/debug/state`)).json()) as {
+        pods: { local: { pod: { name: string }; healthy: boolean; unhealthyReason: string | null }[] };
+      };
       const pod = state.pods.local.find((p) => p.pod.name === 'liar')!;
       assert.equal(pod.healthy, false);
       assert.match(pod.unhealthyReason ?? '', /implausible page/);
@@ -103,9 +143,15 @@ describe('a pod whose /metrics lies does not capture traffic', () => {
     assert.equal(lines.length, 1, `one line per interval, got ${lines.length}`);
     assert.match(lines[0], /implausible page/);
     lie = { waiting: '0', running: '0' };
-    await waitFor(async () => {
-      const e = (await (await fetch(`${agent.adminUrl}/explain?model=${MODEL}`)).json()) as { candidates: { pod: string }[] };
-      return e.candidates.some((c) => c.pod === 'local/liar');
-    }, 3000, 'the pod to be a candidate again');
+    await waitFor(
+      async () => {
+        const e = (await (await fetch(`${agent.adminUrl}/explain?model=${MODEL}`)).json()) as {
+          candidates: { pod: string }[];
+        };
+        return e.candidates.some((c) => c.pod === 'local/liar');
+      },
+      3000,
+      'the pod to be a candidate again',
+    );
   });
 });

@@ -35,10 +35,11 @@ async function fakeModelServer(handler: FakeServer['handler']): Promise<FakeServ
     connections: 0,
     maxConcurrent: 0,
     handler,
-    close: () => new Promise((resolve) => {
-      server.closeAllConnections();
-      server.close(() => resolve());
-    }),
+    close: () =>
+      new Promise((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
   };
   return state;
 }
@@ -64,15 +65,26 @@ const serve = (body: () => string) => (_req: IncomingMessage, res: ServerRespons
   res.end(body());
 };
 
-const pod = (name: string, address: string, engine?: Pod['engine']): Pod =>
-  ({ uid: `inference/${name}`, name, namespace: 'inference', node: 'node-a', address, models: ['m'], ...(engine ? { engine } : {}) });
+const pod = (name: string, address: string, engine?: Pod['engine']): Pod => ({
+  uid: `inference/${name}`,
+  name,
+  namespace: 'inference',
+  node: 'node-a',
+  address,
+  models: ['m'],
+  ...(engine ? { engine } : {}),
+});
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 function recordingScraper(options: ScraperOptions) {
   const loads: { pod: Pod; load: PodLoad; telemetry: PodTelemetry }[] = [];
   const errors: { pod: Pod; error: string }[] = [];
-  const scraper = new Scraper(options, (p, load, telemetry) => loads.push({ pod: p, load, telemetry }), (p, error) => errors.push({ pod: p, error }));
+  const scraper = new Scraper(
+    options,
+    (p, load, telemetry) => loads.push({ pod: p, load, telemetry }),
+    (p, error) => errors.push({ pod: p, error }),
+  );
   return { scraper, loads, errors };
 }
 
@@ -80,7 +92,10 @@ test('scrapes a pod over one kept-alive connection, detects its engine and follo
   let waiting = 3;
   const server = await fakeModelServer(serve(() => vllmPage(waiting, 8)));
   const { scraper, loads, errors } = recordingScraper({ intervalMs: 25 });
-  t.after(async () => { await scraper.stop(); await server.close(); });
+  t.after(async () => {
+    await scraper.stop();
+    await server.close();
+  });
 
   const p = pod('llama-0', server.address);
   scraper.setPods([p]);
@@ -90,7 +105,7 @@ test('scrapes a pod over one kept-alive connection, detects its engine and follo
   assert.equal(loads[0].load.running, 8);
   assert.equal(loads[0].pod.engine, 'vllm');
   assert.equal(scraper.pod(p.uid)?.engine, 'vllm');
-  assert.equal(p.engine, undefined, 'the caller\'s pod object is not mutated');
+  assert.equal(p.engine, undefined, "the caller's pod object is not mutated");
 
   waiting = 9;
   await waitFor(() => loads.at(-1)?.load.waiting === 9, 5000, 'the new queue length');
@@ -109,7 +124,10 @@ test('reports the TTFT of the requests finished between two scrapes', async (t) 
   let sum = 5;
   const server = await fakeModelServer(serve(() => vllmPage(0, 1, sum, count)));
   const { scraper, loads } = recordingScraper({ intervalMs: 25 });
-  t.after(async () => { await scraper.stop(); await server.close(); });
+  t.after(async () => {
+    await scraper.stop();
+    await server.close();
+  });
   scraper.setPods([pod('llama-0', server.address, 'vllm')]);
   scraper.start();
   await waitFor(() => loads.length > 0, 5000, 'a first load');
@@ -122,9 +140,14 @@ test('reports the TTFT of the requests finished between two scrapes', async (t) 
 });
 
 test('a hung pod times out, and is never scraped twice at once', async (t) => {
-  const server = await fakeModelServer(() => { /* never answers */ });
+  const server = await fakeModelServer(() => {
+    /* never answers */
+  });
   const { scraper, errors } = recordingScraper({ intervalMs: 10, timeoutMs: 60 });
-  t.after(async () => { await scraper.stop(); await server.close(); });
+  t.after(async () => {
+    await scraper.stop();
+    await server.close();
+  });
   const p = pod('stuck', server.address, 'vllm');
   scraper.setPods([p]);
   scraper.start();
@@ -144,7 +167,10 @@ test('an HTTP error is a failed scrape, and the pod turns stale after two interv
   });
   let clock = 1_000_000;
   const { scraper, loads, errors } = recordingScraper({ intervalMs: 20, now: () => clock });
-  t.after(async () => { await scraper.stop(); await server.close(); });
+  t.after(async () => {
+    await scraper.stop();
+    await server.close();
+  });
   const p = pod('llama-0', server.address);
   scraper.setPods([p]);
   scraper.start();
@@ -172,7 +198,11 @@ test('a removed pod stops being scraped, and the others go on', async (t) => {
   const a = await fakeModelServer(serve(() => vllmPage(1, 1)));
   const b = await fakeModelServer(serve(() => vllmPage(2, 2)));
   const { scraper } = recordingScraper({ intervalMs: 15 });
-  t.after(async () => { await scraper.stop(); await a.close(); await b.close(); });
+  t.after(async () => {
+    await scraper.stop();
+    await a.close();
+    await b.close();
+  });
   const podA = pod('a', a.address);
   const podB = pod('b', b.address);
   scraper.setPods([podA, podB]);
@@ -185,7 +215,10 @@ test('a removed pod stops being scraped, and the others go on', async (t) => {
   await waitFor(() => a.requests >= aAtRemoval + 5, 5000, 'a goes on');
   assert.ok(b.requests <= bAtRemoval + 1, 'at most the scrape already in flight'); // in flight requests are aborted
   assert.equal(scraper.health(podB.uid), undefined);
-  assert.deepEqual(scraper.pods().map((p) => p.name), ['a']);
+  assert.deepEqual(
+    scraper.pods().map((p) => p.name),
+    ['a'],
+  );
 
   scraper.setPods([podA, podB]); // and it can come back
   await waitFor(() => b.requests >= bAtRemoval + 2, 5000, 'b scraped again');
@@ -213,7 +246,10 @@ test('decodes a gzipped page when asked for gzip', async (t) => {
     res.end(gzipSync(vllmPage(6, 2)));
   });
   const { scraper, loads } = recordingScraper({ intervalMs: 25, gzip: true });
-  t.after(async () => { await scraper.stop(); await server.close(); });
+  t.after(async () => {
+    await scraper.stop();
+    await server.close();
+  });
   scraper.setPods([pod('a', server.address)]);
   scraper.start();
   await waitFor(() => loads.length > 0, 5000, 'a load');
@@ -226,11 +262,24 @@ test('garbage, an oversized page and a mismatched engine are failures, not loads
   const huge = await fakeModelServer(serve(() => vllmPage(1, 1) + `# ${'x'.repeat(20_000)}\n`));
   const vllm = await fakeModelServer(serve(() => vllmPage(1, 1)));
   const { scraper, loads, errors } = recordingScraper({ intervalMs: 25, maxBodyBytes: 10_000 });
-  t.after(async () => { await scraper.stop(); await garbage.close(); await huge.close(); await vllm.close(); });
-  scraper.setPods([pod('garbage', garbage.address), pod('huge', huge.address), pod('configured-tgi', vllm.address, 'tgi')]);
+  t.after(async () => {
+    await scraper.stop();
+    await garbage.close();
+    await huge.close();
+    await vllm.close();
+  });
+  scraper.setPods([
+    pod('garbage', garbage.address),
+    pod('huge', huge.address),
+    pod('configured-tgi', vllm.address, 'tgi'),
+  ]);
   scraper.start();
   const errorOf = (name: string) => errors.find((e) => e.pod.name === name)?.error;
-  await waitFor(() => ['garbage', 'huge', 'configured-tgi'].every((n) => errorOf(n) !== undefined), 5000, 'three kinds of failure');
+  await waitFor(
+    () => ['garbage', 'huge', 'configured-tgi'].every((n) => errorOf(n) !== undefined),
+    5000,
+    'three kinds of failure',
+  );
   assert.match(errorOf('garbage') ?? '', /^not a metrics page \(\d+ malformed lines, first: line 1: /);
   assert.equal(errorOf('huge'), 'page larger than 10000 bytes');
   assert.equal(errorOf('configured-tgi'), 'tgi page has no tgi_queue_size');

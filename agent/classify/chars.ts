@@ -1,9 +1,18 @@
 // ASCII character classes and token edges the built-in detectors share. Pure.
 
-export const SPACE = 32, PLUS = 43, DASH = 45, DOT = 46, LPAREN = 40, RPAREN = 41;
+export const SPACE = 32,
+  PLUS = 43,
+  DASH = 45,
+  DOT = 46,
+  LPAREN = 40,
+  RPAREN = 41;
 
 // ASCII character classes in one table: a lookup instead of chains of comparisons.
-const DIGIT = 1, UPPER = 2, LOWER = 4, WORD = 8, BLOCKS = 16;
+const DIGIT = 1,
+  UPPER = 2,
+  LOWER = 4,
+  WORD = 8,
+  BLOCKS = 16;
 const ASCII = new Uint8Array(128);
 for (let c = 48; c <= 57; c++) ASCII[c] = DIGIT | WORD | BLOCKS;
 for (let c = 65; c <= 90; c++) ASCII[c] = UPPER | WORD | BLOCKS;
@@ -42,7 +51,7 @@ export function endsCleanly(s: string, j: number): boolean {
     const next = s.charCodeAt(j + 1);
     // `…-1234-x` / `….5` continue a token; `4111,11` / `12:30` continue a number.
     if ((c === DASH || c === DOT) && isAsciiAlnum(next)) return false;
-    if ((c === 44 /* , */ || c === 58 /* : */) && isDigit(next)) return false;
+    if ((c === 44 /* , */ || c === 58) /* : */ && isDigit(next)) return false;
   }
   return true;
 }

@@ -46,7 +46,11 @@ export interface ClassifyOptions {
 /** Evidence kept per request: enough to explain, bounded against bodies built to flood it. */
 const MAX_REPORTED = 32;
 
-export function classifyRequest(headerTags: string | null | undefined, body: unknown, options: ClassifyOptions = {}): Classification {
+export function classifyRequest(
+  headerTags: string | null | undefined,
+  body: unknown,
+  options: ClassifyOptions = {},
+): Classification {
   const header = parseTagHeader(headerTags);
   const custom = options.detectors ?? [];
   const tags = new Set(header.tags);
@@ -71,7 +75,8 @@ export function classifyRequest(headerTags: string | null | undefined, body: unk
         if (!detector.matches(normalised)) continue;
         fired.add(detector.name);
         tags.add(detector.tag);
-        if (findings.length < MAX_REPORTED) findings.push({ detector: detector.name, tag: detector.tag, path: formatPath(path) });
+        if (findings.length < MAX_REPORTED)
+          findings.push({ detector: detector.name, tag: detector.tag, path: formatPath(path) });
       }
     },
     unscanned(reason, path) {

@@ -9,7 +9,21 @@
 // prose, a short probe in digit-dense text); each digit run is examined once and skipped past.
 // bench/classify.bench.ts: a few µs for a 4 KB prompt. Normalisation (normalise.ts), character
 // classes (chars.ts) and checksums (checksums.ts) live beside it.
-import { SPACE, PLUS, DASH, DOT, LPAREN, RPAREN, isDigit, isUpper, isAsciiAlnum, isWordChar, blocksBefore, endsCleanly, skipToken } from './chars.ts';
+import {
+  SPACE,
+  PLUS,
+  DASH,
+  DOT,
+  LPAREN,
+  RPAREN,
+  isDigit,
+  isUpper,
+  isAsciiAlnum,
+  isWordChar,
+  blocksBefore,
+  endsCleanly,
+  skipToken,
+} from './chars.ts';
 import { knownIssuer, luhn, mod97 } from './checksums.ts';
 import { normalise } from './normalise.ts';
 
@@ -29,7 +43,33 @@ export function detect(text: string, found: Set<Detector> = new Set()): Set<Dete
 
 const LOCAL_EXTRA = new Set([...'._%+-'].map((ch) => ch.charCodeAt(0)));
 /** TLD-shaped file extensions: `icon@2x.png` is an asset, not an address. */
-const FILE_EXTENSIONS = new Set(['png', 'jpg', 'jpeg', 'gif', 'svg', 'webp', 'bmp', 'ico', 'tif', 'tiff', 'pdf', 'js', 'mjs', 'ts', 'tsx', 'jsx', 'css', 'json', 'yaml', 'yml', 'lock', 'txt', 'html', 'htm', 'map']);
+const FILE_EXTENSIONS = new Set([
+  'png',
+  'jpg',
+  'jpeg',
+  'gif',
+  'svg',
+  'webp',
+  'bmp',
+  'ico',
+  'tif',
+  'tiff',
+  'pdf',
+  'js',
+  'mjs',
+  'ts',
+  'tsx',
+  'jsx',
+  'css',
+  'json',
+  'yaml',
+  'yml',
+  'lock',
+  'txt',
+  'html',
+  'htm',
+  'map',
+]);
 
 /** Internationalised addresses (RFC 6531) put letters of any script on both sides of the `@`. */
 function isLabelChar(c: number): boolean {
@@ -54,7 +94,13 @@ function hasEmail(s: string): boolean {
     while (r < n) {
       const c = s.charCodeAt(r);
       if (isLabelChar(c) || (c === DASH && r > at + 1 && s.charCodeAt(r - 1) !== DOT)) r++;
-      else if (c === DOT && r > at + 1 && s.charCodeAt(r - 1) !== DOT && r + 1 < n && isLabelChar(s.charCodeAt(r + 1))) {
+      else if (
+        c === DOT &&
+        r > at + 1 &&
+        s.charCodeAt(r - 1) !== DOT &&
+        r + 1 < n &&
+        isLabelChar(s.charCodeAt(r + 1))
+      ) {
         lastDot = r;
         r++;
       } else break;
@@ -160,7 +206,11 @@ function chainAt(s: string, p: number, found: Set<Detector>): number {
     if ((c === SPACE || c === DASH || c === DOT) && isDigit(s.charCodeAt(j + 1))) {
       gSep[count - 1] = c;
       j++;
-    } else if (c !== SPACE ? isSpaceLike(c) : j + 1 < n && (isSpaceLike(s.charCodeAt(j + 1)) || s.charCodeAt(j + 1) === DASH || s.charCodeAt(j + 1) === DOT)) {
+    } else if (
+      c !== SPACE
+        ? isSpaceLike(c)
+        : j + 1 < n && (isSpaceLike(s.charCodeAt(j + 1)) || s.charCodeAt(j + 1) === DASH || s.charCodeAt(j + 1) === DOT)
+    ) {
       // Checked inline first: a number followed by one space and a word is the common case.
       // Only card-shaped groups (4, or Amex's 6) continue across a line break or double space:
       // a log line's trailing number must not chain into the next line's timestamp.
@@ -186,7 +236,14 @@ function chainAt(s: string, p: number, found: Set<Detector>): number {
       if (k === 3 && isSsn(s, a)) found.add('ssn');
       else if ((k === 3 || k === 4) && isNanp(s, a, k)) found.add('phone');
       // A national number stands alone: the whole chain, not four digits inside a longer one.
-      else if (a === 0 && k === count && k >= 2 && (windowDigits === 10 || windowDigits === 11) && isNationalPhone(s, a, k)) found.add('phone');
+      else if (
+        a === 0 &&
+        k === count &&
+        k >= 2 &&
+        (windowDigits === 10 || windowDigits === 11) &&
+        isNationalPhone(s, a, k)
+      )
+        found.add('phone');
       else if (windowDigits >= 13 && isCard(s, a, k, windowDigits)) found.add('card');
     }
   }
@@ -340,13 +397,83 @@ function parenPhoneAt(s: string, p: number): number {
 
 /** IBAN lengths of the countries that issue them most (SWIFT registry); others are not tagged. */
 const IBAN_LENGTH: Record<string, number> = {
-  AD: 24, AE: 23, AL: 28, AT: 20, AZ: 28, BA: 20, BE: 16, BG: 22, BH: 22, BR: 29, BY: 28, CH: 21,
-  CR: 22, CY: 28, CZ: 24, DE: 22, DK: 18, DO: 28, EE: 20, EG: 29, ES: 24, FI: 18, FO: 18, FR: 27,
-  GB: 22, GE: 22, GI: 23, GL: 18, GR: 27, GT: 28, HR: 21, HU: 28, IE: 22, IL: 23, IQ: 23, IS: 26,
-  IT: 27, JO: 30, KW: 30, KZ: 20, LB: 28, LC: 32, LI: 21, LT: 20, LU: 20, LV: 21, MC: 27, MD: 24,
-  ME: 22, MK: 19, MR: 27, MT: 31, MU: 30, NL: 18, NO: 15, PK: 24, PL: 28, PS: 29, PT: 25, QA: 29,
-  RO: 24, RS: 22, SA: 24, SC: 31, SE: 24, SI: 19, SK: 24, SM: 27, ST: 25, SV: 28, TL: 23, TN: 24,
-  TR: 26, UA: 29, VA: 22, VG: 24, XK: 20,
+  AD: 24,
+  AE: 23,
+  AL: 28,
+  AT: 20,
+  AZ: 28,
+  BA: 20,
+  BE: 16,
+  BG: 22,
+  BH: 22,
+  BR: 29,
+  BY: 28,
+  CH: 21,
+  CR: 22,
+  CY: 28,
+  CZ: 24,
+  DE: 22,
+  DK: 18,
+  DO: 28,
+  EE: 20,
+  EG: 29,
+  ES: 24,
+  FI: 18,
+  FO: 18,
+  FR: 27,
+  GB: 22,
+  GE: 22,
+  GI: 23,
+  GL: 18,
+  GR: 27,
+  GT: 28,
+  HR: 21,
+  HU: 28,
+  IE: 22,
+  IL: 23,
+  IQ: 23,
+  IS: 26,
+  IT: 27,
+  JO: 30,
+  KW: 30,
+  KZ: 20,
+  LB: 28,
+  LC: 32,
+  LI: 21,
+  LT: 20,
+  LU: 20,
+  LV: 21,
+  MC: 27,
+  MD: 24,
+  ME: 22,
+  MK: 19,
+  MR: 27,
+  MT: 31,
+  MU: 30,
+  NL: 18,
+  NO: 15,
+  PK: 24,
+  PL: 28,
+  PS: 29,
+  PT: 25,
+  QA: 29,
+  RO: 24,
+  RS: 22,
+  SA: 24,
+  SC: 31,
+  SE: 24,
+  SI: 19,
+  SK: 24,
+  SM: 27,
+  ST: 25,
+  SV: 28,
+  TL: 23,
+  TN: 24,
+  TR: 26,
+  UA: 29,
+  VA: 22,
+  VG: 24,
+  XK: 20,
 };
 
 /** Country + 2 check digits + BBAN, compact or in groups of 4 (any separator); exact length; mod 97 = 1. */
@@ -361,7 +488,12 @@ function ibanAt(s: string, start: number): number {
     if (isDigit(c) || isUpper(c)) {
       compact += s[j];
       j++;
-    } else if (compact.length % 4 === 0 && (c === SPACE || c === DASH || c === DOT) && j + 1 < n && isAsciiAlnum(s.charCodeAt(j + 1))) {
+    } else if (
+      compact.length % 4 === 0 &&
+      (c === SPACE || c === DASH || c === DOT) &&
+      j + 1 < n &&
+      isAsciiAlnum(s.charCodeAt(j + 1))
+    ) {
       j++;
     } else if (compact.length % 4 === 0 && isSpaceLike(c)) {
       const next = looseSeparatorEnd(s, j);

@@ -1,4 +1,13 @@
-export { classify, classifyRequest, PII_TAG, UNSCANNED_TAG, type Classification, type ClassifyOptions, type Finding, type Unscanned } from './classify.ts';
+export {
+  classify,
+  classifyRequest,
+  PII_TAG,
+  UNSCANNED_TAG,
+  type Classification,
+  type ClassifyOptions,
+  type Finding,
+  type Unscanned,
+} from './classify.ts';
 export { compileDetectors, type CustomDetector, type DetectorSpec } from './custom.ts';
 export { detect, DETECTORS, type Detector } from './detect.ts';
 export { normalise } from './normalise.ts';

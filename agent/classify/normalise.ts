@@ -29,5 +29,7 @@ function isAscii(s: string): boolean {
 // them as the characters, so the detectors must too.
 const JSON_ESCAPE = /\\(?:u([0-9a-fA-F]{4})|[nrt])/g;
 function unescapeJson(text: string): string {
-  return text.replace(JSON_ESCAPE, (_, hex: string | undefined) => (hex ? String.fromCharCode(parseInt(hex, 16)) : ' '));
+  return text.replace(JSON_ESCAPE, (_, hex: string | undefined) =>
+    hex ? String.fromCharCode(parseInt(hex, 16)) : ' ',
+  );
 }

@@ -51,7 +51,9 @@ interface Outcome {
 
 /** Share of `items` answered within the SLO, as a percentage string. */
 function withinSlo(items: Outcome[]): string {
-  return items.length ? `${((100 * items.filter((o) => o.ok && o.ttftMs <= SLO_MS).length) / items.length).toFixed(1)}%` : '–';
+  return items.length
+    ? `${((100 * items.filter((o) => o.ok && o.ttftMs <= SLO_MS).length) / items.length).toFixed(1)}%`
+    : '–';
 }
 
 class Summary {
@@ -59,10 +61,17 @@ class Summary {
   inFlight = 0;
 
   line(elapsedS: number, offered: number, window: Outcome[]): string {
-    const share = (items: Outcome[], prefix: string) => (items.length ? Math.round((100 * items.filter((o) => o.route.startsWith(prefix)).length) / items.length) : 0);
-    const ok = window.filter((o) => o.ok).map((o) => o.ttftMs).sort((a, b) => a - b);
-    const pct = (q: number) => (ok.length ? `${Math.round(ok[Math.min(ok.length - 1, Math.floor(q * ok.length))])}` : '–');
-    const inSlo = window.length ? Math.round((100 * window.filter((o) => o.ok && o.ttftMs <= SLO_MS).length) / window.length) : 100;
+    const share = (items: Outcome[], prefix: string) =>
+      items.length ? Math.round((100 * items.filter((o) => o.route.startsWith(prefix)).length) / items.length) : 0;
+    const ok = window
+      .filter((o) => o.ok)
+      .map((o) => o.ttftMs)
+      .sort((a, b) => a - b);
+    const pct = (q: number) =>
+      ok.length ? `${Math.round(ok[Math.min(ok.length - 1, Math.floor(q * ok.length))])}` : '–';
+    const inSlo = window.length
+      ? Math.round((100 * window.filter((o) => o.ok && o.ttftMs <= SLO_MS).length) / window.length)
+      : 100;
     return (
       `${String(elapsedS).padStart(4)}s  offered ${offered.toFixed(1).padStart(5)}/s  answered ${String(this.outcomes.length).padStart(5)}  in flight ${String(this.inFlight).padStart(3)}` +
       `  local ${String(share(window, 'local')).padStart(3)}%  overflow ${String(share(window, 'overflow')).padStart(3)}%  rejected ${String(share(window, 'rejected')).padStart(3)}%` +
@@ -95,7 +104,13 @@ function prompt(rand: () => number, withPii: boolean): string {
   return withPii ? `${text}. Reply to jane.doe@example.com about the invoice.` : text;
 }
 
-async function sendOne(apiUrl: string, rand: () => number, summary: Summary, signal: AbortSignal, peak: boolean): Promise<void> {
+async function sendOne(
+  apiUrl: string,
+  rand: () => number,
+  summary: Summary,
+  signal: AbortSignal,
+  peak: boolean,
+): Promise<void> {
   const pii = rand() < PII_SHARE;
   const body = JSON.stringify({
     model: MODEL,
@@ -130,7 +145,11 @@ async function sendOne(apiUrl: string, rand: () => number, summary: Summary, sig
 }
 
 export async function runDemoCommand(argv: string[]): Promise<number> {
-  const { values } = parseArgs({ args: argv, options: { duration: { type: 'string', default: '60' }, seed: { type: 'string', default: '1' } }, strict: true });
+  const { values } = parseArgs({
+    args: argv,
+    options: { duration: { type: 'string', default: '60' }, seed: { type: 'string', default: '1' } },
+    strict: true,
+  });
   const durationS = Number(values.duration);
   if (!Number.isFinite(durationS) || durationS <= 0) {
     console.error('kinference demo: --duration must be a positive number of seconds');
@@ -165,8 +184,23 @@ export async function runDemoCommand(argv: string[]): Promise<number> {
         node: 'demo-node',
         listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' },
         scrapeInterval: '100ms',
-        pods: pods.map((sim, i) => ({ name: `gpu-${i}`, namespace: 'inference', address: new URL(sim.url).host, engine: 'vllm', models: [MODEL] })),
-        providers: [{ name: 'hosted', kind: 'openai', endpoint: `${provider.url}/v1`, models: { [MODEL]: 'hosted-llama-3-8b' }, apiKey: { env: PROVIDER_KEY_ENV }, timeout: '5s' }],
+        pods: pods.map((sim, i) => ({
+          name: `gpu-${i}`,
+          namespace: 'inference',
+          address: new URL(sim.url).host,
+          engine: 'vllm',
+          models: [MODEL],
+        })),
+        providers: [
+          {
+            name: 'hosted',
+            kind: 'openai',
+            endpoint: `${provider.url}/v1`,
+            models: { [MODEL]: 'hosted-llama-3-8b' },
+            apiKey: { env: PROVIDER_KEY_ENV },
+            timeout: '5s',
+          },
+        ],
         policies: [
           {
             metadata: { name: 'demo', namespace: '*' },
@@ -181,13 +215,21 @@ export async function runDemoCommand(argv: string[]): Promise<number> {
       },
       'demo',
     );
-    const agent = await startAgent(settings, { log: (level, message) => level !== 'info' && console.error(`  [agent ${level}] ${message}`) });
+    const agent = await startAgent(settings, {
+      log: (level, message) => level !== 'info' && console.error(`  [agent ${level}] ${message}`),
+    });
     started.push({ close: () => agent.shutdown() });
 
     const capacity = localCapacityPerS();
-    console.log(`Kinference demo: ${SPEEDS.length} simulated vLLM pods (speeds ${SPEEDS.join(', ')}; ~${capacity.toFixed(1)} req/s together), one simulated hosted provider.`);
-    console.log(`Agent: ${agent.apiUrl}/v1 (OpenAI-compatible)   dashboard: ${agent.adminUrl}/ui   explain: ${agent.adminUrl}/explain?model=${MODEL}`);
-    console.log(`Policy: TTFT SLO ${SLO_MS} ms at 99%; overflow to "hosted" unless a pod makes it with that confidence; ${PII_SHARE * 100}% of prompts carry an e-mail address (PII) and must stay.`);
+    console.log(
+      `Kinference demo: ${SPEEDS.length} simulated vLLM pods (speeds ${SPEEDS.join(', ')}; ~${capacity.toFixed(1)} req/s together), one simulated hosted provider.`,
+    );
+    console.log(
+      `Agent: ${agent.apiUrl}/v1 (OpenAI-compatible)   dashboard: ${agent.adminUrl}/ui   explain: ${agent.adminUrl}/explain?model=${MODEL}`,
+    );
+    console.log(
+      `Policy: TTFT SLO ${SLO_MS} ms at 99%; overflow to "hosted" unless a pod makes it with that confidence; ${PII_SHARE * 100}% of prompts carry an e-mail address (PII) and must stay.`,
+    );
     console.log(`Load ramps to 1.7x local capacity and back over ${durationS}s.\n`);
 
     const summary = new Summary();

@@ -14,14 +14,18 @@
 import { parse } from 'yaml';
 import { Type } from '@sinclair/typebox';
 import { schemaProblems } from '../config/load.ts';
-import { ProviderConfig, providerListProblems, providerSettings, type ProviderConfigFile } from '../config/providers.ts';
+import {
+  ProviderConfig,
+  providerListProblems,
+  providerSettings,
+  type ProviderConfigFile,
+} from '../config/providers.ts';
 import type { ProviderSettings } from '../providers/types.ts';
 import { isRecord } from '../../shared/json.ts';
 
 export const PROVIDERS_KEY = 'providers.yaml';
 
 const ProviderList = Type.Array(ProviderConfig);
-
 
 /**
  * Validated provider settings from an already-parsed value: a list, or a mapping with a
@@ -52,7 +56,9 @@ export function parseProvidersConfigMap(data: Record<string, string> | undefined
   try {
     value = parse(text);
   } catch (err) {
-    throw new Error(`${where}: ${PROVIDERS_KEY} is not valid YAML: ${(err as Error).message.split('\n')[0]}`, { cause: err });
+    throw new Error(`${where}: ${PROVIDERS_KEY} is not valid YAML: ${(err as Error).message.split('\n')[0]}`, {
+      cause: err,
+    });
   }
   return parseProviderList(value, `${where}: ${PROVIDERS_KEY}`);
 }

@@ -162,13 +162,18 @@ function crossChecks(file: AgentConfigFile): string[] {
 function policyProblems(file: AgentConfigFile): string[] {
   const docs = file.policies ?? [];
   const { policies, errors } = loadPolicies(docs);
-  const problems = errors.flatMap((e) => e.errors.map((x) => `policies[${e.index}]${x.path ? `.${x.path}` : ''}: ${x.message}`));
-  problems.push(...compilePolicies(policies, new Map(Object.entries(file.namespaces ?? {}))).problems.map((p) => `policies: ${p}`));
+  const problems = errors.flatMap((e) =>
+    e.errors.map((x) => `policies[${e.index}]${x.path ? `.${x.path}` : ''}: ${x.message}`),
+  );
+  problems.push(
+    ...compilePolicies(policies, new Map(Object.entries(file.namespaces ?? {}))).problems.map((p) => `policies: ${p}`),
+  );
   const known = new Set((file.providers ?? []).map((p) => p.name));
   for (const policy of policies) {
     const index = docs.indexOf(policy);
     for (const name of policy.spec.overflow?.providers ?? []) {
-      if (!known.has(name)) problems.push(`policies[${index}].spec.overflow.providers: no provider named "${name}" in providers`);
+      if (!known.has(name))
+        problems.push(`policies[${index}].spec.overflow.providers: no provider named "${name}" in providers`);
     }
   }
   return problems;
@@ -190,7 +195,11 @@ function withDownwardApi(raw: unknown, env: NodeJS.ProcessEnv): unknown {
 }
 
 /** Validated settings from a parsed config object; throws ConfigError naming every bad key. */
-export function settingsFromObject(input: unknown, source = 'config', env: NodeJS.ProcessEnv = process.env): AgentSettings {
+export function settingsFromObject(
+  input: unknown,
+  source = 'config',
+  env: NodeJS.ProcessEnv = process.env,
+): AgentSettings {
   const raw = withDownwardApi(input, env);
   const problems = schemaProblems(AgentConfigSchema, raw).map((p) =>
     p.startsWith('node: ') ? `${p} (set node, or KINFERENCE_NODE from the downward API)` : p,
@@ -209,7 +218,16 @@ export function settingsFromObject(input: unknown, source = 'config', env: NodeJ
     scrapeIntervalMs,
     pods: (file.pods ?? []).map((p) => {
       const namespace = p.namespace ?? 'default';
-      return { uid: `${namespace}/${p.name}`, name: p.name, namespace, node: file.node, address: p.address, models: p.models, engine: p.engine, ...(p.maxConcurrency !== undefined ? { maxConcurrency: p.maxConcurrency } : {}) };
+      return {
+        uid: `${namespace}/${p.name}`,
+        name: p.name,
+        namespace,
+        node: file.node,
+        address: p.address,
+        models: p.models,
+        engine: p.engine,
+        ...(p.maxConcurrency !== undefined ? { maxConcurrency: p.maxConcurrency } : {}),
+      };
     }),
     peers: file.peers ?? [],
     peerPodCidrs: file.gossip?.peerPodCidrs ?? defaultPeerPodCidrs(file.peers ?? []),
@@ -232,12 +250,18 @@ export function settingsFromObject(input: unknown, source = 'config', env: NodeJ
     namespaces: new Map(Object.entries(file.namespaces ?? {})),
     limits: {
       maxBodyBytes: limits.maxBodyBytes ?? DEFAULT_LIMITS.maxBodyBytes,
-      podConnectTimeoutMs: limits.podConnectTimeout ? parseDuration(limits.podConnectTimeout) : DEFAULT_LIMITS.podConnectTimeoutMs,
-      podResponseTimeoutMs: limits.podResponseTimeout ? parseDuration(limits.podResponseTimeout) : DEFAULT_LIMITS.podResponseTimeoutMs,
+      podConnectTimeoutMs: limits.podConnectTimeout
+        ? parseDuration(limits.podConnectTimeout)
+        : DEFAULT_LIMITS.podConnectTimeoutMs,
+      podResponseTimeoutMs: limits.podResponseTimeout
+        ? parseDuration(limits.podResponseTimeout)
+        : DEFAULT_LIMITS.podResponseTimeoutMs,
       podIdleTimeoutMs: limits.podIdleTimeout ? parseDuration(limits.podIdleTimeout) : DEFAULT_LIMITS.podIdleTimeoutMs,
       maxRetries: limits.maxRetries ?? DEFAULT_LIMITS.maxRetries,
       drainTimeoutMs: limits.drainTimeout ? parseDuration(limits.drainTimeout) : DEFAULT_LIMITS.drainTimeoutMs,
-      scrapeTimeoutMs: limits.scrapeTimeout ? parseDuration(limits.scrapeTimeout) : Math.max(DEFAULT_LIMITS.scrapeTimeoutMs, scrapeIntervalMs),
+      scrapeTimeoutMs: limits.scrapeTimeout
+        ? parseDuration(limits.scrapeTimeout)
+        : Math.max(DEFAULT_LIMITS.scrapeTimeoutMs, scrapeIntervalMs),
       maxWaiting: limits.maxWaiting ?? DEFAULT_LIMITS.maxWaiting,
       classifyMaxChars: limits.classifyMaxChars ?? DEFAULT_LIMITS.classifyMaxChars,
       classifyMaxDepth: limits.classifyMaxDepth ?? DEFAULT_LIMITS.classifyMaxDepth,
@@ -246,8 +270,12 @@ export function settingsFromObject(input: unknown, source = 'config', env: NodeJ
       maxJsonDepth: limits.maxJsonDepth ?? DEFAULT_LIMITS.maxJsonDepth,
       maxConnectionsPerPod: limits.maxConnectionsPerPod ?? DEFAULT_LIMITS.maxConnectionsPerPod,
       maxUpstreamBodyBytes: limits.maxUpstreamBodyBytes ?? DEFAULT_LIMITS.maxUpstreamBodyBytes,
-      providerIdleTimeoutMs: limits.providerIdleTimeout ? parseDuration(limits.providerIdleTimeout) : DEFAULT_LIMITS.providerIdleTimeoutMs,
-      scrapeFailureLogIntervalMs: limits.scrapeFailureLogInterval ? parseDuration(limits.scrapeFailureLogInterval) : DEFAULT_LIMITS.scrapeFailureLogIntervalMs,
+      providerIdleTimeoutMs: limits.providerIdleTimeout
+        ? parseDuration(limits.providerIdleTimeout)
+        : DEFAULT_LIMITS.providerIdleTimeoutMs,
+      scrapeFailureLogIntervalMs: limits.scrapeFailureLogInterval
+        ? parseDuration(limits.scrapeFailureLogInterval)
+        : DEFAULT_LIMITS.scrapeFailureLogIntervalMs,
     },
     kubernetes: file.kubernetes ?? {},
     logLevel: file.logLevel ?? 'info',

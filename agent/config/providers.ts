@@ -13,7 +13,10 @@ export const ProviderConfig = Type.Object(
     kind: Type.Union([Type.Literal('openai'), Type.Literal('bedrock')]),
     endpoint: Type.Optional(Type.String({ pattern: '^https?://', description: 'an http(s) URL' })),
     region: Type.Optional(Name),
-    models: Type.Record(Type.String(), Type.String({ minLength: 1 }), { minProperties: 1, description: 'a non-empty mapping of model → provider model id' }),
+    models: Type.Record(Type.String(), Type.String({ minLength: 1 }), {
+      minProperties: 1,
+      description: 'a non-empty mapping of model → provider model id',
+    }),
     apiKey: Type.Optional(SecretRef),
     azureApiVersion: Type.Optional(Name),
     credentials: Type.Optional(
@@ -23,7 +26,11 @@ export const ProviderConfig = Type.Object(
       ),
     ),
     /** Connect + time to response headers. A number is milliseconds. */
-    timeout: Type.Optional(Type.Union([DurationString, Type.Number({ exclusiveMinimum: 0 })], { description: 'duration like 10s (or a number of ms)' })),
+    timeout: Type.Optional(
+      Type.Union([DurationString, Type.Number({ exclusiveMinimum: 0 })], {
+        description: 'duration like 10s (or a number of ms)',
+      }),
+    ),
     timeoutMs: Type.Optional(Type.Number({ exclusiveMinimum: 0 })),
   },
   { additionalProperties: false },
@@ -40,10 +47,13 @@ export function providerListProblems(list: readonly ProviderConfigFile[], where:
     if (names.has(p.name)) problems.push(`${at}.name: duplicate provider "${p.name}"`);
     names.add(p.name);
     if (p.kind === 'openai' && !p.endpoint) problems.push(`${at}.endpoint: required for kind openai`);
-    if (p.kind === 'bedrock' && !p.region && !p.endpoint) problems.push(`${at}.region: required for kind bedrock (or endpoint)`);
+    if (p.kind === 'bedrock' && !p.region && !p.endpoint)
+      problems.push(`${at}.region: required for kind bedrock (or endpoint)`);
     if (p.endpoint !== undefined && !URL.canParse(p.endpoint)) problems.push(`${at}.endpoint: not a URL`);
-    if (p.timeout !== undefined && p.timeoutMs !== undefined) problems.push(`${at}: give timeout or timeoutMs, not both`);
-    else if (p.timeout !== undefined && !(parseDuration(p.timeout) > 0)) problems.push(`${at}.timeout: must be positive`);
+    if (p.timeout !== undefined && p.timeoutMs !== undefined)
+      problems.push(`${at}: give timeout or timeoutMs, not both`);
+    else if (p.timeout !== undefined && !(parseDuration(p.timeout) > 0))
+      problems.push(`${at}.timeout: must be positive`);
   });
   return problems;
 }

@@ -80,10 +80,7 @@ const PodCredential = Type.Object(
 );
 
 /** One JSON line per request on stdout, for a sampled share of requests (0: off). */
-const RequestLog = Type.Object(
-  { sample: Type.Number({ minimum: 0, maximum: 1 }) },
-  { additionalProperties: false },
-);
+const RequestLog = Type.Object({ sample: Type.Number({ minimum: 0, maximum: 1 }) }, { additionalProperties: false });
 
 const Gossip = Type.Object(
   {
@@ -134,7 +131,9 @@ export const AgentConfigSchema = Type.Object(
     podCredentials: Type.Optional(Type.Array(PodCredential)),
     requestLog: Type.Optional(RequestLog),
     kubernetes: Type.Optional(Kubernetes),
-    logLevel: Type.Optional(Type.Union([Type.Literal('debug'), Type.Literal('info'), Type.Literal('warn'), Type.Literal('error')])),
+    logLevel: Type.Optional(
+      Type.Union([Type.Literal('debug'), Type.Literal('info'), Type.Literal('warn'), Type.Literal('error')]),
+    ),
   },
   { additionalProperties: false },
 );

@@ -28,11 +28,19 @@ export interface PodTimeouts {
  * where no timer runs and the router cannot see it.
  */
 export function createPodDispatcher(maxConnectionsPerPod: number): Agent {
-  return new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 300_000, connections: maxConnectionsPerPod, pipelining: 1 });
+  return new Agent({
+    keepAliveTimeout: 30_000,
+    keepAliveMaxTimeout: 300_000,
+    connections: maxConnectionsPerPod,
+    pipelining: 1,
+  });
 }
 
 /** The headers that authenticate the agent to a pod: its most specific configured API key, if any. */
-export function podAuthFrom(credentials: readonly PodCredential[], log: (level: 'warn', message: string) => void): (pod: Pick<Pod, 'name' | 'namespace'>) => Record<string, string> {
+export function podAuthFrom(
+  credentials: readonly PodCredential[],
+  log: (level: 'warn', message: string) => void,
+): (pod: Pick<Pod, 'name' | 'namespace'>) => Record<string, string> {
   return (pod): Record<string, string> => {
     const key = credentialFor(pod, credentials);
     if (!key) return {};
@@ -109,7 +117,10 @@ export async function sendToPod(
   // undici's headersTimeout starts once a connection is free; this one starts now, so time spent
   // queued for a connection counts too.
   const headersMs = wholeAnswer ? timeouts.responseMs : timeouts.connectMs;
-  const headersDeadline = setTimeout(() => controller.abort(new Error(`no response headers within ${headersMs} ms`)), headersMs);
+  const headersDeadline = setTimeout(
+    () => controller.abort(new Error(`no response headers within ${headersMs} ms`)),
+    headersMs,
+  );
   try {
     const response = await request(`http://${address}${path}`, {
       method: 'POST',
@@ -128,16 +139,33 @@ export async function sendToPod(
         bytes = await readRest(undefined, response.body[Symbol.asyncIterator](), MAX_ERROR_BODY_BYTES);
       } catch {
         response.body.destroy();
-        return { ok: false, retryable: !clientSignal.aborted, status: response.statusCode, error: `pod answered ${response.statusCode} with an error body over ${MAX_ERROR_BODY_BYTES} bytes` };
+        return {
+          ok: false,
+          retryable: !clientSignal.aborted,
+          status: response.statusCode,
+          error: `pod answered ${response.statusCode} with an error body over ${MAX_ERROR_BODY_BYTES} bytes`,
+        };
       }
       if (response.statusCode === 401 || response.statusCode === 403) {
         // The pod rejected the agent's key (podCredentials), not the client: never pass its 401 on
         // as if the app were at fault; another pod (with the right key) may serve.
-        return { ok: false, retryable: true, status: 502, error: `pod rejected the agent's credentials (HTTP ${response.statusCode}): check podCredentials` };
+        return {
+          ok: false,
+          retryable: true,
+          status: 502,
+          error: `pod rejected the agent's credentials (HTTP ${response.statusCode}): check podCredentials`,
+        };
       }
       // 429 (queue full) and 5xx are the pod's trouble: another pod may do better.
       const retryable = response.statusCode === 429 || response.statusCode >= 500;
-      return { ok: false, retryable, status: response.statusCode, body: bytes, contentType, error: `pod answered ${response.statusCode}` };
+      return {
+        ok: false,
+        retryable,
+        status: response.statusCode,
+        body: bytes,
+        contentType,
+        error: `pod answered ${response.statusCode}`,
+      };
     }
     const iterator = response.body[Symbol.asyncIterator]() as AsyncIterator<Uint8Array>;
     const first = await iterator.next();
@@ -151,7 +179,10 @@ export async function sendToPod(
       abort: () => controller.abort(new Error('client disconnected')),
     };
   } catch (error) {
-    const reason = controller.signal.aborted && !clientSignal.aborted ? (controller.signal.reason as Error).message : describe(error);
+    const reason =
+      controller.signal.aborted && !clientSignal.aborted
+        ? (controller.signal.reason as Error).message
+        : describe(error);
     return { ok: false, retryable: !clientSignal.aborted, error: reason };
   } finally {
     clearTimeout(headersDeadline);

@@ -67,7 +67,11 @@ export function relayStream(
 }
 
 /** Reads the rest of a (non-stream) body into one buffer. */
-export async function readRest(first: Uint8Array | undefined, rest: AsyncIterator<Uint8Array>, limitBytes: number): Promise<Uint8Array> {
+export async function readRest(
+  first: Uint8Array | undefined,
+  rest: AsyncIterator<Uint8Array>,
+  limitBytes: number,
+): Promise<Uint8Array> {
   const chunks: Uint8Array[] = first ? [first] : [];
   let total = first?.byteLength ?? 0;
   for (let next = await rest.next(); !next.done; next = await rest.next()) {
@@ -84,7 +88,11 @@ export async function readRest(first: Uint8Array | undefined, rest: AsyncIterato
  * aborts the upstream request). Without this, a stream still running at the deadline would
  * just stop at the socket and the client could not tell a cut from a finished answer.
  */
-export function endOnSignal(body: ReadableStream<Uint8Array>, signal: AbortSignal, message: string): ReadableStream<Uint8Array> {
+export function endOnSignal(
+  body: ReadableStream<Uint8Array>,
+  signal: AbortSignal,
+  message: string,
+): ReadableStream<Uint8Array> {
   const reader = body.getReader();
   let ended = false;
   let stop: () => void = () => {};
@@ -99,7 +107,9 @@ export function endOnSignal(body: ReadableStream<Uint8Array>, signal: AbortSigna
           if (ended) return;
           release();
           // A blank line first: whatever partial event was in flight is closed off, not merged.
-          controller.enqueue(new TextEncoder().encode(`\n\n${sseErrorFrame(503, message, { code: 'agent_shutting_down' })}${SSE_DONE}`));
+          controller.enqueue(
+            new TextEncoder().encode(`\n\n${sseErrorFrame(503, message, { code: 'agent_shutting_down' })}${SSE_DONE}`),
+          );
           controller.close();
           void reader.cancel().catch(() => {});
         };

@@ -58,7 +58,10 @@ export class GossipLink {
     await this.#node.start();
     this.#startedAt = this.#deps.now();
     // Once per gossip round (cheap: the state machine only sends deltas).
-    this.#publishTimer = setInterval(() => this.#node.publishLocal(this.#deps.pool.localEstimates()), this.#deps.settings.intervalMs);
+    this.#publishTimer = setInterval(
+      () => this.#node.publishLocal(this.#deps.pool.localEstimates()),
+      this.#deps.settings.intervalMs,
+    );
     this.#publishTimer.unref();
   }
 
@@ -88,7 +91,9 @@ export class GossipLink {
   readiness(peersKnown: boolean): { ok: boolean; detail?: string } {
     if (!peersKnown) return { ok: true };
     const heard = this.#node.stats().received.datagrams > 0;
-    return heard || this.#deps.now() - this.#startedAt >= this.#deps.settings.ttlMs ? { ok: true } : { ok: false, detail: 'no gossip heard yet' };
+    return heard || this.#deps.now() - this.#startedAt >= this.#deps.settings.ttlMs
+      ? { ok: true }
+      : { ok: false, detail: 'no gossip heard yet' };
   }
 
   async stop(): Promise<void> {

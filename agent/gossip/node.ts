@@ -51,7 +51,8 @@ export interface GossipStats {
 export function parseHostPort(hostPort: string): { host: string; port: number } {
   const separator = hostPort.lastIndexOf(':');
   const port = Number(hostPort.slice(separator + 1));
-  if (separator <= 0 || !Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`not host:port: ${hostPort}`);
+  if (separator <= 0 || !Number.isInteger(port) || port < 0 || port > 65535)
+    throw new Error(`not host:port: ${hostPort}`);
   return { host: hostPort.slice(0, separator).replace(/^\[|\]$/g, ''), port };
 }
 
@@ -105,7 +106,9 @@ export class GossipNode {
     });
     this.#sealer = new Sealer({ sender: options.nodeId, key: options.key, boot });
     this.#opener = new Opener({ key: options.key, maxDatagram, maxClockSkewMs: options.maxClockSkewMs ?? 30_000 });
-    this.#gate = new SourceGate({ maxPerSecond: options.maxDatagramsPerSecondPerSource ?? DEFAULT_MAX_DATAGRAMS_PER_SOURCE });
+    this.#gate = new SourceGate({
+      maxPerSecond: options.maxDatagramsPerSecondPerSource ?? DEFAULT_MAX_DATAGRAMS_PER_SOURCE,
+    });
     this.#peers = options.peers;
   }
 

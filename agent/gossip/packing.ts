@@ -104,7 +104,13 @@ export interface WrittenDelta {
  * groups in version order, so a receiver that applies it holds exactly `to`. Undefined when not
  * even the first group fits. `continuesFull`: `since` is the end of a full state just sent.
  */
-export function writeDelta(origin: OriginRecord, since: number, maxBytes: number, now: number, continuesFull = false): WrittenDelta | undefined {
+export function writeDelta(
+  origin: OriginRecord,
+  since: number,
+  maxBytes: number,
+  now: number,
+  continuesFull = false,
+): WrittenDelta | undefined {
   const full = since === 0 || (since < origin.floor && !continuesFull);
   const from = full ? 0 : since;
   const withInfo = (r: PodRecord) => !r.entry.removed && (full || continuesFull || r.infoVersion > from);
@@ -128,7 +134,7 @@ export function writeDelta(origin: OriginRecord, since: number, maxBytes: number
   if (used > maxBytes) return undefined;
   let entriesBytes = 0;
   let included = 0;
-  for (let i = 0; i < entries.length; ) {
+  for (let i = 0; i < entries.length;) {
     const version = entries[i].entry.version;
     let j = i;
     let groupBytes = 0;

@@ -97,7 +97,10 @@ export class GossipProtocol {
     }
     if (payload.heartbeats) advanced += this.state.adoptHeartbeats(payload.heartbeats, now);
     const reply = emptyComparison();
-    for (const [digest, offers] of [[payload.digest, false], [payload.offers, true]] as const) {
+    for (const [digest, offers] of [
+      [payload.digest, false],
+      [payload.offers, true],
+    ] as const) {
       if (!digest) continue;
       const c = this.state.compare(digest, now, offers);
       advanced += c.adopted;
@@ -164,7 +167,10 @@ function merge(into: Comparison, c: Comparison): void {
 /** Fresh data first, then other increments, then full states (large, and least urgent). */
 function orderSends(sends: Send[], now: number, hotMs: number): Send[] {
   const rank = (s: Send) => (s.since === 0 ? 2 : now - s.origin.lastData <= hotMs ? 0 : 1);
-  return sends.map((s) => ({ s, r: rank(s) })).sort((a, b) => a.r - b.r).map((x) => x.s);
+  return sends
+    .map((s) => ({ s, r: rank(s) }))
+    .sort((a, b) => a.r - b.r)
+    .map((x) => x.s);
 }
 
 /** The digest, or as much of it as fits `maxBytes` as a payload field. */

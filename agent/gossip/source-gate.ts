@@ -34,7 +34,8 @@ export class SourceGate {
   setPeers(peers: readonly string[]): void {
     const hosts = peers.map((p) => p.slice(0, p.lastIndexOf(':')).replace(/^\[|\]$/g, ''));
     this.#known = hosts.length > 0 && hosts.every((h) => isIP(h) !== 0) ? new Set(hosts) : undefined;
-    for (const address of this.#buckets.keys()) if (this.#known && !this.#known.has(address)) this.#buckets.delete(address);
+    for (const address of this.#buckets.keys())
+      if (this.#known && !this.#known.has(address)) this.#buckets.delete(address);
   }
 
   /** Undefined: go on and authenticate it; otherwise why it is dropped unread. */

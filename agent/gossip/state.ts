@@ -83,7 +83,13 @@ export interface Comparison {
   offers: DigestWire;
 }
 
-export const emptyComparison = (): Comparison => ({ sends: [], want: emptyDigest(), heartbeats: emptyDigest(), adopted: 0, offers: emptyDigest() });
+export const emptyComparison = (): Comparison => ({
+  sends: [],
+  want: emptyDigest(),
+  heartbeats: emptyDigest(),
+  adopted: 0,
+  offers: emptyDigest(),
+});
 // A reply offers every recent pod change the asker did not mention (up to this many), and a few
 // heartbeats: most agents hear those anyway, and the rest pull them when they fall behind.
 const dataOffersPerReply = 32;
@@ -566,5 +572,4 @@ export class GossipState {
     this.#sortedIds ??= [...this.#byId.keys()].map((k) => k >>> 0).sort((a, b) => a - b);
     return this.#sortedIds;
   }
-
 }

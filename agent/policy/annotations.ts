@@ -13,8 +13,7 @@ export const ANNOTATIONS = {
 
 /** Namespace → its annotations; a Map (cluster snapshot) or a plain object (config file). */
 export type NamespaceAnnotations =
-  | ReadonlyMap<string, Readonly<Record<string, string>>>
-  | Readonly<Record<string, Readonly<Record<string, string>>>>;
+  ReadonlyMap<string, Readonly<Record<string, string>>> | Readonly<Record<string, Readonly<Record<string, string>>>>;
 
 /** What a namespace's annotations change for its callers. */
 export interface NamespaceOverrides<P> {
@@ -40,10 +39,14 @@ export function checkNamespaceAnnotations(
 }
 
 /** The policy a `kinference.io/policy` value names for callers in `namespace`. */
-export function findPinned(policies: readonly InferencePolicy[], namespace: string, ref: string): InferencePolicy | undefined {
+export function findPinned(
+  policies: readonly InferencePolicy[],
+  namespace: string,
+  ref: string,
+): InferencePolicy | undefined {
   const { ns, name } = policyRef(namespace, ref);
   const find = (n: string) => policies.find((p) => p.metadata.namespace === n && p.metadata.name === name);
-  return ref.includes('/') ? find(ns) : find(ns) ?? find('*');
+  return ref.includes('/') ? find(ns) : (find(ns) ?? find('*'));
 }
 
 function policyRef(namespace: string, ref: string): { ns: string; name: string } {
@@ -64,12 +67,17 @@ export function parseAnnotations<P>(
     if (pinned !== undefined) {
       const found = find(namespace, pinned.trim());
       if (found !== undefined) o.pinned = found;
-      else bad(ANNOTATIONS.policy, pinned.includes('/') ? `no policy ${pinned.trim()}` : `no policy "${pinned.trim()}" in ${namespace} or *`);
+      else
+        bad(
+          ANNOTATIONS.policy,
+          pinned.includes('/') ? `no policy ${pinned.trim()}` : `no policy "${pinned.trim()}" in ${namespace} or *`,
+        );
     }
     const overflow = values[ANNOTATIONS.overflow];
     const mode = overflow?.trim().toLowerCase();
     if (mode === 'allow' || mode === 'deny') o.overflow = mode;
-    else if (overflow !== undefined) bad(ANNOTATIONS.overflow, `expected allow or deny, found ${JSON.stringify(overflow)}`);
+    else if (overflow !== undefined)
+      bad(ANNOTATIONS.overflow, `expected allow or deny, found ${JSON.stringify(overflow)}`);
     const slo = values[ANNOTATIONS.ttftSlo];
     if (slo !== undefined) {
       if (isDuration(slo)) o.sloTtftMs = parseDuration(slo);
@@ -78,7 +86,11 @@ export function parseAnnotations<P>(
     const attainment = values[ANNOTATIONS.sloAttainment];
     if (attainment !== undefined) {
       if (isPercentage(attainment.trim())) o.sloAttainment = parsePercentage(attainment.trim());
-      else bad(ANNOTATIONS.sloAttainment, `expected a percentage above 0% and below 100% like 99%, found ${JSON.stringify(attainment)}`);
+      else
+        bad(
+          ANNOTATIONS.sloAttainment,
+          `expected a percentage above 0% and below 100% like 99%, found ${JSON.stringify(attainment)}`,
+        );
     }
     const tenant = values[ANNOTATIONS.tenant];
     if (tenant?.trim()) o.tenant = tenant.trim();
@@ -97,6 +109,8 @@ function isPercentage(value: string): boolean {
   return new RegExp(ATTAINMENT_PATTERN).test(value);
 }
 
-export function annotationEntries(annotations: NamespaceAnnotations): Iterable<[string, Readonly<Record<string, string>>]> {
+export function annotationEntries(
+  annotations: NamespaceAnnotations,
+): Iterable<[string, Readonly<Record<string, string>>]> {
   return annotations instanceof Map ? annotations.entries() : Object.entries(annotations);
 }

@@ -11,7 +11,10 @@ export function renderCrd(): Record<string, unknown> {
   return {
     apiVersion: 'apiextensions.k8s.io/v1',
     kind: 'CustomResourceDefinition',
-    metadata: { name: CRD_NAME, labels: { 'app.kubernetes.io/name': 'kinference', 'app.kubernetes.io/component': 'policy' } },
+    metadata: {
+      name: CRD_NAME,
+      labels: { 'app.kubernetes.io/name': 'kinference', 'app.kubernetes.io/component': 'policy' },
+    },
     spec: {
       group: API_GROUP,
       scope: 'Namespaced',
@@ -30,9 +33,19 @@ export function renderCrd(): Record<string, unknown> {
           storage: true,
           subresources: { status: {} },
           additionalPrinterColumns: [
-            { name: 'Models', type: 'string', jsonPath: '.spec.models', description: 'Models covered; empty: every model.' },
+            {
+              name: 'Models',
+              type: 'string',
+              jsonPath: '.spec.models',
+              description: 'Models covered; empty: every model.',
+            },
             { name: 'SLO', type: 'string', jsonPath: '.spec.slo.ttft', description: 'TTFT target.' },
-            { name: 'Overflow providers', type: 'string', jsonPath: '.spec.overflow.providers', description: 'Providers tried in order when no pod can serve.' },
+            {
+              name: 'Overflow providers',
+              type: 'string',
+              jsonPath: '.spec.overflow.providers',
+              description: 'Providers tried in order when no pod can serve.',
+            },
             { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
           ],
           schema: { openAPIV3Schema: inferencePolicyOpenAPISchema() },
@@ -52,10 +65,25 @@ export function renderCrdYaml(): string {
 /** Keywords a CRD's structural schema accepts and that we use; everything else is dropped. */
 // (In this order in the output, so the rendered CRD reads type first.)
 const OPENAPI_KEYWORDS = [
-  'type', 'format', 'description', 'enum', 'pattern', 'minimum', 'maximum', 'minLength',
-  'maxLength', 'minItems', 'maxItems', 'nullable', 'x-kubernetes-list-type',
-  'x-kubernetes-list-map-keys', 'x-kubernetes-preserve-unknown-fields', 'x-kubernetes-validations',
-  'required', 'properties', 'items',
+  'type',
+  'format',
+  'description',
+  'enum',
+  'pattern',
+  'minimum',
+  'maximum',
+  'minLength',
+  'maxLength',
+  'minItems',
+  'maxItems',
+  'nullable',
+  'x-kubernetes-list-type',
+  'x-kubernetes-list-map-keys',
+  'x-kubernetes-preserve-unknown-fields',
+  'x-kubernetes-validations',
+  'required',
+  'properties',
+  'items',
 ] as const;
 
 type OpenAPISchema = Record<string, unknown>;
@@ -94,7 +122,8 @@ export function toOpenAPI(schema: TSchema): OpenAPISchema {
 export function inferencePolicyOpenAPISchema(): OpenAPISchema {
   return {
     type: 'object',
-    description: 'InferencePolicy says, for matching models and tenants, the TTFT target, the exclusion rules, whether and where requests may overflow, and how long they may wait.',
+    description:
+      'InferencePolicy says, for matching models and tenants, the TTFT target, the exclusion rules, whether and where requests may overflow, and how long they may wait.',
     required: ['spec'],
     properties: {
       apiVersion: { type: 'string' },

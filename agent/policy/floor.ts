@@ -45,7 +45,14 @@ export function floorOf(policies: readonly InferencePolicy[]): Floor {
     if (g.overflow === 'deny') overflowAllowed = false;
     if (g.unidentifiedCallers !== 'policy') unidentifiedMayLeave = false;
   }
-  return deepFreeze({ denyTags: [...tags].sort(), denyTenants: [...tenants].sort(), maxSloTtftMs, overflowAllowed, unidentifiedMayLeave, sources: setters.map(policyKey) });
+  return deepFreeze({
+    denyTags: [...tags].sort(),
+    denyTenants: [...tenants].sort(),
+    maxSloTtftMs,
+    overflowAllowed,
+    unidentifiedMayLeave,
+    sources: setters.map(policyKey),
+  });
 }
 
 export function floorName(floor: Floor): string {
@@ -58,18 +65,38 @@ export function guardrailViolations(policy: InferencePolicy, floor: Floor): Poli
   const issues: Omit<PolicySetIssue, 'index'>[] = [];
   const { spec } = policy;
   if (spec.guardrails) {
-    issues.push({ severity: 'error', path: 'spec.guardrails', message: 'guardrails may only be set by a cluster-wide policy (the agent\'s namespace, or * in static config)' });
+    issues.push({
+      severity: 'error',
+      path: 'spec.guardrails',
+      message: "guardrails may only be set by a cluster-wide policy (the agent's namespace, or * in static config)",
+    });
   }
   const tags = spec.overflow?.deny?.tags;
   const dropped = tags ? floor.denyTags.filter((t) => !tags.includes(t)) : [];
   if (dropped.length > 0) {
-    issues.push({ severity: 'error', path: 'spec.overflow.deny.tags', message: `may not drop ${dropped.join(', ')}: ${floorName(floor)} denies ${floor.denyTags.join(', ')}; a namespace policy may only add tags (leave deny.tags out to inherit them)` });
+    issues.push({
+      severity: 'error',
+      path: 'spec.overflow.deny.tags',
+      message: `may not drop ${dropped.join(', ')}: ${floorName(floor)} denies ${floor.denyTags.join(', ')}; a namespace policy may only add tags (leave deny.tags out to inherit them)`,
+    });
   }
-  if (spec.slo?.ttft !== undefined && floor.maxSloTtftMs !== undefined && parseDuration(spec.slo.ttft) > floor.maxSloTtftMs) {
-    issues.push({ severity: 'error', path: 'spec.slo.ttft', message: `${spec.slo.ttft} is looser than ${floorName(floor)} allows (at most ${floor.maxSloTtftMs}ms)` });
+  if (
+    spec.slo?.ttft !== undefined &&
+    floor.maxSloTtftMs !== undefined &&
+    parseDuration(spec.slo.ttft) > floor.maxSloTtftMs
+  ) {
+    issues.push({
+      severity: 'error',
+      path: 'spec.slo.ttft',
+      message: `${spec.slo.ttft} is looser than ${floorName(floor)} allows (at most ${floor.maxSloTtftMs}ms)`,
+    });
   }
   if (!floor.overflowAllowed && (spec.overflow?.providers?.length ?? 0) > 0) {
-    issues.push({ severity: 'error', path: 'spec.overflow.providers', message: `${floorName(floor)} forbids overflow; a namespace policy may not list providers` });
+    issues.push({
+      severity: 'error',
+      path: 'spec.overflow.providers',
+      message: `${floorName(floor)} forbids overflow; a namespace policy may not list providers`,
+    });
   }
   return issues.map((issue) => ({ ...issue, index: -1 }));
 }

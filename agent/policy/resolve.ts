@@ -37,8 +37,23 @@
 import type { EffectivePolicy, ExcludeRule } from '../types.ts';
 import { parseDuration } from '../config/duration.ts';
 import { policyKey, type InferencePolicy } from './schema.ts';
-import { ANNOTATIONS, annotationEntries, findPinned, parseAnnotations, parsePercentage, type NamespaceAnnotations } from './annotations.ts';
-import { applyFloor, deepFreeze, DEFAULT_DENY_TAGS, floorName, floorOf, guardrailViolations, type Floor } from './floor.ts';
+import {
+  ANNOTATIONS,
+  annotationEntries,
+  findPinned,
+  parseAnnotations,
+  parsePercentage,
+  type NamespaceAnnotations,
+} from './annotations.ts';
+import {
+  applyFloor,
+  deepFreeze,
+  DEFAULT_DENY_TAGS,
+  floorName,
+  floorOf,
+  guardrailViolations,
+  type Floor,
+} from './floor.ts';
 
 export const BUILTIN_POLICY_NAME = 'builtin/default';
 export const DEFAULT_SLO_TTFT_MS = 1000;
@@ -64,17 +79,21 @@ export const BUILTIN_DEFAULT: EffectivePolicy = deepFreeze({
 export const SPECIFICITY = { namespace: 4, models: 2, tenants: 1 } as const;
 
 export function specificity(policy: InferencePolicy): number {
-  return (policy.metadata.namespace === '*' ? 0 : SPECIFICITY.namespace)
-    + (policy.spec.models ? SPECIFICITY.models : 0)
-    + (policy.spec.tenants ? SPECIFICITY.tenants : 0);
+  return (
+    (policy.metadata.namespace === '*' ? 0 : SPECIFICITY.namespace) +
+    (policy.spec.models ? SPECIFICITY.models : 0) +
+    (policy.spec.tenants ? SPECIFICITY.tenants : 0)
+  );
 }
 
 /** Does the policy cover this request (namespace, model and tenant)? */
 export function appliesTo(policy: InferencePolicy, tenant: string, namespace: string, model: string): boolean {
   const { namespace: ns } = policy.metadata;
-  return (ns === '*' || ns === namespace)
-    && (!policy.spec.models || policy.spec.models.includes(model))
-    && (!policy.spec.tenants || policy.spec.tenants.includes(tenant));
+  return (
+    (ns === '*' || ns === namespace) &&
+    (!policy.spec.models || policy.spec.models.includes(model)) &&
+    (!policy.spec.tenants || policy.spec.tenants.includes(tenant))
+  );
 }
 
 /** The policy's own fields over the built-in defaults, durations in ms. Annotations not applied. */
@@ -115,7 +134,10 @@ export interface PolicySetIssue {
  * overlapping models and tenants, unless the namespace pins one of the two), and warnings about
  * overflow that lets pii leave. Without annotations, every tie counts.
  */
-export function checkPolicySet(policies: readonly InferencePolicy[], annotations?: NamespaceAnnotations): PolicySetIssue[] {
+export function checkPolicySet(
+  policies: readonly InferencePolicy[],
+  annotations?: NamespaceAnnotations,
+): PolicySetIssue[] {
   const issues: PolicySetIssue[] = [];
   const pins = new Map<string, InferencePolicy>();
   if (annotations) {
@@ -131,7 +153,13 @@ export function checkPolicySet(policies: readonly InferencePolicy[], annotations
       const a = policies[i];
       if (a.metadata.namespace !== b.metadata.namespace) continue;
       if (a.metadata.name === b.metadata.name) {
-        issues.push({ severity: 'error', index: j, other: i, path: 'metadata.name', message: `duplicate: ${policyKey(a)} is defined twice` });
+        issues.push({
+          severity: 'error',
+          index: j,
+          other: i,
+          path: 'metadata.name',
+          message: `duplicate: ${policyKey(a)} is defined twice`,
+        });
         continue;
       }
       if (specificity(a) !== specificity(b)) continue;
@@ -170,7 +198,10 @@ export function checkPolicySet(policies: readonly InferencePolicy[], annotations
 }
 
 /** Common entries of two optional lists (absent = everything); undefined when disjoint. */
-function overlap(a: readonly string[] | undefined, b: readonly string[] | undefined): readonly string[] | 'all' | undefined {
+function overlap(
+  a: readonly string[] | undefined,
+  b: readonly string[] | undefined,
+): readonly string[] | 'all' | undefined {
   if (!a && !b) return 'all';
   if (!a) return b;
   if (!b) return a;
@@ -218,13 +249,16 @@ export function compilePolicies(
   const rejected: { name: string; reasons: string[] }[] = [];
   const policies = all.filter((policy) => {
     const violations = guardrailViolations(policy, floor);
-    if (violations.length > 0) rejected.push({ name: policyKey(policy), reasons: violations.map((v) => `${v.path}: ${v.message}`) });
+    if (violations.length > 0)
+      rejected.push({ name: policyKey(policy), reasons: violations.map((v) => `${v.path}: ${v.message}`) });
     return violations.length === 0;
   });
   const problems: string[] = rejected.map((r) => `${r.name}: rejected, ${r.reasons.join('; ')}`);
-  problems.push(...checkPolicySet(policies, annotations)
-    .filter((issue) => issue.severity === 'error')
-    .map((issue) => `${policyKey(policies[issue.index])}: ${issue.message}`));
+  problems.push(
+    ...checkPolicySet(policies, annotations)
+      .filter((issue) => issue.severity === 'error')
+      .map((issue) => `${policyKey(policies[issue.index])}: ${issue.message}`),
+  );
 
   const byNamespace = new Map<string, Entry[]>();
   const entries = new Map<InferencePolicy, Entry>();
@@ -251,12 +285,18 @@ export function compilePolicies(
     const pinned = findPinned(policies, namespace, ref);
     return pinned && entries.get(pinned);
   });
-  for (const issue of issues) problems.push(`namespace ${issue.namespace}: annotation ${issue.key}: ${issue.message}; ignored`);
+  for (const issue of issues)
+    problems.push(`namespace ${issue.namespace}: annotation ${issue.key}: ${issue.message}; ignored`);
   for (const [namespace, o] of overrides) {
     if (o.sloTtftMs !== undefined && floor.maxSloTtftMs !== undefined && o.sloTtftMs > floor.maxSloTtftMs) {
-      problems.push(`namespace ${namespace}: annotation ${ANNOTATIONS.ttftSlo}: looser than ${floorName(floor)} allows; capped at ${floor.maxSloTtftMs}ms`);
+      problems.push(
+        `namespace ${namespace}: annotation ${ANNOTATIONS.ttftSlo}: looser than ${floorName(floor)} allows; capped at ${floor.maxSloTtftMs}ms`,
+      );
     }
-    if (o.overflow === 'allow' && !floor.overflowAllowed) problems.push(`namespace ${namespace}: annotation ${ANNOTATIONS.overflow}: allow has no effect, ${floorName(floor)} forbids overflow`);
+    if (o.overflow === 'allow' && !floor.overflowAllowed)
+      problems.push(
+        `namespace ${namespace}: annotation ${ANNOTATIONS.overflow}: allow has no effect, ${floorName(floor)} forbids overflow`,
+      );
   }
 
   const cache = new Map<string, EffectivePolicy>();
@@ -270,20 +310,24 @@ export function compilePolicies(
     const o = overrides.get(namespace);
     let chosen: Entry | undefined;
     if (o?.pinned && covers(o.pinned, tenant, model)) chosen = o.pinned;
-    chosen ??= byNamespace.get(namespace)?.find((e) => covers(e, tenant, model)) ?? star.find((e) => covers(e, tenant, model));
+    chosen ??=
+      byNamespace.get(namespace)?.find((e) => covers(e, tenant, model)) ?? star.find((e) => covers(e, tenant, model));
     const base = chosen?.effective ?? builtin;
     if (!o || (o.overflow !== 'deny' && o.sloTtftMs === undefined && o.sloAttainment === undefined)) return base;
-    return applyFloor(deepFreeze({
-      ...base,
-      exclude: base.exclude.map((rule) => ({ ...rule })),
-      sloTtftMs: o.sloTtftMs ?? base.sloTtftMs,
-      sloAttainment: o.sloAttainment ?? base.sloAttainment,
-      overflow: {
-        providers: o.overflow === 'deny' ? [] : [...base.overflow.providers],
-        denyTags: [...base.overflow.denyTags],
-        denyTenants: [...base.overflow.denyTenants],
-      },
-    }), floor);
+    return applyFloor(
+      deepFreeze({
+        ...base,
+        exclude: base.exclude.map((rule) => ({ ...rule })),
+        sloTtftMs: o.sloTtftMs ?? base.sloTtftMs,
+        sloAttainment: o.sloAttainment ?? base.sloAttainment,
+        overflow: {
+          providers: o.overflow === 'deny' ? [] : [...base.overflow.providers],
+          denyTags: [...base.overflow.denyTags],
+          denyTenants: [...base.overflow.denyTenants],
+        },
+      }),
+      floor,
+    );
   }
 
   return {
@@ -328,6 +372,7 @@ export function mayLeave(policy: EffectivePolicy, request: { tenant: string; tag
   if (policy.overflow.denyTenants.includes(request.tenant)) {
     return { allowed: false, reason: `tenant ${request.tenant} may not leave the cluster (${policy.name})` };
   }
-  if (policy.overflow.providers.length === 0) return { allowed: false, reason: `no overflow providers (${policy.name})` };
+  if (policy.overflow.providers.length === 0)
+    return { allowed: false, reason: `no overflow providers (${policy.name})` };
   return { allowed: true, reason: `may overflow to ${policy.overflow.providers.join(', ')} (${policy.name})` };
 }

@@ -36,22 +36,36 @@ export const ExcludeRuleSchema = Type.Object(
   {
     metric: Type.Union(
       EXCLUDE_METRICS.map((m) => Type.Literal(m)),
-      { description: 'queued: waiting requests; running: requests in the batch; kvCache: KV-cache use 0..1; predictedTTFT: predicted time to first token in ms.' },
+      {
+        description:
+          'queued: waiting requests; running: requests in the batch; kvCache: KV-cache use 0..1; predictedTTFT: predicted time to first token in ms.',
+      },
     ),
-    above: Type.Number({ minimum: 0, expected: 'a number ≥ 0', description: 'Threshold; for kvCache a fraction 0..1, for predictedTTFT milliseconds.' }),
+    above: Type.Number({
+      minimum: 0,
+      expected: 'a number ≥ 0',
+      description: 'Threshold; for kvCache a fraction 0..1, for predictedTTFT milliseconds.',
+    }),
     window: Duration('The metric is averaged over this window, e.g. 30s.'),
   },
   {
     ...strict,
     description: 'A pod whose windowed metric is above the threshold is bypassed.',
     'x-kubernetes-validations': [
-      { rule: "self.metric != 'kvCache' || self.above <= 1.0", message: 'kvCache is a fraction: above must be between 0 and 1' },
+      {
+        rule: "self.metric != 'kvCache' || self.above <= 1.0",
+        message: 'kvCache is a fraction: above must be between 0 and 1',
+      },
     ],
   },
 );
 
 const TagList = (description: string) =>
-  Type.Array(Type.String({ pattern: TAG_PATTERN, maxLength: 64, expected: 'a lowercase tag of a-z 0-9 . _ -' }), { maxItems: 64, expected: 'a list of tags', description });
+  Type.Array(Type.String({ pattern: TAG_PATTERN, maxLength: 64, expected: 'a lowercase tag of a-z 0-9 . _ -' }), {
+    maxItems: 64,
+    expected: 'a list of tags',
+    description,
+  });
 
 /** The platform floor: only in a cluster-wide policy; every other policy and annotation inherits it and may only tighten it. */
 export const GuardrailsSchema = Type.Object(
@@ -59,50 +73,75 @@ export const GuardrailsSchema = Type.Object(
     deny: Type.Optional(
       Type.Object(
         {
-          tags: Type.Optional(TagList('Tags that never leave, whatever a namespace policy says. Absent: [pii, unscanned].')),
-          tenants: Type.Optional(Type.Array(Name(), { maxItems: 256, expected: 'a list of tenants', description: 'Tenants whose requests never leave.' })),
+          tags: Type.Optional(
+            TagList('Tags that never leave, whatever a namespace policy says. Absent: [pii, unscanned].'),
+          ),
+          tenants: Type.Optional(
+            Type.Array(Name(), {
+              maxItems: 256,
+              expected: 'a list of tenants',
+              description: 'Tenants whose requests never leave.',
+            }),
+          ),
         },
         { ...strict, description: 'What never leaves the cluster.' },
       ),
     ),
     maxSloTtft: Type.Optional(Duration('The loosest SLO a policy or annotation may set.')),
     overflow: Type.Optional(
-      Type.Union([Type.Literal('allow'), Type.Literal('deny')], { description: 'deny: no request leaves the cluster, whatever any policy lists. Absent: allow.' }),
+      Type.Union([Type.Literal('allow'), Type.Literal('deny')], {
+        description: 'deny: no request leaves the cluster, whatever any policy lists. Absent: allow.',
+      }),
     ),
     unidentifiedCallers: Type.Optional(
       Type.Union([Type.Literal('local'), Type.Literal('policy')], {
-        description: 'local: a caller whose namespace cannot be established never leaves the cluster; policy: it follows the cluster-wide policy. Absent: local.',
+        description:
+          'local: a caller whose namespace cannot be established never leaves the cluster; policy: it follows the cluster-wide policy. Absent: local.',
       }),
     ),
   },
-  { ...strict, description: 'The platform floor (cluster-wide policies only): inherited by every policy and annotation, which may only tighten it.' },
+  {
+    ...strict,
+    description:
+      'The platform floor (cluster-wide policies only): inherited by every policy and annotation, which may only tighten it.',
+  },
 );
 
 export const InferencePolicySpecSchema = Type.Object(
   {
     models: Type.Optional(NameList('Models this policy applies to; absent: every model.', 256)),
-    tenants: Type.Optional(NameList('Tenants this policy applies to; absent: every tenant (tenant = caller namespace unless annotated).', 256)),
+    tenants: Type.Optional(
+      NameList(
+        'Tenants this policy applies to; absent: every tenant (tenant = caller namespace unless annotated).',
+        256,
+      ),
+    ),
     slo: Type.Optional(
-      Type.Object({
-        ttft: Type.Optional(Duration('A pod predicted slower than this to first token is not a candidate.')),
-        attainment: Type.Optional(
-          Type.String({
-            pattern: ATTAINMENT_PATTERN,
-            maxLength: 16,
-            expected: 'a percentage above 0% and below 100%, like 99%',
-            description: 'For requests that may leave: a pod is a candidate only if it answers within the SLO with this confidence (its predicted TTFT quantile). Default 99%.',
-          }),
-        ),
-      }, {
-        ...strict,
-        description: 'Latency target.',
-      }),
+      Type.Object(
+        {
+          ttft: Type.Optional(Duration('A pod predicted slower than this to first token is not a candidate.')),
+          attainment: Type.Optional(
+            Type.String({
+              pattern: ATTAINMENT_PATTERN,
+              maxLength: 16,
+              expected: 'a percentage above 0% and below 100%, like 99%',
+              description:
+                'For requests that may leave: a pod is a candidate only if it answers within the SLO with this confidence (its predicted TTFT quantile). Default 99%.',
+            }),
+          ),
+        },
+        {
+          ...strict,
+          description: 'Latency target.',
+        },
+      ),
     ),
     exclude: Type.Optional(
       Type.Array(ExcludeRuleSchema, {
         maxItems: 16,
         expected: 'a list of exclusion rules',
-        description: 'A pod matching any rule is bypassed. Absent: the built-in rule (queued above 2 over 30s); []: no rule.',
+        description:
+          'A pod matching any rule is bypassed. Absent: the built-in rule (queued above 2 over 30s); []: no rule.',
       }),
     ),
     overflow: Type.Optional(
@@ -112,7 +151,8 @@ export const InferencePolicySpecSchema = Type.Object(
             Type.Array(Name(), {
               maxItems: 16,
               expected: 'a list of provider names',
-              description: 'Names of providers declared in the agent configuration, tried in order; empty or absent: requests never leave the cluster.',
+              description:
+                'Names of providers declared in the agent configuration, tried in order; empty or absent: requests never leave the cluster.',
             }),
           ),
           deny: Type.Optional(
@@ -121,11 +161,19 @@ export const InferencePolicySpecSchema = Type.Object(
                 tags: Type.Optional(
                   Type.Array(
                     Type.String({ pattern: TAG_PATTERN, maxLength: 64, expected: 'a lowercase tag of a-z 0-9 . _ -' }),
-                    { maxItems: 64, expected: 'a list of tags', description: 'A request with any of these tags never leaves. Absent: [pii, unscanned].' },
+                    {
+                      maxItems: 64,
+                      expected: 'a list of tags',
+                      description: 'A request with any of these tags never leaves. Absent: [pii, unscanned].',
+                    },
                   ),
                 ),
                 tenants: Type.Optional(
-                  Type.Array(Name(), { maxItems: 256, expected: 'a list of tenants', description: "These tenants' requests never leave." }),
+                  Type.Array(Name(), {
+                    maxItems: 256,
+                    expected: 'a list of tenants',
+                    description: "These tenants' requests never leave.",
+                  }),
                 ),
               },
               { ...strict, description: 'Conditions under which a request may not leave.' },
@@ -160,7 +208,9 @@ export const PolicyConditionSchema = Type.Object(
 
 export const PolicyStatusSchema = Type.Object(
   {
-    observedGeneration: Type.Optional(Type.Integer({ minimum: 0, format: 'int64', description: 'Generation the conditions describe.' })),
+    observedGeneration: Type.Optional(
+      Type.Integer({ minimum: 0, format: 'int64', description: 'Generation the conditions describe.' }),
+    ),
     conditions: Type.Optional(
       Type.Array(PolicyConditionSchema, {
         maxItems: 16,
@@ -218,9 +268,7 @@ export interface PolicyError {
   message: string;
 }
 
-export type PolicyValidation =
-  | { ok: true; policy: InferencePolicy; errors: [] }
-  | { ok: false; errors: PolicyError[] };
+export type PolicyValidation = { ok: true; policy: InferencePolicy; errors: [] } | { ok: false; errors: PolicyError[] };
 
 export interface ValidateOptions {
   /** Require `apiVersion: kinference.io/v1alpha1` and `kind: InferencePolicy` (policy files). */
@@ -238,7 +286,8 @@ export function validatePolicy(doc: unknown, options: ValidateOptions = {}): Pol
   const errors: PolicyError[] = [];
   const seen = new Set<string>();
   if (options.requireTypeMeta && isRecord(doc)) {
-    if (doc.apiVersion === undefined) errors.push({ path: 'apiVersion', at: ['apiVersion'], message: `missing, expected "${API_VERSION}"` });
+    if (doc.apiVersion === undefined)
+      errors.push({ path: 'apiVersion', at: ['apiVersion'], message: `missing, expected "${API_VERSION}"` });
     if (doc.kind === undefined) errors.push({ path: 'kind', at: ['kind'], message: `missing, expected "${KIND}"` });
   }
   for (const error of compiled.Errors(doc)) {
@@ -297,11 +346,24 @@ function semanticErrors(doc: unknown): PolicyError[] {
   if (!Array.isArray(exclude)) return errors;
   exclude.forEach((rule: unknown, i) => {
     if (isRecord(rule) && rule.metric === 'kvCache' && typeof rule.above === 'number' && rule.above > 1) {
-      errors.push({ path: `spec.exclude[${i}].above`, at: ['spec', 'exclude', i, 'above'], message: `expected a fraction between 0 and 1 for kvCache, found ${rule.above}` });
+      errors.push({
+        path: `spec.exclude[${i}].above`,
+        at: ['spec', 'exclude', i, 'above'],
+        message: `expected a fraction between 0 and 1 for kvCache, found ${rule.above}`,
+      });
     }
     // The agent keeps this much history per pod; a longer window could only be clamped silently.
-    if (isRecord(rule) && typeof rule.window === 'string' && isDuration(rule.window) && parseDuration(rule.window) > MAX_EXCLUDE_WINDOW_MS) {
-      errors.push({ path: `spec.exclude[${i}].window`, at: ['spec', 'exclude', i, 'window'], message: `expected a window of at most 5m, found "${rule.window}"` });
+    if (
+      isRecord(rule) &&
+      typeof rule.window === 'string' &&
+      isDuration(rule.window) &&
+      parseDuration(rule.window) > MAX_EXCLUDE_WINDOW_MS
+    ) {
+      errors.push({
+        path: `spec.exclude[${i}].window`,
+        at: ['spec', 'exclude', i, 'window'],
+        message: `expected a window of at most 5m, found "${rule.window}"`,
+      });
     }
   });
   return errors;
@@ -323,13 +385,20 @@ function expectedOf(schema: TSchema): string {
   const literals = literalValues(schema);
   if (literals) return literals.length === 1 ? JSON.stringify(literals[0]) : `one of ${literals.join(', ')}`;
   switch (schema.type) {
-    case 'object': return 'an object';
-    case 'array': return 'a list';
-    case 'number': return typeof schema.minimum === 'number' ? `a number ≥ ${schema.minimum}` : 'a number';
-    case 'integer': return 'an integer';
-    case 'boolean': return 'true or false';
-    case 'string': return schema.minLength ? 'a non-empty string' : 'a string';
-    default: return 'a valid value';
+    case 'object':
+      return 'an object';
+    case 'array':
+      return 'a list';
+    case 'number':
+      return typeof schema.minimum === 'number' ? `a number ≥ ${schema.minimum}` : 'a number';
+    case 'integer':
+      return 'an integer';
+    case 'boolean':
+      return 'true or false';
+    case 'string':
+      return schema.minLength ? 'a non-empty string' : 'a string';
+    default:
+      return 'a valid value';
   }
 }
 

@@ -61,7 +61,15 @@ export interface PodTicket {
 }
 
 /** What /debug/state and the dashboard predict for: a typical chat turn. */
-const REFERENCE_REQUEST: RouteRequest = { kind: 'chat', model: '', tenant: '', namespace: '', tags: [], promptTokens: 256, stream: true };
+const REFERENCE_REQUEST: RouteRequest = {
+  kind: 'chat',
+  model: '',
+  tenant: '',
+  namespace: '',
+  tags: [],
+  promptTokens: 256,
+  stream: true,
+};
 
 export class PodPool {
   readonly options: PoolOptions;
@@ -189,7 +197,8 @@ export class PodPool {
         kvCache: load?.kvCache ?? NaN,
         average: (metric: WindowedMetric, windowMs: number) => {
           if (!telemetry) return 0;
-          const window = metric === 'queued' ? telemetry.waiting : metric === 'running' ? telemetry.running : telemetry.kvCache;
+          const window =
+            metric === 'queued' ? telemetry.waiting : metric === 'running' ? telemetry.running : telemetry.kvCache;
           const value = window.average(windowMs, now);
           return Number.isNaN(value) ? 0 : value;
         },
@@ -215,11 +224,13 @@ export class PodPool {
         running: estimate.running,
         kvCache: estimate.kvCache,
         // A peer gossips one reference window; it stands in for whatever window a rule names.
-        average: (metric: WindowedMetric) => (metric === 'queued' ? estimate.queued : metric === 'running' ? estimate.running : estimate.kvCache),
+        average: (metric: WindowedMetric) =>
+          metric === 'queued' ? estimate.queued : metric === 'running' ? estimate.running : estimate.kvCache,
         params: estimate.params,
         // Gossip carries one model and no error distribution: a peer's pod is judged with the
         // node's own calibration (how far this agent's kind of prediction strays), floored cold.
-        logMargin: (q: number) => this.#learner.logMargin(undefined, q, estimate.queuedNow + (traffic?.unseenSent ?? 0)),
+        logMargin: (q: number) =>
+          this.#learner.logMargin(undefined, q, estimate.queuedNow + (traffic?.unseenSent ?? 0)),
         inFlight: traffic?.inFlight ?? 0,
         maxInFlight: this.#maxInFlight(estimate.pod),
         unseenSent: traffic?.unseenSent ?? 0,
@@ -259,7 +270,12 @@ export class PodPool {
    * request was sent on (what calibration measures against).
    */
   begin(c: Candidate, promptTokens: number, kind: RequestKind = 'chat', stream = true): PodTicket {
-    const features = { queued: c.queuedNow + c.unseenSent, running: c.running, promptTokens, pendingPromptTokens: c.pendingPromptTokens };
+    const features = {
+      queued: c.queuedNow + c.unseenSent,
+      running: c.running,
+      promptTokens,
+      pendingPromptTokens: c.pendingPromptTokens,
+    };
     const local = c.where === 'local' ? this.#local.get(c.pod.uid) : undefined;
     const traffic = c.where === 'peer' ? this.#trafficFor(c.pod.uid) : undefined;
     const counters = local ?? traffic!;
@@ -354,7 +370,12 @@ export class PodPool {
         predictedTtftMs: predicted.get(l.pod.uid),
         ...this.#learner.stats(l.pod.uid),
       })),
-      remote: this.#remote.map((e) => ({ ...e, ageMs: now - e.at, traffic: this.#peerTraffic.get(e.pod.uid), predictedTtftMs: predicted.get(e.pod.uid) })),
+      remote: this.#remote.map((e) => ({
+        ...e,
+        ageMs: now - e.at,
+        traffic: this.#peerTraffic.get(e.pod.uid),
+        predictedTtftMs: predicted.get(e.pod.uid),
+      })),
     };
   }
 

@@ -40,7 +40,12 @@ export interface CalibrationOptions {
   minWarmObservations: number;
 }
 
-export const DEFAULT_CALIBRATION: CalibrationOptions = { window: 256, recent: 16, coldLogMargin: Math.log(3), minWarmObservations: 32 };
+export const DEFAULT_CALIBRATION: CalibrationOptions = {
+  window: 256,
+  recent: 16,
+  coldLogMargin: Math.log(3),
+  minWarmObservations: 32,
+};
 
 /** Whether requests stood queued ahead of this one at the pod when it was sent. */
 export type Regime = 'free' | 'queued';
@@ -75,7 +80,8 @@ export class Calibration {
 
   /** One measured TTFT against the prediction the request was admitted on. */
   observe(uid: string, predictedMs: number, measuredMs: number, regime: Regime = 'free'): void {
-    if (!(predictedMs > 0) || !(measuredMs > 0) || !Number.isFinite(predictedMs) || !Number.isFinite(measuredMs)) return;
+    if (!(predictedMs > 0) || !(measuredMs > 0) || !Number.isFinite(predictedMs) || !Number.isFinite(measuredMs))
+      return;
     const logRatio = Math.log(measuredMs / predictedMs);
     this.#push(key(uid, regime), logRatio);
     this.#push(key(NODE, regime), logRatio);

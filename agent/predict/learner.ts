@@ -78,12 +78,19 @@ export class Learner {
     const lastOwn = this.#lastOwnObservationAt.get(uid) ?? -Infinity;
     if (!previous || !delta?.ttft || delta.ttft.count <= 0 || load.at - lastOwn <= OWN_OBSERVATIONS_FRESH_MS) return;
     const promptTokens = delta.promptTokens !== undefined ? delta.promptTokens / delta.ttft.count : 256;
-    this.#model.observe(uid, { queued: previous.waiting, running: previous.running, promptTokens }, delta.ttft.mean * 1000);
+    this.#model.observe(
+      uid,
+      { queued: previous.waiting, running: previous.running, promptTokens },
+      delta.ttft.mean * 1000,
+    );
   }
 
   /** For /debug/state. */
   stats(uid: string) {
-    const regime = (r: Regime) => ({ ...this.#calibration.stats(uid, r), logMargin99: this.#calibration.margin(uid, 0.99, r) });
+    const regime = (r: Regime) => ({
+      ...this.#calibration.stats(uid, r),
+      logMargin99: this.#calibration.margin(uid, 0.99, r),
+    });
     return {
       predictor: { params: this.#model.params(uid), ...this.#model.stats(uid) },
       embeddingsPredictor: { params: this.#embeddings.params(uid), ...this.#embeddings.stats(uid) },

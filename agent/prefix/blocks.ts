@@ -48,7 +48,8 @@ function renderMessages(messages: unknown[], out: string[]): void {
 
 function renderContent(value: unknown, out: string[]): void {
   if (typeof value === 'string') out.push(value);
-  else if (typeof value === 'number') out.push(`⟨${value}⟩`.padEnd(CHARS_PER_TOKEN, ' ')); // one token id ≈ one token
+  else if (typeof value === 'number')
+    out.push(`⟨${value}⟩`.padEnd(CHARS_PER_TOKEN, ' ')); // one token id ≈ one token
   else if (Array.isArray(value)) {
     for (const part of value) {
       if (typeof part === 'string' || typeof part === 'number' || Array.isArray(part)) renderContent(part, out);
@@ -64,7 +65,11 @@ function renderContent(value: unknown, out: string[]): void {
  * entry i names characters [0, (i + 1) · blockChars). Two 32-bit lanes folded into a 52-bit safe
  * integer: collisions are negligible at the ~10⁵ blocks a pod holds.
  */
-export function promptBlocks(text: string, blockChars = BLOCK_TOKENS * CHARS_PER_TOKEN, maxBlocks = Infinity): number[] {
+export function promptBlocks(
+  text: string,
+  blockChars = BLOCK_TOKENS * CHARS_PER_TOKEN,
+  maxBlocks = Infinity,
+): number[] {
   // `maxBlocks` bounds the hashing a huge prompt costs (GIE's maxPrefixBlocksToMatch does the same).
   const full = Math.min(maxBlocks, Math.floor(text.length / blockChars));
   const out = new Array<number>(full);

@@ -32,10 +32,13 @@ export interface ChainOptions {
 }
 
 export type ChainResult =
-  | { ok: true; provider: string; response: Response; attempts: Attempt[] }
-  | { ok: false; attempts: Attempt[] };
+  { ok: true; provider: string; response: Response; attempts: Attempt[] } | { ok: false; attempts: Attempt[] };
 
-export async function tryProviders(providers: readonly Provider[], call: ProviderCall, opts: ChainOptions): Promise<ChainResult> {
+export async function tryProviders(
+  providers: readonly Provider[],
+  call: ProviderCall,
+  opts: ChainOptions,
+): Promise<ChainResult> {
   const attempts: Attempt[] = [];
   /** The latest "can't take this request" answer: the reply when nobody takes it. */
   let declined: { provider: string; response: Response } | undefined;
@@ -82,7 +85,14 @@ export async function tryProviders(providers: readonly Provider[], call: Provide
 
     if (isProviderFault(response.status)) {
       breaker.onFailure(opts.now());
-      record({ provider: provider.name, outcome: 'failed', reason: 'status', status: response.status, message: await errorMessage(response), ms: opts.now() - started });
+      record({
+        provider: provider.name,
+        outcome: 'failed',
+        reason: 'status',
+        status: response.status,
+        message: await errorMessage(response),
+        ms: opts.now() - started,
+      });
       continue;
     }
     breaker.onSuccess(); // it answered: healthy, whatever it thought of the request

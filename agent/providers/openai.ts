@@ -33,7 +33,10 @@ export function openAIUrl(settings: ProviderSettings, kind: RequestKind, provide
   const base = (settings.endpoint ?? DEFAULT_OPENAI_ENDPOINT).replace(/\/+$/, '');
   if (settings.azureApiVersion !== undefined) {
     // Azure serves the Responses API beside the deployments, the deployment named in `model`.
-    const url = kind === 'responses' ? new URL(`${base}/openai/responses`) : new URL(`${base}/openai/deployments/${encodeURIComponent(providerModel)}/${API_PATHS[kind]}`);
+    const url =
+      kind === 'responses'
+        ? new URL(`${base}/openai/responses`)
+        : new URL(`${base}/openai/deployments/${encodeURIComponent(providerModel)}/${API_PATHS[kind]}`);
     url.searchParams.set('api-version', settings.azureApiVersion);
     return url;
   }
@@ -119,7 +122,8 @@ export function relaySse(
   let finished = false;
   const fail = (controller: ReadableStreamDefaultController<Uint8Array>, message: string) => {
     finished = true;
-    if (!sawDone) controller.enqueue(encoder.encode(sseErrorFrame(502, message, { code: 'upstream_stream_error' }) + SSE_DONE));
+    if (!sawDone)
+      controller.enqueue(encoder.encode(sseErrorFrame(502, message, { code: 'upstream_stream_error' }) + SSE_DONE));
     controller.close();
   };
   return new ReadableStream<Uint8Array>({
@@ -192,7 +196,10 @@ export function createOpenAIProvider(settings: ProviderSettings, deps: ProviderD
   async function send(call: ProviderCall): Promise<Response> {
     const providerModel = settings.models[call.model];
     if (providerModel === undefined) {
-      return errorResponse(404, `model ${call.model} is not offered by provider ${name}`, { code: 'model_not_found', param: 'model' });
+      return errorResponse(404, `model ${call.model} is not offered by provider ${name}`, {
+        code: 'model_not_found',
+        param: 'model',
+      });
     }
     let key: string | undefined;
     try {
@@ -221,7 +228,12 @@ export function createOpenAIProvider(settings: ProviderSettings, deps: ProviderD
     const requestId = header(res.headers, 'x-request-id');
     if (requestId) passHeaders['x-request-id'] = requestId;
 
-    const readCtx = () => ({ timedOut: res.timedOut(), aborted: call.signal.aborted, timeoutMs: settings.timeoutMs, idleTimeoutMs: limits.idleTimeoutMs });
+    const readCtx = () => ({
+      timedOut: res.timedOut(),
+      aborted: call.signal.aborted,
+      timeoutMs: settings.timeoutMs,
+      idleTimeoutMs: limits.idleTimeoutMs,
+    });
     if (res.status < 200 || res.status >= 300) {
       let text: string;
       try {
@@ -238,9 +250,7 @@ export function createOpenAIProvider(settings: ProviderSettings, deps: ProviderD
         maxEventBytes: limits.maxBodyBytes,
         onCancel: () => res.body.destroy(),
         describeBreak: (err) =>
-          call.signal.aborted
-            ? `provider ${name}: request aborted`
-            : `provider ${name}: stream broke${codeOf(err)}`,
+          call.signal.aborted ? `provider ${name}: request aborted` : `provider ${name}: stream broke${codeOf(err)}`,
       });
       return new Response(body, { status: res.status, headers: { ...SSE_HEADERS, ...passHeaders } });
     }

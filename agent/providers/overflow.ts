@@ -29,7 +29,12 @@ export function attemptOutcome(a: Attempt): string {
 }
 
 export function describeAttempts(attempts: readonly Attempt[]): string {
-  return attempts.map((a) => `${a.provider}: ${a.outcome}${a.reason ? ` (${a.reason}${a.status ? ` ${a.status}` : ''})` : ''}${a.message ? `: ${a.message}` : ''}`).join(', ');
+  return attempts
+    .map(
+      (a) =>
+        `${a.provider}: ${a.outcome}${a.reason ? ` (${a.reason}${a.status ? ` ${a.status}` : ''})` : ''}${a.message ? `: ${a.message}` : ''}`,
+    )
+    .join(', ');
 }
 
 /** Reached and answered badly (5xx, garbage) is a bad gateway; reached none is unavailability. */
@@ -74,35 +79,71 @@ export class Overflow {
     if (serving.length === 0) {
       // Say why when the policy's providers can never take this kind of request (Bedrock and
       // /v1/responses), rather than "may overflow" on a request that then gets 429.
-      const refusals = named.map((name) => this.#providers.get(name)?.refusal?.(request.kind)).filter((r): r is string => r !== undefined);
-      if (refusals.length > 0 && refusals.length === named.length) return { allowed: false, reason: refusals.join('; '), providers: [] };
+      const refusals = named
+        .map((name) => this.#providers.get(name)?.refusal?.(request.kind))
+        .filter((r): r is string => r !== undefined);
+      if (refusals.length > 0 && refusals.length === named.length)
+        return { allowed: false, reason: refusals.join('; '), providers: [] };
       return { ...verdict, providers: [] };
     }
     const usable = serving.filter((name) => this.breakers.get(name).state(at) !== 'open');
     if (usable.length > 0) return { ...verdict, providers: usable };
     const breakersOpenMs = Math.min(...serving.map((name) => this.breakers.get(name).retryInMs(at)));
-    return { ...verdict, reason: `${verdict.reason}, but every provider's circuit breaker is open`, providers: [], breakersOpenMs };
+    return {
+      ...verdict,
+      reason: `${verdict.reason}, but every provider's circuit breaker is open`,
+      providers: [],
+      breakersOpenMs,
+    };
   }
 
   /** Tries the named providers in order: the first answer, or why none answered. */
-  async send(request: RouteRequest, parsed: ParsedRequest, names: readonly string[], signal: AbortSignal, headers: Record<string, string>): Promise<OverflowResult> {
+  async send(
+    request: RouteRequest,
+    parsed: ParsedRequest,
+    names: readonly string[],
+    signal: AbortSignal,
+    headers: Record<string, string>,
+  ): Promise<OverflowResult> {
     const { now, providerRequests, log } = this.#deps;
     const chain = names.map((n) => this.#providers.get(n)).filter((p): p is ClosableProvider => p !== undefined);
-    const result = await tryProviders(chain, { kind: request.kind, model: request.model, body: parsed.body, signal, headers }, {
-      breakers: this.breakers,
-      now,
-      onAttempt: (a) => providerRequests.inc({ provider: a.provider, outcome: attemptOutcome(a) }),
-    });
-    if (result.ok) return { ok: true, response: withHeaders(result.response, { 'x-kinference-route': `overflow/${result.provider}` }) };
+    const result = await tryProviders(
+      chain,
+      { kind: request.kind, model: request.model, body: parsed.body, signal, headers },
+      {
+        breakers: this.breakers,
+        now,
+        onAttempt: (a) => providerRequests.inc({ provider: a.provider, outcome: attemptOutcome(a) }),
+      },
+    );
+    if (result.ok)
+      return {
+        ok: true,
+        response: withHeaders(result.response, { 'x-kinference-route': `overflow/${result.provider}` }),
+      };
     const summary = describeAttempts(result.attempts);
     log('warn', `overflow failed: ${summary}`);
-    return { ok: false, status: failureStatus(result.attempts), message: `every overflow provider failed (${summary})` };
+    return {
+      ok: false,
+      status: failureStatus(result.attempts),
+      message: `every overflow provider failed (${summary})`,
+    };
   }
 
   /** For /debug/state: each provider with its breaker. */
-  state(): { name: string; kind: string; models: readonly string[]; breaker: ReturnType<ReturnType<BreakerSet['get']>['snapshot']> }[] {
+  state(): {
+    name: string;
+    kind: string;
+    models: readonly string[];
+    breaker: ReturnType<ReturnType<BreakerSet['get']>['snapshot']>;
+  }[] {
     const at = this.#deps.now();
-    return [...this.#providers.values()].map((p) => ({ name: p.name, kind: p.kind, models: p.models, breaker: this.breakers.get(p.name).snapshot(at) }));
+    return [...this.#providers.values()].map((p) => ({
+      name: p.name,
+      kind: p.kind,
+      models: p.models,
+      breaker: this.breakers.get(p.name).snapshot(at),
+    }));
   }
 
   async close(): Promise<void> {

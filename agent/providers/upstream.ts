@@ -120,7 +120,12 @@ export function failure(
   if (ctx.timedOut) return new ProviderError(provider, 'timeout', `no answer within ${ctx.timeoutMs} ms`);
   if (err instanceof ProviderError) return err;
   const code = errorCode(err);
-  if (code === 'UND_ERR_BODY_TIMEOUT') return new ProviderError(provider, 'timeout', `answer body silent for ${ctx.idleTimeoutMs ?? DEFAULT_PROVIDER_LIMITS.idleTimeoutMs} ms`);
+  if (code === 'UND_ERR_BODY_TIMEOUT')
+    return new ProviderError(
+      provider,
+      'timeout',
+      `answer body silent for ${ctx.idleTimeoutMs ?? DEFAULT_PROVIDER_LIMITS.idleTimeoutMs} ms`,
+    );
   if (code !== undefined && /^(E[A-Z_]+|UND_ERR_CONNECT_TIMEOUT|UND_ERR_SOCKET)$/.test(code)) {
     return new ProviderError(provider, 'connect', `connection failed (${code})`);
   }
@@ -138,7 +143,10 @@ function errorCode(err: unknown): string | undefined {
 }
 
 /** Reads at most `limit` bytes of a body as text (error bodies: we only need the message). */
-export async function readText(body: AsyncIterable<Uint8Array> & { destroy?: () => void }, limit = 64 * 1024): Promise<string> {
+export async function readText(
+  body: AsyncIterable<Uint8Array> & { destroy?: () => void },
+  limit = 64 * 1024,
+): Promise<string> {
   const parts: Buffer[] = [];
   let size = 0;
   for await (const chunk of body) {
@@ -153,7 +161,11 @@ export async function readText(body: AsyncIterable<Uint8Array> & { destroy?: () 
 }
 
 /** A whole answer body as text; past `limit` bytes the socket is dropped and the call fails. */
-export async function readBounded(body: AsyncIterable<Uint8Array> & { destroy?: () => void }, limit: number, provider: string): Promise<string> {
+export async function readBounded(
+  body: AsyncIterable<Uint8Array> & { destroy?: () => void },
+  limit: number,
+  provider: string,
+): Promise<string> {
   const parts: Uint8Array[] = [];
   let size = 0;
   for await (const chunk of body) {

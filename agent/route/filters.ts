@@ -2,7 +2,8 @@
 import type { EffectivePolicy, RouteRequest } from '../types.ts';
 import type { Candidate } from './candidate.ts';
 
-export type DropReason = 'model-not-served' | 'unhealthy' | 'stale' | 'implausible' | 'at-capacity' | 'excluded' | 'over-slo';
+export type DropReason =
+  'model-not-served' | 'unhealthy' | 'stale' | 'implausible' | 'at-capacity' | 'excluded' | 'over-slo';
 
 export interface Drop {
   reason: DropReason;
@@ -25,9 +26,12 @@ export type Filter = (c: Candidate, ctx: FilterContext) => Drop | undefined;
 const round = (x: number, digits = 2) => Math.round(x * 10 ** digits) / 10 ** digits;
 
 export const modelServed: Filter = (c, { request }) =>
-  c.pod.models.includes(request.model) ? undefined : { reason: 'model-not-served', detail: `serves ${c.pod.models.join(',')}` };
+  c.pod.models.includes(request.model)
+    ? undefined
+    : { reason: 'model-not-served', detail: `serves ${c.pod.models.join(',')}` };
 
-export const healthy: Filter = (c) => (c.healthy ? undefined : { reason: 'unhealthy', detail: c.unhealthyReason ?? 'failing scrapes or requests' });
+export const healthy: Filter = (c) =>
+  c.healthy ? undefined : { reason: 'unhealthy', detail: c.unhealthyReason ?? 'failing scrapes or requests' };
 
 const countable = (x: number) => Number.isFinite(x) && x >= 0;
 
@@ -37,14 +41,21 @@ const countable = (x: number) => Number.isFinite(x) && x >= 0;
  */
 export const plausible: Filter = (c, { predictedMs }) => {
   if (!countable(predictedMs)) return { reason: 'implausible', detail: `predicted TTFT ${predictedMs}ms` };
-  for (const [name, value] of [['queued', c.queuedNow], ['running', c.running], ['inFlight', c.inFlight], ['unseenSent', c.unseenSent]] as const) {
+  for (const [name, value] of [
+    ['queued', c.queuedNow],
+    ['running', c.running],
+    ['inFlight', c.inFlight],
+    ['unseenSent', c.unseenSent],
+  ] as const) {
     if (!countable(value)) return { reason: 'implausible', detail: `${name} ${value}` };
   }
   return undefined;
 };
 
 export const fresh: Filter = (c) =>
-  c.ageMs <= c.maxAgeMs ? undefined : { reason: 'stale', detail: `last report ${Math.round(c.ageMs)}ms ago (limit ${c.maxAgeMs}ms)` };
+  c.ageMs <= c.maxAgeMs
+    ? undefined
+    : { reason: 'stale', detail: `last report ${Math.round(c.ageMs)}ms ago (limit ${c.maxAgeMs}ms)` };
 
 export const excludeRules: Filter = (c, { policy, predictedMs }) => {
   for (const rule of policy.exclude) {
@@ -65,16 +76,31 @@ export const excludeRules: Filter = (c, { policy, predictedMs }) => {
  */
 export const withinSlo: Filter = (c, { policy, predictedMs, quantileMs, mayLeave }) => {
   if (!mayLeave) {
-    return predictedMs <= policy.sloTtftMs ? undefined : { reason: 'over-slo', detail: `predicted ${Math.round(predictedMs)}ms > SLO ${policy.sloTtftMs}ms` };
+    return predictedMs <= policy.sloTtftMs
+      ? undefined
+      : { reason: 'over-slo', detail: `predicted ${Math.round(predictedMs)}ms > SLO ${policy.sloTtftMs}ms` };
   }
   if (quantileMs <= policy.sloTtftMs) return undefined;
   const pct = Math.round(policy.sloAttainment * 1000) / 10;
-  return { reason: 'over-slo', detail: `p${pct} ${Math.round(quantileMs)}ms (mean ${Math.round(predictedMs)}ms) > SLO ${policy.sloTtftMs}ms` };
+  return {
+    reason: 'over-slo',
+    detail: `p${pct} ${Math.round(quantileMs)}ms (mean ${Math.round(predictedMs)}ms) > SLO ${policy.sloTtftMs}ms`,
+  };
 };
 
 /** No hidden queue: past its connection cap a pod is not a candidate (others, overflow or a bounded wait are). */
 export const hasRoom: Filter = (c) =>
-  c.maxInFlight === undefined || c.inFlight < c.maxInFlight ? undefined : { reason: 'at-capacity', detail: `${c.inFlight} requests in flight (limit ${c.maxInFlight})` };
+  c.maxInFlight === undefined || c.inFlight < c.maxInFlight
+    ? undefined
+    : { reason: 'at-capacity', detail: `${c.inFlight} requests in flight (limit ${c.maxInFlight})` };
 
 /** Kinference's filter chain, cheapest first. */
-export const DEFAULT_FILTERS: readonly Filter[] = [modelServed, healthy, fresh, plausible, hasRoom, excludeRules, withinSlo];
+export const DEFAULT_FILTERS: readonly Filter[] = [
+  modelServed,
+  healthy,
+  fresh,
+  plausible,
+  hasRoom,
+  excludeRules,
+  withinSlo,
+];

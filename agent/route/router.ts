@@ -123,7 +123,12 @@ export function decide(input: DecideInput): Decision {
   // Unknown models are answered 404 by the ingress before routing; here the model exists
   // somewhere (a pod elsewhere, a provider), just nowhere this request may go.
   if (servesModel === 0) {
-    return { action: 'reject', status: 503, message: `no pod serves model ${request.model} and ${leave.reason}`, ...basis };
+    return {
+      action: 'reject',
+      status: 503,
+      message: `no pod serves model ${request.model} and ${leave.reason}`,
+      ...basis,
+    };
   }
 
   const left = policy.waitMaxMs - (input.waitedMs ?? 0);

@@ -15,8 +15,12 @@ export type Score = (c: Candidate, predictedMs: number, r: RouteRequest) => numb
  * without this a burst would all land on the one pod that looked idle), plus the network cost.
  */
 export const predictedTtft: Predict = (c, r) =>
-  predictWith(r.kind === 'embeddings' ? (c.embeddingParams ?? c.params) : c.params, { queued: c.queuedNow + c.unseenSent, running: c.running, promptTokens: r.promptTokens, pendingPromptTokens: c.pendingPromptTokens }) +
-  c.networkCostMs;
+  predictWith(r.kind === 'embeddings' ? (c.embeddingParams ?? c.params) : c.params, {
+    queued: c.queuedNow + c.unseenSent,
+    running: c.running,
+    promptTokens: r.promptTokens,
+    pendingPromptTokens: c.pendingPromptTokens,
+  }) + c.networkCostMs;
 
 /** A pod's TTFT for a typical request when idle: its speed, in ms. */
 const REFERENCE_PROMPT_TOKENS = 256;

@@ -17,7 +17,12 @@ export const randomAmongLowest: Picker = (scored, rand) => {
 /** Fewest of this agent's own requests in flight (Envoy LEAST_REQUEST with a full scan). */
 const inFlight: Score = (c: Candidate) => c.inFlight;
 
-export const LEAST_REQUEST_STRATEGY: Strategy = { predict: predictedTtft, filters: [], score: inFlight, pick: randomAmongLowest };
+export const LEAST_REQUEST_STRATEGY: Strategy = {
+  predict: predictedTtft,
+  filters: [],
+  score: inFlight,
+  pick: randomAmongLowest,
+};
 
 /** What a Kubernetes Service (kube-proxy) does, in effect: each candidate in turn. */
 export function roundRobinStrategy(): Strategy {

@@ -35,10 +35,19 @@ export function adminViews(deps: AdminViewsDeps): Pick<AdminDeps, 'readiness' | 
   const { pool, callers, requestPath } = deps;
   const readiness = (): Readiness => {
     const status = deps.discovery.status();
-    const unscraped = pool.localPods().filter((p) => (deps.scraper.health(p.uid)?.scrapes ?? 0) === 0).map((p) => p.name);
+    const unscraped = pool
+      .localPods()
+      .filter((p) => (deps.scraper.health(p.uid)?.scrapes ?? 0) === 0)
+      .map((p) => p.name);
     const checks = {
-      discovery: { ok: status.synced, detail: status.connected ? 'connected' : `serving the last known view: ${status.lastError ?? 'disconnected'}` },
-      firstScrape: { ok: unscraped.length === 0, detail: unscraped.length ? `not yet scraped: ${unscraped.join(', ')}` : undefined },
+      discovery: {
+        ok: status.synced,
+        detail: status.connected ? 'connected' : `serving the last known view: ${status.lastError ?? 'disconnected'}`,
+      },
+      firstScrape: {
+        ok: unscraped.length === 0,
+        detail: unscraped.length ? `not yet scraped: ${unscraped.join(', ')}` : undefined,
+      },
       gossip: deps.gossip?.readiness(deps.peers().length > 0) ?? { ok: true },
       draining: { ok: !deps.draining() },
     };
@@ -76,19 +85,38 @@ export function adminViews(deps: AdminViewsDeps): Pick<AdminDeps, 'readiness' | 
   };
   const explain: AdminDeps['explain'] = (q) => {
     const who = callers.named(q.namespace, q.tenant);
-    const request: RouteRequest = { kind: 'chat', model: q.model, tenant: who.tenant, namespace: who.namespace, tags: q.tags, promptTokens: q.promptTokens, stream: true };
+    const request: RouteRequest = {
+      kind: 'chat',
+      model: q.model,
+      tenant: who.tenant,
+      namespace: who.namespace,
+      tags: q.tags,
+      promptTokens: q.promptTokens,
+      stream: true,
+    };
     return explainDecision(requestPath.explain(request, who), callers.policyFor(who, q.model));
   };
   const explainBody = (q: ExplainBodyQuery) => {
     const parsed = parseInferenceRequest(q.kind, q.body);
-    if (!deps.isKnownModel(parsed.model)) throw new RequestError(404, `The model \`${parsed.model}\` does not exist.`, 'model', 'model_not_found');
-    const who: Identity = q.ip !== undefined ? callers.identityOf(q.tenant ?? null, q.ip) : callers.named(q.namespace, q.tenant);
+    if (!deps.isKnownModel(parsed.model))
+      throw new RequestError(404, `The model \`${parsed.model}\` does not exist.`, 'model', 'model_not_found');
+    const who: Identity =
+      q.ip !== undefined ? callers.identityOf(q.tenant ?? null, q.ip) : callers.named(q.namespace, q.tenant);
     const c = callers.classify(q.tags, parsed.body);
     const decision = requestPath.explain(requestPath.routeRequest(parsed, who, c.tags), who);
     return {
       ...explainDecision(decision, callers.policyFor(who, parsed.model)),
-      caller: { namespace: who.namespace, tenant: who.tenant, ...(who.unidentified ? { unidentified: who.unidentified.reason } : {}) },
-      classification: { tags: c.tags, findings: c.findings, unscanned: c.unscanned, rejectedHeaderTags: c.rejectedHeaderTags },
+      caller: {
+        namespace: who.namespace,
+        tenant: who.tenant,
+        ...(who.unidentified ? { unidentified: who.unidentified.reason } : {}),
+      },
+      classification: {
+        tags: c.tags,
+        findings: c.findings,
+        unscanned: c.unscanned,
+        rejectedHeaderTags: c.rejectedHeaderTags,
+      },
     };
   };
   return { readiness, state, explain, explainBody };

@@ -32,7 +32,13 @@ export interface AdminDeps {
   metrics: Metrics;
   readiness(): Readiness;
   state(): Promise<unknown>;
-  explain(query: { model: string; tenant?: string; namespace?: string; tags: string[]; promptTokens: number }): Explanation;
+  explain(query: {
+    model: string;
+    tenant?: string;
+    namespace?: string;
+    tags: string[];
+    promptTokens: number;
+  }): Explanation;
   isKnownModel(model: string): boolean;
   /** Throws RequestError for a body the API listener would refuse. */
   explainBody(query: ExplainBodyQuery): object;
@@ -55,14 +61,22 @@ export function createAdminApp(deps: AdminDeps): Hono {
   app.get('/explain', (c) => {
     const model = c.req.query('model');
     if (!model) return errorResponse(400, "query parameter 'model' is required", { param: 'model' });
-    if (!deps.isKnownModel(model)) return errorResponse(404, `The model \`${model}\` does not exist.`, { param: 'model', code: 'model_not_found' });
+    if (!deps.isKnownModel(model))
+      return errorResponse(404, `The model \`${model}\` does not exist.`, { param: 'model', code: 'model_not_found' });
     const promptTokensText = c.req.query('promptTokens') ?? '256';
     const promptTokens = Number(promptTokensText);
     if (!Number.isInteger(promptTokens) || promptTokens < 1) {
-      return errorResponse(400, `'promptTokens' must be a positive integer, found "${promptTokensText}"`, { param: 'promptTokens' });
+      return errorResponse(400, `'promptTokens' must be a positive integer, found "${promptTokensText}"`, {
+        param: 'promptTokens',
+      });
     }
-    const tags = (c.req.query('tags') ?? '').split(',').map((t) => t.trim().toLowerCase()).filter(Boolean);
-    return c.json(deps.explain({ model, tenant: c.req.query('tenant'), namespace: c.req.query('namespace'), tags, promptTokens }));
+    const tags = (c.req.query('tags') ?? '')
+      .split(',')
+      .map((t) => t.trim().toLowerCase())
+      .filter(Boolean);
+    return c.json(
+      deps.explain({ model, tenant: c.req.query('tenant'), namespace: c.req.query('namespace'), tags, promptTokens }),
+    );
   });
   // The request as the API listener would see it: which detectors fired on which JSON path (never
   // the matched text), what could not be read, who the caller is, and the decision.
@@ -71,9 +85,19 @@ export function createAdminApp(deps: AdminDeps): Hono {
     if (!KINDS.includes(kind)) return errorResponse(400, `'api' must be one of ${KINDS.join(', ')}`, { param: 'api' });
     try {
       const body = await readBoundedBody(c.req.raw, deps.maxBodyBytes);
-      return c.json(deps.explainBody({ kind, body, tags: c.req.header('x-kinference-tags') ?? null, namespace: c.req.query('namespace'), tenant: c.req.query('tenant'), ip: c.req.query('ip') }));
+      return c.json(
+        deps.explainBody({
+          kind,
+          body,
+          tags: c.req.header('x-kinference-tags') ?? null,
+          namespace: c.req.query('namespace'),
+          tenant: c.req.query('tenant'),
+          ip: c.req.query('ip'),
+        }),
+      );
     } catch (error) {
-      if (error instanceof RequestError) return errorResponse(error.status, error.message, { param: error.param, code: error.code });
+      if (error instanceof RequestError)
+        return errorResponse(error.status, error.message, { param: error.param, code: error.code });
       throw error;
     }
   });

@@ -31,10 +31,15 @@ export function createApiApp(deps: ApiDeps): Hono {
   // (model list, unknown routes, draining) get the client's or a fresh one here.
   app.use('*', async (c, next) => {
     await next();
-    if (!c.res.headers.has('x-request-id')) c.res.headers.set('x-request-id', requestIdFor(c.req.header('x-request-id') ?? null, randomUUID));
+    if (!c.res.headers.has('x-request-id'))
+      c.res.headers.set('x-request-id', requestIdFor(c.req.header('x-request-id') ?? null, randomUUID));
   });
   app.use('*', async (c, next) => {
-    if (!deps.accepting()) return errorResponse(503, 'this agent is shutting down', { code: 'draining', headers: { 'retry-after': '1', connection: 'close' } });
+    if (!deps.accepting())
+      return errorResponse(503, 'this agent is shutting down', {
+        code: 'draining',
+        headers: { 'retry-after': '1', connection: 'close' },
+      });
     await next();
   });
   for (const [kind, path] of Object.entries(API_PATHS) as [RequestKind, string][]) {

@@ -30,7 +30,11 @@ export class Callers {
     this.#deps = deps;
     const { settings } = deps;
     this.#trustTenantHeader = settings.discovery === 'static' || settings.tenantHeaderExplicit;
-    this.#scanLimits = { maxDepth: settings.limits.classifyMaxDepth, maxChars: settings.limits.classifyMaxChars, maxNodes: settings.limits.classifyMaxValues };
+    this.#scanLimits = {
+      maxDepth: settings.limits.classifyMaxDepth,
+      maxChars: settings.limits.classifyMaxChars,
+      maxNodes: settings.limits.classifyMaxValues,
+    };
     this.setDetectors(settings.detectors);
   }
 
@@ -42,10 +46,12 @@ export class Callers {
   setPolicies(found: unknown[], namespaces: Map<string, Record<string, string>>): void {
     const { metrics, log } = this.#deps;
     const loaded = loadPolicies(found);
-    for (const e of loaded.errors) log('warn', `policy ${e.name} ignored: ${e.errors.map((x) => `${x.path}: ${x.message}`).join('; ')}`);
+    for (const e of loaded.errors)
+      log('warn', `policy ${e.name} ignored: ${e.errors.map((x) => `${x.path}: ${x.message}`).join('; ')}`);
     this.#policies = compilePolicies(loaded.policies, namespaces);
     if (loaded.errors.length > 0) metrics.policiesRejected.inc({ reason: 'invalid' }, loaded.errors.length);
-    if (this.#policies.rejected.length > 0) metrics.policiesRejected.inc({ reason: 'guardrail' }, this.#policies.rejected.length);
+    if (this.#policies.rejected.length > 0)
+      metrics.policiesRejected.inc({ reason: 'guardrail' }, this.#policies.rejected.length);
     for (const problem of this.#policies.problems) log('warn', `policy: ${problem}`);
   }
 
@@ -61,8 +67,14 @@ export class Callers {
 
   /** The caller at this address, claiming this tenant (believed only where the header is trusted). */
   identityOf(headerTenant: string | null, remoteIp: string | undefined): Identity {
-    const claim = identify({ trustTenantHeader: this.#trustTenantHeader, headerTenant, remoteIp, callers: this.#callers });
-    if (claim.unidentified) return { namespace: claim.namespace, tenant: claim.namespace, unidentified: claim.unidentified };
+    const claim = identify({
+      trustTenantHeader: this.#trustTenantHeader,
+      headerTenant,
+      remoteIp,
+      callers: this.#callers,
+    });
+    if (claim.unidentified)
+      return { namespace: claim.namespace, tenant: claim.namespace, unidentified: claim.unidentified };
     return { namespace: claim.namespace, tenant: this.#policies.tenantFor(claim.namespace, claim.claimedTenant) };
   }
 

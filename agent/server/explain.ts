@@ -11,7 +11,13 @@ const ms = (x: number) => Math.round(x * 10) / 10;
  */
 export function explainDecision(d: Decision, slo: { sloTtftMs: number; sloAttainment: number }) {
   const target =
-    d.action === 'pod' ? candidateName(d.chosen.candidate) : d.action === 'overflow' ? `overflow/${d.providers[0]}` : d.action === 'wait' ? 'wait' : 'rejected';
+    d.action === 'pod'
+      ? candidateName(d.chosen.candidate)
+      : d.action === 'overflow'
+        ? `overflow/${d.providers[0]}`
+        : d.action === 'wait'
+          ? 'wait'
+          : 'rejected';
   return {
     action: d.action,
     target,
@@ -20,7 +26,11 @@ export function explainDecision(d: Decision, slo: { sloTtftMs: number; sloAttain
     ...(d.action === 'wait' ? { maxWaitMs: d.maxWaitMs } : {}),
     ...(d.action === 'reject' ? { status: d.status, message: d.message } : {}),
     policy: d.policy,
-    slo: { ttftMs: slo.sloTtftMs, attainment: slo.sloAttainment, judgedOn: d.leave.allowed && d.leave.providers.length > 0 ? 'quantile' : 'mean' },
+    slo: {
+      ttftMs: slo.sloTtftMs,
+      attainment: slo.sloAttainment,
+      judgedOn: d.leave.allowed && d.leave.providers.length > 0 ? 'quantile' : 'mean',
+    },
     leave: { allowed: d.leave.allowed, reason: d.leave.reason, providers: d.leave.providers },
     candidates: d.scored.map((s) => ({
       pod: candidateName(s.candidate),

@@ -24,8 +24,16 @@ export function podPredictionsOf(state: {
   remote: readonly { pod: { node: string; name: string }; predictedTtftMs?: number }[];
 }): PodPrediction[] {
   return [
-    ...state.local.map((p) => ({ pod: p.pod.name, where: 'local' as const, seconds: (p.predictedTtftMs ?? NaN) / 1000 })),
-    ...state.remote.map((p) => ({ pod: `${p.pod.node}/${p.pod.name}`, where: 'peer' as const, seconds: (p.predictedTtftMs ?? NaN) / 1000 })),
+    ...state.local.map((p) => ({
+      pod: p.pod.name,
+      where: 'local' as const,
+      seconds: (p.predictedTtftMs ?? NaN) / 1000,
+    })),
+    ...state.remote.map((p) => ({
+      pod: `${p.pod.node}/${p.pod.name}`,
+      where: 'peer' as const,
+      seconds: (p.predictedTtftMs ?? NaN) / 1000,
+    })),
   ];
 }
 

@@ -17,7 +17,8 @@ export class RequestError extends Error {
 /** The body as bytes, refusing (413) past `limit` without reading the rest into memory. */
 export async function readBoundedBody(req: Request, limit: number): Promise<Uint8Array> {
   const declared = Number(req.headers.get('content-length') ?? NaN);
-  if (declared > limit) throw new RequestError(413, `request body is ${declared} bytes; the limit is ${limit}`, null, 'body_too_large');
+  if (declared > limit)
+    throw new RequestError(413, `request body is ${declared} bytes; the limit is ${limit}`, null, 'body_too_large');
   if (!req.body) return new Uint8Array();
   const reader = req.body.getReader();
   const chunks: Uint8Array[] = [];
@@ -49,7 +50,8 @@ export function jsonDepthExceeds(bytes: Uint8Array, limit: number): boolean {
   for (let i = 0; i < bytes.length; i++) {
     const c = bytes[i];
     if (inString) {
-      if (c === 0x5c) i++; // backslash: skip the escaped byte
+      if (c === 0x5c)
+        i++; // backslash: skip the escaped byte
       else if (c === 0x22) inString = false;
       continue;
     }
@@ -88,14 +90,27 @@ function checkMessages(messages: unknown): void {
     throw new RequestError(400, "'messages' must be a non-empty array", 'messages', 'invalid_type');
   }
   messages.forEach((m, i) => {
-    if (!m || typeof m !== 'object' || Array.isArray(m)) throw new RequestError(400, `'messages[${i}]' must be an object`, `messages[${i}]`, 'invalid_type');
+    if (!m || typeof m !== 'object' || Array.isArray(m))
+      throw new RequestError(400, `'messages[${i}]' must be an object`, `messages[${i}]`, 'invalid_type');
     const { role, content } = m as Record<string, unknown>;
     if (typeof role !== 'string' || !ROLES.has(role)) {
-      throw new RequestError(400, `'messages[${i}].role' must be one of ${[...ROLES].join(', ')}`, `messages[${i}].role`, 'invalid_value');
+      throw new RequestError(
+        400,
+        `'messages[${i}].role' must be one of ${[...ROLES].join(', ')}`,
+        `messages[${i}].role`,
+        'invalid_value',
+      );
     }
-    const parts = Array.isArray(content) && content.every((p) => typeof p === 'string' || (p !== null && typeof p === 'object' && !Array.isArray(p)));
+    const parts =
+      Array.isArray(content) &&
+      content.every((p) => typeof p === 'string' || (p !== null && typeof p === 'object' && !Array.isArray(p)));
     if (content !== undefined && content !== null && typeof content !== 'string' && !parts) {
-      throw new RequestError(400, `'messages[${i}].content' must be a string or an array of content parts`, `messages[${i}].content`, 'invalid_type');
+      throw new RequestError(
+        400,
+        `'messages[${i}].content' must be a string or an array of content parts`,
+        `messages[${i}].content`,
+        'invalid_type',
+      );
     }
   });
 }
@@ -103,10 +118,18 @@ function checkMessages(messages: unknown): void {
 function checkPromptLike(body: Record<string, unknown>, param: 'prompt' | 'input'): void {
   const value = body[param];
   const ok =
-    (typeof value === 'string') ||
+    typeof value === 'string' ||
     isTokenArray(value) ||
-    (Array.isArray(value) && value.length > 0 && (value.every((v) => typeof v === 'string') || value.every(isTokenArray)));
-  if (!ok) throw new RequestError(400, `'${param}' must be a string, an array of strings, or token ids`, param, 'invalid_type');
+    (Array.isArray(value) &&
+      value.length > 0 &&
+      (value.every((v) => typeof v === 'string') || value.every(isTokenArray)));
+  if (!ok)
+    throw new RequestError(
+      400,
+      `'${param}' must be a string, an array of strings, or token ids`,
+      param,
+      'invalid_type',
+    );
 }
 
 /** Fields of the Responses API that point at state a model server keeps in its own memory. */
@@ -115,7 +138,12 @@ const STATEFUL_RESPONSES_FIELDS = ['previous_response_id', 'conversation'] as co
 function checkResponsesRequest(body: Record<string, unknown>): void {
   const input = body.input;
   if (typeof input !== 'string' && !(Array.isArray(input) && input.length > 0)) {
-    throw new RequestError(400, "'input' must be a string or a non-empty array of input items", 'input', 'invalid_type');
+    throw new RequestError(
+      400,
+      "'input' must be a string or a non-empty array of input items",
+      'input',
+      'invalid_type',
+    );
   }
   // Refused, not routed: each request goes to whichever pod (or provider) answers soonest, and
   // the state these ids name lives in one model server's memory (vLLM keeps it in-process, and
@@ -135,8 +163,13 @@ function checkResponsesRequest(body: Record<string, unknown>): void {
 }
 
 /** Parses and checks a JSON body for one of the OpenAI routes. Throws RequestError (400). */
-export function parseInferenceRequest(kind: RequestKind, bytes: Uint8Array, maxDepth = DEFAULT_MAX_JSON_DEPTH): ParsedRequest {
-  if (bytes.byteLength === 0) throw new RequestError(400, 'request body is empty; expected a JSON object', null, 'invalid_json');
+export function parseInferenceRequest(
+  kind: RequestKind,
+  bytes: Uint8Array,
+  maxDepth = DEFAULT_MAX_JSON_DEPTH,
+): ParsedRequest {
+  if (bytes.byteLength === 0)
+    throw new RequestError(400, 'request body is empty; expected a JSON object', null, 'invalid_json');
   if (jsonDepthExceeds(bytes, maxDepth)) {
     throw new RequestError(400, `request body nests arrays/objects deeper than ${maxDepth} levels`, null, 'too_deep');
   }
@@ -164,6 +197,7 @@ export function parseInferenceRequest(kind: RequestKind, bytes: Uint8Array, maxD
   checkOptional(b, 'n', positiveInteger, 'a positive integer');
   checkOptional(b, 'temperature', (v) => typeof v === 'number' && v >= 0 && v <= 2, 'a number between 0 and 2');
   checkOptional(b, 'top_p', (v) => typeof v === 'number' && v >= 0 && v <= 1, 'a number between 0 and 1');
-  if (kind === 'embeddings' && b.stream === true) throw new RequestError(400, "embeddings do not support 'stream'", 'stream', 'invalid_value');
+  if (kind === 'embeddings' && b.stream === true)
+    throw new RequestError(400, "embeddings do not support 'stream'", 'stream', 'invalid_value');
   return { kind, body: b, model: b.model, stream: b.stream === true };
 }

@@ -11,8 +11,7 @@ export interface Series {
 }
 
 export type MetricType =
-  | 'counter' | 'gauge' | 'histogram' | 'summary' | 'untyped'
-  | 'unknown' | 'info' | 'stateset' | 'gaugehistogram';
+  'counter' | 'gauge' | 'histogram' | 'summary' | 'untyped' | 'unknown' | 'info' | 'stateset' | 'gaugehistogram';
 
 /** Label subset that must match exactly, or a predicate. */
 export type LabelMatch = Readonly<Record<string, string>> | ((labels: Labels) => boolean);
@@ -182,7 +181,8 @@ export class MetricPage {
   max(name: string, where?: LabelMatch): number | undefined {
     let best: number | undefined;
     for (const s of this.#samples.get(name) ?? NONE) {
-      if ((where === undefined || labelsMatch(s.labels, where)) && (best === undefined || s.value > best)) best = s.value;
+      if ((where === undefined || labelsMatch(s.labels, where)) && (best === undefined || s.value > best))
+        best = s.value;
     }
     return best;
   }
@@ -191,7 +191,10 @@ export class MetricPage {
     let total = 0;
     let n = 0;
     for (const s of this.#samples.get(name) ?? NONE) {
-      if (where === undefined || labelsMatch(s.labels, where)) { total += s.value; n++; }
+      if (where === undefined || labelsMatch(s.labels, where)) {
+        total += s.value;
+        n++;
+      }
     }
     return n === 0 ? undefined : total / n;
   }
@@ -231,9 +234,19 @@ export function parseFloatToken(token: string): number | undefined {
     return n;
   }
   switch (token.toLowerCase()) {
-    case 'nan': case '+nan': case '-nan': return NaN;
-    case 'inf': case '+inf': case 'infinity': case '+infinity': return Infinity;
-    case '-inf': case '-infinity': return -Infinity;
-    default: return undefined;
+    case 'nan':
+    case '+nan':
+    case '-nan':
+      return NaN;
+    case 'inf':
+    case '+inf':
+    case 'infinity':
+    case '+infinity':
+      return Infinity;
+    case '-inf':
+    case '-infinity':
+      return -Infinity;
+    default:
+      return undefined;
   }
 }

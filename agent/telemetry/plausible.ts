@@ -14,7 +14,15 @@ export interface PlausibilityBounds {
 export const DEFAULT_PLAUSIBILITY: PlausibilityBounds = { maxRequests: 100_000, maxCounter: 1e15 };
 
 const GAUGES = ['waiting', 'running'] as const;
-const COUNTERS = ['ttftSum', 'ttftCount', 'queueTimeSum', 'queueTimeCount', 'promptTokens', 'generationTokens', 'finished'] as const;
+const COUNTERS = [
+  'ttftSum',
+  'ttftCount',
+  'queueTimeSum',
+  'queueTimeCount',
+  'promptTokens',
+  'generationTokens',
+  'finished',
+] as const;
 
 function describeNumber(x: number): string {
   return Number.isNaN(x) ? 'NaN' : String(x);
@@ -25,7 +33,11 @@ function describeNumber(x: number): string {
  * A restart resets every counter to near zero, so counters going down are a restart only when
  * none went up in the same interval.
  */
-export function implausibility(load: PodLoad, previous: PodLoad | undefined, bounds: PlausibilityBounds = DEFAULT_PLAUSIBILITY): string | undefined {
+export function implausibility(
+  load: PodLoad,
+  previous: PodLoad | undefined,
+  bounds: PlausibilityBounds = DEFAULT_PLAUSIBILITY,
+): string | undefined {
   for (const name of GAUGES) {
     const value = load[name];
     if (!Number.isFinite(value) || value < 0 || value > bounds.maxRequests) {

@@ -20,12 +20,20 @@ export interface PoolFeedDeps {
   windowSpanMs: number;
 }
 
-export function scraperFeedingPool(settings: Pick<AgentSettings, 'scrapeIntervalMs' | 'limits'>, deps: PoolFeedDeps): Scraper {
+export function scraperFeedingPool(
+  settings: Pick<AgentSettings, 'scrapeIntervalMs' | 'limits'>,
+  deps: PoolFeedDeps,
+): Scraper {
   const { now, scrapes, log, pool } = deps;
   const failures = new FailureLog(settings.limits.scrapeFailureLogIntervalMs);
   return new Scraper(
     // 1 s resolution for the policy windows.
-    { intervalMs: settings.scrapeIntervalMs, timeoutMs: settings.limits.scrapeTimeoutMs, now, windows: { spanMs: deps.windowSpanMs, bucketMs: 1000 } },
+    {
+      intervalMs: settings.scrapeIntervalMs,
+      timeoutMs: settings.limits.scrapeTimeoutMs,
+      now,
+      windows: { spanMs: deps.windowSpanMs, bucketMs: 1000 },
+    },
     (pod, load, telemetry) => {
       scrapes.inc({ outcome: 'ok' });
       failures.forget(pod.uid);
@@ -33,7 +41,11 @@ export function scraperFeedingPool(settings: Pick<AgentSettings, 'scrapeInterval
     },
     (pod, error, kind) => {
       scrapes.inc({ outcome: kind === 'implausible' ? 'implausible' : 'error' });
-      const line = failures.line(pod.uid, `scrape of pod ${pod.namespace}/${pod.name} (${pod.address}) failed: ${error}`, now());
+      const line = failures.line(
+        pod.uid,
+        `scrape of pod ${pod.namespace}/${pod.name} (${pod.address}) failed: ${error}`,
+        now(),
+      );
       if (line !== undefined) log('warn', line);
       pool.recordScrapeFailure(pod.uid, kind === 'implausible' ? error : undefined);
     },

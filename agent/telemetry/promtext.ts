@@ -5,8 +5,15 @@
 // and an `indexOf('\n')`. It never throws: malformed lines are skipped and counted, so the caller
 // can decide whether a page with errors is still usable (the adapters decide by whether the
 // series they need are there). What it produces (MetricSelector, MetricPage) is metric-page.ts.
-import { MetricPage, MetricSelector, parseFloatToken, type Diagnostic, type Labels, type MetricType, type Series } from './metric-page.ts';
-
+import {
+  MetricPage,
+  MetricSelector,
+  parseFloatToken,
+  type Diagnostic,
+  type Labels,
+  type MetricType,
+  type Series,
+} from './metric-page.ts';
 
 const NO_LABELS: Labels = Object.freeze(Object.create(null) as Record<string, string>);
 const MAX_DIAGNOSTICS = 5;
@@ -69,7 +76,17 @@ class PageBuilder {
   }
 }
 
-const TYPES = new Set<string>(['counter', 'gauge', 'histogram', 'summary', 'untyped', 'unknown', 'info', 'stateset', 'gaugehistogram']);
+const TYPES = new Set<string>([
+  'counter',
+  'gauge',
+  'histogram',
+  'summary',
+  'untyped',
+  'unknown',
+  'info',
+  'stateset',
+  'gaugehistogram',
+]);
 
 /** Parse a page, keeping only what `select` asks for (everything when omitted). Never throws. */
 export function parsePromText(text: string, select: MetricSelector = EVERYTHING): MetricPage {
@@ -223,7 +240,8 @@ function readLabels(text: string, i: number, end: number): { labels: Labels; nex
     i = skipBlanks(text, j + 1, end);
     if (i >= end) return 'unterminated label set';
     const c = text.charCodeAt(i);
-    if (c === COMMA) i++;           // a trailing comma before `}` is legal
+    if (c === COMMA)
+      i++; // a trailing comma before `}` is legal
     else if (c !== CLOSE_BRACE) return 'expected , or } after a label value';
   }
 }

@@ -95,7 +95,8 @@ export class Scraper {
   constructor(options: ScraperOptions, onLoad: OnLoad, onError: OnError) {
     this.intervalMs = options.intervalMs ?? DEFAULTS.intervalMs;
     this.timeoutMs = options.timeoutMs ?? DEFAULTS.timeoutMs;
-    if (!(this.intervalMs > 0) || !(this.timeoutMs > 0)) throw new Error('scrape interval and timeout must be positive');
+    if (!(this.intervalMs > 0) || !(this.timeoutMs > 0))
+      throw new Error('scrape interval and timeout must be positive');
     this.#now = options.now ?? Date.now;
     this.#maxBodyBytes = options.maxBodyBytes ?? DEFAULTS.maxBodyBytes;
     this.#gzip = options.gzip ?? false;
@@ -261,7 +262,8 @@ export class Scraper {
     }
     let bytes = Buffer.concat(chunks, size);
     const encoding = String(headers['content-encoding'] ?? 'identity').toLowerCase();
-    if (encoding === 'gzip' || encoding === 'x-gzip') bytes = await gunzipAsync(bytes, { maxOutputLength: this.#maxBodyBytes });
+    if (encoding === 'gzip' || encoding === 'x-gzip')
+      bytes = await gunzipAsync(bytes, { maxOutputLength: this.#maxBodyBytes });
     else if (encoding !== 'identity') throw new Error(`unsupported content-encoding ${encoding}`);
     return bytes.toString('utf8');
   }
@@ -273,7 +275,10 @@ export class Scraper {
     const page = parsePromText(text, known === undefined ? ANY_ENGINE_SELECTOR : ADAPTERS[known].selector);
     const engine = known ?? detectEngine(page);
     if (engine === undefined && page.errors > 0) {
-      this.#fail(state, `not a metrics page (${page.errors} malformed lines, first: line ${page.diagnostics[0].line}: ${page.diagnostics[0].reason})`);
+      this.#fail(
+        state,
+        `not a metrics page (${page.errors} malformed lines, first: line ${page.diagnostics[0].line}: ${page.diagnostics[0].reason})`,
+      );
       return;
     }
     const result = toPodLoad(page, at, engine);

@@ -63,7 +63,17 @@ export interface PhaseResult {
   calibratedWithin: number;
 }
 
-const emptyPhase = (): PhaseResult => ({ leavable: 0, leavableWithin: 0, staying: 0, stayingWithin: 0, local: 0, overflow: 0, rejected: 0, calibrated: 0, calibratedWithin: 0 });
+const emptyPhase = (): PhaseResult => ({
+  leavable: 0,
+  leavableWithin: 0,
+  staying: 0,
+  stayingWithin: 0,
+  local: 0,
+  overflow: 0,
+  rejected: 0,
+  calibrated: 0,
+  calibratedWithin: 0,
+});
 
 /** A hosted provider's TTFT: 150–400 ms, skewed toward the low end (a log-uniform draw). */
 export function providerTtftMs(rand: () => number): number {
@@ -77,7 +87,12 @@ export function peakArrivals(s: PeakScenario, capacityPerS: number): PeakArrival
   return arrivals.map((a) => ({ ...a, mayLeave: rand() >= s.stayShare, phase: bounds.findIndex((b) => a.at < b) }));
 }
 
-export function runPeak(s: PeakScenario, factory: PeakStrategyFactory, capacityPerPodS: number, oracle: PeakContext['oracle']): PhaseResult[] {
+export function runPeak(
+  s: PeakScenario,
+  factory: PeakStrategyFactory,
+  capacityPerPodS: number,
+  oracle: PeakContext['oracle'],
+): PhaseResult[] {
   const clock = new VirtualClock();
   const pods = benchPods(clock, s.speeds, s.seed, 'peak', s.shape);
   const capacity = capacityPerPodS * s.speeds.reduce((a, b) => a + b, 0);

@@ -29,13 +29,30 @@ function policyFor(ctx: PeakContext, rule: 'slo' | 'queue'): EffectivePolicy {
 }
 
 function request(a: PeakArrival): RouteRequest {
-  return { kind: 'chat', model: 'm', tenant: 't', namespace: 't', tags: [], promptTokens: a.promptTokens, stream: true };
+  return {
+    kind: 'chat',
+    model: 'm',
+    tenant: 't',
+    namespace: 't',
+    tags: [],
+    promptTokens: a.promptTokens,
+    stream: true,
+  };
 }
 
-function toAction(d: Decision, pods: PeakContext['pods'], onPod: (c: Candidate) => Partial<Extract<PeakAction, { action: 'pod' }>>): PeakAction {
+function toAction(
+  d: Decision,
+  pods: PeakContext['pods'],
+  onPod: (c: Candidate) => Partial<Extract<PeakAction, { action: 'pod' }>>,
+): PeakAction {
   if (d.action === 'pod') {
     const c = d.chosen.candidate;
-    return { action: 'pod', pod: pods.findIndex((p) => p.pod.uid === c.pod.uid), quantileMs: d.chosen.quantileMs, ...onPod(c) };
+    return {
+      action: 'pod',
+      pod: pods.findIndex((p) => p.pod.uid === c.pod.uid),
+      quantileMs: d.chosen.quantileMs,
+      ...onPod(c),
+    };
   }
   if (d.action === 'overflow') return { action: 'overflow' };
   return { action: d.action };
@@ -44,7 +61,15 @@ function toAction(d: Decision, pods: PeakContext['pods'], onPod: (c: Candidate) 
 /** The production pool and router; `mean` hides the calibration (a quantile equal to the mean, as before). */
 function agent(rule: 'mean' | 'calibrated' | 'queue'): PeakStrategyFactory {
   return (ctx) => {
-    const pool = new PodPool({ node: 'bench', scrapeIntervalMs: 100, peerMaxAgeMs: 3000, networkCostMs: 0, referenceWindowMs: 30_000, failureCooldownMs: 1000, now: ctx.now });
+    const pool = new PodPool({
+      node: 'bench',
+      scrapeIntervalMs: 100,
+      peerMaxAgeMs: 3000,
+      networkCostMs: 0,
+      referenceWindowMs: 30_000,
+      failureCooldownMs: 1000,
+      now: ctx.now,
+    });
     pool.setLocalPods(ctx.pods.map((p) => p.pod));
     const policy = policyFor(ctx, rule === 'queue' ? 'queue' : 'slo');
     return {
@@ -52,7 +77,14 @@ function agent(rule: 'mean' | 'calibrated' | 'queue'): PeakStrategyFactory {
       decide: (a, waitedMs) => {
         let candidates = pool.candidates();
         if (rule === 'mean') candidates = candidates.map((c) => ({ ...c, logMargin: undefined }));
-        const d = decide({ request: request(a), policy, candidates, leave: a.mayLeave ? LEAVE : STAY, waitedMs, rand: ctx.rand });
+        const d = decide({
+          request: request(a),
+          policy,
+          candidates,
+          leave: a.mayLeave ? LEAVE : STAY,
+          waitedMs,
+          rand: ctx.rand,
+        });
         return toAction(d, ctx.pods, (c) => {
           const ticket = pool.begin(c, a.promptTokens);
           return { firstToken: (ms) => ticket.firstByte(ms), done: () => ticket.end(true) };
@@ -72,14 +104,26 @@ const oracle: PeakStrategyFactory = (ctx) => {
   return {
     scraped: () => {},
     decide: (a, waitedMs) => {
-      const candidates = ctx.pods.map((p) => ({ ...oracleCandidate(p, ctx.oracle.params), logMargin: () => ctx.oracle.logMargin }));
-      return toAction(decide({ request: request(a), policy, candidates, leave: a.mayLeave ? LEAVE : STAY, waitedMs, rand: ctx.rand }), ctx.pods, () => ({}));
+      const candidates = ctx.pods.map((p) => ({
+        ...oracleCandidate(p, ctx.oracle.params),
+        logMargin: () => ctx.oracle.logMargin,
+      }));
+      return toAction(
+        decide({ request: request(a), policy, candidates, leave: a.mayLeave ? LEAVE : STAY, waitedMs, rand: ctx.rand }),
+        ctx.pods,
+        () => ({}),
+      );
     },
   };
 };
 
 /** The oracle's model for a shape, and the q-quantile of its error on the true state (offline). */
-export function fitOracle(shape: PodShape, mix: PromptMix, capacityPerS: number, q = ATTAINMENT): PeakContext['oracle'] {
+export function fitOracle(
+  shape: PodShape,
+  mix: PromptMix,
+  capacityPerS: number,
+  q = ATTAINMENT,
+): PeakContext['oracle'] {
   const params = fitOracleModel(mix, capacityPerS, 7, shape);
   const fit = new TtftPredictor({ prior: params });
   const errors: number[] = [];
@@ -91,8 +135,15 @@ export function fitOracle(shape: PodShape, mix: PromptMix, capacityPerS: number,
       clock.set(a.at);
       engine.advanceTo(a.at);
       const s = engine.snapshot();
-      const predicted = fit.predict({ queued: s.waiting, running: s.running, promptTokens: a.promptTokens, pendingPromptTokens: pending.pendingPromptTokens });
-      submitTracked(engine, pending, a, { onToken: (at, n) => n === 1 && errors.push(Math.log((at - a.at) / predicted)) });
+      const predicted = fit.predict({
+        queued: s.waiting,
+        running: s.running,
+        promptTokens: a.promptTokens,
+        pendingPromptTokens: pending.pendingPromptTokens,
+      });
+      submitTracked(engine, pending, a, {
+        onToken: (at, n) => n === 1 && errors.push(Math.log((at - a.at) / predicted)),
+      });
     }
     engine.runUntilIdle();
   }

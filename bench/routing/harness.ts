@@ -33,18 +33,91 @@ export interface PodShape {
   speeds?: number[];
 }
 
-export const DEFAULT_SHAPE: PodShape = { name: 'vllm 16 seqs', engine: 'vllm', maxSeqs: 16, prefillScale: 1, decodeScale: 1, chunkedPrefill: true, heldOut: false };
+export const DEFAULT_SHAPE: PodShape = {
+  name: 'vllm 16 seqs',
+  engine: 'vllm',
+  maxSeqs: 16,
+  prefillScale: 1,
+  decodeScale: 1,
+  chunkedPrefill: true,
+  heldOut: false,
+};
 
 export const POOL_SHAPES: PodShape[] = [
   DEFAULT_SHAPE,
-  { name: 'vllm 64 seqs, prefill 2x', engine: 'vllm', maxSeqs: 64, prefillScale: 2, decodeScale: 1, chunkedPrefill: true, heldOut: false },
-  { name: 'vllm 16 seqs, mixed speeds', engine: 'vllm', maxSeqs: 16, prefillScale: 1, decodeScale: 1, chunkedPrefill: true, heldOut: false, speeds: [1, 1, 0.5, 0.25] },
-  { name: 'vllm 4 seqs', engine: 'vllm', maxSeqs: 4, prefillScale: 1, decodeScale: 1, chunkedPrefill: true, heldOut: true },
-  { name: 'vllm 256 seqs, 0.25x costs', engine: 'vllm', maxSeqs: 256, prefillScale: 0.25, decodeScale: 0.25, chunkedPrefill: true, heldOut: true },
-  { name: 'vllm 32 seqs, 4x costs', engine: 'vllm', maxSeqs: 32, prefillScale: 4, decodeScale: 4, chunkedPrefill: true, heldOut: true },
-  { name: 'vllm 16 seqs, no chunked prefill', engine: 'vllm', maxSeqs: 16, prefillScale: 1, decodeScale: 1, chunkedPrefill: false, heldOut: true },
-  { name: 'tgi 16 seqs', engine: 'tgi', maxSeqs: 16, prefillScale: 1, decodeScale: 1, chunkedPrefill: true, heldOut: true },
-  { name: 'sglang 32 seqs, decode 2x', engine: 'sglang', maxSeqs: 32, prefillScale: 1, decodeScale: 2, chunkedPrefill: true, heldOut: true },
+  {
+    name: 'vllm 64 seqs, prefill 2x',
+    engine: 'vllm',
+    maxSeqs: 64,
+    prefillScale: 2,
+    decodeScale: 1,
+    chunkedPrefill: true,
+    heldOut: false,
+  },
+  {
+    name: 'vllm 16 seqs, mixed speeds',
+    engine: 'vllm',
+    maxSeqs: 16,
+    prefillScale: 1,
+    decodeScale: 1,
+    chunkedPrefill: true,
+    heldOut: false,
+    speeds: [1, 1, 0.5, 0.25],
+  },
+  {
+    name: 'vllm 4 seqs',
+    engine: 'vllm',
+    maxSeqs: 4,
+    prefillScale: 1,
+    decodeScale: 1,
+    chunkedPrefill: true,
+    heldOut: true,
+  },
+  {
+    name: 'vllm 256 seqs, 0.25x costs',
+    engine: 'vllm',
+    maxSeqs: 256,
+    prefillScale: 0.25,
+    decodeScale: 0.25,
+    chunkedPrefill: true,
+    heldOut: true,
+  },
+  {
+    name: 'vllm 32 seqs, 4x costs',
+    engine: 'vllm',
+    maxSeqs: 32,
+    prefillScale: 4,
+    decodeScale: 4,
+    chunkedPrefill: true,
+    heldOut: true,
+  },
+  {
+    name: 'vllm 16 seqs, no chunked prefill',
+    engine: 'vllm',
+    maxSeqs: 16,
+    prefillScale: 1,
+    decodeScale: 1,
+    chunkedPrefill: false,
+    heldOut: true,
+  },
+  {
+    name: 'tgi 16 seqs',
+    engine: 'tgi',
+    maxSeqs: 16,
+    prefillScale: 1,
+    decodeScale: 1,
+    chunkedPrefill: true,
+    heldOut: true,
+  },
+  {
+    name: 'sglang 32 seqs, decode 2x',
+    engine: 'sglang',
+    maxSeqs: 32,
+    prefillScale: 1,
+    decodeScale: 2,
+    chunkedPrefill: true,
+    heldOut: true,
+  },
 ];
 
 export interface Scenario {
@@ -84,31 +157,53 @@ interface PendingPrompts {
 }
 
 /** Submits to the engine, keeping `pending` exact: a prompt counts until its first token. */
-export function submitTracked(engine: SimEngine, pending: PendingPrompts, a: Arrival, events: SeqEvents = {}): SubmitResult {
+export function submitTracked(
+  engine: SimEngine,
+  pending: PendingPrompts,
+  a: Arrival,
+  events: SeqEvents = {},
+): SubmitResult {
   let waiting = true;
   const prefilled = () => {
     if (!waiting) return;
     waiting = false;
     pending.pendingPromptTokens -= a.promptTokens;
   };
-  const result = engine.submit({ promptTokens: a.promptTokens, maxTokens: a.maxTokens, tokens: a.tokens, outputTokens: a.outputTokens }, {
-    onToken: (at, n) => {
-      if (n === 1) prefilled();
-      events.onToken?.(at, n);
+  const result = engine.submit(
+    { promptTokens: a.promptTokens, maxTokens: a.maxTokens, tokens: a.tokens, outputTokens: a.outputTokens },
+    {
+      onToken: (at, n) => {
+        if (n === 1) prefilled();
+        events.onToken?.(at, n);
+      },
+      onDone: (at, outcome) => {
+        prefilled();
+        events.onDone?.(at, outcome);
+      },
     },
-    onDone: (at, outcome) => {
-      prefilled();
-      events.onDone?.(at, outcome);
-    },
-  });
+  );
   if (result.accepted) pending.pendingPromptTokens += a.promptTokens;
   return result;
 }
 /** One simulated pod per speed, seeded from `seed`, named `<namespace>/pod-<i>`. */
-export function benchPods(clock: VirtualClock, speeds: readonly number[], seed: number, namespace: string, shape?: PodShape): BenchPod[] {
+export function benchPods(
+  clock: VirtualClock,
+  speeds: readonly number[],
+  seed: number,
+  namespace: string,
+  shape?: PodShape,
+): BenchPod[] {
   return speeds.map((speed, index) => ({
     index,
-    pod: { uid: `${namespace}/pod-${index}`, name: `pod-${index}`, namespace: 'bench', node: 'bench', address: `sim:${index}`, models: ['m'], engine: shape?.engine ?? 'vllm' },
+    pod: {
+      uid: `${namespace}/pod-${index}`,
+      name: `pod-${index}`,
+      namespace: 'bench',
+      node: 'bench',
+      address: `sim:${index}`,
+      models: ['m'],
+      engine: shape?.engine ?? 'vllm',
+    },
     engine: engineFor(clock, speed, seed * 100 + index, shape),
     speed,
     inFlight: 0,
@@ -117,7 +212,12 @@ export function benchPods(clock: VirtualClock, speeds: readonly number[], seed: 
   }));
 }
 
-export function engineFor(clock: VirtualClock, speed: number, seed: number, shape: PodShape = DEFAULT_SHAPE): SimEngine {
+export function engineFor(
+  clock: VirtualClock,
+  speed: number,
+  seed: number,
+  shape: PodShape = DEFAULT_SHAPE,
+): SimEngine {
   const l = DEFAULT_LATENCY;
   return new SimEngine(
     {
@@ -147,7 +247,10 @@ export function engineFor(clock: VirtualClock, speed: number, seed: number, shap
 export function scrapeLoad(engine: SimEngine, shape: PodShape): PodLoad {
   const snapshot = engine.snapshot();
   if (shape.engine === 'vllm') return loadOf(snapshot);
-  const page = parsePromText(renderMetrics(snapshot, { flavor: shape.engine, modelName: 'm', startedAt: 0 }), ADAPTERS[shape.engine].selector);
+  const page = parsePromText(
+    renderMetrics(snapshot, { flavor: shape.engine, modelName: 'm', startedAt: 0 }),
+    ADAPTERS[shape.engine].selector,
+  );
   const result = ADAPTERS[shape.engine].toLoad(page, snapshot.at);
   if (!result.ok) throw new Error(`${shape.name}: ${result.error}`);
   return result.load;
@@ -187,7 +290,12 @@ export function calibrateCapacity(mix: PromptMix, seed = 99, shape: PodShape = D
 }
 
 /** The oracle's model: least squares (RLS without forgetting) on the true queue at arrival. */
-export function fitOracleModel(mix: PromptMix, capacityPerS: number, seed = 7, shape: PodShape = DEFAULT_SHAPE): PredictorParams {
+export function fitOracleModel(
+  mix: PromptMix,
+  capacityPerS: number,
+  seed = 7,
+  shape: PodShape = DEFAULT_SHAPE,
+): PredictorParams {
   const fit = new TtftPredictor({ forgetting: 1, priorVariance: 1e8 });
   for (const load of [0.5, 0.8, 0.95, 1.1]) {
     const clock = new VirtualClock();
@@ -197,7 +305,12 @@ export function fitOracleModel(mix: PromptMix, capacityPerS: number, seed = 7, s
       clock.set(a.at);
       engine.advanceTo(a.at);
       const s = engine.snapshot();
-      const features = { queued: s.waiting, running: s.running, promptTokens: a.promptTokens, pendingPromptTokens: pending.pendingPromptTokens };
+      const features = {
+        queued: s.waiting,
+        running: s.running,
+        promptTokens: a.promptTokens,
+        pendingPromptTokens: pending.pendingPromptTokens,
+      };
       submitTracked(engine, pending, a, {
         onToken: (at, n) => {
           if (n === 1) fit.observe(features, at - a.at);
@@ -209,7 +322,12 @@ export function fitOracleModel(mix: PromptMix, capacityPerS: number, seed = 7, s
   return fit.params;
 }
 
-export function runScenario(scenario: Scenario, factory: StrategyFactory, capacityPerPodS: number, oracleModel: PredictorParams): RunResult {
+export function runScenario(
+  scenario: Scenario,
+  factory: StrategyFactory,
+  capacityPerPodS: number,
+  oracleModel: PredictorParams,
+): RunResult {
   const started = performance.now();
   const clock = new VirtualClock();
   const pods = benchPods(clock, scenario.speeds, scenario.seed, 'bench', scenario.shape);
@@ -219,10 +337,23 @@ export function runScenario(scenario: Scenario, factory: StrategyFactory, capaci
     : generateArrivals(scenario.seed, scenario.phases, totalCapacity, scenario.mix);
   const end = scenario.phases.reduce((t, p) => t + p.ms, 0);
   const direct = scenario.direct
-    ? generateDirect(scenario.seed + 1, scenario.direct.pod, scenario.direct.load * capacityPerPodS * scenario.speeds[scenario.direct.pod], 0, end)
+    ? generateDirect(
+        scenario.seed + 1,
+        scenario.direct.pod,
+        scenario.direct.load * capacityPerPodS * scenario.speeds[scenario.direct.pod],
+        0,
+        end,
+      )
     : [];
   const events: Arrival[] = [...arrivals, ...direct].sort((a, b) => a.at - b.at);
-  const strategy = factory({ pods, now: () => clock.now(), rand: mulberry32(scenario.seed + 2), sloMs: scenario.sloMs, scrapeIntervalMs: SCRAPE_INTERVAL_MS, oracleModel });
+  const strategy = factory({
+    pods,
+    now: () => clock.now(),
+    rand: mulberry32(scenario.seed + 2),
+    sloMs: scenario.sloMs,
+    scrapeIntervalMs: SCRAPE_INTERVAL_MS,
+    oracleModel,
+  });
 
   const ttfts: number[] = [];
   let apeSum = 0;

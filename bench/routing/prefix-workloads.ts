@@ -71,7 +71,14 @@ function conversations(seed: number, ms: number, warmupMs: number, meanGapMs: nu
       const prompt = history + between(rand, 30, 250);
       const answer = between(rand, 60, 250);
       if (prompt + answer > MAX_HISTORY_TOKENS) break;
-      if (at >= 0) out.push({ at, promptTokens: prompt, maxTokens: answer, tokens: stream(prompt), outputTokens: stream(prompt + answer).slice(prompt) });
+      if (at >= 0)
+        out.push({
+          at,
+          promptTokens: prompt,
+          maxTokens: answer,
+          tokens: stream(prompt),
+          outputTokens: stream(prompt + answer).slice(prompt),
+        });
       history = prompt + answer;
       at += between(rand, 3000, 10_000);
     }
@@ -89,7 +96,10 @@ const APPS = 48;
  */
 export function sharedSystemPrompt(seed: number, ms: number, ratePerS: number): Arrival[] {
   const rand = mulberry32(seed);
-  const apps = Array.from({ length: APPS }, (_, i) => ({ tokens: tokenStream(seed * 7919 + i)(between(rand, 1500, 3000)), weight: 1 / (i + 1) }));
+  const apps = Array.from({ length: APPS }, (_, i) => ({
+    tokens: tokenStream(seed * 7919 + i)(between(rand, 1500, 3000)),
+    weight: 1 / (i + 1),
+  }));
   const total = apps.reduce((s, a) => s + a.weight, 0);
   const out: Arrival[] = [];
   let request = 0;
@@ -105,7 +115,11 @@ export function sharedSystemPrompt(seed: number, ms: number, ratePerS: number): 
 
 /** The control: the multi-turn workload's sizes and timing, but every prompt's tokens are its own. */
 export function noSharing(seed: number, ms: number, ratePerS: number): Arrival[] {
-  return multiTurnChat(seed, ms, ratePerS).map((a, i) => ({ ...a, tokens: tokenStream(seed * 31 + i)(a.promptTokens), outputTokens: undefined }));
+  return multiTurnChat(seed, ms, ratePerS).map((a, i) => ({
+    ...a,
+    tokens: tokenStream(seed * 31 + i)(a.promptTokens),
+    outputTokens: undefined,
+  }));
 }
 
 /**
@@ -113,7 +127,10 @@ export function noSharing(seed: number, ms: number, ratePerS: number): Arrival[]
  * cached: the load of a scenario is a fraction of the prefix-blind capacity, so what caching
  * buys shows as lower latency at the same offered load.
  */
-export function calibrateWorkload(generate: (seed: number, ms: number, ratePerS: number) => Arrival[], seed = 99): number {
+export function calibrateWorkload(
+  generate: (seed: number, ms: number, ratePerS: number) => Arrival[],
+  seed = 99,
+): number {
   const clock = new VirtualClock();
   const engine = new SimEngine({ maxSeqs: 16, seed, maxQueue: 100_000, prefixCaching: false }, clock);
   const work = generate(seed, 600_000, 10).slice(0, 600);
@@ -194,13 +211,22 @@ export const kinferencePrefixPreview: StrategyFactory = (ctx): BenchStrategy => 
       // What /metrics says: vllm:prefix_cache_hits_total and the cache_config_info block count.
       const s = p.engine.snapshot();
       const computed = s.counters.prefixQueries - s.counters.prefixHits;
-      pool.recordLoad(p.pod.uid, { ...load, promptTokens: (load.promptTokens ?? 0) - s.counters.prefixHits }, p.telemetry);
-      index.observe(p.pod.uid, { capacityBlocks: s.kvCapacityTokens / index.blockTokens, kvUsage: load.kvCache, computedTokens: computed });
+      pool.recordLoad(
+        p.pod.uid,
+        { ...load, promptTokens: (load.promptTokens ?? 0) - s.counters.prefixHits },
+        p.telemetry,
+      );
+      index.observe(p.pod.uid, {
+        capacityBlocks: s.kvCapacityTokens / index.blockTokens,
+        kvUsage: load.kvCache,
+        computedTokens: computed,
+      });
     },
     choose: (a) => {
       const blocks = promptBlocks(textOf(a.tokens ?? []));
       const cachedByPod = index.cachedTokensByPod(blocks);
-      const uncachedFor = (uid: string) => Math.max(1, a.promptTokens - Math.min(a.promptTokens - 1, cachedByPod.get(uid) ?? 0));
+      const uncachedFor = (uid: string) =>
+        Math.max(1, a.promptTokens - Math.min(a.promptTokens - 1, cachedByPod.get(uid) ?? 0));
       const candidates = pool.candidates().map((c) => ({
         ...c,
         networkCostMs: c.networkCostMs - (c.params.perKPromptTokens * (a.promptTokens - uncachedFor(c.pod.uid))) / 1000,

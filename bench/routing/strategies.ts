@@ -89,8 +89,22 @@ function scrapedCandidate(p: BenchPod): Candidate {
 }
 
 /** A bench pod as a router candidate: local, always fresh and healthy, with this agent's in-flight count. */
-function localCandidate(p: BenchPod, view: Pick<Candidate, 'queuedNow' | 'running' | 'kvCache' | 'params' | 'pendingPromptTokens'>): Candidate {
-  return { pod: p.pod, where: 'local', ageMs: 0, maxAgeMs: Infinity, healthy: true, average: () => 0, inFlight: p.inFlight, unseenSent: 0, networkCostMs: 0, ...view };
+function localCandidate(
+  p: BenchPod,
+  view: Pick<Candidate, 'queuedNow' | 'running' | 'kvCache' | 'params' | 'pendingPromptTokens'>,
+): Candidate {
+  return {
+    pod: p.pod,
+    where: 'local',
+    ageMs: 0,
+    maxAgeMs: Infinity,
+    healthy: true,
+    average: () => 0,
+    inFlight: p.inFlight,
+    unseenSent: 0,
+    networkCostMs: 0,
+    ...view,
+  };
 }
 
 /**
@@ -163,7 +177,8 @@ const oracle: StrategyFactory = (ctx) => {
     choose: (a) => {
       const candidates = ctx.pods.map((p) => ({
         ...oracleCandidate(p, ctx.oracleModel),
-        average: (metric: WindowedMetric) => (metric === 'queued' ? p.telemetry.waiting.average(30_000, ctx.now()) || 0 : 0),
+        average: (metric: WindowedMetric) =>
+          metric === 'queued' ? p.telemetry.waiting.average(30_000, ctx.now()) || 0 : 0,
       }));
       const request = benchRequest(a);
       let d = decide({ request, policy, candidates, leave: stay, rand: ctx.rand });
@@ -206,7 +221,15 @@ export function benchPolicy(sloMs: number): EffectivePolicy {
 }
 
 export function benchRequest(a: Arrival): RouteRequest {
-  return { kind: 'chat', model: 'm', tenant: 't', namespace: 't', tags: [], promptTokens: a.promptTokens, stream: true };
+  return {
+    kind: 'chat',
+    model: 'm',
+    tenant: 't',
+    namespace: 't',
+    tags: [],
+    promptTokens: a.promptTokens,
+    stream: true,
+  };
 }
 
 /**
@@ -215,41 +238,43 @@ export function benchRequest(a: Arrival): RouteRequest {
  * model learns from the pods' TTFT histograms (a non-streamed answer here is never sooner than
  * the prediction often enough to matter, so the bound it gives is left out).
  */
-const kinferenceWith = (streamed: boolean): StrategyFactory => (ctx) => {
-  const pool = new PodPool({
-    node: 'bench',
-    scrapeIntervalMs: ctx.scrapeIntervalMs,
-    peerMaxAgeMs: 3000,
-    networkCostMs: 0,
-    referenceWindowMs: 30_000,
-    failureCooldownMs: 1000,
-    now: ctx.now,
-  });
-  pool.setLocalPods(ctx.pods.map((p) => p.pod));
-  const indexOf = new Map(ctx.pods.map((p) => [p.pod.uid, p.index]));
-  const policy = benchPolicy(ctx.sloMs);
-  // No overflow and no waiting in this comparison: when every pod is excluded, the request
-  // still goes to the fastest predicted pod, as it would after its bounded wait.
-  const fallback: EffectivePolicy = { ...policy, sloTtftMs: Infinity, exclude: [] };
-  const stay = { allowed: false, reason: 'bench', providers: [] };
-  return {
-    scraped: (p, load) => pool.recordLoad(p.pod.uid, load, p.telemetry),
-    choose: (a) => {
-      const request = benchRequest(a);
-      const candidates = pool.candidates();
-      let d = decide({ request, policy, candidates, leave: stay, rand: ctx.rand });
-      if (d.action !== 'pod') d = decide({ request, policy: fallback, candidates, leave: stay, rand: ctx.rand });
-      if (d.action !== 'pod') throw new Error('no pod at all');
-      const ticket = pool.begin(d.chosen.candidate, a.promptTokens, 'chat', streamed);
-      return {
-        pod: indexOf.get(d.chosen.candidate.pod.uid)!,
-        predictedMs: d.predictedTtftMs,
-        firstToken: (ms) => streamed && ticket.firstByte(ms),
-        done: () => ticket.end(true),
-      };
-    },
+const kinferenceWith =
+  (streamed: boolean): StrategyFactory =>
+  (ctx) => {
+    const pool = new PodPool({
+      node: 'bench',
+      scrapeIntervalMs: ctx.scrapeIntervalMs,
+      peerMaxAgeMs: 3000,
+      networkCostMs: 0,
+      referenceWindowMs: 30_000,
+      failureCooldownMs: 1000,
+      now: ctx.now,
+    });
+    pool.setLocalPods(ctx.pods.map((p) => p.pod));
+    const indexOf = new Map(ctx.pods.map((p) => [p.pod.uid, p.index]));
+    const policy = benchPolicy(ctx.sloMs);
+    // No overflow and no waiting in this comparison: when every pod is excluded, the request
+    // still goes to the fastest predicted pod, as it would after its bounded wait.
+    const fallback: EffectivePolicy = { ...policy, sloTtftMs: Infinity, exclude: [] };
+    const stay = { allowed: false, reason: 'bench', providers: [] };
+    return {
+      scraped: (p, load) => pool.recordLoad(p.pod.uid, load, p.telemetry),
+      choose: (a) => {
+        const request = benchRequest(a);
+        const candidates = pool.candidates();
+        let d = decide({ request, policy, candidates, leave: stay, rand: ctx.rand });
+        if (d.action !== 'pod') d = decide({ request, policy: fallback, candidates, leave: stay, rand: ctx.rand });
+        if (d.action !== 'pod') throw new Error('no pod at all');
+        const ticket = pool.begin(d.chosen.candidate, a.promptTokens, 'chat', streamed);
+        return {
+          pod: indexOf.get(d.chosen.candidate.pod.uid)!,
+          predictedMs: d.predictedTtftMs,
+          firstToken: (ms) => streamed && ticket.firstByte(ms),
+          done: () => ticket.end(true),
+        };
+      },
+    };
   };
-};
 
 export const BENCH_STRATEGIES: [string, StrategyFactory][] = [
   ['round-robin', routed(STRATEGIES['round-robin'])],

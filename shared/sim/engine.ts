@@ -95,8 +95,7 @@ export interface SeqHandle {
 }
 
 export type SubmitResult =
-  | { accepted: true; seq: SeqHandle }
-  | { accepted: false; reason: 'queue-full' | 'too-large'; message: string };
+  { accepted: true; seq: SeqHandle } | { accepted: false; reason: 'queue-full' | 'too-large'; message: string };
 
 export interface EngineCounters {
   received: number;
@@ -236,9 +235,10 @@ export class SimEngine {
     this.#prefix = (opts.prefixCaching ?? true) ? new PrefixCache() : undefined;
     this.#time = clock.now();
     const layout = opts.buckets ?? BUCKETS.vllm;
-    this.#hist = Object.fromEntries(
-      HISTOGRAMS.map((name) => [name, new Histogram(layout[name])]),
-    ) as Record<LatencyHistogram, Histogram>;
+    this.#hist = Object.fromEntries(HISTOGRAMS.map((name) => [name, new Histogram(layout[name])])) as Record<
+      LatencyHistogram,
+      Histogram
+    >;
   }
 
   get speed(): number {
@@ -319,7 +319,8 @@ export class SimEngine {
       computed: 0,
       generated: 0,
       held: 0,
-      blockHashes: this.#prefix && req.tokens && kind === 'generate' ? this.#hashes(req, promptTokens, targetTokens) : [],
+      blockHashes:
+        this.#prefix && req.tokens && kind === 'generate' ? this.#hashes(req, promptTokens, targetTokens) : [],
       sharedBlocks: 0,
       hitTokens: 0,
       chunk: 0,
@@ -385,9 +386,10 @@ export class SimEngine {
       busyMs: this.#busyMs,
       prefixCachedBlocks: this.#prefix?.evictable ?? 0,
       counters: { ...c, finished: { ...c.finished } },
-      histograms: Object.fromEntries(
-        HISTOGRAMS.map((name) => [name, this.#hist[name].snapshot()]),
-      ) as Record<LatencyHistogram, HistogramSnapshot>,
+      histograms: Object.fromEntries(HISTOGRAMS.map((name) => [name, this.#hist[name].snapshot()])) as Record<
+        LatencyHistogram,
+        HistogramSnapshot
+      >,
     };
   }
 
@@ -410,9 +412,7 @@ export class SimEngine {
       const seq = this.#running[i];
       const prefilling = isPrefilling(seq);
       if (!prefilling) decodesAhead--;
-      const want = prefilling
-        ? Math.min(seq.prefillTarget - seq.computed, Math.max(1, budget - decodesAhead))
-        : 1;
+      const want = prefilling ? Math.min(seq.prefillTarget - seq.computed, Math.max(1, budget - decodesAhead)) : 1;
       if (!this.#reserve(seq, want)) break; // it was the last in line and got preempted
       seq.chunk = want;
       seq.prefilling = prefilling;
@@ -596,7 +596,8 @@ export class SimEngine {
   /** Block hashes over the prompt, then over the output when its ids are known. */
   #hashes(req: SimRequest, promptTokens: number, targetTokens: number): number[] {
     const tokens = req.tokens!;
-    if (!req.outputTokens || tokens.length < promptTokens) return chainedBlockHashes(tokens, this.blockSize, promptTokens);
+    if (!req.outputTokens || tokens.length < promptTokens)
+      return chainedBlockHashes(tokens, this.blockSize, promptTokens);
     const all = [...Array.from(tokens).slice(0, promptTokens), ...Array.from(req.outputTokens)];
     return chainedBlockHashes(all, this.blockSize, promptTokens + targetTokens);
   }

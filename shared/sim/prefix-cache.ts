@@ -7,7 +7,11 @@
 // least recently released goes first when space is needed (vLLM's free-block queue).
 
 /** Chained hashes of the full blocks of `tokens`: entry i names tokens [0, (i + 1) · blockSize). */
-export function chainedBlockHashes(tokens: ArrayLike<number>, blockSize: number, limitTokens = tokens.length): number[] {
+export function chainedBlockHashes(
+  tokens: ArrayLike<number>,
+  blockSize: number,
+  limitTokens = tokens.length,
+): number[] {
   const out: number[] = [];
   const full = Math.floor(Math.min(tokens.length, limitTokens) / blockSize);
   // Two 32-bit lanes (FNV-1a and a murmur-style mix) folded into 52 bits: collisions are negligible

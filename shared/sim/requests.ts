@@ -79,7 +79,8 @@ export function parseGeneration(
   } else if (kind === 'responses') {
     // The Responses API: `input` is a string or a list of message items; `instructions` is the system text.
     const input = body.input;
-    const text = typeof input === 'string' ? input : Array.isArray(input) && input.length > 0 ? messagesText(input) : undefined;
+    const text =
+      typeof input === 'string' ? input : Array.isArray(input) && input.length > 0 ? messagesText(input) : undefined;
     if (text === undefined) return fail(400, '`input` must be a string or a non-empty list of items.', 'input');
     const instructions = typeof body.instructions === 'string' ? body.instructions : '';
     const full = instructions ? `${instructions}\n${text}` : text;

@@ -31,14 +31,46 @@ export function messagesText(messages: readonly unknown[]): string {
  */
 export function tokenIds(text: string): number[] {
   const ids: number[] = [];
-  for (let i = 0; i < Math.max(1, Math.ceil(text.length / 4)); i++) ids.push(hashString(text.slice(i * 4, i * 4 + 4)) % 128_000);
+  for (let i = 0; i < Math.max(1, Math.ceil(text.length / 4)); i++)
+    ids.push(hashString(text.slice(i * 4, i * 4 + 4)) % 128_000);
   return ids;
 }
 
 const WORDS = [
-  'the', 'model', 'routes', 'each', 'request', 'to', 'a', 'pod', 'with', 'low', 'latency', 'and',
-  'keeps', 'tokens', 'flowing', 'while', 'queues', 'stay', 'short', 'so', 'every', 'user', 'sees',
-  'fast', 'answers', 'from', 'GPUs', 'on', 'their', 'own', 'cluster', 'when', 'load', 'peaks',
+  'the',
+  'model',
+  'routes',
+  'each',
+  'request',
+  'to',
+  'a',
+  'pod',
+  'with',
+  'low',
+  'latency',
+  'and',
+  'keeps',
+  'tokens',
+  'flowing',
+  'while',
+  'queues',
+  'stay',
+  'short',
+  'so',
+  'every',
+  'user',
+  'sees',
+  'fast',
+  'answers',
+  'from',
+  'GPUs',
+  'on',
+  'their',
+  'own',
+  'cluster',
+  'when',
+  'load',
+  'peaks',
 ];
 
 /** A seeded stream of token texts: words, each after the first led by a space. */
@@ -57,4 +89,3 @@ export function embeddingFor(text: string, dim: number): number[] {
   const norm = Math.hypot(...v) || 1;
   return v.map((x) => x / norm);
 }
-

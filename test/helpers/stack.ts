@@ -29,14 +29,27 @@ export interface Stack {
 
 export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const sims: SimServer[] = [];
-  for (const [i, sim] of (options.pods ?? [{}]).entries()) sims.push(await startSim({ models: [MODEL], seed: 10 + i, name: `pod-${i}`, ...sim }));
+  for (const [i, sim] of (options.pods ?? [{}]).entries())
+    sims.push(await startSim({ models: [MODEL], seed: 10 + i, name: `pod-${i}`, ...sim }));
   const settings = settingsFromObject({
     node: options.node ?? 'node-a',
     listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' },
     scrapeInterval: '50ms',
     pods: [
-      ...sims.map((sim, i) => ({ name: `pod-${i}`, namespace: 'inference', address: new URL(sim.url).host, engine: sim.flavor, models: [MODEL] })),
-      ...(options.extraPods ?? []).map((p) => ({ name: p.name, namespace: 'inference', address: p.address, engine: 'vllm', models: [MODEL] })),
+      ...sims.map((sim, i) => ({
+        name: `pod-${i}`,
+        namespace: 'inference',
+        address: new URL(sim.url).host,
+        engine: sim.flavor,
+        models: [MODEL],
+      })),
+      ...(options.extraPods ?? []).map((p) => ({
+        name: p.name,
+        namespace: 'inference',
+        address: p.address,
+        engine: 'vllm',
+        models: [MODEL],
+      })),
     ],
     ...options.config,
   });
@@ -59,5 +72,9 @@ export function chatBody(content = 'Hello there', extra: Record<string, unknown>
 }
 
 export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> {
-  return fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+  return fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
 }
