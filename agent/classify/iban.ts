@@ -1,5 +1,5 @@
-// IBANs: a country code and two letters of context start them, so detect.ts calls here when two
-// capitals precede a digit. Pure.
+// IBANs: they open with a two-letter country code, so detect.ts calls here when two capitals
+// precede a digit. Pure.
 import {
   SPACE,
   DASH,
