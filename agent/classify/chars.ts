@@ -67,3 +67,26 @@ export function skipToken(s: string, i: number): number {
   }
   return i;
 }
+
+export const isSpaceLike = (c: number) => c === SPACE || c === 9 || c === 10 || c === 13;
+
+/**
+ * A run of 2–3 characters of whitespace with at most one `-` or `.`, or a lone tab/newline,
+ * followed by a digit: the index of that digit, else -1. Numbers typed across lines or with
+ * double spaces still group.
+ */
+export function looseSeparatorEnd(s: string, j: number): number {
+  const n = s.length;
+  let k = j;
+  let marks = 0;
+  let spaces = 0;
+  while (k < n && k - j < 3) {
+    const c = s.charCodeAt(k);
+    if (isSpaceLike(c)) spaces++;
+    else if ((c === DASH || c === DOT) && marks === 0) marks++;
+    else break;
+    k++;
+  }
+  if (spaces === 0 || (k === j + 1 && s.charCodeAt(j) === SPACE)) return -1;
+  return k < n && isDigit(s.charCodeAt(k)) ? k : -1;
+}

@@ -7,25 +7,29 @@
 //
 // Cost: an indexOf('@') for e-mail, and one scan that only stops at digits (a regex jump over
 // prose, a short probe in digit-dense text); each digit run is examined once and skipped past.
-// bench/classify.bench.ts: a few µs for a 4 KB prompt. Normalisation (normalise.ts), character
-// classes (chars.ts) and checksums (checksums.ts) live beside it.
+// bench/classify.bench.ts: a few µs for a 4 KB prompt. This file holds the scan and the digit
+// chains (cards, SSNs, unmarked phones); e-mail (email.ts), marked phones (phone.ts), IBANs
+// (iban.ts), normalisation (normalise.ts), character classes and separators (chars.ts) and
+// checksums (checksums.ts) live beside it.
 import {
   SPACE,
   PLUS,
   DASH,
   DOT,
   LPAREN,
-  RPAREN,
   isDigit,
   isUpper,
-  isAsciiAlnum,
-  isWordChar,
   blocksBefore,
   endsCleanly,
   skipToken,
+  isSpaceLike,
+  looseSeparatorEnd,
 } from './chars.ts';
-import { knownIssuer, luhn, mod97 } from './checksums.ts';
+import { knownIssuer, luhn } from './checksums.ts';
+import { hasEmail } from './email.ts';
+import { ibanAt } from './iban.ts';
 import { normalise } from './normalise.ts';
+import { e164At, parenPhoneAt } from './phone.ts';
 
 export type Detector = 'email' | 'card' | 'ssn' | 'iban' | 'phone';
 export const DETECTORS: readonly Detector[] = ['email', 'card', 'ssn', 'iban', 'phone'];
@@ -36,85 +40,6 @@ export function detect(text: string, found: Set<Detector> = new Set()): Set<Dete
   if (s.indexOf('@') !== -1 && !found.has('email') && hasEmail(s)) found.add('email');
   scanDigits(s, found);
   return found;
-}
-
-// ---------------------------------------------------------------------------------------------
-// e-mail
-
-const LOCAL_EXTRA = new Set([...'._%+-'].map((ch) => ch.charCodeAt(0)));
-/** TLD-shaped file extensions: `icon@2x.png` is an asset, not an address. */
-const FILE_EXTENSIONS = new Set([
-  'png',
-  'jpg',
-  'jpeg',
-  'gif',
-  'svg',
-  'webp',
-  'bmp',
-  'ico',
-  'tif',
-  'tiff',
-  'pdf',
-  'js',
-  'mjs',
-  'ts',
-  'tsx',
-  'jsx',
-  'css',
-  'json',
-  'yaml',
-  'yml',
-  'lock',
-  'txt',
-  'html',
-  'htm',
-  'map',
-]);
-
-/** Internationalised addresses (RFC 6531) put letters of any script on both sides of the `@`. */
-function isLabelChar(c: number): boolean {
-  return isAsciiAlnum(c) || (c >= 128 && isWordChar(c));
-}
-const TLD = /^(?:\p{L}{2,24}|xn--[a-z0-9-]{2,59})$/iu;
-
-function hasEmail(s: string): boolean {
-  const n = s.length;
-  for (let at = s.indexOf('@'); at !== -1; at = s.indexOf('@', at + 1)) {
-    let l = at;
-    while (l > 0) {
-      const c = s.charCodeAt(l - 1);
-      if (isLabelChar(c) || LOCAL_EXTRA.has(c)) l--;
-      else break;
-    }
-    while (l < at && s.charCodeAt(l) === DOT) l++;
-    if (l === at) continue;
-    // Domain: labels of letters, digits and `-` joined by single dots; the last one all letters (or punycode).
-    let r = at + 1;
-    let lastDot = -1;
-    while (r < n) {
-      const c = s.charCodeAt(r);
-      if (isLabelChar(c) || (c === DASH && r > at + 1 && s.charCodeAt(r - 1) !== DOT)) r++;
-      else if (
-        c === DOT &&
-        r > at + 1 &&
-        s.charCodeAt(r - 1) !== DOT &&
-        r + 1 < n &&
-        isLabelChar(s.charCodeAt(r + 1))
-      ) {
-        lastDot = r;
-        r++;
-      } else break;
-    }
-    if (lastDot === -1) continue;
-    const tld = s.slice(lastDot + 1, r);
-    if (!TLD.test(tld)) continue;
-    if (FILE_EXTENSIONS.has(tld.toLowerCase()) || /^[0-9.]+x$/i.test(s.slice(at + 1, s.indexOf('.', at + 1)))) continue;
-    const next = r < n ? s.charCodeAt(r) : SPACE;
-    // `git@github.com:org/repo.git` is a remote, not a mailbox.
-    if (next === 64 || next === 95 || (next === 58 && r + 1 < n && isAsciiAlnum(s.charCodeAt(r + 1)))) continue;
-    return true;
-  }
-  return false;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -254,29 +179,6 @@ function isBreak(sep: number): boolean {
   return sep === SPACE || sep === LOOSE;
 }
 
-const isSpaceLike = (c: number) => c === SPACE || c === 9 || c === 10 || c === 13;
-
-/**
- * A run of 2–3 characters of whitespace with at most one `-` or `.`, or a lone tab/newline,
- * followed by a digit: the index of that digit, else -1. Numbers typed across lines or with
- * double spaces still group.
- */
-function looseSeparatorEnd(s: string, j: number): number {
-  const n = s.length;
-  let k = j;
-  let marks = 0;
-  let spaces = 0;
-  while (k < n && k - j < 3) {
-    const c = s.charCodeAt(k);
-    if (isSpaceLike(c)) spaces++;
-    else if ((c === DASH || c === DOT) && marks === 0) marks++;
-    else break;
-    k++;
-  }
-  if (spaces === 0 || (k === j + 1 && s.charCodeAt(j) === SPACE)) return -1;
-  return k < n && isDigit(s.charCodeAt(k)) ? k : -1;
-}
-
 function groupValue(s: string, k: number): number {
   let v = 0;
   for (let i = gStart[k], end = i + gLen[k]; i < end; i++) v = v * 10 + s.charCodeAt(i) - 48;
@@ -337,170 +239,4 @@ function isCard(s: string, a: number, k: number, total: number): boolean {
   let digits = '';
   for (let i = a; i < a + k; i++) digits += s.slice(gStart[i], gStart[i] + gLen[i]);
   return total === digits.length && knownIssuer(digits) && luhn(digits);
-}
-
-// ---------------------------------------------------------------------------------------------
-// phone numbers with explicit markers
-
-/** `+` then a country code and 8–15 digits in all, groups joined by one of ` -.` and/or a paren. */
-function e164At(s: string, p: number): number {
-  if (s.charCodeAt(p) === 48) return -1; // no country code starts with 0
-  const n = s.length;
-  let j = p;
-  let digits = 0;
-  let groups = 0;
-  let singles = 0;
-  while (true) {
-    const start = j;
-    while (j < n && isDigit(s.charCodeAt(j))) j++;
-    digits += j - start;
-    if (groups > 0 && j - start === 1) singles++;
-    groups++;
-    if (digits > 15) return -1;
-    // Separator: at most one of ` -.` and one paren, e.g. `) `, ` (`, `-`.
-    let k = j;
-    let plain = 0;
-    let paren = 0;
-    while (k < n && k - j < 2) {
-      const c = s.charCodeAt(k);
-      if ((c === SPACE || c === DASH || c === DOT) && plain === 0) plain++;
-      else if ((c === LPAREN || c === RPAREN) && paren === 0) paren++;
-      else break;
-      k++;
-    }
-    if (k > j && k < n && isDigit(s.charCodeAt(k))) j = k;
-    else break;
-  }
-  // `x +1 2 3 4 5 6 7 8` is arithmetic; real numbers have at most one 1-digit group after the country code.
-  if (digits < 8 || singles > 1) return -1;
-  if (s.charCodeAt(j) === RPAREN) j++;
-  return endsCleanly(s, j) ? j : -1;
-}
-
-/** `(555) 123-4567`, `(555)123-4567`, `(555) 123.4567`; area code 2xx–9xx. */
-function parenPhoneAt(s: string, p: number): number {
-  const n = s.length;
-  if (p + 12 > n || s.charCodeAt(p) < 50) return -1;
-  for (let i = p; i < p + 3; i++) if (!isDigit(s.charCodeAt(i))) return -1;
-  if (s.charCodeAt(p + 3) !== RPAREN) return -1;
-  let j = p + 4;
-  if (s.charCodeAt(j) === SPACE) j++;
-  for (let i = j; i < j + 3; i++) if (!isDigit(s.charCodeAt(i))) return -1;
-  const sep = s.charCodeAt(j + 3);
-  if (sep !== DASH && sep !== DOT && sep !== SPACE) return -1;
-  for (let i = j + 4; i < j + 8; i++) if (!isDigit(s.charCodeAt(i))) return -1;
-  return endsCleanly(s, j + 8) ? j + 8 : -1;
-}
-
-// ---------------------------------------------------------------------------------------------
-// IBAN
-
-/** IBAN lengths of the countries that issue them most (SWIFT registry); others are not tagged. */
-const IBAN_LENGTH: Record<string, number> = {
-  AD: 24,
-  AE: 23,
-  AL: 28,
-  AT: 20,
-  AZ: 28,
-  BA: 20,
-  BE: 16,
-  BG: 22,
-  BH: 22,
-  BR: 29,
-  BY: 28,
-  CH: 21,
-  CR: 22,
-  CY: 28,
-  CZ: 24,
-  DE: 22,
-  DK: 18,
-  DO: 28,
-  EE: 20,
-  EG: 29,
-  ES: 24,
-  FI: 18,
-  FO: 18,
-  FR: 27,
-  GB: 22,
-  GE: 22,
-  GI: 23,
-  GL: 18,
-  GR: 27,
-  GT: 28,
-  HR: 21,
-  HU: 28,
-  IE: 22,
-  IL: 23,
-  IQ: 23,
-  IS: 26,
-  IT: 27,
-  JO: 30,
-  KW: 30,
-  KZ: 20,
-  LB: 28,
-  LC: 32,
-  LI: 21,
-  LT: 20,
-  LU: 20,
-  LV: 21,
-  MC: 27,
-  MD: 24,
-  ME: 22,
-  MK: 19,
-  MR: 27,
-  MT: 31,
-  MU: 30,
-  NL: 18,
-  NO: 15,
-  PK: 24,
-  PL: 28,
-  PS: 29,
-  PT: 25,
-  QA: 29,
-  RO: 24,
-  RS: 22,
-  SA: 24,
-  SC: 31,
-  SE: 24,
-  SI: 19,
-  SK: 24,
-  SM: 27,
-  ST: 25,
-  SV: 28,
-  TL: 23,
-  TN: 24,
-  TR: 26,
-  UA: 29,
-  VA: 22,
-  VG: 24,
-  XK: 20,
-};
-
-/** Country + 2 check digits + BBAN, compact or in groups of 4 (any separator); exact length; mod 97 = 1. */
-function ibanAt(s: string, start: number): number {
-  const length = IBAN_LENGTH[s.slice(start, start + 2)];
-  if (length === undefined || !isDigit(s.charCodeAt(start + 3))) return -1;
-  const n = s.length;
-  let compact = '';
-  let j = start;
-  while (compact.length < length && j < n) {
-    const c = s.charCodeAt(j);
-    if (isDigit(c) || isUpper(c)) {
-      compact += s[j];
-      j++;
-    } else if (
-      compact.length % 4 === 0 &&
-      (c === SPACE || c === DASH || c === DOT) &&
-      j + 1 < n &&
-      isAsciiAlnum(s.charCodeAt(j + 1))
-    ) {
-      j++;
-    } else if (compact.length % 4 === 0 && isSpaceLike(c)) {
-      const next = looseSeparatorEnd(s, j);
-      if (next === -1) break;
-      j = next;
-    } else break;
-  }
-  if (compact.length !== length || !endsCleanly(s, j)) return -1;
-  return mod97(compact) === 1 ? j : -1;
 }

@@ -7,7 +7,8 @@
 // for what A knows newer; A answers the `want` with deltas (and B's offers with a want, which B
 // answers with deltas). Only a digest is answered with offers, so every exchange ends.
 import type { PodEstimate } from '../types.ts';
-import { emptyComparison, GossipState, type Comparison, type GossipStateOptions, type Send } from './state.ts';
+import { emptyComparison, type Comparison, type Send } from './compare.ts';
+import { GossipState, type GossipStateOptions } from './state.ts';
 import { digestSize, encodePayload, fieldSize, type DigestWire, type PayloadWire } from './wire.ts';
 import { writeDelta } from './packing.ts';
 

@@ -9,8 +9,8 @@
 // - An origin advances at least every heartbeat, so "silent" means "its version stopped", and one
 //   silent for ttlMs is dropped, wherever its news came from (relayed deltas carry their age).
 import type { PodEstimate } from '../types.ts';
-import { DigestPacker, emptyDigest, pushEntry, shardMembers, wholeFits } from './packing.ts';
-import { Recent } from './recent.ts';
+import { adoptHeartbeats, answerWant, buildDigest, compareDigest, type Comparison } from './compare.ts';
+import { OriginTable } from './origins.ts';
 import {
   entryOf,
   estimateOf,
@@ -65,38 +65,6 @@ export interface ApplyResult {
   rejected: number;
 }
 
-/** Someone needs `origin` from `since`. */
-export interface Send {
-  origin: OriginRecord;
-  since: number;
-}
-
-export interface Comparison {
-  sends: Send[];
-  /** Origins the peer knows newer with data we lack: our versions, to ask for them. */
-  want: DigestWire;
-  /** Origins the peer is behind on by heartbeats only: versions it can adopt. */
-  heartbeats: DigestWire;
-  /** Origins we adopted newer versions of from the digest itself. */
-  adopted: number;
-  /** Origins whose pods changed recently that the peer did not mention: it may want them. */
-  offers: DigestWire;
-}
-
-export const emptyComparison = (): Comparison => ({
-  sends: [],
-  want: emptyDigest(),
-  heartbeats: emptyDigest(),
-  adopted: 0,
-  offers: emptyDigest(),
-});
-// A reply offers every recent pod change the asker did not mention (up to this many), and a few
-// heartbeats: most agents hear those anyway, and the rest pull them when they fall behind.
-const dataOffersPerReply = 32;
-const heartbeatOffersPerReply = 16;
-// A reply asks for at most this many origins about to age out (they are also in our digests).
-const atRiskWantsPerReply = 32;
-
 export class GossipState {
   readonly nodeId: string;
   readonly incarnation: number;
@@ -114,18 +82,7 @@ export class GossipState {
   readonly maxTombstonesPerOrigin: number;
 
   readonly self: OriginRecord;
-  /** Keyed by id | 0: int32 keys are small integers to V8, where most uint32 ids would be boxed. */
-  #byId = new Map<number, OriginRecord>();
-  #byNode = new Map<string, OriginRecord>();
-  /** Ids sorted ascending, for shard ranges; rebuilt when origins come or go. */
-  #sortedIds: number[] | undefined;
-  /** Ids not to fetch again: superseded incarnations (forever) and expired origins (unless newer). */
-  #ignored = new Map<number, { version: number; until: number }>();
-  /** Recent advances, oldest first: what digests offer first. Pod changes also in #recentData. */
-  #recent = new Recent();
-  #recentData = new Recent();
-  /** Origins that missed heartbeats, oldest first, as of the last expire(). */
-  #atRisk: OriginRecord[] = [];
+  readonly #origins: OriginTable;
 
   #slotByUid = new Map<string, number>();
   #freeSlots: number[] = [];
@@ -150,7 +107,7 @@ export class GossipState {
     this.maxTombstonesPerOrigin = options.maxTombstonesPerOrigin ?? 64;
     this.self = newOrigin(originId(this.nodeId, this.incarnation), this.nodeId, this.incarnation, options.incarnation);
     this.#lastBump = options.incarnation;
-    this.#add(this.self);
+    this.#origins = new OriginTable(this.self, this.ttlMs, this.riskMs);
   }
 
   // --- our own origin -----------------------------------------------------------------------
@@ -208,7 +165,7 @@ export class GossipState {
     self.version = version;
     self.dataVersion = version;
     self.lastAdvance = self.lastData = this.#lastBump = now;
-    this.#noteAdvance(self, now, true);
+    this.#origins.noteAdvance(self, now, true);
     this.#evictTombstones(self);
     return true;
   }
@@ -218,7 +175,7 @@ export class GossipState {
     if (now - this.#lastBump < this.heartbeatMs) return false;
     this.self.version++;
     this.self.lastAdvance = this.#lastBump = now;
-    this.#noteAdvance(this.self, now, false);
+    this.#origins.noteAdvance(this.self, now, false);
     return true;
   }
 
@@ -238,129 +195,26 @@ export class GossipState {
     }
   }
 
-  // --- digests --------------------------------------------------------------------------------
+  // --- digests (compare.ts) ------------------------------------------------------------------
 
-  /**
-   * What we know, in at most `maxBytes`. Two random agents differ on whichever origins advanced
-   * in the last second or so, and on little else, so a digest lists, in order: our own origin;
-   * origins whose pods changed recently (fresh data is what routing waits for); origins that
-   * missed heartbeats (a peer may have heard them: pulled before they age out); what we learned
-   * in the last round (pushed; `slot` of `slots` spreads it over this round's peers, so each
-   * piece of news goes to two of them); and one complete shard of the id space, rotating with
-   * `cursor` (repairs anything missed, and tells the receiver what we lack). A small cluster's
-   * whole state fits the shard budget: then every digest is complete.
-   */
+  /** What we know, in at most `maxBytes`: see buildDigest. */
   digest(maxBytes: number, cursor: number, now: number, slot = 0, slots = 1): DigestWire {
-    const packer = new DigestPacker(maxBytes);
-    packer.add(this.self, maxBytes);
-    const shardBudget = Math.min(this.shardBytes, maxBytes / 4);
-    const ids = this.#ids();
-    if (wholeFits(ids.length, shardBudget)) {
-      for (const id of ids) packer.add(this.#get(id)!, maxBytes);
-      packer.digest.shards = 1;
-      return packer.digest;
-    }
-    const room = maxBytes - shardBudget;
-    this.#recentData.each(now, this.hotMs, (o) => packer.add(o, room / 2));
-    for (const o of this.#atRisk) if (!packer.add(o, (room * 3) / 4)) break;
-    // News goes to two of the round's peers: pushed to one, a heartbeat's spread is a critical
-    // branching process that loss snuffs out; to all three costs half as much again.
-    let i = 0;
-    const copies = Math.min(2, slots);
-    this.#recent.each(now, this.roundMs, (o) => (i++ + slot) % slots >= copies || packer.add(o, room));
-    packer.addShard(ids, (id) => this.#get(id)!, cursor, Math.min(shardBudget, maxBytes - packer.used));
-    return packer.digest;
+    return buildDigest(this.#origins, this, maxBytes, cursor, now, slot, slots);
   }
 
-  /**
-   * Compares a peer's digest (or offers, `offers` true: then what the peer lacks is not our
-   * business, and we offer nothing back) with what we hold; adopts heartbeat-only advances on
-   * the spot.
-   */
+  /** Compares a peer's digest (or offers) with what we hold: see compareDigest. */
   compare(digest: DigestWire, now: number, offers = false): Comparison {
-    const result = emptyComparison();
-    const mentioned = new Set<number>();
-    for (let i = 0; i < digest.origins.length; i++) {
-      const id = digest.origins[i];
-      const theirs = digest.versions[i];
-      mentioned.add(id);
-      const o = this.#get(id);
-      if (o === undefined) {
-        if (!this.#isIgnored(id, theirs, now)) pushEntry(result.want, id, 0);
-      } else if (o.version > theirs) {
-        if (!offers) this.#offer(o, theirs, result);
-      } else if (o.version < theirs && o !== this.self) {
-        const theirData = digest.dataLag.length ? theirs - digest.dataLag[i] : theirs;
-        if (o.version >= theirData) {
-          this.#advance(o, theirs, now, now, false);
-          result.adopted++;
-        } else {
-          pushEntry(result.want, id, o.version);
-        }
-      }
-    }
-    if (offers) return result;
-    // Pull what we are about to age out: whoever sent this digest may have heard it since.
-    for (const o of this.#atRisk) {
-      if (result.want.origins.length >= atRiskWantsPerReply) break;
-      if (!mentioned.has(o.id) && !o.gone) pushEntry(result.want, o.id, o.version);
-    }
-    if (digest.shards > 0) {
-      for (const o of shardMembers(this.#ids(), digest.shard, digest.shards).map((id) => this.#get(id)!)) {
-        if (!mentioned.has(o.id) && o.version > 0) {
-          mentioned.add(o.id);
-          result.sends.push({ origin: o, since: 0 });
-        }
-      }
-    }
-    // Push-pull: the news we hold that the peer did not mention, fresh pod data first.
-    let limit = dataOffersPerReply;
-    const offer = (o: OriginRecord): boolean => {
-      if (result.offers.origins.length >= limit) return false;
-      if (!mentioned.has(o.id)) {
-        mentioned.add(o.id);
-        pushEntry(result.offers, o.id, o.version, o.version - o.dataVersion);
-      }
-      return true;
-    };
-    this.#recentData.each(now, this.hotMs, offer);
-    limit = result.offers.origins.length + heartbeatOffersPerReply;
-    this.#recent.each(now, this.roundMs, offer);
-    return result;
+    return compareDigest(this.#origins, this, digest, now, offers);
   }
 
   /** What to send for a peer's request (a `want` digest). */
   answer(want: DigestWire): Comparison {
-    const result = emptyComparison();
-    for (let i = 0; i < want.origins.length; i++) {
-      const o = this.#get(want.origins[i]);
-      if (o && o.version > want.versions[i]) this.#offer(o, want.versions[i], result);
-    }
-    return result;
-  }
-
-  /** A peer at `theirs` needs o: a heartbeat entry when it lacks no data, else a delta. */
-  #offer(o: OriginRecord, theirs: number, result: Comparison): void {
-    if (theirs > 0 && theirs >= o.dataVersion && theirs >= o.floor) {
-      pushEntry(result.heartbeats, o.id, o.version, o.version - o.dataVersion);
-    } else {
-      result.sends.push({ origin: o, since: theirs });
-    }
+    return answerWant(this.#origins, want);
   }
 
   /** Adopts versions a peer says are heartbeats past data we already hold. */
   adoptHeartbeats(heartbeats: DigestWire, now: number): number {
-    let adopted = 0;
-    for (let i = 0; i < heartbeats.origins.length; i++) {
-      const o = this.#get(heartbeats.origins[i]);
-      const theirs = heartbeats.versions[i];
-      const theirData = theirs - (heartbeats.dataLag[i] ?? 0);
-      if (o && o !== this.self && o.version < theirs && o.version >= theirData) {
-        this.#advance(o, theirs, now, now, false);
-        adopted++;
-      }
-    }
-    return adopted;
+    return adoptHeartbeats(this.#origins, heartbeats, now);
   }
 
   // --- deltas ---------------------------------------------------------------------------------
@@ -385,34 +239,34 @@ export class GossipState {
     if (d.origin !== originId(d.node, d.incarnation)) return 'rejected';
     if (d.node === this.nodeId) {
       // Our own previous incarnation, still held by peers: nobody else writes our pods.
-      this.#ignore(d.origin, Infinity, now);
+      this.#origins.ignore(d.origin, Infinity, now);
       return 'rejected';
     }
-    if (this.#isIgnored(d.origin, d.to, now)) return 'stale';
-    let o = this.#byNode.get(d.node);
+    if (this.#origins.isIgnored(d.origin, d.to, now)) return 'stale';
+    let o = this.#origins.byNode(d.node);
     if (o && o.id !== d.origin) {
       if (o.incarnation > d.incarnation) {
-        this.#ignore(d.origin, Infinity, now);
+        this.#origins.ignore(d.origin, Infinity, now);
         return 'stale';
       }
-      this.#remove(o);
-      this.#ignore(o.id, Infinity, now);
+      this.#origins.remove(o);
+      this.#origins.ignore(o.id, Infinity, now);
       o = undefined;
     }
     if (o && o.version >= d.to) return 'stale';
     const pods = this.#fullPods(d);
     if (pods === undefined) return 'rejected';
     if (o === undefined) {
-      if (this.#byId.size >= this.maxOrigins) return 'rejected';
+      if (this.#origins.size >= this.maxOrigins) return 'rejected';
       o = newOrigin(d.origin, d.node, d.incarnation, now - d.ageMs);
-      this.#add(o);
+      this.#origins.add(o);
     }
     o.pods = pods;
     o.floor = d.floor;
     let newest = d.floor;
     for (const r of pods.values()) newest = Math.max(newest, r.entry.version);
     o.resumeAt = d.to;
-    this.#advance(o, d.to, now - d.ageMs, now, true);
+    this.#origins.advance(o, d.to, now - d.ageMs, now, true);
     o.dataVersion = Math.min(d.to, newest);
     return 'data';
   }
@@ -430,7 +284,7 @@ export class GossipState {
   }
 
   #applyIncrement(d: OriginDeltaWire, now: number): 'data' | 'advanced' | 'stale' | 'rejected' | 'gap' {
-    const o = this.#get(d.origin);
+    const o = this.#origins.get(d.origin);
     if (o === undefined) return 'gap';
     if (o === this.self) return 'rejected';
     if (o.version >= d.to) return 'stale';
@@ -453,7 +307,7 @@ export class GossipState {
       o.dataVersion = Math.max(o.dataVersion, e.version);
     }
     if (fresh.some((e) => e.removed)) this.#evictTombstones(o);
-    this.#advance(o, d.to, now - d.ageMs, now, fresh.length > 0);
+    this.#origins.advance(o, d.to, now - d.ageMs, now, fresh.length > 0);
     o.resumeAt = d.continuesFull ? d.to : -1;
     return fresh.length > 0 ? 'data' : 'advanced';
   }
@@ -467,54 +321,11 @@ export class GossipState {
     return record;
   }
 
-  // --- liveness -------------------------------------------------------------------------------
-
-  /** `seenAt`: when the origin was last known to advance (now, less a relayed age). */
-  #advance(o: OriginRecord, version: number, seenAt: number, now: number, data: boolean): void {
-    o.version = version;
-    o.lastAdvance = Math.max(o.lastAdvance, seenAt);
-    if (data) o.lastData = now;
-    else o.resumeAt = -1;
-    this.#noteAdvance(o, now, data);
-  }
-
-  #noteAdvance(o: OriginRecord, at: number, data: boolean): void {
-    // Bounded: about two advances per origin known (the window read is a round or two).
-    const bound = 2 * this.#byId.size + 64;
-    this.#recent.push(o, at, bound);
-    if (data) this.#recentData.push(o, at, bound);
-  }
+  // --- liveness (origins.ts) ------------------------------------------------------------------
 
   /** Drops origins silent for longer than the TTL; returns their nodes. Notes those at risk. */
   expire(now: number): string[] {
-    const gone: string[] = [];
-    this.#atRisk = [];
-    for (const o of this.#byId.values()) {
-      if (o === this.self || now - o.lastAdvance <= this.riskMs) continue;
-      if (now - o.lastAdvance <= this.ttlMs) {
-        this.#atRisk.push(o);
-        continue;
-      }
-      this.#remove(o);
-      // Peers that have not expired it yet still offer it: do not fetch the same version back.
-      this.#ignore(o.id, o.version, now);
-      gone.push(o.node);
-    }
-    for (const [id, entry] of this.#ignored) if (entry.until < now) this.#ignored.delete(id);
-    this.#atRisk.sort((a, b) => a.lastAdvance - b.lastAdvance);
-    return gone;
-  }
-
-  #ignore(id: number, version: number, now: number): void {
-    this.#ignored.set(id, { version, until: now + 2 * this.ttlMs });
-  }
-
-  #isIgnored(id: number, version: number, now: number): boolean {
-    const entry = this.#ignored.get(id);
-    if (entry === undefined || entry.until < now) return false;
-    if (version <= entry.version) return true;
-    this.#ignored.delete(id); // it advanced after all: alive again
-    return false;
+    return this.#origins.expire(now);
   }
 
   // --- reading --------------------------------------------------------------------------------
@@ -522,7 +333,7 @@ export class GossipState {
   /** Every pod of every other origin heard from within the TTL. */
   remoteEstimates(now: number): RemoteEstimate[] {
     const out: RemoteEstimate[] = [];
-    for (const o of this.#byId.values()) {
+    for (const o of this.#origins.values()) {
       if (o === this.self || now - o.lastAdvance > this.ttlMs) continue;
       for (const r of o.pods.values()) if (!r.entry.removed) out.push(estimateOf(o, r, now));
     }
@@ -532,7 +343,7 @@ export class GossipState {
   /** Other origins heard from within the TTL. */
   origins(now: number): { origin: string; pods: number; version: number; ageMs: number }[] {
     const out = [];
-    for (const o of this.#byId.values()) {
+    for (const o of this.#origins.values()) {
       if (o === this.self || now - o.lastAdvance > this.ttlMs) continue;
       let pods = 0;
       for (const r of o.pods.values()) if (!r.entry.removed) pods++;
@@ -542,34 +353,10 @@ export class GossipState {
   }
 
   origin(node: string): OriginRecord | undefined {
-    return this.#byNode.get(node);
+    return this.#origins.byNode(node);
   }
 
   get size(): number {
-    return this.#byId.size;
-  }
-
-  // --- bookkeeping ----------------------------------------------------------------------------
-
-  #add(o: OriginRecord): void {
-    this.#byId.set(o.id | 0, o);
-    this.#byNode.set(o.node, o);
-    this.#sortedIds = undefined;
-  }
-
-  #remove(o: OriginRecord): void {
-    o.gone = true;
-    this.#byId.delete(o.id | 0);
-    if (this.#byNode.get(o.node) === o) this.#byNode.delete(o.node);
-    this.#sortedIds = undefined;
-  }
-
-  #get(id: number): OriginRecord | undefined {
-    return this.#byId.get(id | 0);
-  }
-
-  #ids(): number[] {
-    this.#sortedIds ??= [...this.#byId.keys()].map((k) => k >>> 0).sort((a, b) => a - b);
-    return this.#sortedIds;
+    return this.#origins.size;
   }
 }
