@@ -61,7 +61,8 @@ export interface RequestPathDeps {
   policyFor(identity: Identity, model: string): EffectivePolicy;
   leaveVerdict(policy: EffectivePolicy, request: RouteRequest): LeaveVerdict;
   pool: {
-    candidates(): Candidate[];
+    /** The candidates for a request for `model` (local pods serving it, its peer shortlist). */
+    candidates(model: string): Candidate[];
     /** Bookkeeping for one request sent to a pod; returns hooks for its first byte and end. */
     begin(
       c: Candidate,
@@ -159,7 +160,7 @@ export class RequestPath {
     return decide({
       request,
       policy,
-      candidates: this.deps.pool.candidates(),
+      candidates: this.deps.pool.candidates(request.model),
       leave: this.deps.leaveVerdict(policy, request),
       rand: this.deps.rand,
     });
@@ -267,7 +268,7 @@ export class RequestPath {
 
     for (;;) {
       const leave = deps.leaveVerdict(policy, request);
-      const candidates = deps.pool.candidates().filter((c) => !tried.has(c.pod.uid));
+      const candidates = deps.pool.candidates(request.model).filter((c) => !tried.has(c.pod.uid));
       const decision = decide({ request, policy, candidates, leave, waitedMs: deps.now() - started, rand: deps.rand });
       for (const d of decision.dropped) deps.metrics.dropped.inc({ reason: d.reason });
 

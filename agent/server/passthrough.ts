@@ -83,14 +83,14 @@ async function passthrough(
   const tried = new Set<string>();
   for (let attempt = 0; ; attempt++) {
     let candidate = leastLoaded(
-      deps.pool.candidates().filter((c) => !tried.has(c.pod.uid)),
+      deps.pool.candidates(model).filter((c) => !tried.has(c.pod.uid)),
       model,
       deps.rand,
     );
     while (!candidate && attempt === 0 && deps.now() - ctx.started < waitMaxMs) {
       const woke = await path.waitForChange(waitMaxMs - (deps.now() - ctx.started), req.signal, ctx.record);
       if (woke !== 'change') break;
-      candidate = leastLoaded(deps.pool.candidates(), model, deps.rand);
+      candidate = leastLoaded(deps.pool.candidates(model), model, deps.rand);
     }
     if (!candidate) {
       if (attempt > 0) return podsFailed(attempt, ctx.lastPodError);
