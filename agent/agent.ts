@@ -89,7 +89,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   const pool = poolFor(settings, now);
   const metrics = createMetrics({
     defaultMetrics: true,
-    podPredictions: () => podPredictionsOf(pool.debugState()),
+    podPredictions: () => podPredictionsOf(pool.debugState(), limits.maxLabelValues),
     discoveryConnected: () => discovery.status().connected,
   });
   const discovery =

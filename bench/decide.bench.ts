@@ -4,9 +4,7 @@
 // side, scanning every known pod as before; and the node model's prediction alone.
 // Run: npm run bench:micro
 import { Bench } from 'tinybench';
-import { PodPool } from '../agent/pool/pool.ts';
-import { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
-import type { PodEstimate, PodLoad } from '../agent/types.ts';
+import { poolKnowing } from './known-pods.ts';
 import { NodeModel } from '../agent/predict/node-model.ts';
 import type { Candidate } from '../agent/route/candidate.ts';
 import { decide } from '../agent/route/router.ts';
@@ -65,55 +63,9 @@ for (const n of sizes) {
     decide({ request, policy, candidates: list, leave, rand: Math.random });
   });
 }
-/** A pool that knows `known` pods: 8 on this node (scraped), the rest gossiped by peers; a
- *  quarter of the peers' pods serve another model. */
-function poolKnowing(known: number): PodPool {
-  const now = 1_000_000;
-  const pool = new PodPool({
-    node: 'here',
-    scrapeIntervalMs: 100,
-    peerMaxAgeMs: 3000,
-    networkCostMs: 2,
-    referenceWindowMs: 30_000,
-    failureCooldownMs: 1000,
-    now: () => now,
-  });
-  const template = candidates(Math.min(known, 8));
-  pool.setLocalPods(template.map((c) => ({ ...c.pod, node: 'here' })));
-  template.forEach((c, i) => {
-    const telemetry = new PodTelemetry();
-    const load: PodLoad = { at: now - 40, engine: 'vllm', waiting: i % 4, running: (i * 7) % 16, kvCache: 0.4 };
-    telemetry.record(load);
-    pool.recordLoad(c.pod.uid, load, telemetry);
-  });
-  const peers: PodEstimate[] = [];
-  for (let i = 8; i < known; i++) {
-    peers.push({
-      pod: {
-        uid: `peer/pod-${i}`,
-        name: `pod-${i}`,
-        namespace: 'ns',
-        node: `node-${i % 1000}`,
-        address: `10.${i >> 16}.${(i >> 8) & 255}.${i & 255}:8000`,
-        models: [i % 4 === 0 ? 'mistral-7b' : 'llama-3-8b'],
-      },
-      queued: i % 4,
-      queuedNow: i % 4,
-      running: (i * 7) % 16,
-      kvCache: 0.4,
-      params: { base: 20 + (i % 3), perQueued: 180, perRunning: 3, perKPromptTokens: 260 },
-      at: now - 500,
-      origin: `node-${i % 1000}`,
-      version: 1,
-    });
-  }
-  pool.setRemote(peers);
-  return pool;
-}
-
 const known = [10, 100, 1000, 10_000];
 for (const n of known) {
-  const pool = poolKnowing(n);
+  const pool = poolKnowing(n, candidates(Math.min(n, 8)));
   bench.add(`assemble + decide, ${n} known pods (model index, peer shortlist)`, () => {
     decide({ request, policy, candidates: pool.candidates(request.model), leave, rand: Math.random });
   });

@@ -314,6 +314,32 @@ test('candidates for a model: its local pods exactly, and a shortlist of the fas
   assert.deepEqual(names('m'), ['a', 'p3', 'p2', 'p1']);
 });
 
+test("debugState lists every local pod and only the fastest peers' pods past its bound, with the count known", () => {
+  const now = { t: 1000 };
+  const p = pool(now);
+  p.setRemote(
+    [5, 1, 3].map((q) => ({
+      pod: { uid: `p/${q}`, name: `p${q}`, namespace: 'ns', node: 'other', address: `10.0.0.${q}:8000`, models: ['m'] },
+      queued: q,
+      queuedNow: q,
+      running: 0,
+      kvCache: 0,
+      params: { base: 50, perQueued: 100, perRunning: 5, perKPromptTokens: 10 },
+      at: now.t,
+      origin: 'other',
+      version: 1,
+    })),
+  );
+  const state = p.debugState(2);
+  assert.equal(state.local.length, 2);
+  assert.equal(state.remoteKnown, 3);
+  assert.deepEqual(
+    state.remote.map((r) => r.pod.name),
+    ['p1', 'p3'],
+  );
+  assert.equal(p.debugState().remote.length, 3);
+});
+
 test('nextChange resolves on a change, on its timeout, and at once when aborted', async () => {
   const now = { t: 1000 };
   const p = pool(now);

@@ -407,10 +407,18 @@ export class PodPool {
     });
   }
 
-  /** Per-pod details for /debug/state and the dashboard, with each pod's prediction now. */
-  debugState() {
+  /**
+   * Per-pod details for /debug/state and the dashboard, with each pod's prediction now: every
+   * local pod, and the `maxPeerPods` peers' pods predicted fastest (`remoteKnown` says how many
+   * there are), so the view's size stays bounded however large the cluster.
+   */
+  debugState(maxPeerPods = Infinity) {
     const now = this.options.now();
     const predicted = new Map(this.candidates().map((c) => [c.pod.uid, predictedTtft(c, REFERENCE_REQUEST)]));
+    const remote =
+      this.#remote.length <= maxPeerPods
+        ? this.#remote
+        : this.#remote.toSorted((a, b) => predicted.get(a.pod.uid)! - predicted.get(b.pod.uid)!).slice(0, maxPeerPods);
     return {
       referencePromptTokens: REFERENCE_REQUEST.promptTokens,
       local: [...this.#local.values()].map((l) => ({
@@ -425,7 +433,8 @@ export class PodPool {
         predictedTtftMs: predicted.get(l.pod.uid),
         ...this.#learner.stats(l.pod.uid),
       })),
-      remote: this.#remote.map((e) => ({
+      remoteKnown: this.#remote.length,
+      remote: remote.map((e) => ({
         ...e,
         ageMs: now - e.at,
         traffic: this.#peerTraffic.get(e.pod.uid),
