@@ -6,6 +6,7 @@ import { describeUnexpected } from '../../shared/describe-error.ts';
 import { endOnSignal, relayStream, readRest } from '../forward/relay.ts';
 import { sendToPod, type PodTimeouts } from '../forward/pod.ts';
 import type { Agent as Dispatcher } from 'undici';
+import type { Readable } from 'node:stream';
 import { estimatePromptTokens } from '../predict/tokens.ts';
 import { candidateName, decide, type Decision, type LeaveVerdict } from '../route/router.ts';
 import type { Candidate } from '../route/candidate.ts';
@@ -235,15 +236,22 @@ export class RequestPath {
     });
   }
 
-  handle(kind: RequestKind, req: Request, remoteIp: string | undefined): Promise<Response> {
-    return this.serve(kind, req, (ctx) => this.#handle(kind, req, remoteIp, ctx));
+  /** `incoming`: the request's node stream when served on node:http, read instead of `req.body`. */
+  handle(kind: RequestKind, req: Request, remoteIp: string | undefined, incoming?: Readable): Promise<Response> {
+    return this.serve(kind, req, (ctx) => this.#handle(kind, req, remoteIp, ctx, incoming));
   }
 
-  async #handle(kind: RequestKind, req: Request, remoteIp: string | undefined, ctx: RequestContext): Promise<Response> {
+  async #handle(
+    kind: RequestKind,
+    req: Request,
+    remoteIp: string | undefined,
+    ctx: RequestContext,
+    incoming: Readable | undefined,
+  ): Promise<Response> {
     const deps = this.deps;
     const record = ctx.record;
     // Pods get the client's bytes as they came: no re-serialisation on the hot path.
-    const body = await readBoundedBody(req, deps.limits.maxBodyBytes);
+    const body = await readBoundedBody(req, deps.limits.maxBodyBytes, incoming);
     const parsed = parseInferenceRequest(kind, body, deps.limits.maxJsonDepth);
     if (!deps.isKnownModel(parsed.model)) {
       throw new RequestError(404, `The model \`${parsed.model}\` does not exist.`, 'model', 'model_not_found');
