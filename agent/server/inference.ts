@@ -219,7 +219,9 @@ export class RequestPath {
       policy: r.policy === undefined ? 'none' : this.#policyLabel.value(r.policy),
     });
     response.headers.set('x-request-id', requestId);
-    if (response.body && response.headers.get('content-type')?.includes('event-stream')) {
+    // Content type first: reading `.body` of a whole (bytes) answer would turn @hono/node-server's
+    // light Response into a web one, whose body is then copied and read back through a web stream.
+    if (response.headers.get('content-type')?.includes('event-stream') && response.body) {
       const body = endOnSignal(
         response.body,
         this.#drainDeadline.signal,
