@@ -76,6 +76,7 @@ function poolFor(settings: AgentSettings, now: () => number): PodPool {
     referenceWindowMs: 30_000,
     failureCooldownMs: 1000,
     maxInFlightPerPod: settings.limits.maxConnectionsPerPod,
+    peerShortlist: settings.limits.peerShortlist,
     now,
   });
 }
@@ -88,7 +89,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   const pool = poolFor(settings, now);
   const metrics = createMetrics({
     defaultMetrics: true,
-    podPredictions: () => podPredictionsOf(pool.debugState()),
+    podPredictions: () => podPredictionsOf(pool.debugState(), limits.maxLabelValues),
     discoveryConnected: () => discovery.status().connected,
   });
   const discovery =

@@ -1,6 +1,10 @@
 // Decision cost per request: the production router (filters, prediction, load cost, near-tie
-// pick) over N candidates, and the node model's prediction alone. Run: npm run bench:micro
+// pick) over N candidates; a whole decision as the request path makes it (the pool assembles the
+// candidates, then decide) at 10 to 10,000 known pods, by model index and shortlist and, side by
+// side, scanning every known pod as before; and the node model's prediction alone.
+// Run: npm run bench:micro
 import { Bench } from 'tinybench';
+import { poolKnowing } from './known-pods.ts';
 import { NodeModel } from '../agent/predict/node-model.ts';
 import type { Candidate } from '../agent/route/candidate.ts';
 import { decide } from '../agent/route/router.ts';
@@ -59,6 +63,17 @@ for (const n of sizes) {
     decide({ request, policy, candidates: list, leave, rand: Math.random });
   });
 }
+const known = [10, 100, 1000, 10_000];
+for (const n of known) {
+  const pool = poolKnowing(n, candidates(Math.min(n, 8)));
+  bench.add(`assemble + decide, ${n} known pods (model index, peer shortlist)`, () => {
+    decide({ request, policy, candidates: pool.candidates(request.model), leave, rand: Math.random });
+  });
+  bench.add(`assemble + decide, ${n} known pods (scan every pod, before)`, () => {
+    decide({ request, policy, candidates: pool.candidates(), leave, rand: Math.random });
+  });
+}
+
 const model = new NodeModel();
 for (let i = 0; i < 100; i++) model.observe('pod', { queued: i % 3, running: i % 16, promptTokens: 200 + i }, 100 + i);
 bench.add('node model: predict one pod', () => {
@@ -73,6 +88,12 @@ const rows = bench.tasks.map((task) => {
   const n = /over (\d+)/.exec(task.name)?.[1];
   const result = task.result;
   const meanUs = result.state === 'completed' ? result.latency.mean * 1000 : NaN;
-  return { task: task.name, 'µs/op': meanUs.toFixed(2), 'µs/candidate': n ? (meanUs / Number(n)).toFixed(3) : '' };
+  const p99Us = result.state === 'completed' ? (result.latency.p99 ?? NaN) * 1000 : NaN;
+  return {
+    task: task.name,
+    'µs/op': meanUs.toFixed(2),
+    'p99 µs': p99Us.toFixed(2),
+    'µs/candidate': n ? (meanUs / Number(n)).toFixed(3) : '',
+  };
 });
 console.table(rows);

@@ -226,5 +226,9 @@ describe('admin listener', () => {
       state.pods.local.map((p) => p.pod.name),
       ['pod-0'],
     );
+    const bad = await fetch(`${stack.admin}/debug/state?peers=all`);
+    assert.equal(bad.status, 400);
+    assert.equal(((await bad.json()) as { error: { param: string } }).error.param, 'peers');
+    assert.equal((await fetch(`${stack.admin}/debug/state?peers=0`)).status, 200);
   });
 });

@@ -271,6 +271,75 @@ test('gossiped pods: our own origin is ignored, a new version clears what we sen
   assert.equal(p.servedModels().has('m2'), false);
 });
 
+test('candidates for a model: its local pods exactly, and a shortlist of the fastest peers kept from gossip', () => {
+  const now = { t: 1000 };
+  const p = new PodPool({
+    node: 'n',
+    scrapeIntervalMs: 100,
+    peerMaxAgeMs: 3000,
+    networkCostMs: 2,
+    referenceWindowMs: 30_000,
+    failureCooldownMs: 1000,
+    peerShortlist: 3,
+    now: () => now.t,
+  });
+  p.setLocalPods([pod('a'), { ...pod('c'), models: ['other'] }]);
+  // Ten peers' pods of model m, the i-th with i waiting: the shortlist holds the three least loaded.
+  const peer = (i: number, model = 'm') => ({
+    pod: {
+      uid: `p/${i}`,
+      name: `p${i}`,
+      namespace: 'ns',
+      node: `node-${i}`,
+      address: `10.0.0.${i}:8000`,
+      models: [model],
+    },
+    queued: i,
+    queuedNow: i,
+    running: 0,
+    kvCache: 0,
+    params: { base: 50, perQueued: 100, perRunning: 5, perKPromptTokens: 10 },
+    at: now.t,
+    origin: `node-${i}`,
+    version: 1,
+  });
+  p.setRemote([9, 4, 0, 7, 2, 5, 1, 8, 3, 6].map((i) => peer(i)).concat(peer(20, 'other')));
+  const names = (model: string) => p.candidates(model).map((c) => c.pod.name);
+  assert.deepEqual(names('m'), ['a', 'p0', 'p1', 'p2']);
+  assert.deepEqual(names('other'), ['c', 'p20']);
+  assert.deepEqual(names('none'), []);
+  assert.equal(p.candidates().length, 13, 'without a model: every known pod');
+  // Gossip changes the ranking: the shortlist follows at the next update, not per request.
+  p.setRemote([0, 1, 2, 3].map((i) => ({ ...peer(i), queuedNow: 10 - i, queued: 10 - i })));
+  assert.deepEqual(names('m'), ['a', 'p3', 'p2', 'p1']);
+});
+
+test("debugState lists every local pod and only the fastest peers' pods past its bound, with the count known", () => {
+  const now = { t: 1000 };
+  const p = pool(now);
+  p.setRemote(
+    [5, 1, 3].map((q) => ({
+      pod: { uid: `p/${q}`, name: `p${q}`, namespace: 'ns', node: 'other', address: `10.0.0.${q}:8000`, models: ['m'] },
+      queued: q,
+      queuedNow: q,
+      running: 0,
+      kvCache: 0,
+      params: { base: 50, perQueued: 100, perRunning: 5, perKPromptTokens: 10 },
+      at: now.t,
+      origin: 'other',
+      version: 1,
+    })),
+  );
+  const state = p.debugState(2);
+  assert.equal(state.local.length, 2);
+  assert.equal(state.remoteKnown, 3);
+  assert.deepEqual(
+    state.remote.map((r) => r.pod.name),
+    ['p1', 'p3'],
+  );
+  assert.equal(p.debugState().remote.length, 3);
+});
+
 test('nextChange resolves on a change, on its timeout, and at once when aborted', async () => {
   const now = { t: 1000 };
   const p = pool(now);

@@ -1,5 +1,6 @@
 // Reads and validates the agent's config file (at start, and again on each change in static
 // mode), and turns it into typed settings with milliseconds and defaults. Errors name the key, what was expected and what was found.
+import { DEFAULT_PEER_SHORTLIST } from '../pool/pool.ts';
 import { readFileSync } from 'node:fs';
 import { Value } from '@sinclair/typebox/value';
 import { parse as parseYaml } from 'yaml';
@@ -27,6 +28,7 @@ export interface Limits {
   drainTimeoutMs: number;
   scrapeTimeoutMs: number;
   maxWaiting: number;
+  peerShortlist: number;
   classifyMaxChars: number;
   classifyMaxDepth: number;
   classifyMaxValues: number;
@@ -90,6 +92,7 @@ export const DEFAULT_LIMITS: Limits = {
   drainTimeoutMs: 25_000,
   scrapeTimeoutMs: 1_000,
   maxWaiting: 1_000,
+  peerShortlist: DEFAULT_PEER_SHORTLIST,
   classifyMaxChars: DEFAULT_SCAN_LIMITS.maxChars,
   classifyMaxDepth: DEFAULT_SCAN_LIMITS.maxDepth,
   classifyMaxValues: DEFAULT_SCAN_LIMITS.maxNodes,
@@ -263,6 +266,7 @@ export function settingsFromObject(
         ? parseDuration(limits.scrapeTimeout)
         : Math.max(DEFAULT_LIMITS.scrapeTimeoutMs, scrapeIntervalMs),
       maxWaiting: limits.maxWaiting ?? DEFAULT_LIMITS.maxWaiting,
+      peerShortlist: limits.peerShortlist ?? DEFAULT_LIMITS.peerShortlist,
       classifyMaxChars: limits.classifyMaxChars ?? DEFAULT_LIMITS.classifyMaxChars,
       classifyMaxDepth: limits.classifyMaxDepth ?? DEFAULT_LIMITS.classifyMaxDepth,
       classifyMaxValues: limits.classifyMaxValues ?? DEFAULT_LIMITS.classifyMaxValues,

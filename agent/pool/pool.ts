@@ -24,7 +24,15 @@ export interface PoolOptions {
   maxInFlightPerPod?: number;
   now: () => number;
   predictor?: Partial<PredictorOptions>;
+  /**
+   * Peers' pods a decision looks at, per model: the ones predicted fastest when gossip last
+   * changed them (default 32). Keeps a decision's cost flat however many pods the cluster has.
+   */
+  peerShortlist?: number;
 }
+
+/** Default for `PoolOptions.peerShortlist`. */
+export const DEFAULT_PEER_SHORTLIST = 32;
 
 interface LocalPod {
   pod: Pod;
@@ -77,6 +85,9 @@ export class PodPool {
   /** The model of the local pods, and where it learns. */
   readonly #learner: Learner;
   #remote: PodEstimate[] = [];
+  /** Candidate indexes by model, rebuilt when pods come or go (never per request). */
+  #localByModel = new Map<string, LocalPod[]>();
+  #peersByModel = new Map<string, PodEstimate[]>();
   readonly #peerTraffic = new Map<string, PeerTraffic>();
   readonly #waiters = new Set<Waiter>();
   #version = 0;
@@ -133,6 +144,14 @@ export class PodPool {
         });
       }
     }
+    this.#localByModel = new Map();
+    for (const local of this.#local.values()) {
+      for (const model of local.pod.models) {
+        const list = this.#localByModel.get(model);
+        if (list) list.push(local);
+        else this.#localByModel.set(model, [local]);
+      }
+    }
     this.#podsVersion++;
     this.#changed();
   }
@@ -175,70 +194,106 @@ export class PodPool {
       }
     }
     for (const uid of this.#peerTraffic.keys()) if (!live.has(uid)) this.#peerTraffic.delete(uid);
+    this.#peersByModel = this.#shortlists();
     this.#podsVersion++;
     this.#changed();
   }
 
-  candidates(): Candidate[] {
+  /** Per model, the peers' pods predicted fastest for a typical request now, at most `peerShortlist`. */
+  #shortlists(): Map<string, PodEstimate[]> {
+    const limit = this.options.peerShortlist ?? DEFAULT_PEER_SHORTLIST;
+    const byModel = new Map<string, PodEstimate[]>();
+    for (const e of this.#remote) {
+      for (const model of e.pod.models) {
+        const list = byModel.get(model);
+        if (list) list.push(e);
+        else byModel.set(model, [e]);
+      }
+    }
+    const now = this.options.now();
+    for (const [model, list] of byModel) {
+      if (list.length <= limit) continue;
+      const reference = { ...REFERENCE_REQUEST, model };
+      const ranked = list.map((e) => ({ e, ms: predictedTtft(this.#peerCandidate(e, now), reference) }));
+      ranked.sort((a, b) => a.ms - b.ms);
+      byModel.set(
+        model,
+        ranked.slice(0, limit).map((r) => r.e),
+      );
+    }
+    return byModel;
+  }
+
+  /**
+   * Router candidates: with a model, the local pods serving it and that model's peer shortlist
+   * (what a request decides over, at a cost independent of the cluster's size); without one,
+   * every known pod (state views).
+   */
+  candidates(model?: string): Candidate[] {
     const now = this.options.now();
     const out: Candidate[] = [];
-    for (const local of this.#local.values()) {
-      const telemetry = local.telemetry;
-      const load = telemetry?.latest;
-      out.push({
-        pod: local.pod,
-        where: 'local',
-        ageMs: now - (load?.at ?? -Infinity),
-        maxAgeMs: staleAfterMs(this.options.scrapeIntervalMs),
-        healthy: now >= local.unhealthyUntil && local.implausible === undefined,
-        ...(local.implausible !== undefined ? { unhealthyReason: local.implausible } : {}),
-        queuedNow: load?.waiting ?? 0,
-        running: load?.running ?? 0,
-        kvCache: load?.kvCache ?? NaN,
-        average: (metric: WindowedMetric, windowMs: number) => {
-          if (!telemetry) return 0;
-          const window =
-            metric === 'queued' ? telemetry.waiting : metric === 'running' ? telemetry.running : telemetry.kvCache;
-          const value = window.average(windowMs, now);
-          return Number.isNaN(value) ? 0 : value;
-        },
-        params: this.#learner.params(local.pod.uid),
-        embeddingParams: this.#learner.embeddingParams(local.pod.uid),
-        logMargin: (q: number) => this.#learner.logMargin(local.pod.uid, q, (load?.waiting ?? 0) + local.unseenSent),
-        inFlight: local.inFlight,
-        maxInFlight: this.#maxInFlight(local.pod),
-        unseenSent: local.unseenSent,
-        pendingPromptTokens: local.pendingPromptTokens,
-        networkCostMs: 0,
-      });
-    }
-    for (const estimate of this.#remote) {
-      const traffic = this.#peerTraffic.get(estimate.pod.uid);
-      out.push({
-        pod: estimate.pod,
-        where: 'peer',
-        ageMs: Math.max(0, now - estimate.at),
-        maxAgeMs: this.options.peerMaxAgeMs,
-        healthy: now >= (traffic?.unhealthyUntil ?? 0),
-        queuedNow: estimate.queuedNow,
-        running: estimate.running,
-        kvCache: estimate.kvCache,
-        // A peer gossips one reference window; it stands in for whatever window a rule names.
-        average: (metric: WindowedMetric) =>
-          metric === 'queued' ? estimate.queued : metric === 'running' ? estimate.running : estimate.kvCache,
-        params: estimate.params,
-        // Gossip carries one model and no error distribution: a peer's pod is judged with the
-        // node's own calibration (how far this agent's kind of prediction strays), floored cold.
-        logMargin: (q: number) =>
-          this.#learner.logMargin(undefined, q, estimate.queuedNow + (traffic?.unseenSent ?? 0)),
-        inFlight: traffic?.inFlight ?? 0,
-        maxInFlight: this.#maxInFlight(estimate.pod),
-        unseenSent: traffic?.unseenSent ?? 0,
-        pendingPromptTokens: traffic?.pendingPromptTokens ?? 0,
-        networkCostMs: this.options.networkCostMs,
-      });
-    }
+    const locals = model === undefined ? this.#local.values() : (this.#localByModel.get(model) ?? []);
+    for (const local of locals) out.push(this.#localCandidate(local, now));
+    const peers = model === undefined ? this.#remote : (this.#peersByModel.get(model) ?? []);
+    for (const estimate of peers) out.push(this.#peerCandidate(estimate, now));
     return out;
+  }
+
+  #localCandidate(local: LocalPod, now: number): Candidate {
+    const telemetry = local.telemetry;
+    const load = telemetry?.latest;
+    return {
+      pod: local.pod,
+      where: 'local',
+      ageMs: now - (load?.at ?? -Infinity),
+      maxAgeMs: staleAfterMs(this.options.scrapeIntervalMs),
+      healthy: now >= local.unhealthyUntil && local.implausible === undefined,
+      ...(local.implausible !== undefined ? { unhealthyReason: local.implausible } : {}),
+      queuedNow: load?.waiting ?? 0,
+      running: load?.running ?? 0,
+      kvCache: load?.kvCache ?? NaN,
+      average: (metric: WindowedMetric, windowMs: number) => {
+        if (!telemetry) return 0;
+        const window =
+          metric === 'queued' ? telemetry.waiting : metric === 'running' ? telemetry.running : telemetry.kvCache;
+        const value = window.average(windowMs, now);
+        return Number.isNaN(value) ? 0 : value;
+      },
+      params: this.#learner.params(local.pod.uid),
+      embeddingParams: this.#learner.embeddingParams(local.pod.uid),
+      logMargin: (q: number) => this.#learner.logMargin(local.pod.uid, q, (load?.waiting ?? 0) + local.unseenSent),
+      inFlight: local.inFlight,
+      maxInFlight: this.#maxInFlight(local.pod),
+      unseenSent: local.unseenSent,
+      pendingPromptTokens: local.pendingPromptTokens,
+      networkCostMs: 0,
+    };
+  }
+
+  #peerCandidate(estimate: PodEstimate, now: number): Candidate {
+    const traffic = this.#peerTraffic.get(estimate.pod.uid);
+    return {
+      pod: estimate.pod,
+      where: 'peer',
+      ageMs: Math.max(0, now - estimate.at),
+      maxAgeMs: this.options.peerMaxAgeMs,
+      healthy: now >= (traffic?.unhealthyUntil ?? 0),
+      queuedNow: estimate.queuedNow,
+      running: estimate.running,
+      kvCache: estimate.kvCache,
+      // A peer gossips one reference window; it stands in for whatever window a rule names.
+      average: (metric: WindowedMetric) =>
+        metric === 'queued' ? estimate.queued : metric === 'running' ? estimate.running : estimate.kvCache,
+      params: estimate.params,
+      // Gossip carries one model and no error distribution: a peer's pod is judged with the
+      // node's own calibration (how far this agent's kind of prediction strays), floored cold.
+      logMargin: (q: number) => this.#learner.logMargin(undefined, q, estimate.queuedNow + (traffic?.unseenSent ?? 0)),
+      inFlight: traffic?.inFlight ?? 0,
+      maxInFlight: this.#maxInFlight(estimate.pod),
+      unseenSent: traffic?.unseenSent ?? 0,
+      pendingPromptTokens: traffic?.pendingPromptTokens ?? 0,
+      networkCostMs: this.options.networkCostMs,
+    };
   }
 
   /** What this agent gossips about its own pods (the gossip state numbers the versions). */
@@ -352,10 +407,18 @@ export class PodPool {
     });
   }
 
-  /** Per-pod details for /debug/state and the dashboard, with each pod's prediction now. */
-  debugState() {
+  /**
+   * Per-pod details for /debug/state and the dashboard, with each pod's prediction now: every
+   * local pod, and the `maxPeerPods` peers' pods predicted fastest (`remoteKnown` says how many
+   * there are), so the view's size stays bounded however large the cluster.
+   */
+  debugState(maxPeerPods = Infinity) {
     const now = this.options.now();
     const predicted = new Map(this.candidates().map((c) => [c.pod.uid, predictedTtft(c, REFERENCE_REQUEST)]));
+    const remote =
+      this.#remote.length <= maxPeerPods
+        ? this.#remote
+        : this.#remote.toSorted((a, b) => predicted.get(a.pod.uid)! - predicted.get(b.pod.uid)!).slice(0, maxPeerPods);
     return {
       referencePromptTokens: REFERENCE_REQUEST.promptTokens,
       local: [...this.#local.values()].map((l) => ({
@@ -370,7 +433,8 @@ export class PodPool {
         predictedTtftMs: predicted.get(l.pod.uid),
         ...this.#learner.stats(l.pod.uid),
       })),
-      remote: this.#remote.map((e) => ({
+      remoteKnown: this.#remote.length,
+      remote: remote.map((e) => ({
         ...e,
         ageMs: now - e.at,
         traffic: this.#peerTraffic.get(e.pod.uid),

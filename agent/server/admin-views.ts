@@ -14,6 +14,9 @@ import type { RequestPath } from './inference.ts';
 import type { Metrics } from './metrics.ts';
 import { parseInferenceRequest, RequestError } from './request.ts';
 
+/** Peers' pods /debug/state lists by default (the fastest predicted); `?peers=N` asks for more. */
+export const DEFAULT_STATE_PEER_PODS = 100;
+
 export interface AdminViewsDeps {
   node: string;
   discoveryMode: string;
@@ -63,8 +66,8 @@ export function adminViews(deps: AdminViewsDeps): Pick<AdminDeps, 'readiness' | 
     }
     return { total, byRoute };
   };
-  const state = async () => {
-    const pods = pool.debugState();
+  const state = async (maxPeerPods = DEFAULT_STATE_PEER_PODS) => {
+    const pods = pool.debugState(maxPeerPods);
     const policies = callers.policies;
     return {
       node: deps.node,

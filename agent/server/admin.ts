@@ -31,7 +31,8 @@ export interface Readiness {
 export interface AdminDeps {
   metrics: Metrics;
   readiness(): Readiness;
-  state(): Promise<unknown>;
+  /** At most `maxPeerPods` peers' pods (the fastest predicted) are listed. */
+  state(maxPeerPods?: number): Promise<unknown>;
   explain(query: {
     model: string;
     tenant?: string;
@@ -57,7 +58,15 @@ export function createAdminApp(deps: AdminDeps): Hono {
     const body = await deps.metrics.registry.metrics();
     return c.body(body, 200, { 'content-type': deps.metrics.registry.contentType });
   });
-  app.get('/debug/state', async (c) => c.json((await deps.state()) as object));
+  app.get('/debug/state', async (c) => {
+    const peers = c.req.query('peers');
+    if (peers !== undefined && !/^\d{1,6}$/.test(peers))
+      return errorResponse(400, "'peers' must be a whole number of peers' pods to list", {
+        param: 'peers',
+        code: 'invalid_value',
+      });
+    return c.json((await deps.state(peers === undefined ? undefined : Number(peers))) as object);
+  });
   app.get('/explain', (c) => {
     const model = c.req.query('model');
     if (!model) return errorResponse(400, "query parameter 'model' is required", { param: 'model' });

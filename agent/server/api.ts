@@ -1,6 +1,7 @@
 // The OpenAI-compatible listener. Thin: each route hands the raw Request to the request path.
 import { Hono } from 'hono';
 import { getConnInfo } from '@hono/node-server/conninfo';
+import type { HttpBindings } from '@hono/node-server';
 import { errorResponse } from '../../shared/openai/errors.ts';
 import { describeUnexpected } from '../../shared/describe-error.ts';
 import type { RequestPath } from './inference.ts';
@@ -18,8 +19,9 @@ export interface ApiDeps {
   log(level: 'error', message: string): void;
 }
 
-export function createApiApp(deps: ApiDeps): Hono {
-  const app = new Hono();
+export function createApiApp(deps: ApiDeps): Hono<{ Bindings: Partial<HttpBindings> }> {
+  // Served on node:http, `incoming` is the request's socket stream: bodies are read from it directly.
+  const app = new Hono<{ Bindings: Partial<HttpBindings> }>();
   const remoteIp = (c: Parameters<typeof getConnInfo>[0]) => {
     try {
       return getConnInfo(c).remote.address;
@@ -43,11 +45,11 @@ export function createApiApp(deps: ApiDeps): Hono {
     await next();
   });
   for (const [kind, path] of Object.entries(API_PATHS) as [RequestKind, string][]) {
-    app.post(`/v1/${path}`, (c) => deps.requestPath.handle(kind, c.req.raw, remoteIp(c)));
+    app.post(`/v1/${path}`, (c) => deps.requestPath.handle(kind, c.req.raw, remoteIp(c), c.env?.incoming));
   }
   for (const path of PASSTHROUGH_PATHS) {
     const api = path.replace(/^\/v\d\//, '/').slice(1); // the metric's api label: rerank, audio/speech, …
-    app.post(path, (c) => handlePassthrough(deps.requestPath, api, c.req.raw, remoteIp(c)));
+    app.post(path, (c) => handlePassthrough(deps.requestPath, api, c.req.raw, remoteIp(c), c.env?.incoming));
   }
   app.get('/v1/models', (c) => {
     const created = Math.floor(Date.now() / 1000);

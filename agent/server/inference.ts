@@ -6,6 +6,7 @@ import { describeUnexpected } from '../../shared/describe-error.ts';
 import { endOnSignal, relayStream, readRest } from '../forward/relay.ts';
 import { sendToPod, type PodTimeouts } from '../forward/pod.ts';
 import type { Agent as Dispatcher } from 'undici';
+import type { Readable } from 'node:stream';
 import { estimatePromptTokens } from '../predict/tokens.ts';
 import { candidateName, decide, type Decision, type LeaveVerdict } from '../route/router.ts';
 import type { Candidate } from '../route/candidate.ts';
@@ -61,7 +62,8 @@ export interface RequestPathDeps {
   policyFor(identity: Identity, model: string): EffectivePolicy;
   leaveVerdict(policy: EffectivePolicy, request: RouteRequest): LeaveVerdict;
   pool: {
-    candidates(): Candidate[];
+    /** The candidates for a request for `model` (local pods serving it, its peer shortlist). */
+    candidates(model: string): Candidate[];
     /** Bookkeeping for one request sent to a pod; returns hooks for its first byte and end. */
     begin(
       c: Candidate,
@@ -159,7 +161,7 @@ export class RequestPath {
     return decide({
       request,
       policy,
-      candidates: this.deps.pool.candidates(),
+      candidates: this.deps.pool.candidates(request.model),
       leave: this.deps.leaveVerdict(policy, request),
       rand: this.deps.rand,
     });
@@ -217,7 +219,9 @@ export class RequestPath {
       policy: r.policy === undefined ? 'none' : this.#policyLabel.value(r.policy),
     });
     response.headers.set('x-request-id', requestId);
-    if (response.body && response.headers.get('content-type')?.includes('event-stream')) {
+    // Content type first: reading `.body` of a whole (bytes) answer would turn @hono/node-server's
+    // light Response into a web one, whose body is then copied and read back through a web stream.
+    if (response.headers.get('content-type')?.includes('event-stream') && response.body) {
       const body = endOnSignal(
         response.body,
         this.#drainDeadline.signal,
@@ -234,15 +238,22 @@ export class RequestPath {
     });
   }
 
-  handle(kind: RequestKind, req: Request, remoteIp: string | undefined): Promise<Response> {
-    return this.serve(kind, req, (ctx) => this.#handle(kind, req, remoteIp, ctx));
+  /** `incoming`: the request's node stream when served on node:http, read instead of `req.body`. */
+  handle(kind: RequestKind, req: Request, remoteIp: string | undefined, incoming?: Readable): Promise<Response> {
+    return this.serve(kind, req, (ctx) => this.#handle(kind, req, remoteIp, ctx, incoming));
   }
 
-  async #handle(kind: RequestKind, req: Request, remoteIp: string | undefined, ctx: RequestContext): Promise<Response> {
+  async #handle(
+    kind: RequestKind,
+    req: Request,
+    remoteIp: string | undefined,
+    ctx: RequestContext,
+    incoming: Readable | undefined,
+  ): Promise<Response> {
     const deps = this.deps;
     const record = ctx.record;
     // Pods get the client's bytes as they came: no re-serialisation on the hot path.
-    const body = await readBoundedBody(req, deps.limits.maxBodyBytes);
+    const body = await readBoundedBody(req, deps.limits.maxBodyBytes, incoming);
     const parsed = parseInferenceRequest(kind, body, deps.limits.maxJsonDepth);
     if (!deps.isKnownModel(parsed.model)) {
       throw new RequestError(404, `The model \`${parsed.model}\` does not exist.`, 'model', 'model_not_found');
@@ -267,7 +278,7 @@ export class RequestPath {
 
     for (;;) {
       const leave = deps.leaveVerdict(policy, request);
-      const candidates = deps.pool.candidates().filter((c) => !tried.has(c.pod.uid));
+      const candidates = deps.pool.candidates(request.model).filter((c) => !tried.has(c.pod.uid));
       const decision = decide({ request, policy, candidates, leave, waitedMs: deps.now() - started, rand: deps.rand });
       for (const d of decision.dropped) deps.metrics.dropped.inc({ reason: d.reason });
 

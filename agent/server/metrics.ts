@@ -6,40 +6,58 @@ const TTFT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5
 
 export interface PodPrediction {
   pod: string;
-  where: 'local' | 'peer';
   seconds: number;
+}
+
+/** Predictions for /metrics: one series per local pod, one per peer node (its fastest pod). */
+export interface PodPredictions {
+  local: PodPrediction[];
+  peerNodes: { node: string; seconds: number }[];
 }
 
 export interface MetricsOptions {
   defaultMetrics?: boolean;
-  /** Read at scrape time: each known pod's predicted TTFT for a reference request. */
-  podPredictions?: () => PodPrediction[];
+  /** Read at scrape time: each local pod's and each peer node's predicted TTFT for a reference request. */
+  podPredictions?: () => PodPredictions;
   /** Read at scrape time: is discovery connected to its source now? */
   discoveryConnected?: () => boolean;
 }
 
-/** Each pod's prediction as the pool's state shows it: local pods by name, peers' as node/name. */
-export function podPredictionsOf(state: {
-  local: readonly { pod: { name: string }; predictedTtftMs?: number }[];
-  remote: readonly { pod: { node: string; name: string }; predictedTtftMs?: number }[];
-}): PodPrediction[] {
-  return [
-    ...state.local.map((p) => ({
-      pod: p.pod.name,
-      where: 'local' as const,
-      seconds: (p.predictedTtftMs ?? NaN) / 1000,
-    })),
-    ...state.remote.map((p) => ({
-      pod: `${p.pod.node}/${p.pod.name}`,
-      where: 'peer' as const,
-      seconds: (p.predictedTtftMs ?? NaN) / 1000,
-    })),
-  ];
+/**
+ * The pool's predictions as /metrics exports them: local pods by name; peers' pods folded into
+ * their node (its fastest pod), and only the `maxNodes` fastest nodes, so the page's size does
+ * not grow with the cluster.
+ */
+export function podPredictionsOf(
+  state: {
+    local: readonly { pod: { name: string }; predictedTtftMs?: number }[];
+    remote: readonly { pod: { node: string }; predictedTtftMs?: number }[];
+  },
+  maxNodes: number,
+): PodPredictions {
+  const fastest = new Map<string, number>();
+  for (const p of state.remote) {
+    const ms = p.predictedTtftMs ?? NaN;
+    const best = fastest.get(p.pod.node);
+    if (best === undefined || ms < best || Number.isNaN(best)) fastest.set(p.pod.node, ms);
+  }
+  const known = (s: number) => (Number.isNaN(s) ? Infinity : s);
+  const peerNodes = [...fastest]
+    .map(([node, ms]) => ({ node, seconds: ms / 1000 }))
+    .sort((a, b) => known(a.seconds) - known(b.seconds))
+    .slice(0, maxNodes);
+  return {
+    local: state.local.map((p) => ({ pod: p.pod.name, seconds: (p.predictedTtftMs ?? NaN) / 1000 })),
+    peerNodes,
+  };
 }
 
 export function createMetrics(options: MetricsOptions = {}) {
   const registry = new Registry();
   if (options.defaultMetrics) collectDefaultMetrics({ register: registry, prefix: 'kinference_' });
+  // Read by the pod gauge's collect, written out by the peer-node gauge's (registered after it):
+  // one read of the pool per scrape for both.
+  let peerNodes: PodPredictions['peerNodes'] = [];
   const m = {
     registry,
     requests: new Counter({
@@ -118,13 +136,25 @@ export function createMetrics(options: MetricsOptions = {}) {
     }),
     podPredictedTtft: new Gauge({
       name: 'kinference_pod_predicted_ttft_seconds',
-      help: 'Predicted TTFT of a 256-token prompt at each known pod, now.',
+      help: 'Predicted TTFT of a 256-token prompt at each local pod, now (peers: kinference_peer_node_predicted_ttft_seconds).',
       labelNames: ['pod', 'where'] as const,
       registers: [registry],
       collect() {
         if (!options.podPredictions) return;
+        const predictions = options.podPredictions();
         this.reset(); // pods that left take their series with them
-        for (const p of options.podPredictions()) this.set({ pod: p.pod, where: p.where }, p.seconds);
+        for (const p of predictions.local) this.set({ pod: p.pod, where: 'local' }, p.seconds);
+        peerNodes = predictions.peerNodes;
+      },
+    }),
+    peerNodePredictedTtft: new Gauge({
+      name: 'kinference_peer_node_predicted_ttft_seconds',
+      help: "Predicted TTFT of a 256-token prompt at each peer node's fastest pod, now; the fastest nodes only (limits.maxLabelValues).",
+      labelNames: ['node'] as const,
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const n of peerNodes) this.set({ node: n.node }, n.seconds);
       },
     }),
     inFlight: new Gauge({

@@ -2,6 +2,7 @@
 // the client's bytes, multipart included, go to the least-loaded pod serving the model, with the
 // agent's own pod credentials and the request's id and trace context. They never leave the
 // cluster: providers are not asked, so no policy decides anything here beyond who is calling.
+import type { Readable } from 'node:stream';
 import { errorResponse } from '../../shared/openai/errors.ts';
 import { relayStream, readRest } from '../forward/relay.ts';
 import { sendToPod } from '../forward/pod.ts';
@@ -58,8 +59,9 @@ export function handlePassthrough(
   api: string,
   req: Request,
   remoteIp: string | undefined,
+  incoming?: Readable,
 ): Promise<Response> {
-  return path.serve(api, req, (ctx) => passthrough(path, req, remoteIp, ctx));
+  return path.serve(api, req, (ctx) => passthrough(path, req, remoteIp, ctx, incoming));
 }
 
 async function passthrough(
@@ -67,10 +69,11 @@ async function passthrough(
   req: Request,
   remoteIp: string | undefined,
   ctx: RequestContext,
+  incoming: Readable | undefined,
 ): Promise<Response> {
   const deps = path.deps;
   const contentType = req.headers.get('content-type') ?? 'application/json';
-  const body = await readBoundedBody(req, deps.limits.maxBodyBytes);
+  const body = await readBoundedBody(req, deps.limits.maxBodyBytes, incoming);
   const model = await modelOf(contentType, body);
   if (!deps.isKnownModel(model))
     throw new RequestError(404, `The model \`${model}\` does not exist.`, 'model', 'model_not_found');
@@ -83,14 +86,14 @@ async function passthrough(
   const tried = new Set<string>();
   for (let attempt = 0; ; attempt++) {
     let candidate = leastLoaded(
-      deps.pool.candidates().filter((c) => !tried.has(c.pod.uid)),
+      deps.pool.candidates(model).filter((c) => !tried.has(c.pod.uid)),
       model,
       deps.rand,
     );
     while (!candidate && attempt === 0 && deps.now() - ctx.started < waitMaxMs) {
       const woke = await path.waitForChange(waitMaxMs - (deps.now() - ctx.started), req.signal, ctx.record);
       if (woke !== 'change') break;
-      candidate = leastLoaded(deps.pool.candidates(), model, deps.rand);
+      candidate = leastLoaded(deps.pool.candidates(model), model, deps.rand);
     }
     if (!candidate) {
       if (attempt > 0) return podsFailed(attempt, ctx.lastPodError);

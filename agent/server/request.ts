@@ -1,5 +1,6 @@
 // Ingress: read a bounded body, parse it, and check the fields routing depends on. Everything
 // else passes through to the model server untouched (it knows its own sampling parameters).
+import type { Readable } from 'node:stream';
 import type { RequestKind } from '../types.ts';
 
 export class RequestError extends Error {
@@ -14,11 +15,14 @@ export class RequestError extends Error {
   }
 }
 
-/** The body as bytes, refusing (413) past `limit` without reading the rest into memory. */
-export async function readBoundedBody(req: Request, limit: number): Promise<Uint8Array> {
+/**
+ * The body as bytes, refusing (413) past `limit` without reading the rest into memory. Served on
+ * node:http, `incoming` (the request's socket stream) is read directly: no web-stream hop per chunk.
+ */
+export async function readBoundedBody(req: Request, limit: number, incoming?: Readable): Promise<Uint8Array> {
   const declared = Number(req.headers.get('content-length') ?? NaN);
-  if (declared > limit)
-    throw new RequestError(413, `request body is ${declared} bytes; the limit is ${limit}`, null, 'body_too_large');
+  if (declared > limit) throw tooLarge(`request body is ${declared} bytes; the limit is ${limit}`);
+  if (incoming) return readIncoming(incoming, limit);
   if (!req.body) return new Uint8Array();
   const reader = req.body.getReader();
   const chunks: Uint8Array[] = [];
@@ -29,11 +33,41 @@ export async function readBoundedBody(req: Request, limit: number): Promise<Uint
     total += value.byteLength;
     if (total > limit) {
       await reader.cancel().catch(() => {});
-      throw new RequestError(413, `request body exceeds the limit of ${limit} bytes`, null, 'body_too_large');
+      throw tooLarge(`request body exceeds the limit of ${limit} bytes`);
     }
     chunks.push(value);
   }
   return Buffer.concat(chunks);
+}
+
+const tooLarge = (message: string) => new RequestError(413, message, null, 'body_too_large');
+
+function readIncoming(incoming: Readable, limit: number): Promise<Uint8Array> {
+  if (incoming.readableEnded) return Promise.resolve(new Uint8Array());
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let total = 0;
+    const done = () => {
+      incoming.off('data', onData).off('end', onEnd).off('close', onClose).off('error', onClose);
+    };
+    const onData = (chunk: Buffer) => {
+      total += chunk.length;
+      if (total <= limit) return void chunks.push(chunk);
+      // Stop keeping it; the rest flows on and is discarded, so the 413 still reaches the client.
+      done();
+      incoming.resume();
+      reject(tooLarge(`request body exceeds the limit of ${limit} bytes`));
+    };
+    const onEnd = () => {
+      done();
+      resolve(Buffer.concat(chunks, total));
+    };
+    const onClose = () => {
+      done();
+      reject(new RequestError(499, 'client closed the request before its body ended', null, 'client_closed'));
+    };
+    incoming.on('data', onData).once('end', onEnd).once('close', onClose).once('error', onClose);
+  });
 }
 
 /** Default for `limits.maxJsonDepth`: real chat bodies (tool schemas included) nest < 20 deep. */

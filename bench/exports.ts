@@ -1,0 +1,61 @@
+// What the agent's exports weigh as the cluster grows: the /metrics page and the /debug/state JSON
+// at 10 to 8,000 known pods (8 local, the rest on peers' nodes, 8 to a node), built by the
+// production code (the pool's state, the metrics registry). "before" exports a series per peer
+// pod, as the agent did until issue 13. Run: npm run bench:exports
+import { createMetrics, podPredictionsOf } from '../agent/server/metrics.ts';
+import { DEFAULT_STATE_PEER_PODS } from '../agent/server/admin-views.ts';
+import { DEFAULT_LIMITS } from '../agent/config/load.ts';
+import { poolKnowing } from './known-pods.ts';
+import type { Candidate } from '../agent/route/candidate.ts';
+
+const local = (n: number): Candidate[] =>
+  Array.from({ length: n }, (_, i) => ({
+    pod: {
+      uid: `ns/pod-${i}`,
+      name: `pod-${i}`,
+      namespace: 'ns',
+      node: 'here',
+      address: `10.0.0.${i}:8000`,
+      models: ['llama-3-8b'],
+    },
+    where: 'local',
+    ageMs: 0,
+    maxAgeMs: 200,
+    healthy: true,
+    queuedNow: 0,
+    running: 0,
+    kvCache: 0,
+    average: () => 0,
+    params: { base: 20, perQueued: 180, perRunning: 3, perKPromptTokens: 260 },
+    inFlight: 0,
+    unseenSent: 0,
+    pendingPromptTokens: 0,
+    networkCostMs: 0,
+  }));
+
+const kb = (bytes: number) => `${(bytes / 1024).toFixed(1)} KB`;
+const rows = [];
+for (const known of [10, 100, 1000, 8000]) {
+  const pool = poolKnowing(known, local(Math.min(known, 8)));
+  const now = createMetrics({
+    podPredictions: () => podPredictionsOf(pool.debugState(), DEFAULT_LIMITS.maxLabelValues),
+  });
+  const before = createMetrics({
+    podPredictions: () => {
+      const state = pool.debugState();
+      const all = [
+        ...state.local,
+        ...state.remote.map((r) => ({ ...r, pod: { ...r.pod, name: `${r.pod.node}/${r.pod.name}` } })),
+      ];
+      return podPredictionsOf({ local: all, remote: [] }, 0);
+    },
+  });
+  rows.push({
+    'known pods': known,
+    '/metrics before': kb((await before.registry.metrics()).length),
+    '/metrics now': kb((await now.registry.metrics()).length),
+    '/debug/state pods before': kb(JSON.stringify(pool.debugState()).length),
+    '/debug/state pods now': kb(JSON.stringify(pool.debugState(DEFAULT_STATE_PEER_PODS)).length),
+  });
+}
+console.table(rows);

@@ -1,0 +1,50 @@
+// A pod pool as a large cluster fills it, for the benches that measure what grows with it.
+import { PodPool } from '../agent/pool/pool.ts';
+import type { Candidate } from '../agent/route/candidate.ts';
+import { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
+import type { PodEstimate, PodLoad } from '../agent/types.ts';
+
+/** A pool that knows `known` pods: `local` on this node (scraped), the rest gossiped by peers,
+ *  `podsPerNode` to a node; a quarter of the peers' pods serve another model. */
+export function poolKnowing(known: number, local: readonly Candidate[], podsPerNode = 8): PodPool {
+  const now = 1_000_000;
+  const pool = new PodPool({
+    node: 'here',
+    scrapeIntervalMs: 100,
+    peerMaxAgeMs: 3000,
+    networkCostMs: 2,
+    referenceWindowMs: 30_000,
+    failureCooldownMs: 1000,
+    now: () => now,
+  });
+  pool.setLocalPods(local.map((c) => ({ ...c.pod, node: 'here' })));
+  local.forEach((c, i) => {
+    const telemetry = new PodTelemetry();
+    const load: PodLoad = { at: now - 40, engine: 'vllm', waiting: i % 4, running: (i * 7) % 16, kvCache: 0.4 };
+    telemetry.record(load);
+    pool.recordLoad(c.pod.uid, load, telemetry);
+  });
+  const peers: PodEstimate[] = [];
+  for (let i = local.length; i < known; i++) {
+    peers.push({
+      pod: {
+        uid: `peer/pod-${i}`,
+        name: `pod-${i}`,
+        namespace: 'ns',
+        node: `node-${Math.floor(i / podsPerNode)}`,
+        address: `10.${i >> 16}.${(i >> 8) & 255}.${i & 255}:8000`,
+        models: [i % 4 === 0 ? 'mistral-7b' : 'llama-3-8b'],
+      },
+      queued: i % 4,
+      queuedNow: i % 4,
+      running: (i * 7) % 16,
+      kvCache: 0.4,
+      params: { base: 20 + (i % 3), perQueued: 180, perRunning: 3, perKPromptTokens: 260 },
+      at: now - 500,
+      origin: `node-${Math.floor(i / podsPerNode)}`,
+      version: 1,
+    });
+  }
+  pool.setRemote(peers);
+  return pool;
+}
