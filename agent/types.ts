@@ -1,6 +1,8 @@
 // The core data of DESIGN.md. Plain data only: the pure core (classify, policy, predict, route)
 // and the I/O shells (server, telemetry, forward, providers, gossip, cluster) exchange these.
 
+import type { BudgetLimit, PriorityPolicy } from './budget/limits.ts';
+
 export type Engine = 'vllm' | 'tgi' | 'sglang';
 export const ENGINES: readonly Engine[] = ['vllm', 'tgi', 'sglang'];
 
@@ -102,4 +104,8 @@ export interface EffectivePolicy {
   exclude: ExcludeRule[];
   overflow: { providers: string[]; denyTags: string[]; denyTenants: string[] };
   waitMaxMs: number;
+  /** Overflow limits per tenant (the policy's and the floor's; each holds). Absent: none. */
+  budget?: readonly BudgetLimit[];
+  /** Waiting order; absent: standard, header ignored. */
+  priority?: PriorityPolicy;
 }

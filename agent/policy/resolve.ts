@@ -36,6 +36,7 @@
 import type { EffectivePolicy, ExcludeRule } from '../types.ts';
 import { isDuration, parseDuration } from '../config/duration.ts';
 import type { InferencePolicy } from './schema.ts';
+import { budgetLoosenings, type BudgetLimit } from '../budget/limits.ts';
 
 export const ANNOTATIONS = {
   policy: 'kinference.io/policy',
@@ -59,6 +60,8 @@ export interface Floor {
   overflowAllowed: boolean;
   /** May a caller whose namespace is unknown follow the cluster-wide policy (else: never leaves)? */
   unidentifiedMayLeave: boolean;
+  /** The most any tenant may overflow (every setter's limits hold); empty: no cap. */
+  overflowBudget: readonly BudgetLimit[];
   /** The cluster-wide policies that set it (empty: the built-in floor), for messages. */
   sources: readonly string[];
 }
@@ -68,6 +71,7 @@ export const BUILTIN_FLOOR: Floor = deepFreeze({
   denyTenants: [],
   overflowAllowed: true,
   unidentifiedMayLeave: false,
+  overflowBudget: [],
   sources: [],
 });
 
@@ -80,6 +84,7 @@ export function floorOf(policies: readonly InferencePolicy[]): Floor {
   let maxSloTtftMs: number | undefined;
   let overflowAllowed = true;
   let unidentifiedMayLeave = true;
+  const overflowBudget: BudgetLimit[] = [];
   for (const policy of setters) {
     const g = policy.spec.guardrails!;
     for (const t of g.deny?.tags ?? DEFAULT_DENY_TAGS) tags.add(t);
@@ -87,8 +92,9 @@ export function floorOf(policies: readonly InferencePolicy[]): Floor {
     if (g.maxSloTtft !== undefined) maxSloTtftMs = Math.min(maxSloTtftMs ?? Infinity, parseDuration(g.maxSloTtft));
     if (g.overflow === 'deny') overflowAllowed = false;
     if (g.unidentifiedCallers !== 'policy') unidentifiedMayLeave = false;
+    overflowBudget.push(...(g.overflowBudget?.limits ?? []));
   }
-  return deepFreeze({ denyTags: [...tags].sort(), denyTenants: [...tenants].sort(), maxSloTtftMs, overflowAllowed, unidentifiedMayLeave, sources: setters.map(policyKey) });
+  return deepFreeze({ denyTags: [...tags].sort(), denyTenants: [...tenants].sort(), maxSloTtftMs, overflowAllowed, unidentifiedMayLeave, overflowBudget, sources: setters.map(policyKey) });
 }
 
 function floorName(floor: Floor): string {
@@ -114,6 +120,9 @@ export function guardrailViolations(policy: InferencePolicy, floor: Floor): Poli
   if (!floor.overflowAllowed && (spec.overflow?.providers?.length ?? 0) > 0) {
     issues.push({ severity: 'error', path: 'spec.overflow.providers', message: `${floorName(floor)} forbids overflow; a namespace policy may not list providers` });
   }
+  for (const loosening of budgetLoosenings(spec.overflow?.budget?.limits ?? [], floor.overflowBudget)) {
+    issues.push({ severity: 'error', path: 'spec.overflow.budget', message: `${loosening} (${floorName(floor)}); a namespace policy may only set tighter limits` });
+  }
   return issues.map((issue) => ({ ...issue, index: -1 }));
 }
 
@@ -123,9 +132,12 @@ export function applyFloor(policy: EffectivePolicy, floor: Floor): EffectivePoli
   const tenants = floor.denyTenants.filter((t) => !policy.overflow.denyTenants.includes(t));
   const capSlo = floor.maxSloTtftMs !== undefined && policy.sloTtftMs > floor.maxSloTtftMs;
   const dropProviders = !floor.overflowAllowed && policy.overflow.providers.length > 0;
-  if (tags.length === 0 && tenants.length === 0 && !capSlo && !dropProviders) return policy;
+  const capBudget = floor.overflowBudget.some((cap) => !policy.budget?.includes(cap));
+  if (tags.length === 0 && tenants.length === 0 && !capSlo && !dropProviders && !capBudget) return policy;
   return deepFreeze({
     ...policy,
+    // Floor limits are added once (they are the same objects), so applying the floor twice is a no-op.
+    ...(capBudget ? { budget: [...(policy.budget ?? []), ...floor.overflowBudget.filter((cap) => !policy.budget?.includes(cap))] } : {}),
     exclude: policy.exclude.map((rule) => ({ ...rule })),
     sloTtftMs: capSlo ? floor.maxSloTtftMs! : policy.sloTtftMs,
     overflow: {
@@ -184,6 +196,8 @@ export function effectiveOf(policy: InferencePolicy): EffectivePolicy {
       denyTenants: [...(spec.overflow?.deny?.tenants ?? [])],
     },
     waitMaxMs: spec.wait?.max !== undefined ? parseDuration(spec.wait.max) : DEFAULT_WAIT_MAX_MS,
+    ...(spec.overflow?.budget ? { budget: spec.overflow.budget.limits.map((limit) => ({ ...limit })) } : {}),
+    ...(spec.priority ? { priority: { class: spec.priority.class ?? 'standard', header: [...(spec.priority.header ?? [])] } } : {}),
   };
 }
 
