@@ -22,8 +22,8 @@ function sync(a: BudgetLedger, b: BudgetLedger): void {
   for (const [from, to] of [[a, b], [b, a]] as const) {
     const known = to.versions();
     for (const [origin, version] of from.versions()) {
-      const delta = from.deltaSince(origin, known.get(origin) ?? 0);
-      if (delta.length > 0) to.merge(origin, delta, version);
+      const held = known.get(origin) ?? 0;
+      if (held < version) to.merge(origin, held, version, from.deltaSince(origin, held));
     }
   }
 }
@@ -94,7 +94,9 @@ test('three agents: the sum over origins is exact once synced, whatever the orde
   syncAll(agents);
   syncAll(agents); // repeated: merging the same versions again changes nothing
   // And an old delta arriving late does not roll a counter back.
-  agents[1].merge('a/1', agents[0].deltaSince('a/1', 0).map((ctr) => ({ ...ctr, tokens: 0, version: 1 })), 1);
+  agents[1].merge('a/1', 0, 1, agents[0].deltaSince('a/1', 0).map((ctr) => ({ ...ctr, tokens: 0, version: 1 })));
+  // A delta that would leave a gap is refused.
+  assert.equal(agents[1].merge('c/1', 99, 100, []), false);
   for (const l of agents) assert.deepEqual(l.spent('t', 'day'), { tokens: 5 * 100 + 5 * 200 + 5 * 300, requests: 15 });
 });
 
@@ -231,10 +233,10 @@ test('bounded and defensive: malformed counters, our own origin, and origins pas
   const c = clock();
   const l = ledger('a/1', c.now, { maxOrigins: 2, maxCounters: 4 });
   const good = { tenant: 't', window: 'hour' as const, epoch: Math.floor(T0 / 3_600_000), provider: 'p', tokens: 5, requests: 1, pendingTokens: 0, pendingRequests: 0, version: 1, changedAt: T0 };
-  l.merge('b/1', [{ ...good, tokens: -1 }, { ...good, tokens: 1.5 }, { ...good, window: 'week' as 'hour' }, { ...good, epoch: good.epoch + 5 }, good], 1);
+  l.merge('b/1', 0, 1, [{ ...good, tokens: -1 }, { ...good, tokens: 1.5 }, { ...good, window: 'week' as 'hour' }, { ...good, epoch: good.epoch + 5 }, good]);
   assert.equal(l.dropped, 4);
-  l.merge('a/1', [{ ...good, tokens: 1e6, version: 99 }], 99);
-  l.merge('c/1', [good], 1);
+  l.merge('a/1', 0, 99, [{ ...good, tokens: 1e6, version: 99 }]);
+  l.merge('c/1', 0, 1, [good]);
   assert.equal(l.size.origins, 2);
   assert.equal(l.spent('t', 'hour').tokens, 5);
 });

@@ -230,27 +230,29 @@ export class BudgetLedger {
   }
 
   /**
-   * Apply counters of another origin (from gossip). `to`: the origin's version they bring us
-   * to. Newer versions replace older ones; anything about our own origin, an ended window, or
-   * past the bounds is ignored.
+   * Apply counters of another origin (from gossip) that changed in (from, to]. Newer versions
+   * replace older ones; anything about our own origin, an ended window, or past the bounds is
+   * ignored. A delta starting past the version we hold would leave a gap we would never ask for
+   * again: it is refused (false), and the next exchange asks from where we are.
    */
-  merge(origin: string, counters: readonly Counter[], to: number): void {
-    if (origin === this.origin) return;
+  merge(origin: string, from: number, to: number, counters: readonly Counter[]): boolean {
+    if (origin === this.origin) return false;
     const now = this.#o.now();
     let state = this.#origins.get(origin);
+    if ((state?.version ?? 0) < from) return false;
     if (!state) {
       if (this.#origins.size >= this.#o.maxOrigins) {
         this.dropped += counters.length;
-        return;
+        return false;
       }
       state = { version: 0, heardAt: now, counters: new Map() };
       this.#origins.set(origin, state);
     }
     state.heardAt = now;
-    state.version = Math.max(state.version, to, ...counters.map((c) => (Number.isSafeInteger(c.version) ? c.version : 0)));
+    state.version = Math.max(state.version, to);
     for (const counter of counters) {
       // Ended windows are gone everywhere; a window more than one ahead is a broken clock or a lie.
-      if (!validCounter(counter) || counter.epoch < epochOf(counter.window, now) || counter.epoch > epochOf(counter.window, now) + 1) {
+      if (!validCounter(counter) || counter.version <= from || counter.version > to || counter.epoch < epochOf(counter.window, now) || counter.epoch > epochOf(counter.window, now) + 1) {
         this.dropped++;
         continue;
       }
@@ -264,6 +266,7 @@ export class BudgetLedger {
       if (!held) this.#counters++;
       state.counters.set(key, { ...counter });
     }
+    return true;
   }
 
   /** The origin is alive (a gossip heartbeat without budget news). */
