@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { BudgetLedger } from '../agent/budget/ledger.ts';
+import { BudgetLedger, type Admission, type Reservation } from '../agent/budget/ledger.ts';
 import { applyBudgetDeltas, budgetDeltasFor, budgetDigest } from '../agent/budget/exchange.ts';
 import { BudgetWireError, decodeBudgetGossip, encodeBudgetGossip } from '../agent/budget/wire.ts';
 import type { BudgetLimit } from '../agent/budget/limits.ts';
@@ -10,6 +10,11 @@ const LIMITS: BudgetLimit[] = [{ window: 'hour', tokens: 1_000_000 }];
 
 function ledger(origin: string, now: () => number): BudgetLedger {
   return new BudgetLedger({ origin, now, convergenceMs: 2000, warmupMs: 0, pendingTtlMs: 60_000, maxCounters: 10_000, maxOrigins: 100 });
+}
+
+function reserved(a: Admission): Reservation {
+  assert.ok(a.ok);
+  return a.reservation;
 }
 
 /** A asks B (digest), B answers with deltas: both through the real encoding. */
@@ -27,7 +32,7 @@ test('counters travel through the protobuf encoding unchanged, and a cut delta c
   const b = ledger('node-b#1', now);
   for (let i = 0; i < 20; i++) {
     t += 50;
-    a.settle((a.reserve(`tenant-${i % 5}`, i % 2 ? 'bedrock' : 'databricks', 700, LIMITS) as { reservation: never }).reservation, 650 + i);
+    a.settle(reserved(a.reserve(`tenant-${i % 5}`, i % 2 ? 'bedrock' : 'databricks', 700, LIMITS)), 650 + i);
   }
   a.reserve('tenant-0', 'bedrock', 4000, LIMITS); // pending
   exchange(b, a, 7); // a datagram's worth only
@@ -55,7 +60,7 @@ test("one agent's counters for a tenant on one provider take a few dozen bytes",
   const t = T0;
   const a = ledger('node-a#1764560000000', () => t);
   const b = ledger('node-b#1764560000000', () => t);
-  a.settle((a.reserve('team-batch', 'bedrock', 1500, LIMITS) as { reservation: never }).reservation, 1432);
+  a.settle(reserved(a.reserve('team-batch', 'bedrock', 1500, LIMITS)), 1432);
   const bytes = exchange(b, a);
   // minute, hour and day counters + origin name + two names: 112 bytes when written; the bound guards against a format regression.
   assert.ok(bytes <= 128, `${bytes} bytes`);
