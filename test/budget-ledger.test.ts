@@ -240,3 +240,33 @@ test('bounded and defensive: malformed counters, our own origin, and origins pas
   assert.equal(l.size.origins, 2);
   assert.equal(l.spent('t', 'hour').tokens, 5);
 });
+
+test('slow start: agents that all start spending at once, blind to each other, together admit no more than what remained', () => {
+  const c = clock();
+  const limits: BudgetLimit[] = [{ window: 'hour', tokens: 100_000 }];
+  const n = 20;
+  const agents = Array.from({ length: n }, (_, i) => ledger(`n${i}/1`, c.now, { agents: () => n }));
+  let total = 0;
+  for (const l of agents) while (l.reserve('t', 'p', 1000, limits).ok) total += 1000;
+  assert.equal(total, n * 5000, 'each took 1/20 of 100,000 in the first interval');
+  // Without slow start every one of them would have taken it all.
+  const blind = Array.from({ length: n }, (_, i) => ledger(`m${i}/1`, c.now));
+  let blindTotal = 0;
+  for (const l of blind) while (l.reserve('t', 'p', 1000, limits).ok) blindTotal += 1000;
+  assert.equal(blindTotal, n * 100_000);
+});
+
+test('slow start: a lone spender doubles its share every convergence interval until it has the whole budget', () => {
+  const c = clock();
+  const limits: BudgetLimit[] = [{ window: 'day', tokens: 1_000_000 }];
+  const l = ledger('a/1', c.now, { agents: () => 8 });
+  const perInterval: number[] = [];
+  for (let interval = 0; interval < 5; interval++) {
+    let admitted = 0;
+    while (l.reserve('t', 'p', 1000, limits).ok) admitted += 1000;
+    perInterval.push(admitted);
+    c.advance(2001);
+  }
+  // 1/8, 2/8, 4/8 of what remained, then all of it.
+  assert.deepEqual(perInterval, [125_000, 218_000, 328_000, 329_000, 0]);
+});

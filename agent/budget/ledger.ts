@@ -65,6 +65,10 @@ export interface LedgerOptions {
   maxOrigins: number;
   /** Wall clock (ms since the epoch): windows are calendar windows, so every agent agrees on them. */
   now: () => number;
+  /** false: enforce on the cluster sum alone, without the share rule (bench:budget compares both). Default true. */
+  shareRule?: boolean;
+  /** Agents alive in the cluster now (gossip membership), for the slow start; default 1 (no slow start). */
+  agents?: () => number;
 }
 
 export const DEFAULT_LEDGER_LIMITS = { warmupMs: 3000, pendingTtlMs: 60_000, maxCounters: 100_000, maxOrigins: 4096 } as const;
@@ -122,6 +126,10 @@ function keyOf(k: CounterKey): string {
 /** An origin whose counter changed this many convergence intervals ago still counts as spending (a steady spender refreshes well within it). */
 const SPENDER_ACTIVE_INTERVALS = 4;
 
+function scopeKey(tenant: string, window: BudgetWindow, epoch: number): string {
+  return `${tenant}\u0000${window}\u0000${epoch}`;
+}
+
 export function epochOf(window: BudgetWindow, at: number): number {
   return Math.floor(at / WINDOW_MS[window]);
 }
@@ -130,12 +138,18 @@ export class BudgetLedger {
   readonly origin: string;
   readonly #o: LedgerOptions;
   readonly #origins = new Map<string, OriginState>();
+  /** tenant+window+epoch → every origin's counters for it (per provider): what a check sums. */
+  readonly #scopes = new Map<string, Map<string, { origin: string; counter: Counter }>>();
   #recent: RecentAdmission[] = [];
+  /** Per tenant: since when this agent has been spending without a pause (the slow start), and its last admission. */
+  readonly #streaks = new Map<string, { since: number; last: number }>();
   readonly #startedAt: number;
   #synced = false;
   #counters = 0;
   /** Counters or origins dropped because a bound was reached, or malformed input. */
   dropped = 0;
+  /** Grows on every change this replica takes (own or merged): a digest cached at one revision is still exact. */
+  revision = 0;
 
   constructor(options: LedgerOptions) {
     this.#o = options;
@@ -177,6 +191,9 @@ export class BudgetLedger {
     }
     const reservation: Reservation = { tenant, provider, tokens, epochs, done: false };
     this.#recent.push({ at: now, reservation });
+    const streak = this.#streaks.get(tenant);
+    if (streak && now - streak.last <= this.#activeMs) streak.last = now;
+    else this.#streaks.set(tenant, { since: now, last: now });
     return { ok: true, reservation };
   }
 
@@ -263,8 +280,9 @@ export class BudgetLedger {
         this.dropped++;
         continue;
       }
-      if (!held) this.#counters++;
-      state.counters.set(key, { ...counter });
+      this.revision++;
+      if (held) Object.assign(held, counter);
+      else this.#add(origin, state, key, { ...counter });
     }
     return true;
   }
@@ -284,10 +302,15 @@ export class BudgetLedger {
         if (counter.epoch < current[counter.window]) {
           state.counters.delete(key);
           this.#counters--;
+          const scope = scopeKey(counter.tenant, counter.window, counter.epoch);
+          const entries = this.#scopes.get(scope);
+          entries?.delete(`${origin}\u0000${counter.provider}`);
+          if (entries?.size === 0) this.#scopes.delete(scope);
         }
       }
       if (origin !== this.origin && state.counters.size === 0) this.#origins.delete(origin);
     }
+    for (const [tenant, streak] of this.#streaks) if (now - streak.last > this.#activeMs) this.#streaks.delete(tenant);
     this.#pruneRecent(now);
   }
 
@@ -314,7 +337,7 @@ export class BudgetLedger {
         message: `tenant ${tenant} has used ${used.tokens} tokens and ${used.requests} requests of its ${scope} overflow budget (${describeLimit(limit)})`,
       };
     }
-    if (!this.#shareOk(tenant, provider, tokens, limit, epoch, used, now)) {
+    if (this.#o.shareRule !== false && !this.#shareOk(tenant, provider, tokens, limit, epoch, used, now)) {
       return {
         ok: false,
         reason: 'share',
@@ -335,7 +358,14 @@ export class BudgetLedger {
    */
   #shareOk(tenant: string, provider: string, tokens: number, limit: BudgetLimit, epoch: number, used: { tokens: number; requests: number }, now: number): boolean {
     const k = 1 + this.#otherSpenders(tenant, limit, epoch, now);
-    if (k === 1) return true;
+    // Slow start: an agent that starts spending cannot know who else just started (their news
+    // is not here yet). It begins at 1/(agents alive) of what remains and doubles its share each
+    // convergence interval, by when it hears of those that started with it. If all N start at
+    // once blind, together they admit at most what remained in the first interval.
+    const streak = this.#streaks.get(tenant);
+    const intervals = streak && now - streak.last <= this.#activeMs ? Math.floor((now - streak.since) / this.#o.convergenceMs) : 0;
+    const share = Math.min(1 / k, 2 ** Math.min(intervals, 30) / Math.max(1, this.#o.agents?.() ?? 1));
+    if (share >= 1) return true;
     let mineTokens = 0;
     let mineRequests = 0;
     for (const { reservation: r } of this.#recent) {
@@ -345,41 +375,30 @@ export class BudgetLedger {
       }
     }
     // What remained before this interval's own admissions (own usage is exact in `used`).
-    const tokensOk = limit.tokens === undefined || mineTokens + tokens <= (limit.tokens - used.tokens + mineTokens) / k;
-    const requestsOk = limit.requests === undefined || mineRequests + 1 <= (limit.requests - used.requests + mineRequests) / k;
+    const tokensOk = limit.tokens === undefined || mineTokens + tokens <= (limit.tokens - used.tokens + mineTokens) * share;
+    const requestsOk = limit.requests === undefined || mineRequests + 1 <= (limit.requests - used.requests + mineRequests) * share;
     return tokensOk && requestsOk;
   }
 
   #otherSpenders(tenant: string, limit: BudgetLimit, epoch: number, now: number): number {
-    let spenders = 0;
-    for (const [origin, state] of this.#origins) {
-      if (origin === this.origin) continue;
-      for (const c of state.counters.values()) {
-        if (c.tenant !== tenant || c.window !== limit.window || c.epoch !== epoch) continue;
-        if (limit.provider !== undefined && c.provider !== limit.provider) continue;
-        if (now - c.changedAt <= SPENDER_ACTIVE_INTERVALS * this.#o.convergenceMs) {
-          spenders++;
-          break;
-        }
-      }
+    const spenders = new Set<string>();
+    for (const { origin, counter: c } of this.#scopes.get(scopeKey(tenant, limit.window, epoch))?.values() ?? []) {
+      if (origin === this.origin || (limit.provider !== undefined && c.provider !== limit.provider)) continue;
+      if (now - c.changedAt <= this.#activeMs) spenders.add(origin);
     }
-    return spenders;
+    return spenders.size;
   }
 
   #used(tenant: string, limit: Pick<BudgetLimit, 'window' | 'provider'>, epoch: number, now: number, withPending = true): { tokens: number; requests: number } {
     let tokens = 0;
     let requests = 0;
-    for (const [origin, state] of this.#origins) {
-      const live = origin === this.origin || now - state.heardAt <= this.#o.pendingTtlMs;
-      for (const c of state.counters.values()) {
-        if (c.tenant !== tenant || c.window !== limit.window || c.epoch !== epoch) continue;
-        if (limit.provider !== undefined && c.provider !== limit.provider) continue;
-        tokens += c.tokens;
-        requests += c.requests;
-        if (withPending && live) {
-          tokens += c.pendingTokens;
-          requests += c.pendingRequests;
-        }
+    for (const { origin, counter: c } of this.#scopes.get(scopeKey(tenant, limit.window, epoch))?.values() ?? []) {
+      if (limit.provider !== undefined && c.provider !== limit.provider) continue;
+      tokens += c.tokens;
+      requests += c.requests;
+      if (withPending && (origin === this.origin || now - this.#origins.get(origin)!.heardAt <= this.#o.pendingTtlMs)) {
+        tokens += c.pendingTokens;
+        requests += c.pendingRequests;
       }
     }
     return { tokens, requests };
@@ -407,15 +426,31 @@ export class BudgetLedger {
     if (!counter) {
       // Own counters are never dropped for the bound: they are the only copy of what we spent.
       counter = { ...key, tokens: 0, requests: 0, pendingTokens: 0, pendingRequests: 0, version: 0, changedAt: now };
-      own.counters.set(id, counter);
-      this.#counters++;
+      this.#add(this.origin, own, id, counter);
     }
     counter.tokens += tokens;
     counter.requests += requests;
     counter.pendingTokens = Math.max(0, counter.pendingTokens + pendingTokens);
     counter.pendingRequests = Math.max(0, counter.pendingRequests + pendingRequests);
     counter.version = ++own.version;
+    this.revision++;
     counter.changedAt = now;
+  }
+
+  #add(origin: string, state: OriginState, key: string, counter: Counter): void {
+    state.counters.set(key, counter);
+    this.#counters++;
+    const scope = scopeKey(counter.tenant, counter.window, counter.epoch);
+    let entries = this.#scopes.get(scope);
+    if (!entries) {
+      entries = new Map();
+      this.#scopes.set(scope, entries);
+    }
+    entries.set(`${origin}\u0000${counter.provider}`, { origin, counter });
+  }
+
+  get #activeMs(): number {
+    return SPENDER_ACTIVE_INTERVALS * this.#o.convergenceMs;
   }
 
   #pruneRecent(now: number): void {

@@ -26,8 +26,16 @@ export interface BudgetGossipWire {
 
 /** The digest id of an origin name (first 4 bytes of its SHA-256; 0 is reserved for "absent"). */
 export function budgetOriginId(origin: string): number {
-  return createHash('sha256').update(origin).digest().readUInt32BE(0) || 1;
+  let id = originIds.get(origin);
+  if (id === undefined) {
+    id = createHash('sha256').update(origin).digest().readUInt32BE(0) || 1;
+    if (originIds.size >= 16_384) originIds.delete(originIds.keys().next().value!);
+    originIds.set(origin, id);
+  }
+  return id;
 }
+// Every digest hashes every origin held: remember the few thousand in use.
+const originIds = new Map<string, number>();
 
 const WINDOW_CODES: Record<BudgetWindow, number> = { minute: 1, hour: 2, day: 3 };
 
