@@ -9,7 +9,7 @@
 // others' last admissions) against a limit of L tokens per minute. Each request reserves its
 // estimate (prompt 400 + max_tokens 600 = 1,000) and settles 1–3 s later with what the provider
 // reports (400 + 100..600 completion). Scenarios:
-//   steady: the cluster offers L every 15 s, spread over all agents (budget runs out mid-window);
+//   steady: the cluster offers L every 3 s, spread over all agents (budget runs out after ~4 s);
 //   burst:  every agent offers 5 requests/s from the first instant (runs out within a second or two).
 // Enforcement error = (tokens settled in the window − L) / L: positive is overshoot, negative is
 // budget left unused although demand was there. Both with the share rule (default) and without
@@ -19,7 +19,7 @@
 // own exchange once wired: gossip's digest already carries each origin's version) and the
 // standalone digests this simulation also sends.
 //
-//   node bench/budget.ts [--sizes 10,100,1000] [--seconds 30]
+//   node bench/budget.ts [--sizes 10,100,1000] [--seconds 8]
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { BudgetLedger, type Reservation } from '../agent/budget/ledger.ts';
 import type { BudgetLimit } from '../agent/budget/limits.ts';
@@ -116,7 +116,7 @@ function run(n: number, scenario: Scenario, shareRule: boolean, seconds: number)
 
   // Offered requests per agent per step.
   const perAgentPerStep = scenario === 'steady'
-    ? (LIMIT_TOKENS / 15 / 750) / n * (STEP_MS / 1000)
+    ? (LIMIT_TOKENS / 3 / 750) / n * (STEP_MS / 1000)
     : 5 * (STEP_MS / 1000);
   const steps = (seconds * 1000) / STEP_MS;
   for (let step = 0; step < steps; step++) {
@@ -190,7 +190,8 @@ function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
 }
 
 const sizes = arg('sizes', '10,100,1000').split(',').map(Number);
-const seconds = Number(arg('seconds', '30'));
+// Long enough for the budget to run out and every request admitted to settle (the window is a minute).
+const seconds = Number(arg('seconds', '8'));
 const rows: Row[] = [];
 for (const n of sizes) {
   for (const scenario of ['steady', 'burst'] as const) {
