@@ -26,10 +26,12 @@
 // Enforcement, reserve before and settle after: a request may overflow when, for every limit
 // that applies, the cluster's usage (settled + pending, as this replica sees it) plus its
 // estimate stays within the limit, and this agent's recent admissions stay within its share of
-// what remains (see shareOk). settle() replaces the estimate with the provider's usage;
+// what remains (see #shareOk). settle() replaces the estimate with the provider's usage;
 // release() drops it when nothing was sent. The worst-case overshoot is what agents admit
-// during one convergence interval without seeing each other; the share rule keeps it near zero
-// once the spenders know each other (README: "Overflow budgets").
+// during one convergence interval without seeing each other: (N − 1) × remaining on the sum
+// alone. The share rule (1/k per interval among k known spenders) and the slow start (a new
+// spender begins at 1/N and doubles per interval) bound what N blind agents admit together by
+// what remained (README: "Overflow budgets and priority"; bench:budget measures it).
 import { WINDOW_MS, BUDGET_WINDOWS, type BudgetLimit, type BudgetWindow, scopeName } from './limits.ts';
 
 export interface CounterKey {
