@@ -19,7 +19,8 @@
 // own exchange once wired: gossip's digest already carries each origin's version) and the
 // standalone digests this simulation also sends.
 //
-//   node bench/budget.ts [--sizes 10,100,1000] [--seconds 8]
+//   node bench/budget.ts [--sizes 10,100,1000] [--seconds 8] [--scenarios steady,burst] [--share on,off]
+// (1,000 agents take minutes per run: the options run parts, e.g. in parallel on two cores)
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { BudgetLedger, type Reservation } from '../agent/budget/ledger.ts';
 import type { BudgetLimit } from '../agent/budget/limits.ts';
@@ -193,12 +194,14 @@ const sizes = arg('sizes', '10,100,1000').split(',').map(Number);
 // Long enough for the budget to run out and every request admitted to settle (the window is a minute).
 const seconds = Number(arg('seconds', '8'));
 const rows: Row[] = [];
+const scenarios = arg('scenarios', 'steady,burst').split(',') as Scenario[];
+const shares = arg('share', 'on,off').split(',').map((v) => v === 'on');
 for (const n of sizes) {
-  for (const scenario of ['steady', 'burst'] as const) {
-    for (const shareRule of [true, false]) {
+  for (const scenario of scenarios) {
+    for (const shareRule of shares) {
       const row = run(n, scenario, shareRule, seconds);
       rows.push(row);
-      console.error(`${n} agents, ${scenario}, share rule ${shareRule ? 'on' : 'off'}: ${row.errorPct}% in ${row.wallSeconds} s`);
+      console.error(JSON.stringify(row));
     }
   }
 }
