@@ -83,7 +83,12 @@ function run(n: number, scenario: Scenario, shareRule: boolean, seconds: number)
       agents: () => n,
     });
     ledger.markSynced();
-    return { ledger, phase: Math.floor(rand() * (INTERVAL_MS / STEP_MS)), credit: 0, digest: { revision: -1, bytes: new Uint8Array() } };
+    return {
+      ledger,
+      phase: Math.floor(rand() * (INTERVAL_MS / STEP_MS)),
+      credit: 0,
+      digest: { revision: -1, bytes: new Uint8Array() },
+    };
   });
   // Messages and settles due at each step.
   const inbox = new Map<number, Message[]>();
@@ -98,7 +103,8 @@ function run(n: number, scenario: Scenario, shareRule: boolean, seconds: number)
   let admitted = 0;
   let refused = 0;
   let settledTokens = 0;
-  const latencySteps = () => Math.max(1, Math.round((LATENCY_MS[0] + rand() * (LATENCY_MS[1] - LATENCY_MS[0])) / STEP_MS));
+  const latencySteps = () =>
+    Math.max(1, Math.round((LATENCY_MS[0] + rand() * (LATENCY_MS[1] - LATENCY_MS[0])) / STEP_MS));
   const send = (step: number, m: Message) => due(inbox, step + latencySteps(), m);
   const deltasMessage = (from: number, digest: ReadonlyMap<number, number>) => {
     const deltas = budgetDeltasFor(agents[from].ledger, digest, MAX_COUNTERS_PER_MESSAGE);
@@ -110,15 +116,18 @@ function run(n: number, scenario: Scenario, shareRule: boolean, seconds: number)
   const digestMessage = (from: number) => {
     // Encoded again only when the ledger changed (the bytes would be the same).
     const { ledger, digest } = agents[from];
-    if (digest.revision !== ledger.revision) Object.assign(digest, { revision: ledger.revision, bytes: encodeBudgetGossip({ digest: budgetDigest(ledger), deltas: [] }) });
+    if (digest.revision !== ledger.revision)
+      Object.assign(digest, {
+        revision: ledger.revision,
+        bytes: encodeBudgetGossip({ digest: budgetDigest(ledger), deltas: [] }),
+      });
     digestBytes += digest.bytes.length;
     return digest.bytes;
   };
 
   // Offered requests per agent per step.
-  const perAgentPerStep = scenario === 'steady'
-    ? (LIMIT_TOKENS / 3 / 750) / n * (STEP_MS / 1000)
-    : 5 * (STEP_MS / 1000);
+  const perAgentPerStep =
+    scenario === 'steady' ? (LIMIT_TOKENS / 3 / 750 / n) * (STEP_MS / 1000) : 5 * (STEP_MS / 1000);
   const steps = (seconds * 1000) / STEP_MS;
   for (let step = 0; step < steps; step++) {
     now = WINDOW_START + step * STEP_MS;
@@ -129,7 +138,12 @@ function run(n: number, scenario: Scenario, shareRule: boolean, seconds: number)
       if (m.kind === 'ask') {
         // Answer with what the asker lacks, and ask back (push-pull).
         const answer = deltasMessage(m.to, message.digest!);
-        send(step, { to: m.from, from: m.to, kind: 'answer', bytes: answer ? concat(answer, digestMessage(m.to)) : digestMessage(m.to) });
+        send(step, {
+          to: m.from,
+          from: m.to,
+          kind: 'answer',
+          bytes: answer ? concat(answer, digestMessage(m.to)) : digestMessage(m.to),
+        });
       } else if (m.kind === 'answer' && message.digest) {
         const push = deltasMessage(m.to, message.digest);
         if (push) send(step, { to: m.from, from: m.to, kind: 'push', bytes: push });
@@ -161,7 +175,11 @@ function run(n: number, scenario: Scenario, shareRule: boolean, seconds: number)
         }
         admitted++;
         const tokens = 400 + 100 + Math.floor(rand() * 501);
-        due(settles, step + Math.round((1000 + rand() * 2000) / STEP_MS), { agent: i, reservation: admission.reservation, tokens });
+        due(settles, step + Math.round((1000 + rand() * 2000) / STEP_MS), {
+          agent: i,
+          reservation: admission.reservation,
+          tokens,
+        });
       }
       if (agent.credit < 0) agent.credit = 0;
     }
@@ -195,7 +213,9 @@ const sizes = arg('sizes', '10,100,1000').split(',').map(Number);
 const seconds = Number(arg('seconds', '8'));
 const rows: Row[] = [];
 const scenarios = arg('scenarios', 'steady,burst').split(',') as Scenario[];
-const shares = arg('share', 'on,off').split(',').map((v) => v === 'on');
+const shares = arg('share', 'on,off')
+  .split(',')
+  .map((v) => v === 'on');
 for (const n of sizes) {
   for (const scenario of scenarios) {
     for (const shareRule of shares) {
@@ -209,12 +229,24 @@ for (const n of sizes) {
 const table = [
   '| agents | scenario | share rule | tokens settled (limit 1,000,000) | enforcement error | admitted / refused | counter bytes/agent/s: deltas + digests |',
   '| ---: | --- | --- | ---: | ---: | ---: | ---: |',
-  ...rows.map((r) => `| ${r.agents} | ${r.scenario} | ${r.shareRule ? 'on' : 'off'} | ${r.settledTokens.toLocaleString('en-US')} | ${r.errorPct > 0 ? '+' : ''}${r.errorPct}% | ${r.admitted} / ${r.refused} | ${r.deltaBytesPerAgentPerSec} + ${r.digestBytesPerAgentPerSec} |`),
+  ...rows.map(
+    (r) =>
+      `| ${r.agents} | ${r.scenario} | ${r.shareRule ? 'on' : 'off'} | ${r.settledTokens.toLocaleString('en-US')} | ${r.errorPct > 0 ? '+' : ''}${r.errorPct}% | ${r.admitted} / ${r.refused} | ${r.deltaBytesPerAgentPerSec} + ${r.digestBytesPerAgentPerSec} |`,
+  ),
 ].join('\n');
 const results = {
   bench: 'budget',
   node: process.version,
-  settings: { stepMs: STEP_MS, intervalMs: INTERVAL_MS, fanout: FANOUT, latencyMs: LATENCY_MS, convergenceMs: CONVERGENCE_MS, limitTokensPerMinute: LIMIT_TOKENS, estimate: ESTIMATE, seconds },
+  settings: {
+    stepMs: STEP_MS,
+    intervalMs: INTERVAL_MS,
+    fanout: FANOUT,
+    latencyMs: LATENCY_MS,
+    convergenceMs: CONVERGENCE_MS,
+    limitTokensPerMinute: LIMIT_TOKENS,
+    estimate: ESTIMATE,
+    seconds,
+  },
   rows,
 };
 const custom = process.argv.length > 2;

@@ -8,18 +8,35 @@ const T0 = Date.UTC(2026, 0, 15, 10, 0, 30);
 
 function clock(start = T0) {
   let t = start;
-  return { now: () => t, advance: (ms: number) => { t += ms; } };
+  return {
+    now: () => t,
+    advance: (ms: number) => {
+      t += ms;
+    },
+  };
 }
 
 function ledger(origin: string, now: () => number, options: Partial<LedgerOptions> = {}): BudgetLedger {
-  const l = new BudgetLedger({ origin, now, convergenceMs: 2000, warmupMs: 3000, pendingTtlMs: 60_000, maxCounters: 10_000, maxOrigins: 100, ...options });
+  const l = new BudgetLedger({
+    origin,
+    now,
+    convergenceMs: 2000,
+    warmupMs: 3000,
+    pendingTtlMs: 60_000,
+    maxCounters: 10_000,
+    maxOrigins: 100,
+    ...options,
+  });
   l.markSynced();
   return l;
 }
 
 /** One anti-entropy exchange both ways, as gossip would do it: each sends what the other's digest lacks. */
 function sync(a: BudgetLedger, b: BudgetLedger): void {
-  for (const [from, to] of [[a, b], [b, a]] as const) {
+  for (const [from, to] of [
+    [a, b],
+    [b, a],
+  ] as const) {
     const known = to.versions();
     for (const [origin, version] of from.versions()) {
       const held = known.get(origin) ?? 0;
@@ -56,7 +73,10 @@ test('reserve counts the estimate at once; settle replaces it with the usage; re
 test('a tenant without budget left is refused until its window refills, Retry-After saying when', () => {
   const c = clock();
   const l = ledger('a/1', c.now);
-  const limits: BudgetLimit[] = [{ window: 'minute', requests: 2 }, { window: 'hour', tokens: 50_000 }];
+  const limits: BudgetLimit[] = [
+    { window: 'minute', requests: 2 },
+    { window: 'hour', tokens: 50_000 },
+  ];
   l.settle(admitted(l.reserve('t', 'p', 100, limits)).reservation, 100);
   l.settle(admitted(l.reserve('t', 'p', 100, limits)).reservation, 100);
   const refused = l.reserve('t', 'p', 100, limits);
@@ -75,7 +95,10 @@ test('a tenant without budget left is refused until its window refills, Retry-Af
 test('a limit for one provider counts only that provider; one without counts all', () => {
   const c = clock();
   const l = ledger('a/1', c.now);
-  const limits: BudgetLimit[] = [{ window: 'hour', provider: 'bedrock', tokens: 1000 }, { window: 'hour', tokens: 1500 }];
+  const limits: BudgetLimit[] = [
+    { window: 'hour', provider: 'bedrock', tokens: 1000 },
+    { window: 'hour', tokens: 1500 },
+  ];
   l.settle(admitted(l.reserve('t', 'bedrock', 900, limits)).reservation, 900);
   const bedrock = l.reserve('t', 'bedrock', 200, limits);
   assert.ok(!bedrock.ok && bedrock.scope === 'hour/bedrock');
@@ -94,7 +117,12 @@ test('three agents: the sum over origins is exact once synced, whatever the orde
   syncAll(agents);
   syncAll(agents); // repeated: merging the same versions again changes nothing
   // And an old delta arriving late does not roll a counter back.
-  agents[1].merge('a/1', 0, 1, agents[0].deltaSince('a/1', 0).map((ctr) => ({ ...ctr, tokens: 0, version: 1 })));
+  agents[1].merge(
+    'a/1',
+    0,
+    1,
+    agents[0].deltaSince('a/1', 0).map((ctr) => ({ ...ctr, tokens: 0, version: 1 })),
+  );
   // A delta that would leave a gap is refused.
   assert.equal(agents[1].merge('c/1', 99, 100, []), false);
   for (const l of agents) assert.deepEqual(l.spent('t', 'day'), { tokens: 5 * 100 + 5 * 200 + 5 * 300, requests: 15 });
@@ -109,7 +137,15 @@ test('a restarted agent is a new origin: it learns its old counts from peers and
   sync(a1, b);
   // a/1 dies. Its successor (seconds later) starts from nothing and may not spend until it has heard the cluster.
   c.advance(8001);
-  const a2 = new BudgetLedger({ origin: 'a/2', now: c.now, convergenceMs: 2000, warmupMs: 3000, pendingTtlMs: 60_000, maxCounters: 1000, maxOrigins: 100 });
+  const a2 = new BudgetLedger({
+    origin: 'a/2',
+    now: c.now,
+    convergenceMs: 2000,
+    warmupMs: 3000,
+    pendingTtlMs: 60_000,
+    maxCounters: 1000,
+    maxOrigins: 100,
+  });
   const early = a2.reserve('t', 'p', 1000, limits);
   assert.ok(!early.ok && early.reason === 'warming' && early.retryAfterMs === 3000);
   sync(a2, b);
@@ -232,8 +268,25 @@ test("a silent origin's pending reservations stop counting after the TTL; its se
 test('bounded and defensive: malformed counters, our own origin, and origins past the bound are dropped', () => {
   const c = clock();
   const l = ledger('a/1', c.now, { maxOrigins: 2, maxCounters: 4 });
-  const good = { tenant: 't', window: 'hour' as const, epoch: Math.floor(T0 / 3_600_000), provider: 'p', tokens: 5, requests: 1, pendingTokens: 0, pendingRequests: 0, version: 1, changedAt: T0 };
-  l.merge('b/1', 0, 1, [{ ...good, tokens: -1 }, { ...good, tokens: 1.5 }, { ...good, window: 'week' as 'hour' }, { ...good, epoch: good.epoch + 5 }, good]);
+  const good = {
+    tenant: 't',
+    window: 'hour' as const,
+    epoch: Math.floor(T0 / 3_600_000),
+    provider: 'p',
+    tokens: 5,
+    requests: 1,
+    pendingTokens: 0,
+    pendingRequests: 0,
+    version: 1,
+    changedAt: T0,
+  };
+  l.merge('b/1', 0, 1, [
+    { ...good, tokens: -1 },
+    { ...good, tokens: 1.5 },
+    { ...good, window: 'week' as 'hour' },
+    { ...good, epoch: good.epoch + 5 },
+    good,
+  ]);
   assert.equal(l.dropped, 4);
   l.merge('a/1', 0, 99, [{ ...good, tokens: 1e6, version: 99 }]);
   l.merge('c/1', 0, 1, [good]);

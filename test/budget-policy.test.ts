@@ -32,7 +32,17 @@ test('a limit that bounds nothing, a duplicate scope, a bad window or a negative
   const result = validatePolicy({
     metadata: { name: 'x', namespace: 'a' },
     spec: {
-      overflow: { budget: { limits: [{ window: 'minute' }, { window: 'hour', tokens: 5 }, { window: 'hour', tokens: 9 }, { window: 'week', tokens: 1 }, { window: 'day', requests: -1 }] } },
+      overflow: {
+        budget: {
+          limits: [
+            { window: 'minute' },
+            { window: 'hour', tokens: 5 },
+            { window: 'hour', tokens: 9 },
+            { window: 'week', tokens: 1 },
+            { window: 'day', requests: -1 },
+          ],
+        },
+      },
       priority: { class: 'urgent' },
     },
   });
@@ -45,30 +55,55 @@ test('a limit that bounds nothing, a duplicate scope, a bad window or a negative
   assert.match(byPath['spec.priority.class'], /critical, standard, sheddable/);
 });
 
-const floor = policy('*', 'platform', { guardrails: { overflowBudget: { limits: [{ window: 'hour', tokens: 100_000 }] } } });
+const floor = policy('*', 'platform', {
+  guardrails: { overflowBudget: { limits: [{ window: 'hour', tokens: 100_000 }] } },
+});
 
 test('the floor caps every tenant, also those whose policy sets no budget; a tighter namespace limit adds to it', () => {
-  const tight = policy('team-a', 'a', { overflow: { providers: ['bedrock'], budget: { limits: [{ window: 'hour', tokens: 10_000 }, { window: 'minute', requests: 5 }] } } });
+  const tight = policy('team-a', 'a', {
+    overflow: {
+      providers: ['bedrock'],
+      budget: {
+        limits: [
+          { window: 'hour', tokens: 10_000 },
+          { window: 'minute', requests: 5 },
+        ],
+      },
+    },
+  });
   const open = policy('team-b', 'b', { overflow: { providers: ['bedrock'] } });
   const c = compilePolicies([floor, tight, open]);
   assert.deepEqual(c.rejected, []);
-  assert.deepEqual(c.resolve(undefined, 'team-a', 'm').budget, [{ window: 'hour', tokens: 10_000 }, { window: 'minute', requests: 5 }, { window: 'hour', tokens: 100_000 }]);
+  assert.deepEqual(c.resolve(undefined, 'team-a', 'm').budget, [
+    { window: 'hour', tokens: 10_000 },
+    { window: 'minute', requests: 5 },
+    { window: 'hour', tokens: 100_000 },
+  ]);
   assert.deepEqual(c.resolve(undefined, 'team-b', 'm').budget, [{ window: 'hour', tokens: 100_000 }]);
   assert.deepEqual(c.resolve(undefined, 'team-c', 'm').budget, [{ window: 'hour', tokens: 100_000 }]);
 });
 
 test('a namespace limit looser than the floor for the same window is rejected, and says why', () => {
-  const loose = policy('team-a', 'a', { overflow: { providers: ['bedrock'], budget: { limits: [{ window: 'hour', tokens: 500_000 }] } } });
+  const loose = policy('team-a', 'a', {
+    overflow: { providers: ['bedrock'], budget: { limits: [{ window: 'hour', tokens: 500_000 }] } },
+  });
   const c = compilePolicies([floor, loose]);
   assert.equal(c.rejected.length, 1);
-  assert.match(c.rejected[0].reasons[0], /spec\.overflow\.budget: hour: 500000 tokens is looser than the floor's 100000/);
+  assert.match(
+    c.rejected[0].reasons[0],
+    /spec\.overflow\.budget: hour: 500000 tokens is looser than the floor's 100000/,
+  );
   // A limit for another window or one provider does not loosen the floor's.
-  const other = policy('team-a', 'a', { overflow: { providers: ['bedrock'], budget: { limits: [{ window: 'day', tokens: 500_000 }] } } });
+  const other = policy('team-a', 'a', {
+    overflow: { providers: ['bedrock'], budget: { limits: [{ window: 'day', tokens: 500_000 }] } },
+  });
   assert.deepEqual(compilePolicies([floor, other]).rejected, []);
 });
 
 test('the priority header counts only for classes the policy allows', () => {
-  const p = compilePolicies([policy('team-a', 'a', { priority: { class: 'standard', header: ['sheddable'] } })]).resolve(undefined, 'team-a', 'm');
+  const p = compilePolicies([
+    policy('team-a', 'a', { priority: { class: 'standard', header: ['sheddable'] } }),
+  ]).resolve(undefined, 'team-a', 'm');
   assert.deepEqual(p.priority, { class: 'standard', header: ['sheddable'] });
   assert.equal(priorityOf(p.priority!, 'Sheddable'), 'sheddable');
   assert.equal(priorityOf(p.priority!, 'critical'), 'standard');

@@ -9,7 +9,15 @@ const T0 = Date.UTC(2026, 0, 15, 10, 0, 30);
 const LIMITS: BudgetLimit[] = [{ window: 'hour', tokens: 1_000_000 }];
 
 function ledger(origin: string, now: () => number): BudgetLedger {
-  return new BudgetLedger({ origin, now, convergenceMs: 2000, warmupMs: 0, pendingTtlMs: 60_000, maxCounters: 10_000, maxOrigins: 100 });
+  return new BudgetLedger({
+    origin,
+    now,
+    convergenceMs: 2000,
+    warmupMs: 0,
+    pendingTtlMs: 60_000,
+    maxCounters: 10_000,
+    maxOrigins: 100,
+  });
 }
 
 function reserved(a: Admission): Reservation {
@@ -39,7 +47,8 @@ test('counters travel through the protobuf encoding unchanged, and a cut delta c
   assert.ok(b.versions().get('node-a#1')! < a.versions().get('node-a#1')!);
   while (b.versions().get('node-a#1')! < a.versions().get('node-a#1')!) exchange(b, a, 7);
   for (const tenant of ['tenant-0', 'tenant-1', 'tenant-4']) {
-    for (const window of ['minute', 'hour', 'day'] as const) assert.deepEqual(b.spent(tenant, window), a.spent(tenant, window));
+    for (const window of ['minute', 'hour', 'day'] as const)
+      assert.deepEqual(b.spent(tenant, window), a.spent(tenant, window));
     assert.deepEqual(b.state(tenant, LIMITS), a.state(tenant, LIMITS));
   }
   assert.deepEqual(b.deltaSince('node-a#1', 0), a.deltaSince('node-a#1', 0), 'every field, the change time included');
@@ -47,7 +56,18 @@ test('counters travel through the protobuf encoding unchanged, and a cut delta c
 
 test('malformed messages are errors, never crashes or silent garbage', () => {
   assert.throws(() => decodeBudgetGossip(Uint8Array.of(0x0a, 0xff, 0xff)), BudgetWireError);
-  const counter = { tenant: 't', provider: 'p', window: 'hour' as const, epoch: 1, tokens: 1, requests: 1, pendingTokens: 0, pendingRequests: 0, version: 5, changedAt: 3_600_000 };
+  const counter = {
+    tenant: 't',
+    provider: 'p',
+    window: 'hour' as const,
+    epoch: 1,
+    tokens: 1,
+    requests: 1,
+    pendingTokens: 0,
+    pendingRequests: 0,
+    version: 5,
+    changedAt: 3_600_000,
+  };
   const outside = encodeBudgetGossip({ deltas: [{ origin: 'x#1', from: 0, to: 3, counters: [counter] }] });
   assert.throws(() => decodeBudgetGossip(outside), /outside its versions/);
   const backwards = encodeBudgetGossip({ deltas: [{ origin: 'x#1', from: 4, to: 3, counters: [] }] });

@@ -24,10 +24,20 @@ test('two tenants waiting for one pod with 10:1 traffic: the smaller is served e
   }
   const served = drain(q).map((w) => w.item);
   // b's k-th request is served by turn 2k + 2 (FIFO would serve it at turn 11k + 11).
-  for (let k = 0; k < 10; k++) assert.ok(served.indexOf(`b${k}`) <= 2 * k + 2, `b${k} at ${served.indexOf(`b${k}`)}: ${served.slice(0, 24).join(' ')}`);
+  for (let k = 0; k < 10; k++)
+    assert.ok(
+      served.indexOf(`b${k}`) <= 2 * k + 2,
+      `b${k} at ${served.indexOf(`b${k}`)}: ${served.slice(0, 24).join(' ')}`,
+    );
   // Within each tenant, first come first served.
-  assert.deepEqual(served.filter((s) => s.startsWith('a')), Array.from({ length: 100 }, (_, i) => `a${i}`));
-  assert.deepEqual(served.filter((s) => s.startsWith('b')), Array.from({ length: 10 }, (_, i) => `b${i}`));
+  assert.deepEqual(
+    served.filter((s) => s.startsWith('a')),
+    Array.from({ length: 100 }, (_, i) => `a${i}`),
+  );
+  assert.deepEqual(
+    served.filter((s) => s.startsWith('b')),
+    Array.from({ length: 10 }, (_, i) => `b${i}`),
+  );
 });
 
 test('continuous 10:1 arrivals at a rate the pod cannot keep up with: the small tenant waits a bounded number of turns', () => {
@@ -66,12 +76,16 @@ test('a critical request overtakes sheddable and standard ones; sheddable go las
   for (let i = 0; i < 5; i++) q.enqueue(`shed${i}`, { tenant: 'batch', priority: 'sheddable', deadline: FAR });
   q.enqueue('std', { tenant: 'web', priority: 'standard', deadline: FAR });
   q.enqueue('crit', { tenant: 'batch', priority: 'critical', deadline: FAR });
-  assert.deepEqual(drain(q).map((w) => w.item), ['crit', 'std', 'shed0', 'shed1', 'shed2', 'shed3', 'shed4']);
+  assert.deepEqual(
+    drain(q).map((w) => w.item),
+    ['crit', 'std', 'shed0', 'shed1', 'shed2', 'shed3', 'shed4'],
+  );
 });
 
 test('waiting full: sheddable are refused first; a newcomer displaces the newest waiter of a lower class, from the heaviest tenant', () => {
   const q = new WaitQueue<string>({ maxWaiting: 4 });
-  const add = (item: string, tenant: string, priority: Priority) => q.enqueue(item, { tenant, priority, deadline: FAR });
+  const add = (item: string, tenant: string, priority: Priority) =>
+    q.enqueue(item, { tenant, priority, deadline: FAR });
   add('s1', 'a', 'sheddable');
   add('s2', 'a', 'sheddable');
   add('s3', 'b', 'sheddable');
@@ -100,7 +114,10 @@ test('the head gets the freed pod among those it fits; deadlines expire waiters;
   assert.ok(gone.admitted);
   assert.equal(q.remove(gone.waiter), true);
   assert.equal(q.remove(gone.waiter), false, 'removing twice is harmless');
-  assert.deepEqual(q.expire(100).map((w) => w.deadline), [100]);
+  assert.deepEqual(
+    q.expire(100).map((w) => w.deadline),
+    [100],
+  );
   assert.equal(q.nextDeadline(), 400);
   assert.equal(q.take()?.tenant, 'b');
   assert.equal(q.take(), undefined);

@@ -25,9 +25,7 @@ export interface Waiter<T> {
   readonly seq: number;
 }
 
-export type Enqueued<T> =
-  | { admitted: true; waiter: Waiter<T>; shed?: Waiter<T> }
-  | { admitted: false };
+export type Enqueued<T> = { admitted: true; waiter: Waiter<T>; shed?: Waiter<T> } | { admitted: false };
 
 export interface WaitQueueOptions {
   /** Most requests waiting at once; a newcomer past it sheds a lower class or is refused. */
@@ -69,7 +67,13 @@ export class WaitQueue<T> {
       if (!shed) return { admitted: false };
       this.remove(shed);
     }
-    const waiter: Waiter<T> = { item, tenant: at.tenant, priority: at.priority, deadline: at.deadline, seq: ++this.#seq };
+    const waiter: Waiter<T> = {
+      item,
+      tenant: at.tenant,
+      priority: at.priority,
+      deadline: at.deadline,
+      seq: ++this.#seq,
+    };
     const cls = this.#classes[PRIORITY_RANK[at.priority]];
     let lane = cls.lanes.get(at.tenant);
     if (!lane) {
@@ -137,7 +141,8 @@ export class WaitQueue<T> {
   nextDeadline(): number | undefined {
     let next: number | undefined;
     for (const cls of this.#classes) {
-      for (const lane of cls.lanes.values()) for (const w of lane.waiters) if (next === undefined || w.deadline < next) next = w.deadline;
+      for (const lane of cls.lanes.values())
+        for (const w of lane.waiters) if (next === undefined || w.deadline < next) next = w.deadline;
     }
     return next;
   }
@@ -159,7 +164,8 @@ export class WaitQueue<T> {
   #sheddableBelow(rank: number): Waiter<T> | undefined {
     for (let r = PRIORITIES.length - 1; r > rank; r--) {
       let heaviest: TenantLane<T> | undefined;
-      for (const lane of this.#classes[r].lanes.values()) if (!heaviest || lane.waiters.length > heaviest.waiters.length) heaviest = lane;
+      for (const lane of this.#classes[r].lanes.values())
+        if (!heaviest || lane.waiters.length > heaviest.waiters.length) heaviest = lane;
       if (heaviest && heaviest.waiters.length > 0) return heaviest.waiters.at(-1);
     }
     return undefined;

@@ -14,7 +14,11 @@ export function budgetDigest(ledger: BudgetLedger): Map<number, number> {
  * origin, the counters changed after the version it holds, oldest first. A cut delta ends at
  * the last version it carries, so it stays gap-free and the next exchange continues from there.
  */
-export function budgetDeltasFor(ledger: BudgetLedger, digest: ReadonlyMap<number, number>, maxCounters: number): BudgetDeltaWire[] {
+export function budgetDeltasFor(
+  ledger: BudgetLedger,
+  digest: ReadonlyMap<number, number>,
+  maxCounters: number,
+): BudgetDeltaWire[] {
   const deltas: BudgetDeltaWire[] = [];
   let room = maxCounters;
   for (const [origin, version] of ledger.versions()) {

@@ -73,7 +73,12 @@ export interface LedgerOptions {
   agents?: () => number;
 }
 
-export const DEFAULT_LEDGER_LIMITS = { warmupMs: 3000, pendingTtlMs: 60_000, maxCounters: 100_000, maxOrigins: 4096 } as const;
+export const DEFAULT_LEDGER_LIMITS = {
+  warmupMs: 3000,
+  pendingTtlMs: 60_000,
+  maxCounters: 100_000,
+  maxOrigins: 4096,
+} as const;
 
 export interface Reservation {
   readonly tenant: string;
@@ -87,14 +92,14 @@ export interface Reservation {
 export type Admission =
   | { ok: true; reservation: Reservation }
   | {
-    ok: false;
-    reason: 'exhausted' | 'share' | 'warming';
-    /** `hour`, `day/bedrock`: the limit that refused. */
-    scope: string;
-    /** When asking again can succeed: the end of the refusing window (exhausted), one convergence interval (share), or the end of warm-up. */
-    retryAfterMs: number;
-    message: string;
-  };
+      ok: false;
+      reason: 'exhausted' | 'share' | 'warming';
+      /** `hour`, `day/bedrock`: the limit that refused. */
+      scope: string;
+      /** When asking again can succeed: the end of the refusing window (exhausted), one convergence interval (share), or the end of warm-up. */
+      retryAfterMs: number;
+      message: string;
+    };
 
 export interface LimitState {
   limit: BudgetLimit;
@@ -180,7 +185,13 @@ export class BudgetLedger {
     const applicable = limits.filter((l) => l.provider === undefined || l.provider === provider);
     if (applicable.length > 0 && !this.warm) {
       const retryAfterMs = this.#startedAt + this.#o.warmupMs - now;
-      return { ok: false, reason: 'warming', scope: scopeName(applicable[0]), retryAfterMs, message: 'this agent has just started and has not yet heard what the cluster spent' };
+      return {
+        ok: false,
+        reason: 'warming',
+        scope: scopeName(applicable[0]),
+        retryAfterMs,
+        message: 'this agent has just started and has not yet heard what the cluster spent',
+      };
     }
     this.#pruneRecent(now);
     for (const limit of applicable) {
@@ -271,7 +282,13 @@ export class BudgetLedger {
     state.version = Math.max(state.version, to);
     for (const counter of counters) {
       // Ended windows are gone everywhere; a window more than one ahead is a broken clock or a lie.
-      if (!validCounter(counter) || counter.version <= from || counter.version > to || counter.epoch < epochOf(counter.window, now) || counter.epoch > epochOf(counter.window, now) + 1) {
+      if (
+        !validCounter(counter) ||
+        counter.version <= from ||
+        counter.version > to ||
+        counter.epoch < epochOf(counter.window, now) ||
+        counter.epoch > epochOf(counter.window, now) + 1
+      ) {
         this.dropped++;
         continue;
       }
@@ -328,8 +345,9 @@ export class BudgetLedger {
     const used = this.#used(tenant, limit, epoch, now);
     const scope = scopeName(limit);
     const resetsIn = (epoch + 1) * WINDOW_MS[limit.window] - now;
-    const over = (limit.tokens !== undefined && used.tokens + tokens > limit.tokens)
-      || (limit.requests !== undefined && used.requests + 1 > limit.requests);
+    const over =
+      (limit.tokens !== undefined && used.tokens + tokens > limit.tokens) ||
+      (limit.requests !== undefined && used.requests + 1 > limit.requests);
     if (over) {
       return {
         ok: false,
@@ -358,14 +376,23 @@ export class BudgetLedger {
    * together admit at most what remained: no overshoot from not yet seeing each other's last
    * admissions. Only a spender that no one has heard from yet can overshoot (see the README).
    */
-  #shareOk(tenant: string, provider: string, tokens: number, limit: BudgetLimit, epoch: number, used: { tokens: number; requests: number }, now: number): boolean {
+  #shareOk(
+    tenant: string,
+    provider: string,
+    tokens: number,
+    limit: BudgetLimit,
+    epoch: number,
+    used: { tokens: number; requests: number },
+    now: number,
+  ): boolean {
     const k = 1 + this.#otherSpenders(tenant, limit, epoch, now);
     // Slow start: an agent that starts spending cannot know who else just started (their news
     // is not here yet). It begins at 1/(agents alive) of what remains and doubles its share each
     // convergence interval, by when it hears of those that started with it. If all N start at
     // once blind, together they admit at most what remained in the first interval.
     const streak = this.#streaks.get(tenant);
-    const intervals = streak && now - streak.last <= this.#activeMs ? Math.floor((now - streak.since) / this.#o.convergenceMs) : 0;
+    const intervals =
+      streak && now - streak.last <= this.#activeMs ? Math.floor((now - streak.since) / this.#o.convergenceMs) : 0;
     const share = Math.min(1 / k, 2 ** Math.min(intervals, 30) / Math.max(1, this.#o.agents?.() ?? 1));
     if (share >= 1) return true;
     let mineTokens = 0;
@@ -377,8 +404,10 @@ export class BudgetLedger {
       }
     }
     // What remained before this interval's own admissions (own usage is exact in `used`).
-    const tokensOk = limit.tokens === undefined || mineTokens + tokens <= (limit.tokens - used.tokens + mineTokens) * share;
-    const requestsOk = limit.requests === undefined || mineRequests + 1 <= (limit.requests - used.requests + mineRequests) * share;
+    const tokensOk =
+      limit.tokens === undefined || mineTokens + tokens <= (limit.tokens - used.tokens + mineTokens) * share;
+    const requestsOk =
+      limit.requests === undefined || mineRequests + 1 <= (limit.requests - used.requests + mineRequests) * share;
     return tokensOk && requestsOk;
   }
 
@@ -391,7 +420,13 @@ export class BudgetLedger {
     return spenders.size;
   }
 
-  #used(tenant: string, limit: Pick<BudgetLimit, 'window' | 'provider'>, epoch: number, now: number, withPending = true): { tokens: number; requests: number } {
+  #used(
+    tenant: string,
+    limit: Pick<BudgetLimit, 'window' | 'provider'>,
+    epoch: number,
+    now: number,
+    withPending = true,
+  ): { tokens: number; requests: number } {
     let tokens = 0;
     let requests = 0;
     for (const { origin, counter: c } of this.#scopes.get(scopeKey(tenant, limit.window, epoch))?.values() ?? []) {
@@ -414,13 +449,27 @@ export class BudgetLedger {
       const epoch = reservation.epochs[window];
       // The window ended while the request ran: its counters are gone everywhere, so is the spend.
       if (epoch < epochOf(window, now)) continue;
-      this.#bump({ tenant: reservation.tenant, window, epoch, provider: reservation.provider }, tokens, requests, -reservation.tokens, -1, now);
+      this.#bump(
+        { tenant: reservation.tenant, window, epoch, provider: reservation.provider },
+        tokens,
+        requests,
+        -reservation.tokens,
+        -1,
+        now,
+      );
     }
     // A released reservation spent nothing: it no longer uses this agent's share either.
     if (requests === 0) this.#recent = this.#recent.filter((r) => r.reservation !== reservation);
   }
 
-  #bump(key: CounterKey, tokens: number, requests: number, pendingTokens: number, pendingRequests: number, now: number): void {
+  #bump(
+    key: CounterKey,
+    tokens: number,
+    requests: number,
+    pendingTokens: number,
+    pendingRequests: number,
+    now: number,
+  ): void {
     const own = this.#origins.get(this.origin)!;
     own.heardAt = now;
     const id = keyOf(key);
@@ -467,15 +516,33 @@ function epochsAt(now: number): Record<BudgetWindow, number> {
 }
 
 function describeLimit(limit: BudgetLimit): string {
-  return [limit.tokens !== undefined ? `${limit.tokens} tokens` : '', limit.requests !== undefined ? `${limit.requests} requests` : ''].filter(Boolean).join(', ');
+  return [
+    limit.tokens !== undefined ? `${limit.tokens} tokens` : '',
+    limit.requests !== undefined ? `${limit.requests} requests` : '',
+  ]
+    .filter(Boolean)
+    .join(', ');
 }
 
 const MAX_NAME = 253;
 
 function validCounter(c: Counter): boolean {
   const count = (n: number) => Number.isSafeInteger(n) && n >= 0;
-  return (BUDGET_WINDOWS as readonly string[]).includes(c.window)
-    && typeof c.tenant === 'string' && c.tenant.length > 0 && c.tenant.length <= MAX_NAME
-    && typeof c.provider === 'string' && c.provider.length > 0 && c.provider.length <= MAX_NAME
-    && count(c.epoch) && count(c.changedAt) && count(c.tokens) && count(c.requests) && count(c.pendingTokens) && count(c.pendingRequests) && count(c.version) && c.version > 0;
+  return (
+    (BUDGET_WINDOWS as readonly string[]).includes(c.window) &&
+    typeof c.tenant === 'string' &&
+    c.tenant.length > 0 &&
+    c.tenant.length <= MAX_NAME &&
+    typeof c.provider === 'string' &&
+    c.provider.length > 0 &&
+    c.provider.length <= MAX_NAME &&
+    count(c.epoch) &&
+    count(c.changedAt) &&
+    count(c.tokens) &&
+    count(c.requests) &&
+    count(c.pendingTokens) &&
+    count(c.pendingRequests) &&
+    count(c.version) &&
+    c.version > 0
+  );
 }

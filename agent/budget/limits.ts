@@ -36,7 +36,10 @@ export interface PriorityPolicy {
   header: readonly Priority[];
 }
 
-export const DEFAULT_PRIORITY: PriorityPolicy = Object.freeze({ class: 'standard', header: Object.freeze([]) as readonly Priority[] });
+export const DEFAULT_PRIORITY: PriorityPolicy = Object.freeze({
+  class: 'standard',
+  header: Object.freeze([]) as readonly Priority[],
+});
 
 /** The class of one request: the header's when the policy allows that class, else the policy's. */
 export function priorityOf(policy: PriorityPolicy, header: string | undefined): Priority {
@@ -63,7 +66,9 @@ export function budgetLoosenings(policy: readonly BudgetLimit[], floor: readonly
         const mine = limit[unit];
         const max = cap[unit];
         if (max !== undefined && (mine === undefined || mine > max)) {
-          issues.push(`${scopeName(limit)}: ${mine === undefined ? `no ${unit} limit` : `${mine} ${unit}`} is looser than the floor's ${max}`);
+          issues.push(
+            `${scopeName(limit)}: ${mine === undefined ? `no ${unit} limit` : `${mine} ${unit}`} is looser than the floor's ${max}`,
+          );
         }
       }
     }

@@ -82,19 +82,29 @@ export function decodeBudgetGossip(bytes: Uint8Array): BudgetGossipWire {
   const out: BudgetGossipWire = { deltas: [] };
   const digest = raw.digest as { origins: number[]; versions: number[] } | undefined;
   if (digest) {
-    if (digest.origins.length !== digest.versions.length) throw new BudgetWireError('digest origins and versions differ in length');
+    if (digest.origins.length !== digest.versions.length)
+      throw new BudgetWireError('digest origins and versions differ in length');
     out.digest = new Map(digest.origins.map((id, i) => [id, digest.versions[i]]));
   }
-  for (const d of raw.deltas as { origin: string; from: number; to: number; names: string[]; counters: Record<string, number>[] }[]) {
+  for (const d of raw.deltas as {
+    origin: string;
+    from: number;
+    to: number;
+    names: string[];
+    counters: Record<string, number>[];
+  }[]) {
     if (!d.origin || d.origin.length > MAX_NAME) throw new BudgetWireError('delta without a valid origin');
     if (d.to < d.from) throw new BudgetWireError(`delta of ${d.origin} goes backwards (${d.from} → ${d.to})`);
-    if (d.names.some((n) => n.length === 0 || n.length > MAX_NAME)) throw new BudgetWireError(`delta of ${d.origin} has an invalid name`);
+    if (d.names.some((n) => n.length === 0 || n.length > MAX_NAME))
+      throw new BudgetWireError(`delta of ${d.origin} has an invalid name`);
     const counters = d.counters.map((c): Counter => {
       const window = BUDGET_WINDOWS[c.window - 1];
       const tenant = d.names[c.tenant];
       const provider = d.names[c.provider];
-      if (window === undefined || tenant === undefined || provider === undefined) throw new BudgetWireError(`delta of ${d.origin} has a counter with an unknown window or name`);
-      if (c.version <= d.from || c.version > d.to) throw new BudgetWireError(`delta of ${d.origin} has a counter outside its versions`);
+      if (window === undefined || tenant === undefined || provider === undefined)
+        throw new BudgetWireError(`delta of ${d.origin} has a counter with an unknown window or name`);
+      if (c.version <= d.from || c.version > d.to)
+        throw new BudgetWireError(`delta of ${d.origin} has a counter outside its versions`);
       return {
         tenant,
         provider,

@@ -94,7 +94,15 @@ export function floorOf(policies: readonly InferencePolicy[]): Floor {
     if (g.unidentifiedCallers !== 'policy') unidentifiedMayLeave = false;
     overflowBudget.push(...(g.overflowBudget?.limits ?? []));
   }
-  return deepFreeze({ denyTags: [...tags].sort(), denyTenants: [...tenants].sort(), maxSloTtftMs, overflowAllowed, unidentifiedMayLeave, overflowBudget, sources: setters.map(policyKey) });
+  return deepFreeze({
+    denyTags: [...tags].sort(),
+    denyTenants: [...tenants].sort(),
+    maxSloTtftMs,
+    overflowAllowed,
+    unidentifiedMayLeave,
+    overflowBudget,
+    sources: setters.map(policyKey),
+  });
 }
 
 function floorName(floor: Floor): string {
@@ -107,21 +115,45 @@ export function guardrailViolations(policy: InferencePolicy, floor: Floor): Poli
   const issues: Omit<PolicySetIssue, 'index'>[] = [];
   const { spec } = policy;
   if (spec.guardrails) {
-    issues.push({ severity: 'error', path: 'spec.guardrails', message: 'guardrails may only be set by a cluster-wide policy (the agent\'s namespace, or * in static config)' });
+    issues.push({
+      severity: 'error',
+      path: 'spec.guardrails',
+      message: "guardrails may only be set by a cluster-wide policy (the agent's namespace, or * in static config)",
+    });
   }
   const tags = spec.overflow?.deny?.tags;
   const dropped = tags ? floor.denyTags.filter((t) => !tags.includes(t)) : [];
   if (dropped.length > 0) {
-    issues.push({ severity: 'error', path: 'spec.overflow.deny.tags', message: `may not drop ${dropped.join(', ')}: ${floorName(floor)} denies ${floor.denyTags.join(', ')}; a namespace policy may only add tags (leave deny.tags out to inherit them)` });
+    issues.push({
+      severity: 'error',
+      path: 'spec.overflow.deny.tags',
+      message: `may not drop ${dropped.join(', ')}: ${floorName(floor)} denies ${floor.denyTags.join(', ')}; a namespace policy may only add tags (leave deny.tags out to inherit them)`,
+    });
   }
-  if (spec.slo?.ttft !== undefined && floor.maxSloTtftMs !== undefined && parseDuration(spec.slo.ttft) > floor.maxSloTtftMs) {
-    issues.push({ severity: 'error', path: 'spec.slo.ttft', message: `${spec.slo.ttft} is looser than ${floorName(floor)} allows (at most ${floor.maxSloTtftMs}ms)` });
+  if (
+    spec.slo?.ttft !== undefined &&
+    floor.maxSloTtftMs !== undefined &&
+    parseDuration(spec.slo.ttft) > floor.maxSloTtftMs
+  ) {
+    issues.push({
+      severity: 'error',
+      path: 'spec.slo.ttft',
+      message: `${spec.slo.ttft} is looser than ${floorName(floor)} allows (at most ${floor.maxSloTtftMs}ms)`,
+    });
   }
   if (!floor.overflowAllowed && (spec.overflow?.providers?.length ?? 0) > 0) {
-    issues.push({ severity: 'error', path: 'spec.overflow.providers', message: `${floorName(floor)} forbids overflow; a namespace policy may not list providers` });
+    issues.push({
+      severity: 'error',
+      path: 'spec.overflow.providers',
+      message: `${floorName(floor)} forbids overflow; a namespace policy may not list providers`,
+    });
   }
   for (const loosening of budgetLoosenings(spec.overflow?.budget?.limits ?? [], floor.overflowBudget)) {
-    issues.push({ severity: 'error', path: 'spec.overflow.budget', message: `${loosening} (${floorName(floor)}); a namespace policy may only set tighter limits` });
+    issues.push({
+      severity: 'error',
+      path: 'spec.overflow.budget',
+      message: `${loosening} (${floorName(floor)}); a namespace policy may only set tighter limits`,
+    });
   }
   return issues.map((issue) => ({ ...issue, index: -1 }));
 }
@@ -137,7 +169,9 @@ export function applyFloor(policy: EffectivePolicy, floor: Floor): EffectivePoli
   return deepFreeze({
     ...policy,
     // Floor limits are added once (they are the same objects), so applying the floor twice is a no-op.
-    ...(capBudget ? { budget: [...(policy.budget ?? []), ...floor.overflowBudget.filter((cap) => !policy.budget?.includes(cap))] } : {}),
+    ...(capBudget
+      ? { budget: [...(policy.budget ?? []), ...floor.overflowBudget.filter((cap) => !policy.budget?.includes(cap))] }
+      : {}),
     exclude: policy.exclude.map((rule) => ({ ...rule })),
     sloTtftMs: capSlo ? floor.maxSloTtftMs! : policy.sloTtftMs,
     overflow: {
@@ -158,15 +192,16 @@ export const BUILTIN_DEFAULT: EffectivePolicy = deepFreeze({
 
 /** Namespace → its annotations; a Map (cluster snapshot) or a plain object (config file). */
 export type NamespaceAnnotations =
-  | ReadonlyMap<string, Readonly<Record<string, string>>>
-  | Readonly<Record<string, Readonly<Record<string, string>>>>;
+  ReadonlyMap<string, Readonly<Record<string, string>>> | Readonly<Record<string, Readonly<Record<string, string>>>>;
 
 export const SPECIFICITY = { namespace: 4, models: 2, tenants: 1 } as const;
 
 export function specificity(policy: InferencePolicy): number {
-  return (policy.metadata.namespace === '*' ? 0 : SPECIFICITY.namespace)
-    + (policy.spec.models ? SPECIFICITY.models : 0)
-    + (policy.spec.tenants ? SPECIFICITY.tenants : 0);
+  return (
+    (policy.metadata.namespace === '*' ? 0 : SPECIFICITY.namespace) +
+    (policy.spec.models ? SPECIFICITY.models : 0) +
+    (policy.spec.tenants ? SPECIFICITY.tenants : 0)
+  );
 }
 
 export function policyKey(policy: InferencePolicy): string {
@@ -176,9 +211,11 @@ export function policyKey(policy: InferencePolicy): string {
 /** Does the policy cover this request (namespace, model and tenant)? */
 export function appliesTo(policy: InferencePolicy, tenant: string, namespace: string, model: string): boolean {
   const { namespace: ns } = policy.metadata;
-  return (ns === '*' || ns === namespace)
-    && (!policy.spec.models || policy.spec.models.includes(model))
-    && (!policy.spec.tenants || policy.spec.tenants.includes(tenant));
+  return (
+    (ns === '*' || ns === namespace) &&
+    (!policy.spec.models || policy.spec.models.includes(model)) &&
+    (!policy.spec.tenants || policy.spec.tenants.includes(tenant))
+  );
 }
 
 /** The policy's own fields over the built-in defaults, durations in ms. Annotations not applied. */
@@ -197,7 +234,9 @@ export function effectiveOf(policy: InferencePolicy): EffectivePolicy {
     },
     waitMaxMs: spec.wait?.max !== undefined ? parseDuration(spec.wait.max) : DEFAULT_WAIT_MAX_MS,
     ...(spec.overflow?.budget ? { budget: spec.overflow.budget.limits.map((limit) => ({ ...limit })) } : {}),
-    ...(spec.priority ? { priority: { class: spec.priority.class ?? 'standard', header: [...(spec.priority.header ?? [])] } } : {}),
+    ...(spec.priority
+      ? { priority: { class: spec.priority.class ?? 'standard', header: [...(spec.priority.header ?? [])] } }
+      : {}),
   };
 }
 
@@ -220,7 +259,10 @@ export interface PolicySetIssue {
  * overlapping models and tenants, unless the namespace pins one of the two), and warnings about
  * overflow that lets pii leave. Without annotations, every tie counts.
  */
-export function checkPolicySet(policies: readonly InferencePolicy[], annotations?: NamespaceAnnotations): PolicySetIssue[] {
+export function checkPolicySet(
+  policies: readonly InferencePolicy[],
+  annotations?: NamespaceAnnotations,
+): PolicySetIssue[] {
   const issues: PolicySetIssue[] = [];
   const pins = new Map<string, InferencePolicy>();
   if (annotations) {
@@ -236,7 +278,13 @@ export function checkPolicySet(policies: readonly InferencePolicy[], annotations
       const a = policies[i];
       if (a.metadata.namespace !== b.metadata.namespace) continue;
       if (a.metadata.name === b.metadata.name) {
-        issues.push({ severity: 'error', index: j, other: i, path: 'metadata.name', message: `duplicate: ${policyKey(a)} is defined twice` });
+        issues.push({
+          severity: 'error',
+          index: j,
+          other: i,
+          path: 'metadata.name',
+          message: `duplicate: ${policyKey(a)} is defined twice`,
+        });
         continue;
       }
       if (specificity(a) !== specificity(b)) continue;
@@ -275,7 +323,10 @@ export function checkPolicySet(policies: readonly InferencePolicy[], annotations
 }
 
 /** Common entries of two optional lists (absent = everything); undefined when disjoint. */
-function overlap(a: readonly string[] | undefined, b: readonly string[] | undefined): readonly string[] | 'all' | undefined {
+function overlap(
+  a: readonly string[] | undefined,
+  b: readonly string[] | undefined,
+): readonly string[] | 'all' | undefined {
   if (!a && !b) return 'all';
   if (!a) return b;
   if (!b) return a;
@@ -330,13 +381,16 @@ export function compilePolicies(
   const rejected: { name: string; reasons: string[] }[] = [];
   const policies = all.filter((policy) => {
     const violations = guardrailViolations(policy, floor);
-    if (violations.length > 0) rejected.push({ name: policyKey(policy), reasons: violations.map((v) => `${v.path}: ${v.message}`) });
+    if (violations.length > 0)
+      rejected.push({ name: policyKey(policy), reasons: violations.map((v) => `${v.path}: ${v.message}`) });
     return violations.length === 0;
   });
   const problems: string[] = rejected.map((r) => `${r.name}: rejected, ${r.reasons.join('; ')}`);
-  problems.push(...checkPolicySet(policies, annotations)
-    .filter((issue) => issue.severity === 'error')
-    .map((issue) => `${policyKey(policies[issue.index])}: ${issue.message}`));
+  problems.push(
+    ...checkPolicySet(policies, annotations)
+      .filter((issue) => issue.severity === 'error')
+      .map((issue) => `${policyKey(policies[issue.index])}: ${issue.message}`),
+  );
 
   const byNamespace = new Map<string, Entry[]>();
   const entries = new Map<InferencePolicy, Entry>();
@@ -363,12 +417,18 @@ export function compilePolicies(
     const pinned = findPinned(policies, namespace, ref);
     return pinned && entries.get(pinned);
   });
-  for (const issue of issues) problems.push(`namespace ${issue.namespace}: annotation ${issue.key}: ${issue.message}; ignored`);
+  for (const issue of issues)
+    problems.push(`namespace ${issue.namespace}: annotation ${issue.key}: ${issue.message}; ignored`);
   for (const [namespace, o] of overrides) {
     if (o.sloTtftMs !== undefined && floor.maxSloTtftMs !== undefined && o.sloTtftMs > floor.maxSloTtftMs) {
-      problems.push(`namespace ${namespace}: annotation ${ANNOTATIONS.ttftSlo}: looser than ${floorName(floor)} allows; capped at ${floor.maxSloTtftMs}ms`);
+      problems.push(
+        `namespace ${namespace}: annotation ${ANNOTATIONS.ttftSlo}: looser than ${floorName(floor)} allows; capped at ${floor.maxSloTtftMs}ms`,
+      );
     }
-    if (o.overflow === 'allow' && !floor.overflowAllowed) problems.push(`namespace ${namespace}: annotation ${ANNOTATIONS.overflow}: allow has no effect, ${floorName(floor)} forbids overflow`);
+    if (o.overflow === 'allow' && !floor.overflowAllowed)
+      problems.push(
+        `namespace ${namespace}: annotation ${ANNOTATIONS.overflow}: allow has no effect, ${floorName(floor)} forbids overflow`,
+      );
   }
 
   const cache = new Map<string, EffectivePolicy>();
@@ -382,19 +442,23 @@ export function compilePolicies(
     const o = overrides.get(namespace);
     let chosen: Entry | undefined;
     if (o?.pinned && covers(o.pinned, tenant, model)) chosen = o.pinned;
-    chosen ??= byNamespace.get(namespace)?.find((e) => covers(e, tenant, model)) ?? star.find((e) => covers(e, tenant, model));
+    chosen ??=
+      byNamespace.get(namespace)?.find((e) => covers(e, tenant, model)) ?? star.find((e) => covers(e, tenant, model));
     const base = chosen?.effective ?? builtin;
     if (!o || (o.overflow !== 'deny' && o.sloTtftMs === undefined)) return base;
-    return applyFloor(deepFreeze({
-      ...base,
-      exclude: base.exclude.map((rule) => ({ ...rule })),
-      sloTtftMs: o.sloTtftMs ?? base.sloTtftMs,
-      overflow: {
-        providers: o.overflow === 'deny' ? [] : [...base.overflow.providers],
-        denyTags: [...base.overflow.denyTags],
-        denyTenants: [...base.overflow.denyTenants],
-      },
-    }), floor);
+    return applyFloor(
+      deepFreeze({
+        ...base,
+        exclude: base.exclude.map((rule) => ({ ...rule })),
+        sloTtftMs: o.sloTtftMs ?? base.sloTtftMs,
+        overflow: {
+          providers: o.overflow === 'deny' ? [] : [...base.overflow.providers],
+          denyTags: [...base.overflow.denyTags],
+          denyTenants: [...base.overflow.denyTenants],
+        },
+      }),
+      floor,
+    );
   }
 
   return {
@@ -433,10 +497,14 @@ export function checkNamespaceAnnotations(
 }
 
 /** The policy a `kinference.io/policy` value names for callers in `namespace`. */
-export function findPinned(policies: readonly InferencePolicy[], namespace: string, ref: string): InferencePolicy | undefined {
+export function findPinned(
+  policies: readonly InferencePolicy[],
+  namespace: string,
+  ref: string,
+): InferencePolicy | undefined {
   const { ns, name } = policyRef(namespace, ref);
   const find = (n: string) => policies.find((p) => p.metadata.namespace === n && p.metadata.name === name);
-  return ref.includes('/') ? find(ns) : find(ns) ?? find('*');
+  return ref.includes('/') ? find(ns) : (find(ns) ?? find('*'));
 }
 
 function policyRef(namespace: string, ref: string): { ns: string; name: string } {
@@ -457,12 +525,17 @@ function parseAnnotations<P>(
     if (pinned !== undefined) {
       const found = find(namespace, pinned.trim());
       if (found !== undefined) o.pinned = found;
-      else bad(ANNOTATIONS.policy, pinned.includes('/') ? `no policy ${pinned.trim()}` : `no policy "${pinned.trim()}" in ${namespace} or *`);
+      else
+        bad(
+          ANNOTATIONS.policy,
+          pinned.includes('/') ? `no policy ${pinned.trim()}` : `no policy "${pinned.trim()}" in ${namespace} or *`,
+        );
     }
     const overflow = values[ANNOTATIONS.overflow];
     const mode = overflow?.trim().toLowerCase();
     if (mode === 'allow' || mode === 'deny') o.overflow = mode;
-    else if (overflow !== undefined) bad(ANNOTATIONS.overflow, `expected allow or deny, found ${JSON.stringify(overflow)}`);
+    else if (overflow !== undefined)
+      bad(ANNOTATIONS.overflow, `expected allow or deny, found ${JSON.stringify(overflow)}`);
     const slo = values[ANNOTATIONS.ttftSlo];
     if (slo !== undefined) {
       if (isDuration(slo)) o.sloTtftMs = parseDuration(slo);
@@ -501,7 +574,8 @@ export function mayLeave(policy: EffectivePolicy, request: { tenant: string; tag
   if (policy.overflow.denyTenants.includes(request.tenant)) {
     return { allowed: false, reason: `tenant ${request.tenant} may not leave the cluster (${policy.name})` };
   }
-  if (policy.overflow.providers.length === 0) return { allowed: false, reason: `no overflow providers (${policy.name})` };
+  if (policy.overflow.providers.length === 0)
+    return { allowed: false, reason: `no overflow providers (${policy.name})` };
   return { allowed: true, reason: `may overflow to ${policy.overflow.providers.join(', ')} (${policy.name})` };
 }
 

@@ -33,61 +33,114 @@ export const ExcludeRuleSchema = Type.Object(
   {
     metric: Type.Union(
       EXCLUDE_METRICS.map((m) => Type.Literal(m)),
-      { description: 'queued: waiting requests; running: requests in the batch; kvCache: KV-cache use 0..1; predictedTTFT: predicted time to first token in ms.' },
+      {
+        description:
+          'queued: waiting requests; running: requests in the batch; kvCache: KV-cache use 0..1; predictedTTFT: predicted time to first token in ms.',
+      },
     ),
-    above: Type.Number({ minimum: 0, expected: 'a number ≥ 0', description: 'Threshold; for kvCache a fraction 0..1, for predictedTTFT milliseconds.' }),
+    above: Type.Number({
+      minimum: 0,
+      expected: 'a number ≥ 0',
+      description: 'Threshold; for kvCache a fraction 0..1, for predictedTTFT milliseconds.',
+    }),
     window: Duration('The metric is averaged over this window, e.g. 30s.'),
   },
   {
     ...strict,
     description: 'A pod whose windowed metric is above the threshold is bypassed.',
     'x-kubernetes-validations': [
-      { rule: "self.metric != 'kvCache' || self.above <= 1.0", message: 'kvCache is a fraction: above must be between 0 and 1' },
+      {
+        rule: "self.metric != 'kvCache' || self.above <= 1.0",
+        message: 'kvCache is a fraction: above must be between 0 and 1',
+      },
     ],
   },
 );
 
 const TagList = (description: string) =>
-  Type.Array(Type.String({ pattern: TAG_PATTERN, maxLength: 64, expected: 'a lowercase tag of a-z 0-9 . _ -' }), { maxItems: 64, expected: 'a list of tags', description });
+  Type.Array(Type.String({ pattern: TAG_PATTERN, maxLength: 64, expected: 'a lowercase tag of a-z 0-9 . _ -' }), {
+    maxItems: 64,
+    expected: 'a list of tags',
+    description,
+  });
 
 const MAX_BUDGET_COUNT = 1e15; // far above any real budget, below 2^53 so sums stay exact
 
 export const BudgetLimitSchema = Type.Object(
   {
-    window: Type.Union(BUDGET_WINDOWS.map((w) => Type.Literal(w)), { description: 'Calendar window (UTC) the limit counts over: minute, hour or day.' }),
-    tokens: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_BUDGET_COUNT, expected: 'an integer ≥ 0', description: 'Most overflowed tokens (prompt + completion, as the provider reports them) per tenant in the window.' })),
-    requests: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_BUDGET_COUNT, expected: 'an integer ≥ 0', description: 'Most overflowed requests per tenant in the window.' })),
+    window: Type.Union(
+      BUDGET_WINDOWS.map((w) => Type.Literal(w)),
+      { description: 'Calendar window (UTC) the limit counts over: minute, hour or day.' },
+    ),
+    tokens: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_BUDGET_COUNT,
+        expected: 'an integer ≥ 0',
+        description:
+          'Most overflowed tokens (prompt + completion, as the provider reports them) per tenant in the window.',
+      }),
+    ),
+    requests: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_BUDGET_COUNT,
+        expected: 'an integer ≥ 0',
+        description: 'Most overflowed requests per tenant in the window.',
+      }),
+    ),
     provider: Type.Optional(Name('Count only overflow to this provider; absent: every provider.')),
   },
   {
     ...strict,
-    description: 'One limit on overflow per tenant and window; a tenant with no budget left does not leave the cluster.',
-    'x-kubernetes-validations': [{ rule: 'has(self.tokens) || has(self.requests)', message: 'a limit needs tokens, requests or both' }],
+    description:
+      'One limit on overflow per tenant and window; a tenant with no budget left does not leave the cluster.',
+    'x-kubernetes-validations': [
+      { rule: 'has(self.tokens) || has(self.requests)', message: 'a limit needs tokens, requests or both' },
+    ],
   },
 );
 
 export const OverflowBudgetSchema = Type.Object(
   {
-    limits: Type.Array(BudgetLimitSchema, { minItems: 1, maxItems: 12, expected: 'a non-empty list of limits', description: 'Every limit holds at once.' }),
+    limits: Type.Array(BudgetLimitSchema, {
+      minItems: 1,
+      maxItems: 12,
+      expected: 'a non-empty list of limits',
+      description: 'Every limit holds at once.',
+    }),
   },
-  { ...strict, description: 'Cluster-wide limits on what each tenant may overflow, enforced on the sum over every agent.' },
+  {
+    ...strict,
+    description: 'Cluster-wide limits on what each tenant may overflow, enforced on the sum over every agent.',
+  },
 );
 
 const PriorityClass = (description: string) =>
-  Type.Union(PRIORITIES.map((p) => Type.Literal(p)), { description });
+  Type.Union(
+    PRIORITIES.map((p) => Type.Literal(p)),
+    { description },
+  );
 
 export const PrioritySchema = Type.Object(
   {
-    class: Type.Optional(PriorityClass('The class of requests that claim none: critical, standard or sheddable. Absent: standard.')),
+    class: Type.Optional(
+      PriorityClass('The class of requests that claim none: critical, standard or sheddable. Absent: standard.'),
+    ),
     header: Type.Optional(
       Type.Array(PriorityClass('A class callers may claim.'), {
         maxItems: 3,
         expected: 'a list of critical, standard, sheddable',
-        description: 'Classes a caller may claim with the x-kinference-priority header; absent or empty: the header is ignored.',
+        description:
+          'Classes a caller may claim with the x-kinference-priority header; absent or empty: the header is ignored.',
       }),
     ),
   },
-  { ...strict, description: 'Order among waiting requests: critical before standard before sheddable; sheddable is refused first when waiting is full.' },
+  {
+    ...strict,
+    description:
+      'Order among waiting requests: critical before standard before sheddable; sheddable is refused first when waiting is full.',
+  },
 );
 
 /** The platform floor: only in a cluster-wide policy; every other policy and annotation inherits it and may only tighten it. */
@@ -96,46 +149,74 @@ export const GuardrailsSchema = Type.Object(
     deny: Type.Optional(
       Type.Object(
         {
-          tags: Type.Optional(TagList('Tags that never leave, whatever a namespace policy says. Absent: [pii, unscanned].')),
-          tenants: Type.Optional(Type.Array(Name(), { maxItems: 256, expected: 'a list of tenants', description: 'Tenants whose requests never leave.' })),
+          tags: Type.Optional(
+            TagList('Tags that never leave, whatever a namespace policy says. Absent: [pii, unscanned].'),
+          ),
+          tenants: Type.Optional(
+            Type.Array(Name(), {
+              maxItems: 256,
+              expected: 'a list of tenants',
+              description: 'Tenants whose requests never leave.',
+            }),
+          ),
         },
         { ...strict, description: 'What never leaves the cluster.' },
       ),
     ),
     maxSloTtft: Type.Optional(Duration('The loosest SLO a policy or annotation may set.')),
     overflow: Type.Optional(
-      Type.Union([Type.Literal('allow'), Type.Literal('deny')], { description: 'deny: no request leaves the cluster, whatever any policy lists. Absent: allow.' }),
+      Type.Union([Type.Literal('allow'), Type.Literal('deny')], {
+        description: 'deny: no request leaves the cluster, whatever any policy lists. Absent: allow.',
+      }),
     ),
     overflowBudget: Type.Optional(
-      Type.Object({ limits: OverflowBudgetSchema.properties.limits }, {
-        ...strict,
-        description: 'The most any tenant may overflow: applies to every tenant, and a namespace policy may only set tighter limits.',
-      }),
+      Type.Object(
+        { limits: OverflowBudgetSchema.properties.limits },
+        {
+          ...strict,
+          description:
+            'The most any tenant may overflow: applies to every tenant, and a namespace policy may only set tighter limits.',
+        },
+      ),
     ),
     unidentifiedCallers: Type.Optional(
       Type.Union([Type.Literal('local'), Type.Literal('policy')], {
-        description: 'local: a caller whose namespace cannot be established never leaves the cluster; policy: it follows the cluster-wide policy. Absent: local.',
+        description:
+          'local: a caller whose namespace cannot be established never leaves the cluster; policy: it follows the cluster-wide policy. Absent: local.',
       }),
     ),
   },
-  { ...strict, description: 'The platform floor (cluster-wide policies only): inherited by every policy and annotation, which may only tighten it.' },
+  {
+    ...strict,
+    description:
+      'The platform floor (cluster-wide policies only): inherited by every policy and annotation, which may only tighten it.',
+  },
 );
 
 export const InferencePolicySpecSchema = Type.Object(
   {
     models: Type.Optional(NameList('Models this policy applies to; absent: every model.', 256)),
-    tenants: Type.Optional(NameList('Tenants this policy applies to; absent: every tenant (tenant = caller namespace unless annotated).', 256)),
+    tenants: Type.Optional(
+      NameList(
+        'Tenants this policy applies to; absent: every tenant (tenant = caller namespace unless annotated).',
+        256,
+      ),
+    ),
     slo: Type.Optional(
-      Type.Object({ ttft: Type.Optional(Duration('A pod predicted slower than this to first token is not a candidate.')) }, {
-        ...strict,
-        description: 'Latency target.',
-      }),
+      Type.Object(
+        { ttft: Type.Optional(Duration('A pod predicted slower than this to first token is not a candidate.')) },
+        {
+          ...strict,
+          description: 'Latency target.',
+        },
+      ),
     ),
     exclude: Type.Optional(
       Type.Array(ExcludeRuleSchema, {
         maxItems: 16,
         expected: 'a list of exclusion rules',
-        description: 'A pod matching any rule is bypassed. Absent: the built-in rule (queued above 2 over 30s); []: no rule.',
+        description:
+          'A pod matching any rule is bypassed. Absent: the built-in rule (queued above 2 over 30s); []: no rule.',
       }),
     ),
     overflow: Type.Optional(
@@ -145,7 +226,8 @@ export const InferencePolicySpecSchema = Type.Object(
             Type.Array(Name(), {
               maxItems: 16,
               expected: 'a list of provider names',
-              description: 'Names of providers declared in the agent configuration, tried in order; empty or absent: requests never leave the cluster.',
+              description:
+                'Names of providers declared in the agent configuration, tried in order; empty or absent: requests never leave the cluster.',
             }),
           ),
           deny: Type.Optional(
@@ -154,11 +236,19 @@ export const InferencePolicySpecSchema = Type.Object(
                 tags: Type.Optional(
                   Type.Array(
                     Type.String({ pattern: TAG_PATTERN, maxLength: 64, expected: 'a lowercase tag of a-z 0-9 . _ -' }),
-                    { maxItems: 64, expected: 'a list of tags', description: 'A request with any of these tags never leaves. Absent: [pii, unscanned].' },
+                    {
+                      maxItems: 64,
+                      expected: 'a list of tags',
+                      description: 'A request with any of these tags never leaves. Absent: [pii, unscanned].',
+                    },
                   ),
                 ),
                 tenants: Type.Optional(
-                  Type.Array(Name(), { maxItems: 256, expected: 'a list of tenants', description: "These tenants' requests never leave." }),
+                  Type.Array(Name(), {
+                    maxItems: 256,
+                    expected: 'a list of tenants',
+                    description: "These tenants' requests never leave.",
+                  }),
                 ),
               },
               { ...strict, description: 'Conditions under which a request may not leave.' },
@@ -195,7 +285,9 @@ export const PolicyConditionSchema = Type.Object(
 
 export const PolicyStatusSchema = Type.Object(
   {
-    observedGeneration: Type.Optional(Type.Integer({ minimum: 0, format: 'int64', description: 'Generation the conditions describe.' })),
+    observedGeneration: Type.Optional(
+      Type.Integer({ minimum: 0, format: 'int64', description: 'Generation the conditions describe.' }),
+    ),
     conditions: Type.Optional(
       Type.Array(PolicyConditionSchema, {
         maxItems: 16,
@@ -248,9 +340,7 @@ export interface PolicyError {
   message: string;
 }
 
-export type PolicyValidation =
-  | { ok: true; policy: InferencePolicy; errors: [] }
-  | { ok: false; errors: PolicyError[] };
+export type PolicyValidation = { ok: true; policy: InferencePolicy; errors: [] } | { ok: false; errors: PolicyError[] };
 
 export interface ValidateOptions {
   /** Require `apiVersion: kinference.io/v1alpha1` and `kind: InferencePolicy` (policy files). */
@@ -268,7 +358,8 @@ export function validatePolicy(doc: unknown, options: ValidateOptions = {}): Pol
   const errors: PolicyError[] = [];
   const seen = new Set<string>();
   if (options.requireTypeMeta && isRecord(doc)) {
-    if (doc.apiVersion === undefined) errors.push({ path: 'apiVersion', at: ['apiVersion'], message: `missing, expected "${API_VERSION}"` });
+    if (doc.apiVersion === undefined)
+      errors.push({ path: 'apiVersion', at: ['apiVersion'], message: `missing, expected "${API_VERSION}"` });
     if (doc.kind === undefined) errors.push({ path: 'kind', at: ['kind'], message: `missing, expected "${KIND}"` });
   }
   for (const error of compiled.Errors(doc)) {
@@ -324,19 +415,35 @@ export const MAX_EXCLUDE_WINDOW_MS = 5 * 60_000;
 function semanticErrors(doc: unknown): PolicyError[] {
   const errors: PolicyError[] = [];
   const spec = isRecord(doc) && isRecord(doc.spec) ? doc.spec : undefined;
-  if (isRecord(spec?.overflow) && isRecord(spec.overflow.budget)) errors.push(...limitErrors(spec.overflow.budget.limits, ['spec', 'overflow', 'budget', 'limits']));
+  if (isRecord(spec?.overflow) && isRecord(spec.overflow.budget))
+    errors.push(...limitErrors(spec.overflow.budget.limits, ['spec', 'overflow', 'budget', 'limits']));
   if (isRecord(spec?.guardrails) && isRecord(spec.guardrails.overflowBudget)) {
-    errors.push(...limitErrors(spec.guardrails.overflowBudget.limits, ['spec', 'guardrails', 'overflowBudget', 'limits']));
+    errors.push(
+      ...limitErrors(spec.guardrails.overflowBudget.limits, ['spec', 'guardrails', 'overflowBudget', 'limits']),
+    );
   }
   const exclude = spec?.exclude;
   if (!Array.isArray(exclude)) return errors;
   exclude.forEach((rule: unknown, i) => {
     if (isRecord(rule) && rule.metric === 'kvCache' && typeof rule.above === 'number' && rule.above > 1) {
-      errors.push({ path: `spec.exclude[${i}].above`, at: ['spec', 'exclude', i, 'above'], message: `expected a fraction between 0 and 1 for kvCache, found ${rule.above}` });
+      errors.push({
+        path: `spec.exclude[${i}].above`,
+        at: ['spec', 'exclude', i, 'above'],
+        message: `expected a fraction between 0 and 1 for kvCache, found ${rule.above}`,
+      });
     }
     // The agent keeps this much history per pod; a longer window could only be clamped silently.
-    if (isRecord(rule) && typeof rule.window === 'string' && isDuration(rule.window) && parseDuration(rule.window) > MAX_EXCLUDE_WINDOW_MS) {
-      errors.push({ path: `spec.exclude[${i}].window`, at: ['spec', 'exclude', i, 'window'], message: `expected a window of at most 5m, found "${rule.window}"` });
+    if (
+      isRecord(rule) &&
+      typeof rule.window === 'string' &&
+      isDuration(rule.window) &&
+      parseDuration(rule.window) > MAX_EXCLUDE_WINDOW_MS
+    ) {
+      errors.push({
+        path: `spec.exclude[${i}].window`,
+        at: ['spec', 'exclude', i, 'window'],
+        message: `expected a window of at most 5m, found "${rule.window}"`,
+      });
     }
   });
   return errors;
@@ -351,10 +458,16 @@ function limitErrors(limits: unknown, at: (string | number)[]): PolicyError[] {
       errors.push({ path: formatPath([...at, i]), at: [...at, i], message: 'expected tokens, requests or both' });
     }
   });
-  const scoped = limits.filter((l): l is { window: 'minute'; provider?: string } => isRecord(l) && typeof l.window === 'string');
+  const scoped = limits.filter(
+    (l): l is { window: 'minute'; provider?: string } => isRecord(l) && typeof l.window === 'string',
+  );
   for (const i of duplicateScopes(scoped)) {
     const index = limits.indexOf(scoped[i]);
-    errors.push({ path: formatPath([...at, index]), at: [...at, index], message: 'expected one limit per window and provider, found a second' });
+    errors.push({
+      path: formatPath([...at, index]),
+      at: [...at, index],
+      message: 'expected one limit per window and provider, found a second',
+    });
   }
   return errors;
 }
@@ -375,13 +488,20 @@ function expectedOf(schema: TSchema): string {
   const literals = literalValues(schema);
   if (literals) return literals.length === 1 ? JSON.stringify(literals[0]) : `one of ${literals.join(', ')}`;
   switch (schema.type) {
-    case 'object': return 'an object';
-    case 'array': return 'a list';
-    case 'number': return typeof schema.minimum === 'number' ? `a number ≥ ${schema.minimum}` : 'a number';
-    case 'integer': return 'an integer';
-    case 'boolean': return 'true or false';
-    case 'string': return schema.minLength ? 'a non-empty string' : 'a string';
-    default: return 'a valid value';
+    case 'object':
+      return 'an object';
+    case 'array':
+      return 'a list';
+    case 'number':
+      return typeof schema.minimum === 'number' ? `a number ≥ ${schema.minimum}` : 'a number';
+    case 'integer':
+      return 'an integer';
+    case 'boolean':
+      return 'true or false';
+    case 'string':
+      return schema.minLength ? 'a non-empty string' : 'a string';
+    default:
+      return 'a valid value';
   }
 }
 
@@ -403,10 +523,13 @@ function found(value: unknown): string {
 }
 
 function pointerSegments(pointer: string): (string | number)[] {
-  return pointer.split('/').slice(1).map((raw) => {
-    const part = raw.replaceAll('~1', '/').replaceAll('~0', '~');
-    return /^\d+$/.test(part) ? Number(part) : part;
-  });
+  return pointer
+    .split('/')
+    .slice(1)
+    .map((raw) => {
+      const part = raw.replaceAll('~1', '/').replaceAll('~0', '~');
+      return /^\d+$/.test(part) ? Number(part) : part;
+    });
 }
 
 /** `/spec/exclude/0/window` → `spec.exclude[0].window` (JSON pointer unescaped). */
@@ -457,10 +580,25 @@ function isRecord(value: unknown): value is Record<string, unknown> {
 /** Keywords a CRD's structural schema accepts and that we use; everything else is dropped. */
 // (In this order in the output, so the rendered CRD reads type first.)
 const OPENAPI_KEYWORDS = [
-  'type', 'format', 'description', 'enum', 'pattern', 'minimum', 'maximum', 'minLength',
-  'maxLength', 'minItems', 'maxItems', 'nullable', 'x-kubernetes-list-type',
-  'x-kubernetes-list-map-keys', 'x-kubernetes-preserve-unknown-fields', 'x-kubernetes-validations',
-  'required', 'properties', 'items',
+  'type',
+  'format',
+  'description',
+  'enum',
+  'pattern',
+  'minimum',
+  'maximum',
+  'minLength',
+  'maxLength',
+  'minItems',
+  'maxItems',
+  'nullable',
+  'x-kubernetes-list-type',
+  'x-kubernetes-list-map-keys',
+  'x-kubernetes-preserve-unknown-fields',
+  'x-kubernetes-validations',
+  'required',
+  'properties',
+  'items',
 ] as const;
 
 type OpenAPISchema = Record<string, unknown>;
@@ -499,7 +637,8 @@ export function toOpenAPI(schema: TSchema): OpenAPISchema {
 export function inferencePolicyOpenAPISchema(): OpenAPISchema {
   return {
     type: 'object',
-    description: 'InferencePolicy says, for matching models and tenants, the TTFT target, the exclusion rules, whether and where requests may overflow, and how long they may wait.',
+    description:
+      'InferencePolicy says, for matching models and tenants, the TTFT target, the exclusion rules, whether and where requests may overflow, and how long they may wait.',
     required: ['spec'],
     properties: {
       apiVersion: { type: 'string' },
