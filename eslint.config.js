@@ -3,7 +3,7 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', 'shared/proto/generated/**', 'bench/results/**'] },
+  { ignores: ['node_modules/**', 'bench/results/**'] },
   js.configs.recommended,
   { files: ['bin/**/*.js'], languageOptions: { globals: { process: 'readonly' } } },
   ...tseslint.configs.recommended,
@@ -14,7 +14,15 @@ export default tseslint.config(
       // node:test's test()/describe() return promises the runner awaits itself.
       '@typescript-eslint/no-floating-promises': [
         'error',
-        { allowForKnownSafeCalls: [{ from: 'package', package: 'node:test', name: ['test', 'it', 'describe', 'suite', 'before', 'after', 'beforeEach', 'afterEach'] }] },
+        {
+          allowForKnownSafeCalls: [
+            {
+              from: 'package',
+              package: 'node:test',
+              name: ['test', 'it', 'describe', 'suite', 'before', 'after', 'beforeEach', 'afterEach'],
+            },
+          ],
+        },
       ],
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
       'no-constant-condition': ['error', { checkLoops: false }],

@@ -1,4 +1,4 @@
-// The core data of DESIGN.md. Plain data only: the pure core (classify, policy, predict, route)
+// The core data the agent's parts exchange. Plain data only: the pure core (classify, policy, predict, route)
 // and the I/O shells (server, telemetry, forward, providers, gossip, cluster) exchange these.
 
 import type { BudgetLimit, PriorityPolicy } from './budget/limits.ts';
@@ -19,6 +19,8 @@ export interface Pod {
   models: string[];
   /** Undefined until configured or detected from the first scrape. */
   engine?: Engine;
+  /** Requests the server runs at once (vLLM --max-num-seqs …), when known: the connection cap. */
+  maxConcurrency?: number;
 }
 
 /** One parsed scrape of a model server's /metrics, engine-neutral. */
@@ -88,6 +90,14 @@ export interface RouteRequest {
 
 export type RequestKind = 'chat' | 'completions' | 'embeddings' | 'responses';
 
+/** Where each kind is served under an OpenAI-compatible base (`/v1` at pods, the endpoint at providers). */
+export const API_PATHS: Readonly<Record<RequestKind, string>> = {
+  chat: 'chat/completions',
+  completions: 'completions',
+  embeddings: 'embeddings',
+  responses: 'responses',
+};
+
 export type ExcludeMetric = 'queued' | 'running' | 'kvCache' | 'predictedTTFT';
 
 export interface ExcludeRule {
@@ -101,6 +111,8 @@ export interface EffectivePolicy {
   /** `namespace/name` of the InferencePolicy that matched, or `builtin/default`. */
   name: string;
   sloTtftMs: number;
+  /** Share of requests that may leave which must meet the SLO (0..1): the quantile admission judges. */
+  sloAttainment: number;
   exclude: ExcludeRule[];
   overflow: { providers: string[]; denyTags: string[]; denyTenants: string[] };
   waitMaxMs: number;

@@ -31,23 +31,53 @@ for (let i = 0; log.length < 4096; i++) {
 log = log.slice(0, 4096);
 
 // Through JSON, as the ingress hands bodies over: flat strings, not the rope `+=` builds.
-const chat = (text: string): unknown => JSON.parse(JSON.stringify({ model: 'llama-3-8b', messages: [{ role: 'user', content: text }] }));
+const chat = (text: string): unknown =>
+  JSON.parse(JSON.stringify({ model: 'llama-3-8b', messages: [{ role: 'user', content: text }] }));
 function agentic(bytes: number): unknown {
   const messages: unknown[] = [{ role: 'system', content: prose(2048) }];
   for (let turn = 0; JSON.stringify(messages).length < bytes - 1024; turn++) {
-    messages.push({ role: 'user', content: [{ type: 'text', text: prose(900) }, { type: 'text', text: prose(400) }] });
-    messages.push({ role: 'assistant', content: null, tool_calls: [{ id: `call_${turn}`, type: 'function', function: { name: 'search_orders', arguments: JSON.stringify({ query: prose(300), since: '2024-05-01', limit: 50 }) } }] });
+    messages.push({
+      role: 'user',
+      content: [
+        { type: 'text', text: prose(900) },
+        { type: 'text', text: prose(400) },
+      ],
+    });
+    messages.push({
+      role: 'assistant',
+      content: null,
+      tool_calls: [
+        {
+          id: `call_${turn}`,
+          type: 'function',
+          function: {
+            name: 'search_orders',
+            arguments: JSON.stringify({ query: prose(300), since: '2024-05-01', limit: 50 }),
+          },
+        },
+      ],
+    });
     messages.push({ role: 'tool', tool_call_id: `call_${turn}`, content: log.slice(0, 600) });
   }
-  return JSON.parse(JSON.stringify({
-    model: 'llama-3-8b',
-    messages,
-    metadata: { session: '9f86d081884c7d65', app: 'support-console' },
-    response_format: { type: 'json_schema', json_schema: { name: 'answer', schema: { type: 'object', properties: { summary: { type: 'string', description: prose(200) } } } } },
-  }));
+  return JSON.parse(
+    JSON.stringify({
+      model: 'llama-3-8b',
+      messages,
+      metadata: { session: '9f86d081884c7d65', app: 'support-console' },
+      response_format: {
+        type: 'json_schema',
+        json_schema: {
+          name: 'answer',
+          schema: { type: 'object', properties: { summary: { type: 'string', description: prose(200) } } },
+        },
+      },
+    }),
+  );
 }
 const bodies = { clean: chat(clean), withPii: chat(withPii), log: chat(log), agentic64: agentic(64 * 1024) };
-for (const body of [bodies.clean, bodies.log, bodies.agentic64]) if (classify(undefined, body).length !== 0) throw new Error(`bench texts must be clean: ${classify(undefined, body).join(',')}`);
+for (const body of [bodies.clean, bodies.log, bodies.agentic64])
+  if (classify(undefined, body).length !== 0)
+    throw new Error(`bench texts must be clean: ${classify(undefined, body).join(',')}`);
 if (!classify(undefined, bodies.withPii).includes('pii')) throw new Error('bench PII must be found');
 
 let sink = 0;
@@ -76,6 +106,8 @@ for (const task of bench.tasks) {
     continue;
   }
   const us = (ms: number) => (ms * 1000).toFixed(2);
-  console.log(`${task.name}: ${us(result.latency.mean)} µs/op mean, ${us(result.latency.p50)} median, p99 ${us(result.latency.p99)} (±${result.latency.rme.toFixed(1)}%)`);
+  console.log(
+    `${task.name}: ${us(result.latency.mean)} µs/op mean, ${us(result.latency.p50)} median, p99 ${us(result.latency.p99)} (±${result.latency.rme.toFixed(1)}%)`,
+  );
 }
 if (sink === -1) console.log(sink);

@@ -9,16 +9,32 @@ import type { EffectivePolicy, RouteRequest } from '../agent/types.ts';
 const policy: EffectivePolicy = {
   name: 'bench',
   sloTtftMs: 500,
+  sloAttainment: 0.99,
   exclude: [{ metric: 'queued', above: 2, windowMs: 30_000 }],
   overflow: { providers: [], denyTags: [], denyTenants: [] },
   waitMaxMs: 2000,
 };
-const request: RouteRequest = { kind: 'chat', model: 'llama-3-8b', tenant: 't', namespace: 't', tags: [], promptTokens: 400, stream: true };
+const request: RouteRequest = {
+  kind: 'chat',
+  model: 'llama-3-8b',
+  tenant: 't',
+  namespace: 't',
+  tags: [],
+  promptTokens: 400,
+  stream: true,
+};
 const leave = { allowed: false, reason: 'bench', providers: [] };
 
 function candidates(n: number): Candidate[] {
   return Array.from({ length: n }, (_, i) => ({
-    pod: { uid: `ns/pod-${i}`, name: `pod-${i}`, namespace: 'ns', node: `node-${i % 50}`, address: `10.0.${i >> 8}.${i & 255}:8000`, models: ['llama-3-8b'] },
+    pod: {
+      uid: `ns/pod-${i}`,
+      name: `pod-${i}`,
+      namespace: 'ns',
+      node: `node-${i % 50}`,
+      address: `10.0.${i >> 8}.${i & 255}:8000`,
+      models: ['llama-3-8b'],
+    },
     where: i < 8 ? ('local' as const) : ('peer' as const),
     ageMs: 40,
     maxAgeMs: 200,

@@ -26,6 +26,7 @@ import { Opener, Sealer } from '../agent/gossip/envelope.ts';
 import { GossipProtocol } from '../agent/gossip/protocol.ts';
 import { decodePayload, encodePayload, envelopeOverhead } from '../agent/gossip/wire.ts';
 import type { PodEstimate } from '../agent/types.ts';
+import { writeDelta } from '../agent/gossip/packing.ts';
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -41,7 +42,6 @@ const PODS_PER_NODE = 8;
 const LATENCY_MS = [1, 5]; // uniform, one way
 const KEY = Buffer.alloc(32, 7);
 const EPOCH = 1_760_000_000_000;
-
 
 /** Deterministic PRNG (mulberry32), so a run can be repeated. */
 function prng(seed: number): () => number {
@@ -92,7 +92,8 @@ class Events {
     return this.#items.length ? this.#items[0].at : Infinity;
   }
 }
-const before = (a: { at: number; seq: number }, b: { at: number; seq: number }) => a.at < b.at || (a.at === b.at && a.seq < b.seq);
+const before = (a: { at: number; seq: number }, b: { at: number; seq: number }) =>
+  a.at < b.at || (a.at === b.at && a.seq < b.seq);
 
 interface Agent {
   name: string;
@@ -168,9 +169,10 @@ class Cluster {
     // Published at different moments, as agents that booted at different times: heartbeats
     // then fall at different phases, as they do in a real cluster.
     const heartbeatMs = this.agents[0].protocol.state.heartbeatMs;
-    for (const a of this.agents) a.protocol.state.localUpdate(estimates(a.name, 1), this.now - this.rand() * heartbeatMs);
+    for (const a of this.agents)
+      a.protocol.state.localUpdate(estimates(a.name, 1), this.now - this.rand() * heartbeatMs);
     for (const a of this.agents) {
-      const written = a.protocol.state.writeDelta(a.protocol.state.self, 0, 1 << 20, this.now)!;
+      const written = writeDelta(a.protocol.state.self, 0, 1 << 20, this.now)!;
       const [delta] = decodePayload(encodePayload({ deltas: [written.delta] })).deltas;
       for (const b of this.agents) if (b !== a) b.protocol.state.apply([delta], this.now);
     }
@@ -325,14 +327,23 @@ async function main(): Promise<void> {
   const sizes = arg('sizes', '10,100,1000').split(',').map(Number);
   const losses = arg('losses', '0,0.1,0.3').split(',').map(Number);
   const trialsArg = arg('trials', '');
-  const jobs = sizes.flatMap((n) => losses.map((loss) => ({ n, loss, trials: trialsArg ? Number(trialsArg) : n >= 1000 ? 3 : 20 })));
+  const jobs = sizes.flatMap((n) =>
+    losses.map((loss) => ({ n, loss, trials: trialsArg ? Number(trialsArg) : n >= 1000 ? 3 : 20 })),
+  );
   // Longest first (most agents, then most loss), so the two slots finish together.
   const queue = [...jobs].sort((a, b) => b.n - a.n || b.loss - a.loss);
   const rows = new Map<(typeof jobs)[number], Row>();
   const started = performance.now();
   const worker = async () => {
     for (let j = queue.shift(); j; j = queue.shift()) {
-      const args = ['--max-semi-space-size=256', fileURLToPath(import.meta.url), '--job', `${j.n},${j.loss},${j.trials}`, '--ttl', String(TTL_MS)];
+      const args = [
+        '--max-semi-space-size=256',
+        fileURLToPath(import.meta.url),
+        '--job',
+        `${j.n},${j.loss},${j.trials}`,
+        '--ttl',
+        String(TTL_MS),
+      ];
       const { stdout } = await run(process.execPath, args);
       const row = JSON.parse(stdout) as Row;
       rows.set(j, row);
@@ -355,7 +366,15 @@ async function main(): Promise<void> {
   const results = {
     bench: 'gossip',
     node: process.version,
-    settings: { intervalMs: INTERVAL_MS, fanout: FANOUT, ttlMs: TTL_MS, heartbeatMs: TTL_MS / 3, maxDatagram: MAX_DATAGRAM, podsPerNode: PODS_PER_NODE, latencyMs: LATENCY_MS },
+    settings: {
+      intervalMs: INTERVAL_MS,
+      fanout: FANOUT,
+      ttlMs: TTL_MS,
+      heartbeatMs: TTL_MS / 3,
+      maxDatagram: MAX_DATAGRAM,
+      podsPerNode: PODS_PER_NODE,
+      latencyMs: LATENCY_MS,
+    },
     goals: { propagation999At1000Ms: 1000, kbitPerNode: 50 },
     reference: { serfModel: { propagation999At1000Ms: 2000, kbitPerNode: 328 } },
     rows: ordered,

@@ -34,6 +34,8 @@ for (const task of bench.tasks) {
     continue;
   }
   const usPerOp = result.latency.mean * 1000;
-  console.log(`${task.name}: ${Math.round(1000 / result.latency.mean).toLocaleString('en-US')} ops/s, ${usPerOp.toFixed(1)} µs/op (±${result.latency.rme.toFixed(1)}%)`);
+  console.log(
+    `${task.name}: ${Math.round(1000 / result.latency.mean).toLocaleString('en-US')} ops/s, ${usPerOp.toFixed(1)} µs/op (±${result.latency.rme.toFixed(1)}%)`,
+  );
 }
 if (sink === -1) console.log(sink);

@@ -23,7 +23,12 @@ const work = mkdtempSync(join(tmpdir(), 'kinference-bench-proxy-'));
 const children: ChildProcess[] = [];
 
 /** Starts a process and resolves with the first stdout match of `ready`. */
-function start(cmd: string, args: string[], ready: RegExp, env: NodeJS.ProcessEnv = process.env): Promise<RegExpExecArray> {
+function start(
+  cmd: string,
+  args: string[],
+  ready: RegExp,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<RegExpExecArray> {
   const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], env });
   children.push(child);
   let output = '';
@@ -45,7 +50,10 @@ function start(cmd: string, args: string[], ready: RegExp, env: NodeJS.ProcessEn
 
 function freePort(): number {
   // Ask the kernel for a port in a child (synchronously) so nginx's config can name it.
-  const out = spawnSync(process.execPath, ['-e', "const s=require('net').createServer().listen(0,'127.0.0.1',()=>{console.log(s.address().port);s.close()})"]);
+  const out = spawnSync(process.execPath, [
+    '-e',
+    "const s=require('net').createServer().listen(0,'127.0.0.1',()=>{console.log(s.address().port);s.close()})",
+  ]);
   return Number(String(out.stdout).trim());
 }
 
@@ -73,7 +81,9 @@ http {
 }
 `;
   writeFileSync(join(work, 'nginx.conf'), conf);
-  const child = spawn(NGINX!, ['-e', join(work, 'nginx-error.log'), '-p', work, '-c', join(work, 'nginx.conf')], { stdio: 'ignore' });
+  const child = spawn(NGINX!, ['-e', join(work, 'nginx-error.log'), '-p', work, '-c', join(work, 'nginx.conf')], {
+    stdio: 'ignore',
+  });
   children.push(child);
   await waitForPort(port);
   return `127.0.0.1:${port}`;
@@ -90,7 +100,11 @@ pods:
   - {name: fast-0, namespace: bench, address: "${upstream}", engine: vllm, models: [bench-model]}
 `,
   );
-  const match = await start(process.execPath, [join(here, '../agent/cli/main.ts'), 'agent', '--config', config], /ready to serve on http:\/\/([\d.:]+)\/v1/);
+  const match = await start(
+    process.execPath,
+    [join(here, '../agent/cli/main.ts'), 'agent', '--config', config],
+    /ready to serve on http:\/\/([\d.:]+)\/v1/,
+  );
   await new Promise((r) => setTimeout(r, 500)); // a few scrapes, so the pod has an estimate
   return match[1];
 }
@@ -108,11 +122,20 @@ async function waitForPort(port: number): Promise<void> {
   throw new Error(`nothing listens on ${port}`);
 }
 
-interface RatePoint { p50: number; p99: number; count: number; errors: number }
+interface RatePoint {
+  p50: number;
+  p99: number;
+  count: number;
+  errors: number;
+}
 
 function load(url: string, args: string[]): Promise<Record<string, number>> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [join(here, 'proxy/load.ts'), '--url', url, '--duration', values.duration!, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(
+      process.execPath,
+      [join(here, 'proxy/load.ts'), '--url', url, '--duration', values.duration!, ...args],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
     let out = '';
     child.stdout.on('data', (d) => (out += d));
     child.once('exit', (code) => (code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`load exited ${code}`))));
@@ -127,7 +150,14 @@ function wrkThroughput(url: string): { perS: number; errors: number } {
   );
   const run = spawnSync(WRK!, ['-t1', '-c64', `-d${values.duration}s`, '-s', script, url], { encoding: 'utf8' });
   const perS = Number(/Requests\/sec:\s+([\d.]+)/.exec(run.stdout)?.[1] ?? NaN);
-  const errors = Number(/Non-2xx or 3xx responses: (\d+)/.exec(run.stdout)?.[1] ?? 0) + Number(/Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(run.stdout)?.slice(1).reduce((a, b) => a + Number(b), 0) ?? 0);
+  const errors =
+    Number(/Non-2xx or 3xx responses: (\d+)/.exec(run.stdout)?.[1] ?? 0) +
+    Number(
+      /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/
+        .exec(run.stdout)
+        ?.slice(1)
+        .reduce((a, b) => a + Number(b), 0) ?? 0,
+    );
   return { perS, errors };
 }
 
@@ -137,7 +167,9 @@ async function measure(name: string, hostPort: string) {
   const plain = (await load(url, ['--rate', '200'])) as unknown as RatePoint;
   const streamed = (await load(url, ['--rate', '200', '--stream'])) as unknown as RatePoint;
   const busy = (await load(url, ['--rate', '1000'])) as unknown as RatePoint;
-  const max = WRK ? wrkThroughput(url) : ((await load(url, ['--mode', 'max', '--connections', '64'])) as { perS: number; errors: number });
+  const max = WRK
+    ? wrkThroughput(url)
+    : ((await load(url, ['--mode', 'max', '--connections', '64'])) as { perS: number; errors: number });
   return { name, plain, streamed, busy, max };
 }
 
@@ -154,10 +186,15 @@ try {
   }
   const direct = results.find((r) => r.name === 'direct');
   const nginx = results.find((r) => r.name === 'nginx');
-  console.log(`\nbench:proxy, ${values.duration} s per point, load from ${WRK ? 'wrk (throughput) and ' : ''}bench/proxy/load.ts; ms; "+" = added over direct`);
-  console.log('target       | p50 @200/s | TTFB p50 @200/s stream | p99 @1000/s | max req/s (64 conns) | vs nginx | errors');
+  console.log(
+    `\nbench:proxy, ${values.duration} s per point, load from ${WRK ? 'wrk (throughput) and ' : ''}bench/proxy/load.ts; ms; "+" = added over direct`,
+  );
+  console.log(
+    'target       | p50 @200/s | TTFB p50 @200/s stream | p99 @1000/s | max req/s (64 conns) | vs nginx | errors',
+  );
   for (const r of results) {
-    const add = (v: number, base: number | undefined) => (direct && r !== direct && base !== undefined ? `+${fmt(v - base)}` : fmt(v));
+    const add = (v: number, base: number | undefined) =>
+      direct && r !== direct && base !== undefined ? `+${fmt(v - base)}` : fmt(v);
     const ratio = nginx ? (r.max.perS / nginx.max.perS).toFixed(2) : '–';
     const errors = r.plain.errors + r.streamed.errors + r.busy.errors + r.max.errors;
     console.log(

@@ -6,7 +6,9 @@ import { launchChromium } from '../test/helpers/browser.ts';
 
 const out = process.argv[2] ?? 'docs/dashboard.png';
 const DURATION_S = 60;
-const demo = spawn(process.execPath, ['agent/cli/main.ts', 'demo', '--duration', String(DURATION_S)], { stdio: ['ignore', 'pipe', 'inherit'] });
+const demo = spawn(process.execPath, ['agent/cli/main.ts', 'demo', '--duration', String(DURATION_S)], {
+  stdio: ['ignore', 'pipe', 'inherit'],
+});
 const started = Date.now();
 const dashboard = await new Promise<string>((resolve, reject) => {
   demo.once('exit', (code) => reject(new Error(`the demo exited (${code}) before printing its dashboard address`)));

@@ -13,9 +13,7 @@ function findTests(dir: string): string[] {
 
 const files = process.argv.length > 2 ? process.argv.slice(2) : findTests('test').sort();
 console.log(`node ${process.version}, ${files.length} test files`);
-const result = spawnSync(
-  process.execPath,
-  ['--test', '--test-concurrency=2', '--test-timeout=120000', ...files],
-  { stdio: 'inherit' },
-);
+const result = spawnSync(process.execPath, ['--test', '--test-concurrency=2', '--test-timeout=120000', ...files], {
+  stdio: 'inherit',
+});
 process.exit(result.status ?? 1);

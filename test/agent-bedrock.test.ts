@@ -27,11 +27,19 @@ describe('overflow to Bedrock', () => {
             region: 'us-east-1',
             endpoint: bedrock.url,
             models: { [MODEL]: MODEL_ID },
-            credentials: { accessKeyId: { env: 'KINFERENCE_TEST_AWS_KEY_ID' }, secretAccessKey: { env: 'KINFERENCE_TEST_AWS_SECRET' } },
+            credentials: {
+              accessKeyId: { env: 'KINFERENCE_TEST_AWS_KEY_ID' },
+              secretAccessKey: { env: 'KINFERENCE_TEST_AWS_SECRET' },
+            },
           },
         ],
         // No pod can meet 1 ms: every request overflows.
-        policies: [{ metadata: { name: 'default', namespace: '*' }, spec: { slo: { ttft: '1ms' }, exclude: [], overflow: { providers: ['bedrock'] } } }],
+        policies: [
+          {
+            metadata: { name: 'default', namespace: '*' },
+            spec: { slo: { ttft: '1ms' }, exclude: [], overflow: { providers: ['bedrock'] } },
+          },
+        ],
       },
     });
     client = new OpenAI({ baseURL: `${stack.api}/v1`, apiKey: 'unused', maxRetries: 0 });
@@ -43,7 +51,14 @@ describe('overflow to Bedrock', () => {
 
   it('answers a chat through a signed Converse call', async () => {
     const { data, response } = await client.chat.completions
-      .create({ model: MODEL, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello' }], max_tokens: 20 })
+      .create({
+        model: MODEL,
+        messages: [
+          { role: 'system', content: 'Be brief.' },
+          { role: 'user', content: 'Hello' },
+        ],
+        max_tokens: 20,
+      })
       .withResponse();
     assert.equal(response.headers.get('x-kinference-route'), 'overflow/bedrock');
     assert.equal(data.object, 'chat.completion');
@@ -56,7 +71,12 @@ describe('overflow to Bedrock', () => {
   });
 
   it('streams ConverseStream events as OpenAI chunks, usage last', async () => {
-    const stream = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Hello' }], stream: true, stream_options: { include_usage: true } });
+    const stream = await client.chat.completions.create({
+      model: MODEL,
+      messages: [{ role: 'user', content: 'Hello' }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     const chunks = [];
     for await (const chunk of stream) chunks.push(chunk);
     assert.ok(chunks.map((c) => c.choices[0]?.delta?.content ?? '').join('').length > 0);

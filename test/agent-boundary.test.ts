@@ -41,12 +41,29 @@ describe('the data boundary in Kubernetes mode', () => {
       apiVersion: 'kinference.io/v1alpha1',
       kind: 'InferencePolicy',
       metadata: { name: 'platform', namespace: '*' },
-      spec: { slo: { ttft: '1ms' }, exclude: [], overflow: { providers: ['hosted'] }, wait: { max: '1ms' }, guardrails: { deny: { tags: ['pii', 'unscanned', 'confidential'] } } },
+      spec: {
+        slo: { ttft: '1ms' },
+        exclude: [],
+        overflow: { providers: ['hosted'] },
+        wait: { max: '1ms' },
+        guardrails: { deny: { tags: ['pii', 'unscanned', 'confidential'] } },
+      },
     },
     // finance keeps its data home.
-    { metadata: { name: 'home', namespace: 'finance' }, spec: { slo: { ttft: '1ms' }, exclude: [], overflow: { providers: [] }, wait: { max: '1ms' } } },
+    {
+      metadata: { name: 'home', namespace: 'finance' },
+      spec: { slo: { ttft: '1ms' }, exclude: [], overflow: { providers: [] }, wait: { max: '1ms' } },
+    },
     // A team tries to let everything leave.
-    { metadata: { name: 'leaky', namespace: 'team-a' }, spec: { slo: { ttft: '1ms' }, exclude: [], overflow: { providers: ['hosted'], deny: { tags: [] } }, wait: { max: '1ms' } } },
+    {
+      metadata: { name: 'leaky', namespace: 'team-a' },
+      spec: {
+        slo: { ttft: '1ms' },
+        exclude: [],
+        overflow: { providers: ['hosted'], deny: { tags: [] } },
+        wait: { max: '1ms' },
+      },
+    },
   ];
 
   before(async () => {
@@ -54,15 +71,42 @@ describe('the data boundary in Kubernetes mode', () => {
     sim = await startSim({ models: [MODEL], seed: 3, name: 'pod-0' });
     provider = await startOpenAIStandin({ apiKey: 'sk-boundary' });
     discovery = fixedDiscovery({
-      pods: [{ uid: 'u-0', name: 'pod-0', namespace: 'inference', node: 'node-a', address: new URL(sim.url).host, models: [MODEL] }],
+      pods: [
+        {
+          uid: 'u-0',
+          name: 'pod-0',
+          namespace: 'inference',
+          node: 'node-a',
+          address: new URL(sim.url).host,
+          models: [MODEL],
+        },
+      ],
       namespaces: new Map(),
       policies,
-      providers: [{ name: 'hosted', kind: 'openai', endpoint: provider.url, models: { [MODEL]: 'hosted-llama' }, apiKey: { env: KEY_ENV }, timeoutMs: 2000 }],
+      providers: [
+        {
+          name: 'hosted',
+          kind: 'openai',
+          endpoint: provider.url,
+          models: { [MODEL]: 'hosted-llama' },
+          apiKey: { env: KEY_ENV },
+          timeoutMs: 2000,
+        },
+      ],
       peers: [],
       callers: new Map(),
     });
     logs = [];
-    const settings = settingsFromObject({ node: 'node-a', discovery: 'kubernetes', listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' }, scrapeInterval: '50ms' }, 'test', {});
+    const settings = settingsFromObject(
+      {
+        node: 'node-a',
+        discovery: 'kubernetes',
+        listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' },
+        scrapeInterval: '50ms',
+      },
+      'test',
+      {},
+    );
     agent = await startAgent(settings, { discovery, log: (_level, message) => logs.push(message) });
     await waitFor(async () => (await fetch(`${agent.adminUrl}/readyz`)).ok, 5000, 'agent ready');
   });
@@ -85,7 +129,10 @@ describe('the data boundary in Kubernetes mode', () => {
     const response = await send();
     assert.notEqual(response.headers.get('x-kinference-route'), 'overflow/hosted');
     assert.equal(provider.requests.length, before);
-    const e = (await (await postJson(`${agent.adminUrl}/explain?ip=10.9.9.9`, chatBody('hi'))).json()) as { caller: { unidentified?: string }; leave: { allowed: boolean; reason: string } };
+    const e = (await (await postJson(`${agent.adminUrl}/explain?ip=10.9.9.9`, chatBody('hi'))).json()) as {
+      caller: { unidentified?: string };
+      leave: { allowed: boolean; reason: string };
+    };
     assert.match(e.caller.unidentified ?? '', /no pod known to the cluster has the caller's IP 10\.9\.9\.9/);
     assert.equal(e.leave.allowed, false);
     assert.match(e.leave.reason, /tenant \(unidentified\) may not leave/);
@@ -107,16 +154,25 @@ describe('the data boundary in Kubernetes mode', () => {
   });
 
   it('a namespace policy with deny.tags: [] is rejected, reported and counted; the floor still applies', async () => {
-    const state = (await (await fetch(`${agent.adminUrl}/debug/state`)).json()) as { policies: { loaded: string[]; rejected: { name: string; reasons: string[] }[] } };
+    const state = (await (await fetch(`${agent.adminUrl}/debug/state`)).json()) as {
+      policies: { loaded: string[]; rejected: { name: string; reasons: string[] }[] };
+    };
     assert.deepEqual(state.policies.loaded.sort(), ['*/platform', 'finance/home']);
     assert.equal(state.policies.rejected[0].name, 'team-a/leaky');
-    assert.match(state.policies.rejected[0].reasons[0], /spec\.overflow\.deny\.tags: may not drop confidential, pii, unscanned: the platform floor \(\*\/platform\)/);
+    assert.match(
+      state.policies.rejected[0].reasons[0],
+      /spec\.overflow\.deny\.tags: may not drop confidential, pii, unscanned: the platform floor \(\*\/platform\)/,
+    );
     const metrics = await (await fetch(`${agent.adminUrl}/metrics`)).text();
     assert.match(metrics, /kinference_policies_rejected_total\{reason="guardrail"\} 1/);
 
     as([['127.0.0.1', { namespace: 'team-a', pod: 'app-1' }]]);
     const before = provider.requests.length;
-    const cases: [Record<string, unknown>, string][] = [[chatBody('write to jane.doe@example.com'), ''], [chatBody('the merger plan'), 'confidential'], [chatBody('hello'), '']];
+    const cases: [Record<string, unknown>, string][] = [
+      [chatBody('write to jane.doe@example.com'), ''],
+      [chatBody('the merger plan'), 'confidential'],
+      [chatBody('hello'), ''],
+    ];
     for (const [body, tags] of cases) {
       const response = await postJson(`${agent.apiUrl}/v1/chat/completions`, body, { 'x-kinference-tags': tags });
       await response.arrayBuffer();

@@ -17,14 +17,27 @@ const OTHER_NODE_CALLER_IP = '127.0.0.11';
 const UNKNOWN_IP = '127.0.0.12';
 
 /** A request that leaves from `ip`, as an app pod's would. */
-function sendFrom(apiUrl: string, ip: string, headers: Record<string, string> = {}): Promise<{ status: number; policy: string | undefined }> {
+function sendFrom(
+  apiUrl: string,
+  ip: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; policy: string | undefined }> {
   const { port } = new URL(apiUrl);
   return new Promise((resolve, reject) => {
     const req = httpRequest(
-      { host: '127.0.0.1', port, path: '/v1/chat/completions', method: 'POST', localAddress: ip, headers: { 'content-type': 'application/json', ...headers } },
+      {
+        host: '127.0.0.1',
+        port,
+        path: '/v1/chat/completions',
+        method: 'POST',
+        localAddress: ip,
+        headers: { 'content-type': 'application/json', ...headers },
+      },
       (res) => {
         res.resume();
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, policy: res.headers['x-kinference-policy'] as string | undefined }));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, policy: res.headers['x-kinference-policy'] as string | undefined }),
+        );
       },
     );
     req.on('error', reject);
@@ -32,7 +45,12 @@ function sendFrom(apiUrl: string, ip: string, headers: Record<string, string> = 
   });
 }
 
-function pod(namespace: string, name: string, ip: string, extra: { node?: string; annotations?: Record<string, string> } = {}): KubeObject {
+function pod(
+  namespace: string,
+  name: string,
+  ip: string,
+  extra: { node?: string; annotations?: Record<string, string> } = {},
+): KubeObject {
   return {
     apiVersion: 'v1',
     kind: 'Pod',
@@ -44,7 +62,10 @@ function pod(namespace: string, name: string, ip: string, extra: { node?: string
 
 function modelServer(name: string, sim: SimServer, node = NODE): KubeObject {
   const { hostname, port } = new URL(sim.url);
-  return pod('inference', name, hostname, { node, annotations: { 'kinference.io/model': MODEL, 'kinference.io/engine': 'vllm', 'kinference.io/port': port } });
+  return pod('inference', name, hostname, {
+    node,
+    annotations: { 'kinference.io/model': MODEL, 'kinference.io/engine': 'vllm', 'kinference.io/port': port },
+  });
 }
 
 describe('agent in Kubernetes mode', () => {
@@ -57,19 +78,47 @@ describe('agent in Kubernetes mode', () => {
     api = await FakeKubeApiServer.start();
     api.put({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'kinference' } });
     api.put({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'inference' } });
-    api.put({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'team-a', annotations: { 'kinference.io/policy': 'strict' } } });
+    api.put({
+      apiVersion: 'v1',
+      kind: 'Namespace',
+      metadata: { name: 'team-a', annotations: { 'kinference.io/policy': 'strict' } },
+    });
     api.put(modelServer('llama-0', sims[0]));
     api.put(modelServer('llama-1', sims[1]));
     api.put(modelServer('elsewhere', sims[2], 'node-b')); // another node's pod: not this agent's to scrape
     api.put(pod('team-a', 'app', CALLER_IP));
     // A finance pod on another node reaches this agent's pod IP directly.
-    api.put({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'finance', annotations: { 'kinference.io/policy': 'home' } } });
+    api.put({
+      apiVersion: 'v1',
+      kind: 'Namespace',
+      metadata: { name: 'finance', annotations: { 'kinference.io/policy': 'home' } },
+    });
     api.put(pod('finance', 'ledger', OTHER_NODE_CALLER_IP, { node: 'node-b' }));
-    api.put({ apiVersion: 'kinference.io/v1alpha1', kind: 'InferencePolicy', metadata: { name: 'home', namespace: 'finance' }, spec: { slo: { ttft: '1ms' }, overflow: { providers: [] }, wait: { max: '100ms' } } });
+    api.put({
+      apiVersion: 'kinference.io/v1alpha1',
+      kind: 'InferencePolicy',
+      metadata: { name: 'home', namespace: 'finance' },
+      spec: { slo: { ttft: '1ms' }, overflow: { providers: [] }, wait: { max: '100ms' } },
+    });
     // Cluster-wide (agent namespace) and team-a's own strict policy, pinned by its annotation.
-    api.put({ apiVersion: 'kinference.io/v1alpha1', kind: 'InferencePolicy', metadata: { name: 'default', namespace: 'kinference' }, spec: { slo: { ttft: '5s' } } });
-    api.put({ apiVersion: 'kinference.io/v1alpha1', kind: 'InferencePolicy', metadata: { name: 'strict', namespace: 'team-a' }, spec: { slo: { ttft: '1ms' }, wait: { max: '100ms' } } });
-    api.put({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'kinference-providers', namespace: 'kinference' }, data: { 'providers.yaml': '[]' } });
+    api.put({
+      apiVersion: 'kinference.io/v1alpha1',
+      kind: 'InferencePolicy',
+      metadata: { name: 'default', namespace: 'kinference' },
+      spec: { slo: { ttft: '5s' } },
+    });
+    api.put({
+      apiVersion: 'kinference.io/v1alpha1',
+      kind: 'InferencePolicy',
+      metadata: { name: 'strict', namespace: 'team-a' },
+      spec: { slo: { ttft: '1ms' }, wait: { max: '100ms' } },
+    });
+    api.put({
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: 'kinference-providers', namespace: 'kinference' },
+      data: { 'providers.yaml': '[]' },
+    });
 
     const settings = settingsFromObject(
       {
@@ -96,8 +145,16 @@ describe('agent in Kubernetes mode', () => {
   it('routes to the model servers on its own node only', async () => {
     // Both local pods, and never the other node's: waited for, since under CPU load a scrape can
     // miss the 100 ms staleness limit for a moment right after start.
-    await waitFor(async () => JSON.stringify(await pods()) === JSON.stringify(['local/llama-0', 'local/llama-1']), 3000, 'both local pods as candidates');
-    const response = await fetch(`${agent.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(chatBody()) });
+    await waitFor(
+      async () => JSON.stringify(await pods()) === JSON.stringify(['local/llama-0', 'local/llama-1']),
+      3000,
+      'both local pods as candidates',
+    );
+    const response = await fetch(`${agent.apiUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(chatBody()),
+    });
     assert.equal(response.status, 200);
     assert.match(response.headers.get('x-kinference-route') ?? '', /^local\/llama-[01]$/);
     await response.arrayBuffer();
@@ -114,7 +171,9 @@ describe('agent in Kubernetes mode', () => {
     const finance = await sendFrom(agent.apiUrl, OTHER_NODE_CALLER_IP);
     assert.equal(finance.status, 429);
     assert.equal(finance.policy, 'finance/home');
-    const who = (await (await fetch(`${agent.adminUrl}/explain?ip=${UNKNOWN_IP}`, { method: 'POST', body: JSON.stringify(chatBody()) })).json()) as {
+    const who = (await (
+      await fetch(`${agent.adminUrl}/explain?ip=${UNKNOWN_IP}`, { method: 'POST', body: JSON.stringify(chatBody()) })
+    ).json()) as {
       caller: { namespace: string; unidentified?: string };
       policy: string;
       leave: { allowed: boolean; reason: string };
@@ -126,7 +185,10 @@ describe('agent in Kubernetes mode', () => {
     const unknown = await sendFrom(agent.apiUrl, UNKNOWN_IP);
     assert.equal(unknown.status, 200, 'served by a pod: the cluster-wide SLO applies, only leaving is denied');
     // Counted (the other tests' requests from 127.0.0.1, which no pod has, count too).
-    assert.match(await (await fetch(`${agent.adminUrl}/metrics`)).text(), /kinference_unidentified_callers_total\{reason="unknown-ip"\} [1-9]/);
+    assert.match(
+      await (await fetch(`${agent.adminUrl}/metrics`)).text(),
+      /kinference_unidentified_callers_total\{reason="unknown-ip"\} [1-9]/,
+    );
   });
 
   it('follows pods coming and going within a second, through a dropped watch', async () => {
@@ -144,13 +206,27 @@ describe('agent in Kubernetes mode', () => {
   it('keeps serving the last view while the API is unreachable, and says so', async () => {
     api.refuseConnections();
     api.dropWatches();
-    await waitFor(async () => /kinference_discovery_connected 0/.test(await (await fetch(`${agent.adminUrl}/metrics`)).text()), 5000, 'disconnected');
-    const ready = (await (await fetch(`${agent.adminUrl}/readyz`)).json()) as { checks: { discovery: { detail: string } } };
+    await waitFor(
+      async () => /kinference_discovery_connected 0/.test(await (await fetch(`${agent.adminUrl}/metrics`)).text()),
+      5000,
+      'disconnected',
+    );
+    const ready = (await (await fetch(`${agent.adminUrl}/readyz`)).json()) as {
+      checks: { discovery: { detail: string } };
+    };
     assert.match(ready.checks.discovery.detail, /serving the last known view/);
-    const response = await fetch(`${agent.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(chatBody()) });
+    const response = await fetch(`${agent.apiUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(chatBody()),
+    });
     assert.equal(response.status, 200);
     await response.arrayBuffer();
     api.restore();
-    await waitFor(async () => /kinference_discovery_connected 1/.test(await (await fetch(`${agent.adminUrl}/metrics`)).text()), 10_000, 'reconnected');
+    await waitFor(
+      async () => /kinference_discovery_connected 1/.test(await (await fetch(`${agent.adminUrl}/metrics`)).text()),
+      10_000,
+      'reconnected',
+    );
   });
 });

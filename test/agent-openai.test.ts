@@ -14,7 +14,9 @@ describe('OpenAI-compatible API through the agent', () => {
   after(() => stack.close());
 
   it('answers a chat completion and says which pod served it', async () => {
-    const { data, response } = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Say hi' }], max_tokens: 5 }).withResponse();
+    const { data, response } = await client.chat.completions
+      .create({ model: MODEL, messages: [{ role: 'user', content: 'Say hi' }], max_tokens: 5 })
+      .withResponse();
     assert.equal(data.object, 'chat.completion');
     assert.equal(data.choices[0].finish_reason, 'length');
     assert.equal(data.usage?.completion_tokens, 5);

@@ -19,11 +19,22 @@ describe('overflow to hosted providers', () => {
     first = await startOpenAIStandin({ apiKey: SECRET });
     second = await startOpenAIStandin({ apiKey: SECRET });
     refused = await refusedPort();
-    const provider = (name: string, url: string) => ({ name, kind: 'openai', endpoint: url, models: { [MODEL]: `${name}-llama` }, apiKey: { env: KEY_ENV }, timeout: '1s' });
+    const provider = (name: string, url: string) => ({
+      name,
+      kind: 'openai',
+      endpoint: url,
+      models: { [MODEL]: `${name}-llama` },
+      apiKey: { env: KEY_ENV },
+      timeout: '1s',
+    });
     stack = await startStack({
       pods: [{ maxSeqs: 2 }, { maxSeqs: 2 }],
       config: {
-        providers: [provider('first', first.url), provider('second', second.url), provider('down', `http://127.0.0.1:${refused}/v1`)],
+        providers: [
+          provider('first', first.url),
+          provider('second', second.url),
+          provider('down', `http://127.0.0.1:${refused}/v1`),
+        ],
         policies: [
           // Everyone: a generous SLO, bypass a pod whose queue averaged over 2 in the last second.
           {
@@ -38,9 +49,17 @@ describe('overflow to hosted providers', () => {
           // Tenant "strict": no pod can ever meet a 1 ms SLO, so every request is an overflow candidate.
           {
             metadata: { name: 'strict', namespace: 'strict' },
-            spec: { slo: { ttft: '1ms' }, exclude: [], overflow: { providers: ['first', 'second'], deny: { tags: ['pii', 'unscanned'], tenants: ['blocked'] } }, wait: { max: '300ms' } },
+            spec: {
+              slo: { ttft: '1ms' },
+              exclude: [],
+              overflow: { providers: ['first', 'second'], deny: { tags: ['pii', 'unscanned'], tenants: ['blocked'] } },
+              wait: { max: '300ms' },
+            },
           },
-          { metadata: { name: 'dead-first', namespace: 'dead' }, spec: { slo: { ttft: '1ms' }, overflow: { providers: ['down', 'second'] }, wait: { max: '300ms' } } },
+          {
+            metadata: { name: 'dead-first', namespace: 'dead' },
+            spec: { slo: { ttft: '1ms' }, overflow: { providers: ['down', 'second'] }, wait: { max: '300ms' } },
+          },
         ],
         namespaces: { blocked: { 'kinference.io/policy': 'strict/strict' } },
       },
@@ -56,8 +75,11 @@ describe('overflow to hosted providers', () => {
     second.fault = undefined;
   });
 
-  const send = (tenant: string, body = chatBody('What is the capital of France?'), headers: Record<string, string> = {}) =>
-    postJson(`${stack.api}/v1/chat/completions`, body, { 'x-kinference-tenant': tenant, ...headers });
+  const send = (
+    tenant: string,
+    body = chatBody('What is the capital of France?'),
+    headers: Record<string, string> = {},
+  ) => postJson(`${stack.api}/v1/chat/completions`, body, { 'x-kinference-tenant': tenant, ...headers });
 
   it('overflows only when no pod qualifies, and returns to the pods once they drain', async () => {
     const calm = await send('team-a');
@@ -65,12 +87,21 @@ describe('overflow to hosted providers', () => {
     await calm.arrayBuffer();
 
     // Traffic the agent never sees fills both pods' queues.
-    const held = stack.sims.flatMap((sim) => Array.from({ length: 6 }, () => sim.engine.submit({ promptTokens: 50, maxTokens: 100_000 })));
+    const held = stack.sims.flatMap((sim) =>
+      Array.from({ length: 6 }, () => sim.engine.submit({ promptTokens: 50, maxTokens: 100_000 })),
+    );
     // Once the queues have averaged over 2 for long enough, no pod qualifies: the agent says so.
-    await waitFor(async () => {
-      const e = (await (await fetch(`${stack.admin}/explain?model=${MODEL}&tenant=team-a`)).json()) as { action: string; dropped: { reason: string }[] };
-      return e.action === 'overflow' && e.dropped.length === 2 && e.dropped.every((d) => d.reason === 'excluded');
-    }, 3000, 'both pods to be excluded');
+    await waitFor(
+      async () => {
+        const e = (await (await fetch(`${stack.admin}/explain?model=${MODEL}&tenant=team-a`)).json()) as {
+          action: string;
+          dropped: { reason: string }[];
+        };
+        return e.action === 'overflow' && e.dropped.length === 2 && e.dropped.every((d) => d.reason === 'excluded');
+      },
+      3000,
+      'both pods to be excluded',
+    );
     const before = first.requests.length;
     const busy = await send('team-a');
     assert.equal(busy.status, 200);
@@ -82,15 +113,23 @@ describe('overflow to hosted providers', () => {
     assert.equal(sent.headers.authorization, `Bearer ${SECRET}`);
 
     for (const h of held) if (h.accepted) h.seq.abort();
-    await waitFor(async () => {
-      const r = await send('team-a');
-      await r.arrayBuffer();
-      return (r.headers.get('x-kinference-route') ?? '').startsWith('local/');
-    }, 5000, 'requests to land on the pods again');
+    await waitFor(
+      async () => {
+        const r = await send('team-a');
+        await r.arrayBuffer();
+        return (r.headers.get('x-kinference-route') ?? '').startsWith('local/');
+      },
+      5000,
+      'requests to land on the pods again',
+    );
   });
 
   it('tries providers in order: the next one on 503, 429 and malformed answers', async () => {
-    for (const fault of [{ kind: 'status', status: 503 }, { kind: 'status', status: 429 }, { kind: 'malformed' }] as const) {
+    for (const fault of [
+      { kind: 'status', status: 503 },
+      { kind: 'status', status: 429 },
+      { kind: 'malformed' },
+    ] as const) {
       first.fault = fault;
       const response = await send('strict');
       assert.equal(response.status, 200, JSON.stringify(fault));
@@ -111,7 +150,9 @@ describe('overflow to hosted providers', () => {
     const metrics = await (await fetch(`${stack.admin}/metrics`)).text();
     // Three refusals open its circuit; the next two requests go straight to the second provider.
     assert.match(metrics, /kinference_provider_requests_total\{provider="down",outcome="failed"\} 3\n/);
-    const state = (await (await fetch(`${stack.admin}/debug/state`)).json()) as { providers: { name: string; breaker: { state: string } }[] };
+    const state = (await (await fetch(`${stack.admin}/debug/state`)).json()) as {
+      providers: { name: string; breaker: { state: string } }[];
+    };
     assert.equal(state.providers.find((p) => p.name === 'down')?.breaker.state, 'open');
   });
 
@@ -152,7 +193,8 @@ describe('overflow to hosted providers', () => {
     await untag.arrayBuffer();
 
     assert.equal(first.requests.length + second.requests.length, requestsBefore);
-    for (const r of [...first.requests, ...second.requests]) assert.doesNotMatch(JSON.stringify(r.body), new RegExp(marker));
+    for (const r of [...first.requests, ...second.requests])
+      assert.doesNotMatch(JSON.stringify(r.body), new RegExp(marker));
   });
 
   it('never sends a denied tenant off the cluster', async () => {
@@ -177,10 +219,19 @@ describe('overflow to hosted providers', () => {
   });
 
   it('explains why a request overflows or stays', async () => {
-    const strict = (await (await fetch(`${stack.admin}/explain?model=${MODEL}&tenant=strict`)).json()) as { action: string; dropped: { reason: string }[] };
+    const strict = (await (await fetch(`${stack.admin}/explain?model=${MODEL}&tenant=strict`)).json()) as {
+      action: string;
+      dropped: { reason: string }[];
+    };
     assert.equal(strict.action, 'overflow');
-    assert.ok(strict.dropped.every((d) => d.reason === 'over-slo'), JSON.stringify(strict.dropped));
-    const pii = (await (await fetch(`${stack.admin}/explain?model=${MODEL}&tenant=strict&tags=pii`)).json()) as { action: string; leave: { reason: string } };
+    assert.ok(
+      strict.dropped.every((d) => d.reason === 'over-slo'),
+      JSON.stringify(strict.dropped),
+    );
+    const pii = (await (await fetch(`${stack.admin}/explain?model=${MODEL}&tenant=strict&tags=pii`)).json()) as {
+      action: string;
+      leave: { reason: string };
+    };
     assert.equal(pii.action, 'wait');
     assert.match(pii.leave.reason, /pii/);
   });

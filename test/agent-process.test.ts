@@ -37,7 +37,10 @@ describe('kinference agent (process)', () => {
 
   it('refuses a config with a wrong key or value, naming it, and exits non-zero', async () => {
     const path = join(dir, 'bad.yaml');
-    writeFileSync(path, stringify({ ...baseConfig(sim), scrapeIntervall: '100ms', listen: { api: 'localhost', admin: '127.0.0.1:0' } }));
+    writeFileSync(
+      path,
+      stringify({ ...baseConfig(sim), scrapeIntervall: '100ms', listen: { api: 'localhost', admin: '127.0.0.1:0' } }),
+    );
     const child = spawn(process.execPath, [MAIN, 'agent', '--config', path], { stdio: ['ignore', 'pipe', 'pipe'] });
     let stderr = '';
     child.stderr.on('data', (d) => (stderr += d));
@@ -54,16 +57,33 @@ describe('kinference agent (process)', () => {
     const agent = await runAgent(path);
     try {
       const slo = async () => {
-        const e = (await (await fetch(`${agent.admin}/explain?model=${MODEL}&promptTokens=100000`)).json()) as { dropped: { detail: string }[] };
+        const e = (await (await fetch(`${agent.admin}/explain?model=${MODEL}&promptTokens=100000`)).json()) as {
+          dropped: { detail: string }[];
+        };
         return /SLO (\d+)ms/.exec(e.dropped[0]?.detail ?? '')?.[1];
       };
       await waitFor(async () => (await slo()) === '900', 3000, 'the first policy');
       writeFileSync(path, stringify(baseConfig(sim, { policies: policy('700ms') })));
       await waitFor(async () => (await slo()) === '700', 3000, 'the changed policy');
-      writeFileSync(path, stringify(baseConfig(sim, { policies: [{ metadata: { name: 'p', namespace: '*' }, spec: { slo: { ttft: 'fast' } } }] })));
-      await waitFor(async () => /kinference_policy_reloads_total\{outcome="rejected"\} 1/.test(await (await fetch(`${agent.admin}/metrics`)).text()), 3000, 'the rejected reload');
+      writeFileSync(
+        path,
+        stringify(
+          baseConfig(sim, { policies: [{ metadata: { name: 'p', namespace: '*' }, spec: { slo: { ttft: 'fast' } } }] }),
+        ),
+      );
+      await waitFor(
+        async () =>
+          /kinference_policy_reloads_total\{outcome="rejected"\} 1/.test(
+            await (await fetch(`${agent.admin}/metrics`)).text(),
+          ),
+        3000,
+        'the rejected reload',
+      );
       assert.equal(await slo(), '700');
-      assert.match(agent.output(), /config change rejected, keeping the previous one: [\s\S]*spec\.slo\.ttft: expected a duration/);
+      assert.match(
+        agent.output(),
+        /config change rejected, keeping the previous one: [\s\S]*spec\.slo\.ttft: expected a duration/,
+      );
     } finally {
       agent.child.kill('SIGTERM');
       await agent.exited;
@@ -77,7 +97,9 @@ describe('kinference agent (process)', () => {
     const agent = await runAgent(path);
     try {
       const tags = async (text: string) => {
-        const e = (await (await postJson(`${agent.admin}/explain`, chatBody(text))).json()) as { classification: { tags: string[] } };
+        const e = (await (await postJson(`${agent.admin}/explain`, chatBody(text))).json()) as {
+          classification: { tags: string[] };
+        };
         return e.classification.tags;
       };
       assert.deepEqual(await tags('about bluebird'), ['confidential']);
@@ -85,7 +107,14 @@ describe('kinference agent (process)', () => {
       await waitFor(async () => (await tags('about falcon')).includes('confidential'), 3000, 'the changed detector');
       assert.deepEqual(await tags('about bluebird'), []);
       writeFileSync(path, stringify(baseConfig(sim, { detectors: detectors({ pattern: '(a+)+$' }) })));
-      await waitFor(async () => /kinference_policy_reloads_total\{outcome="rejected"\} 1/.test(await (await fetch(`${agent.admin}/metrics`)).text()), 3000, 'the rejected reload');
+      await waitFor(
+        async () =>
+          /kinference_policy_reloads_total\{outcome="rejected"\} 1/.test(
+            await (await fetch(`${agent.admin}/metrics`)).text(),
+          ),
+        3000,
+        'the rejected reload',
+      );
       assert.deepEqual(await tags('about falcon'), ['confidential']);
       assert.match(agent.output(), /detectors\[0\] \(codename\): pattern may take exponential time/);
     } finally {
@@ -107,11 +136,23 @@ describe('kinference agent (process)', () => {
     let text = Buffer.from((await iterator.next()).value).toString();
 
     agent.child.kill('SIGTERM');
-    await waitFor(async () => (await fetch(`${agent.admin}/readyz`).then((r) => r.status, () => 0)) !== 200, 3000, 'not ready');
-    const late = await postJson(`${agent.api}/v1/chat/completions`, chatBody()).then((r) => r.status, () => 'refused');
+    await waitFor(
+      async () =>
+        (await fetch(`${agent.admin}/readyz`).then(
+          (r) => r.status,
+          () => 0,
+        )) !== 200,
+      3000,
+      'not ready',
+    );
+    const late = await postJson(`${agent.api}/v1/chat/completions`, chatBody()).then(
+      (r) => r.status,
+      () => 'refused',
+    );
     assert.ok(late === 'refused' || late === 503, `a new request after SIGTERM got ${late}`);
 
-    for (let next = await iterator.next(); !next.done; next = await iterator.next()) text += Buffer.from(next.value).toString();
+    for (let next = await iterator.next(); !next.done; next = await iterator.next())
+      text += Buffer.from(next.value).toString();
     assert.match(text, /data: \[DONE\]\n\n$/);
     assert.doesNotMatch(text, /"error"/);
     assert.equal(await agent.exited, 0);

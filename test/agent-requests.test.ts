@@ -10,7 +10,9 @@ import { chatBody, MODEL, postJson, startStack, waitFor, type Stack } from './he
 async function expectError(response: Response, status: number, param?: string) {
   assert.equal(response.status, status);
   assert.equal(response.headers.get('x-kinference-route'), 'rejected');
-  const body = (await response.json()) as { error: { message: string; type: string; param: string | null; code: string | null } };
+  const body = (await response.json()) as {
+    error: { message: string; type: string; param: string | null; code: string | null };
+  };
   assert.equal(typeof body.error.message, 'string');
   assert.equal(typeof body.error.type, 'string');
   if (param !== undefined) assert.equal(body.error.param, param);
@@ -36,7 +38,11 @@ describe('bad input gets a clear OpenAI error and never a crash', () => {
   it('400 naming the field for missing or mistyped fields', async () => {
     await expectError(await postJson(chat(), { messages: [{ role: 'user', content: 'x' }] }), 400, 'model');
     await expectError(await postJson(chat(), { model: MODEL }), 400, 'messages');
-    await expectError(await postJson(chat(), { model: MODEL, messages: [{ role: 'wizard', content: 'x' }] }), 400, 'messages[0].role');
+    await expectError(
+      await postJson(chat(), { model: MODEL, messages: [{ role: 'wizard', content: 'x' }] }),
+      400,
+      'messages[0].role',
+    );
     await expectError(await postJson(chat(), chatBody('x', { stream: 'yes' })), 400, 'stream');
     await expectError(await postJson(chat(), chatBody('x', { max_tokens: -1 })), 400, 'max_tokens');
     await expectError(await postJson(`${stack.api}/v1/completions`, { model: MODEL }), 400, 'prompt');
@@ -65,7 +71,9 @@ describe('bad input gets a clear OpenAI error and never a crash', () => {
     const { port } = new URL(stack.api);
     await new Promise<void>((resolve, reject) => {
       const socket = connect(Number(port), '127.0.0.1', () => {
-        socket.write('POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{"model":');
+        socket.write(
+          'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{"model":',
+        );
         socket.end();
       });
       socket.on('close', () => resolve());
@@ -88,7 +96,7 @@ describe('streaming, cancellation and retries', () => {
   });
   after(() => stack.close());
 
-  it("relays the first chunk before the pod has finished the answer", async () => {
+  it('relays the first chunk before the pod has finished the answer', async () => {
     const response = await request(`${stack.api}/v1/chat/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
@@ -102,7 +110,8 @@ describe('streaming, cancellation and retries', () => {
     // The pod is still generating this request while we already hold its first chunk.
     assert.equal(sim.engine.snapshot().running, 1);
     let text = Buffer.from(first.value).toString();
-    for (let next = await iterator.next(); !next.done; next = await iterator.next()) text += Buffer.from(next.value).toString();
+    for (let next = await iterator.next(); !next.done; next = await iterator.next())
+      text += Buffer.from(next.value).toString();
     assert.match(text, /data: \[DONE\]\n\n$/);
   });
 
@@ -130,12 +139,22 @@ describe('streaming, cancellation and retries', () => {
       // long requests from another client, so pod-0 (idle) is the first choice, and it will fail.
       const pair = await startStack({ pods: [{ maxSeqs: 4 }, { maxSeqs: 4 }] });
       try {
-        const held = Array.from({ length: 2 }, () => pair.sims[1].engine.submit({ promptTokens: 50, maxTokens: 100_000 }));
-        await waitFor(async () => {
-          const e = (await (await fetch(`${pair.admin}/explain?model=${MODEL}`)).json()) as { candidates: { pod: string; running: number }[] };
-          return e.candidates[0]?.pod === 'local/pod-0' && e.candidates[1]?.running === 2;
-        }, 10_000, 'pod-0 to be the first choice'); // generous: a loaded CI machine scrapes late
-        pair.sims[0].setFault(fault === 'status-503' ? { kind: 'status', status: 503, times: 1 } : { kind: fault, times: 1 });
+        const held = Array.from({ length: 2 }, () =>
+          pair.sims[1].engine.submit({ promptTokens: 50, maxTokens: 100_000 }),
+        );
+        await waitFor(
+          async () => {
+            const e = (await (await fetch(`${pair.admin}/explain?model=${MODEL}`)).json()) as {
+              candidates: { pod: string; running: number }[];
+            };
+            return e.candidates[0]?.pod === 'local/pod-0' && e.candidates[1]?.running === 2;
+          },
+          10_000,
+          'pod-0 to be the first choice',
+        ); // generous: a loaded CI machine scrapes late
+        pair.sims[0].setFault(
+          fault === 'status-503' ? { kind: 'status', status: 503, times: 1 } : { kind: fault, times: 1 },
+        );
         const response = await postJson(`${pair.api}/v1/chat/completions`, chatBody('x', { stream: true }));
         assert.equal(response.status, 200, fault);
         assert.equal(response.headers.get('x-kinference-route'), 'local/pod-1', fault);
@@ -153,7 +172,10 @@ describe('streaming, cancellation and retries', () => {
 
   it('ends a stream that fails after the first byte with an OpenAI error event, then [DONE]', async () => {
     for (const sim of stack.sims) sim.setFault({ kind: 'reset-after-first-token', times: 1 });
-    const response = await postJson(`${stack.api}/v1/chat/completions`, chatBody('x', { stream: true, max_tokens: 40 }));
+    const response = await postJson(
+      `${stack.api}/v1/chat/completions`,
+      chatBody('x', { stream: true, max_tokens: 40 }),
+    );
     assert.equal(response.status, 200);
     const text = await response.text();
     for (const sim of stack.sims) sim.setFault(undefined);
@@ -190,11 +212,19 @@ describe('admin listener', () => {
     assert.equal(detail.checks.firstScrape.ok, true);
     await (await postJson(`${stack.api}/v1/chat/completions`, chatBody())).arrayBuffer();
     const metrics = await (await fetch(`${stack.admin}/metrics`)).text();
-    assert.match(metrics, /kinference_requests_total\{api="chat",route="local",outcome="ok",model="llama-3-8b",policy="builtin\/default"\} 1/);
+    assert.match(
+      metrics,
+      /kinference_requests_total\{api="chat",route="local",outcome="ok",model="llama-3-8b",policy="builtin\/default"\} 1/,
+    );
     assert.match(metrics, /# TYPE kinference_upstream_ttft_seconds histogram/);
     assert.match(metrics, /kinference_pod_predicted_ttft_seconds\{pod="pod-0",where="local"\} 0\.\d+/);
     assert.match(metrics, /kinference_scrapes_total\{outcome="ok"\} \d+/);
-    const state = (await (await fetch(`${stack.admin}/debug/state`)).json()) as { pods: { local: { pod: { name: string } }[] } };
-    assert.deepEqual(state.pods.local.map((p) => p.pod.name), ['pod-0']);
+    const state = (await (await fetch(`${stack.admin}/debug/state`)).json()) as {
+      pods: { local: { pod: { name: string } }[] };
+    };
+    assert.deepEqual(
+      state.pods.local.map((p) => p.pod.name),
+      ['pod-0'],
+    );
   });
 });

@@ -26,7 +26,8 @@ describe('OpenAI surface', () => {
     const keyFile = join(mkdtempSync(join(tmpdir(), 'kinference-')), 'pod-key');
     writeFileSync(keyFile, `${POD_KEY}\n`);
     const refused = await refusedPort();
-    const record = (pod: string) => (s: { path: string; headers: IncomingHttpHeaders }) => seen.push({ pod, path: s.path, headers: s.headers });
+    const record = (pod: string) => (s: { path: string; headers: IncomingHttpHeaders }) =>
+      seen.push({ pod, path: s.path, headers: s.headers });
     stack = await startStack({
       // Both pods were started with --api-key; the agent has the key, the apps do not.
       pods: [
@@ -38,14 +39,38 @@ describe('OpenAI surface', () => {
         podCredentials: [{ namespace: 'inference', apiKey: { file: keyFile } }],
         requestLog: { sample: 1 },
         providers: [
-          { name: 'bedrock', kind: 'bedrock', region: 'us-east-1', endpoint: `http://127.0.0.1:${refused}`, models: { [MODEL]: 'meta.llama3-1-8b-instruct-v1:0' }, apiKey: { env: 'KINFERENCE_TEST_SURFACE_PROVIDER_KEY' } },
-          { name: 'hosted', kind: 'openai', endpoint: provider.url, models: { [MODEL]: 'hosted-llama' }, apiKey: { env: 'KINFERENCE_TEST_SURFACE_PROVIDER_KEY' } },
+          {
+            name: 'bedrock',
+            kind: 'bedrock',
+            region: 'us-east-1',
+            endpoint: `http://127.0.0.1:${refused}`,
+            models: { [MODEL]: 'meta.llama3-1-8b-instruct-v1:0' },
+            apiKey: { env: 'KINFERENCE_TEST_SURFACE_PROVIDER_KEY' },
+          },
+          {
+            name: 'hosted',
+            kind: 'openai',
+            endpoint: provider.url,
+            models: { [MODEL]: 'hosted-llama' },
+            apiKey: { env: 'KINFERENCE_TEST_SURFACE_PROVIDER_KEY' },
+          },
         ],
         policies: [
           // Tenant "leave": no pod meets a 1 ms SLO, so requests overflow, Bedrock listed first.
-          { metadata: { name: 'leave', namespace: 'leave' }, spec: { slo: { ttft: '1ms' }, exclude: [], overflow: { providers: ['bedrock', 'hosted'] }, wait: { max: '50ms' } } },
+          {
+            metadata: { name: 'leave', namespace: 'leave' },
+            spec: {
+              slo: { ttft: '1ms' },
+              exclude: [],
+              overflow: { providers: ['bedrock', 'hosted'] },
+              wait: { max: '50ms' },
+            },
+          },
           // Tenant "bedrock": only Bedrock, which has no Responses API.
-          { metadata: { name: 'bedrock-only', namespace: 'bedrock' }, spec: { slo: { ttft: '1ms' }, exclude: [], overflow: { providers: ['bedrock'] }, wait: { max: '50ms' } } },
+          {
+            metadata: { name: 'bedrock-only', namespace: 'bedrock' },
+            spec: { slo: { ttft: '1ms' }, exclude: [], overflow: { providers: ['bedrock'] }, wait: { max: '50ms' } },
+          },
         ],
       },
     });
@@ -56,17 +81,29 @@ describe('OpenAI surface', () => {
   });
 
   const client = (tenant = 'team-a', headers: Record<string, string> = {}) =>
-    new OpenAI({ baseURL: `${stack.api}/v1`, apiKey: 'app-own-key', maxRetries: 0, defaultHeaders: { 'x-kinference-tenant': tenant, ...headers } });
+    new OpenAI({
+      baseURL: `${stack.api}/v1`,
+      apiKey: 'app-own-key',
+      maxRetries: 0,
+      defaultHeaders: { 'x-kinference-tenant': tenant, ...headers },
+    });
 
   it('serves /v1/responses from a pod through the official client, streamed and not', async () => {
-    const { data, response } = await client().responses.create({ model: MODEL, input: 'Say hello', max_output_tokens: 6 }).withResponse();
+    const { data, response } = await client()
+      .responses.create({ model: MODEL, input: 'Say hello', max_output_tokens: 6 })
+      .withResponse();
     assert.match(response.headers.get('x-kinference-route') ?? '', /^local\/pod-[01]$/);
     assert.ok(Number(response.headers.get('x-kinference-predicted-ttft-ms')) > 0);
     assert.equal(data.status, 'completed');
     assert.equal(data.output_text.split(' ').length, 6);
     assert.equal(data.usage?.output_tokens, 6);
 
-    const stream = await client().responses.create({ model: MODEL, input: [{ role: 'user', content: 'Say hello' }], max_output_tokens: 5, stream: true });
+    const stream = await client().responses.create({
+      model: MODEL,
+      input: [{ role: 'user', content: 'Say hello' }],
+      max_output_tokens: 5,
+      stream: true,
+    });
     const deltas: string[] = [];
     let completed: OpenAI.Responses.Response | undefined;
     for await (const event of stream) {
@@ -74,13 +111,26 @@ describe('OpenAI surface', () => {
       if (event.type === 'response.completed') completed = event.response;
     }
     assert.equal(deltas.length, 5);
-    assert.equal(completed?.output_text ?? completed?.output.map((o) => (o.type === 'message' ? o.content.map((c) => (c.type === 'output_text' ? c.text : '')).join('') : '')).join(''), deltas.join(''));
+    assert.equal(
+      completed?.output_text ??
+        completed?.output
+          .map((o) =>
+            o.type === 'message' ? o.content.map((c) => (c.type === 'output_text' ? c.text : '')).join('') : '',
+          )
+          .join(''),
+      deltas.join(''),
+    );
   });
 
   it('ends a Responses stream that breaks after its first token with an error event the client raises', async () => {
     for (const sim of stack.sims) sim.setFault({ kind: 'reset-after-first-token', times: 1 });
     try {
-      const stream = await client().responses.create({ model: MODEL, input: 'Say hello', max_output_tokens: 40, stream: true });
+      const stream = await client().responses.create({
+        model: MODEL,
+        input: 'Say hello',
+        max_output_tokens: 40,
+        stream: true,
+      });
       const types: string[] = [];
       await assert.rejects(
         (async () => {
@@ -95,7 +145,9 @@ describe('OpenAI surface', () => {
   });
 
   it('overflows /v1/responses to an OpenAI-compatible provider, skipping Bedrock, streamed and not', async () => {
-    const { data, response } = await client('leave').responses.create({ model: MODEL, input: 'Say hello' }).withResponse();
+    const { data, response } = await client('leave')
+      .responses.create({ model: MODEL, input: 'Say hello' })
+      .withResponse();
     assert.equal(response.headers.get('x-kinference-route'), 'overflow/hosted');
     assert.equal(data.output_text, 'Hello from the provider');
     const last = provider.requests.at(-1)!;
@@ -110,22 +162,32 @@ describe('OpenAI surface', () => {
   });
 
   it('answers 429 naming why when the only provider, Bedrock, cannot serve /v1/responses', async () => {
-    const res = await postJson(`${stack.api}/v1/responses`, { model: MODEL, input: 'hi' }, { 'x-kinference-tenant': 'bedrock' });
+    const res = await postJson(
+      `${stack.api}/v1/responses`,
+      { model: MODEL, input: 'hi' },
+      { 'x-kinference-tenant': 'bedrock' },
+    );
     assert.equal(res.status, 429);
     const body = (await res.json()) as { error: { message: string } };
-    assert.match(body.error.message, /provider bedrock \(bedrock\) serves chat completions only: Bedrock has no Responses API/);
+    assert.match(
+      body.error.message,
+      /provider bedrock \(bedrock\) serves chat completions only: Bedrock has no Responses API/,
+    );
   });
 
   it('refuses previous_response_id clearly instead of sending it to a pod that never saw it', async () => {
-    await assert.rejects(client().responses.create({ model: MODEL, input: 'and then?', previous_response_id: 'resp_123' }), (err: unknown) => {
-      assert.ok(err instanceof OpenAI.BadRequestError);
-      assert.equal(err.param, 'previous_response_id');
-      assert.match(err.message, /routes every request to whichever pod/);
-      return true;
-    });
+    await assert.rejects(
+      client().responses.create({ model: MODEL, input: 'and then?', previous_response_id: 'resp_123' }),
+      (err: unknown) => {
+        assert.ok(err instanceof OpenAI.BadRequestError);
+        assert.equal(err.param, 'previous_response_id');
+        assert.match(err.message, /routes every request to whichever pod/);
+        return true;
+      },
+    );
   });
 
-  it('sends the pod its configured key, never the app\'s Authorization', async () => {
+  it("sends the pod its configured key, never the app's Authorization", async () => {
     seen.length = 0;
     const res = await postJson(`${stack.api}/v1/chat/completions`, chatBody(), { authorization: 'Bearer app-own-key' });
     assert.equal(res.status, 200);
@@ -170,10 +232,26 @@ describe('OpenAI surface', () => {
 
   it('passes /tokenize, /v1/rerank, /v1/score and /v1/moderations through to a pod', async () => {
     const cases: [string, Record<string, unknown>, (b: Record<string, unknown>) => void][] = [
-      ['/tokenize', { model: MODEL, prompt: 'Hello there, how are you?' }, (b) => assert.equal(b.count, (b.tokens as number[]).length)],
-      ['/v1/rerank', { model: MODEL, query: 'gpu pods', documents: ['bananas are yellow', 'pods with gpu'] }, (b) => assert.equal((b.results as { index: number }[])[0].index, 1)],
-      ['/v1/score', { model: MODEL, text_1: 'gpu pods', text_2: ['gpu pods', 'bananas'] }, (b) => assert.equal((b.data as unknown[]).length, 2)],
-      ['/v1/moderations', { model: MODEL, input: 'hello' }, (b) => assert.equal((b.results as { flagged: boolean }[])[0].flagged, false)],
+      [
+        '/tokenize',
+        { model: MODEL, prompt: 'Hello there, how are you?' },
+        (b) => assert.equal(b.count, (b.tokens as number[]).length),
+      ],
+      [
+        '/v1/rerank',
+        { model: MODEL, query: 'gpu pods', documents: ['bananas are yellow', 'pods with gpu'] },
+        (b) => assert.equal((b.results as { index: number }[])[0].index, 1),
+      ],
+      [
+        '/v1/score',
+        { model: MODEL, text_1: 'gpu pods', text_2: ['gpu pods', 'bananas'] },
+        (b) => assert.equal((b.data as unknown[]).length, 2),
+      ],
+      [
+        '/v1/moderations',
+        { model: MODEL, input: 'hello' },
+        (b) => assert.equal((b.results as { flagged: boolean }[])[0].flagged, false),
+      ],
     ];
     for (const [path, body, check] of cases) {
       seen.length = 0;
@@ -196,17 +274,28 @@ describe('OpenAI surface', () => {
       assert.match(res.headers.get('x-kinference-route') ?? '', /^local\//);
       assert.deepEqual(await res.json(), { text: 'transcript of hello.wav (6400 bytes)' });
     }
-    const audio = await client().audio.transcriptions.create({ model: MODEL, file: new File([new Uint8Array(1280)], 'a.wav', { type: 'audio/wav' }) });
+    const audio = await client().audio.transcriptions.create({
+      model: MODEL,
+      file: new File([new Uint8Array(1280)], 'a.wav', { type: 'audio/wav' }),
+    });
     assert.equal(audio.text, 'transcript of a.wav (1280 bytes)');
   });
 
   it('routes passthrough requests by load: a busy pod is passed over', async () => {
-    const held = Array.from({ length: 20 }, () => stack.sims[0].engine.submit({ promptTokens: 50, maxTokens: 100_000 }));
+    const held = Array.from({ length: 20 }, () =>
+      stack.sims[0].engine.submit({ promptTokens: 50, maxTokens: 100_000 }),
+    );
     try {
-      await waitFor(async () => {
-        const state = (await (await fetch(`${stack.admin}/debug/state`)).json()) as { pods: { local: { pod: { name: string }; load?: { running: number } }[] } };
-        return (state.pods.local.find((p) => p.pod.name === 'pod-0')?.load?.running ?? 0) >= 16;
-      }, 5000, 'pod-0 busy');
+      await waitFor(
+        async () => {
+          const state = (await (await fetch(`${stack.admin}/debug/state`)).json()) as {
+            pods: { local: { pod: { name: string }; load?: { running: number } }[] };
+          };
+          return (state.pods.local.find((p) => p.pod.name === 'pod-0')?.load?.running ?? 0) >= 16;
+        },
+        5000,
+        'pod-0 busy',
+      );
       for (let i = 0; i < 4; i++) {
         const res = await postJson(`${stack.api}/tokenize`, { model: MODEL, prompt: 'hi' });
         assert.equal(res.headers.get('x-kinference-route'), 'local/pod-1');
@@ -223,13 +312,20 @@ describe('OpenAI surface', () => {
     assert.equal(((await missing.json()) as { error: { param: string } }).error.param, 'model');
     const unknown = await postJson(`${stack.api}/v1/score`, { model: 'nope', text_1: 'a', text_2: 'b' });
     assert.equal(unknown.status, 404);
-    const broken = await fetch(`${stack.api}/v1/audio/transcriptions`, { method: 'POST', headers: { 'content-type': 'multipart/form-data; boundary=x' }, body: 'garbage' });
+    const broken = await fetch(`${stack.api}/v1/audio/transcriptions`, {
+      method: 'POST',
+      headers: { 'content-type': 'multipart/form-data; boundary=x' },
+      body: 'garbage',
+    });
     assert.equal(broken.status, 400);
   });
 
   it('writes one JSON log line per request with the decision, tags by name only', async () => {
     logLines.length = 0;
-    const res = await postJson(`${stack.api}/v1/chat/completions`, chatBody('mail me at jane.doe@example.com'), { 'x-request-id': 'log-1', 'x-kinference-tenant': 'team-a' });
+    const res = await postJson(`${stack.api}/v1/chat/completions`, chatBody('mail me at jane.doe@example.com'), {
+      'x-request-id': 'log-1',
+      'x-kinference-tenant': 'team-a',
+    });
     await res.arrayBuffer();
     await waitFor(() => logLines.some((l) => l.includes('"log-1"')), 2000, 'log line');
     const line = logLines.find((l) => l.includes('"log-1"'))!;
@@ -276,6 +372,9 @@ describe('pods that require an API key the agent does not have', () => {
   it('fails with 502 naming the credentials, not a 401 that blames the app', async () => {
     const res = await postJson(`${stack.api}/v1/chat/completions`, chatBody(), { authorization: 'Bearer app-own-key' });
     assert.equal(res.status, 502);
-    assert.match(((await res.json()) as { error: { message: string } }).error.message, /failed before answering \(tried 1 pod; last: pod rejected the agent's credentials \(HTTP 401\): check podCredentials\)/);
+    assert.match(
+      ((await res.json()) as { error: { message: string } }).error.message,
+      /failed before answering \(tried 1 pod; last: pod rejected the agent's credentials \(HTTP 401\): check podCredentials\)/,
+    );
   });
 });

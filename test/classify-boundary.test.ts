@@ -5,7 +5,8 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { classify, classifyRequest } from '../agent/classify/classify.ts';
 import { backtrackingHazard, compileDetectors } from '../agent/classify/custom.ts';
-import { detect, normalise } from '../agent/classify/detect.ts';
+import { detect } from '../agent/classify/detect.ts';
+import { normalise } from '../agent/classify/normalise.ts';
 import { DEFAULT_SCAN_LIMITS } from '../agent/classify/walk.ts';
 import { ORDINARY_PROMPTS } from './fixtures/ordinary-prompts.ts';
 
@@ -13,30 +14,48 @@ const EMAIL = 'jane.doe@example.com';
 
 describe('every string, any depth', () => {
   it('reads unknown fields, deep nesting, object keys and long integers', () => {
-    assert.deepEqual(classifyRequest(undefined, { a: { b: [{ c: { d: [`x ${EMAIL}`] } }] } }).findings, [{ detector: 'email', tag: 'pii', path: 'a.b[0].c.d[0]' }]);
-    assert.deepEqual(classifyRequest(undefined, { metadata: { [EMAIL]: true } }).findings, [{ detector: 'email', tag: 'pii', path: `metadata["${EMAIL}"]` }]);
+    assert.deepEqual(classifyRequest(undefined, { a: { b: [{ c: { d: [`x ${EMAIL}`] } }] } }).findings, [
+      { detector: 'email', tag: 'pii', path: 'a.b[0].c.d[0]' },
+    ]);
+    assert.deepEqual(classifyRequest(undefined, { metadata: { [EMAIL]: true } }).findings, [
+      { detector: 'email', tag: 'pii', path: `metadata["${EMAIL}"]` },
+    ]);
     assert.deepEqual(classifyRequest(undefined, { extra: { card: 4111111111111111 } }).detectors, ['card']);
-    assert.deepEqual(classify(undefined, { model: 'm', seed: 42, max_tokens: 100000, logit_bias: { 50256: -100 } }), []);
+    assert.deepEqual(
+      classify(undefined, { model: 'm', seed: 42, max_tokens: 100000, logit_bias: { 50256: -100 } }),
+      [],
+    );
   });
 
   it('matches a value split across parts, however many, at the seam only', () => {
-    const parts = (...texts: string[]) => ({ messages: [{ role: 'user', content: texts.map((text) => ({ type: 'text', text })) }] });
+    const parts = (...texts: string[]) => ({
+      messages: [{ role: 'user', content: texts.map((text) => ({ type: 'text', text })) }],
+    });
     assert.deepEqual(classify(undefined, parts('mail jane.doe', '@exam', 'ple.com now')), ['pii']);
-    assert.deepEqual(classify(undefined, parts('x '.repeat(2500), '4111 1111 ', '1111 1111', ' y'.repeat(2500))), ['pii']);
+    assert.deepEqual(classify(undefined, parts('x '.repeat(2500), '4111 1111 ', '1111 1111', ' y'.repeat(2500))), [
+      'pii',
+    ]);
     assert.deepEqual(classify(undefined, { input: ['+44 20 79', '46 0958'] }), ['pii']);
     assert.deepEqual(classify(undefined, parts('order 2024', '-05-01 shipped')), []);
   });
 
   it('tags what it cannot read as unscanned, naming why and where', () => {
     const u = (body: unknown) => classifyRequest(undefined, body).unscanned;
-    assert.deepEqual(u({ messages: [{ role: 'user', content: [{ type: 'input_audio', input_audio: { data: 'AAAA', format: 'wav' } }] }] }), [
-      { reason: 'media', path: 'messages[0].content[0]' },
-      { reason: 'media', path: 'messages[0].content[0].input_audio' },
-    ]);
+    assert.deepEqual(
+      u({
+        messages: [{ role: 'user', content: [{ type: 'input_audio', input_audio: { data: 'AAAA', format: 'wav' } }] }],
+      }),
+      [
+        { reason: 'media', path: 'messages[0].content[0]' },
+        { reason: 'media', path: 'messages[0].content[0].input_audio' },
+      ],
+    );
     assert.deepEqual(u({ doc: 'QUJD'.repeat(100) }), [{ reason: 'blob', path: 'doc' }]);
     assert.deepEqual(u({ doc: 'data:text/plain,hello' }), [{ reason: 'blob', path: 'doc' }]);
     assert.deepEqual(u({ prompt: [1, 2, 3] }), [{ reason: 'token-ids', path: 'prompt' }]);
-    assert.deepEqual(u({ whatever: Array.from({ length: 40 }, (_, i) => i) }), [{ reason: 'token-ids', path: 'whatever' }]);
+    assert.deepEqual(u({ whatever: Array.from({ length: 40 }, (_, i) => i) }), [
+      { reason: 'token-ids', path: 'whatever' },
+    ]);
     // Short integer lists elsewhere are parameters, not prompts.
     assert.deepEqual(u({ stop_token_ids: [128001, 128009] }), []);
     // Prose that merely starts with "data:" is text.
@@ -50,7 +69,9 @@ describe('every string, any depth', () => {
     assert.equal(classifyRequest(undefined, deep).unscanned[0].reason, 'depth');
     const limits = { maxDepth: 32, maxChars: 10_000, maxNodes: 1000 };
     assert.deepEqual(classify(undefined, { a: 'z '.repeat(6000) }, { limits }), ['unscanned']);
-    assert.deepEqual(classify(undefined, { a: Array.from({ length: 2000 }, () => 'hello!') }, { limits }), ['unscanned']);
+    assert.deepEqual(classify(undefined, { a: Array.from({ length: 2000 }, () => 'hello!') }, { limits }), [
+      'unscanned',
+    ]);
     assert.deepEqual(classify(undefined, { a: 'z '.repeat(4000) }, { limits }), []);
   });
 });
@@ -66,7 +87,12 @@ describe('normalisation', () => {
   });
 
   it('reads cards, IBANs and phones written with dots, line breaks, double spaces', () => {
-    for (const text of ['4111.1111.1111.1111', '4111\n1111\n1111\n1111', '4111  1111  1111  1111', '4111 - 1111 - 1111 - 1111']) {
+    for (const text of [
+      '4111.1111.1111.1111',
+      '4111\n1111\n1111\n1111',
+      '4111  1111  1111  1111',
+      '4111 - 1111 - 1111 - 1111',
+    ]) {
       assert.deepEqual([...detect(`pay ${text} today`)], ['card'], JSON.stringify(text));
     }
     assert.deepEqual([...detect('IBAN DE89-3704-0044-0532-0130-00')], ['iban']);
@@ -77,7 +103,8 @@ describe('normalisation', () => {
   });
 
   it('finds internationalised addresses and leaves the checksums in charge', () => {
-    for (const text of ['josé@correo.españa', 'user@bücher.de', '用户@例子.广告', 'info@xn--bcher-kva.de']) assert.deepEqual([...detect(`to ${text}`)], ['email'], text);
+    for (const text of ['josé@correo.españa', 'user@bücher.de', '用户@例子.广告', 'info@xn--bcher-kva.de'])
+      assert.deepEqual([...detect(`to ${text}`)], ['email'], text);
     // A failing Luhn stays untagged however it is spaced.
     assert.deepEqual([...detect('4111.1111.1111.1112')], []);
     assert.deepEqual([...detect('part 0123-4567-89')], []);
@@ -99,10 +126,20 @@ describe('platform detectors', () => {
 
   it('tag requests by keyword (case-insensitive, normalised) and by pattern, on any path', () => {
     assert.deepEqual(errors, []);
-    const c = classifyRequest(undefined, { metadata: { note: 'about ＢＬＵＥＢＩＲＤ' }, messages: [{ role: 'user', content: 'ask EMP-123456 now' }] }, { detectors });
+    const c = classifyRequest(
+      undefined,
+      { metadata: { note: 'about ＢＬＵＥＢＩＲＤ' }, messages: [{ role: 'user', content: 'ask EMP-123456 now' }] },
+      { detectors },
+    );
     assert.deepEqual(c.tags, ['confidential', 'internal']);
     assert.deepEqual(c.custom, ['codename', 'employee-id']);
-    assert.deepEqual(c.findings.map((f) => [f.detector, f.path]), [['codename', 'metadata.note'], ['employee-id', 'messages[0].content']]);
+    assert.deepEqual(
+      c.findings.map((f) => [f.detector, f.path]),
+      [
+        ['codename', 'metadata.note'],
+        ['employee-id', 'messages[0].content'],
+      ],
+    );
     assert.deepEqual(classify(undefined, { input: 'EMP-12345 is too short' }, { detectors }), []);
   });
 
@@ -132,20 +169,45 @@ describe('platform detectors', () => {
   });
 
   it('accept the linear shapes people write', () => {
-    for (const p of ['EMP-[0-9]{6}', '(?:foo|bar)-\\d+', '\\b[A-Z]{2}\\d{4}\\b', '(ab)+c', '(?<id>x{2,3})', '[(a+)+]']) assert.equal(backtrackingHazard(p), undefined, p);
+    for (const p of ['EMP-[0-9]{6}', '(?:foo|bar)-\\d+', '\\b[A-Z]{2}\\d{4}\\b', '(ab)+c', '(?<id>x{2,3})', '[(a+)+]'])
+      assert.equal(backtrackingHazard(p), undefined, p);
   });
 
   it('and the classification bounds are settings', async () => {
     const { settingsFromObject } = await import('../agent/config/load.ts');
-    const base = { node: 'n', listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' }, pods: [{ name: 'p', address: '127.0.0.1:1', models: ['m'] }] };
-    const { limits } = settingsFromObject({ ...base, limits: { classifyMaxChars: 65536, classifyMaxDepth: 8, classifyMaxValues: 500 } }, 'test', {});
+    const base = {
+      node: 'n',
+      listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' },
+      pods: [{ name: 'p', address: '127.0.0.1:1', models: ['m'] }],
+    };
+    const { limits } = settingsFromObject(
+      { ...base, limits: { classifyMaxChars: 65536, classifyMaxDepth: 8, classifyMaxValues: 500 } },
+      'test',
+      {},
+    );
     assert.deepEqual([limits.classifyMaxChars, limits.classifyMaxDepth, limits.classifyMaxValues], [65536, 8, 500]);
     assert.deepEqual(settingsFromObject(base, 'test', {}).limits.classifyMaxValues, DEFAULT_SCAN_LIMITS.maxNodes);
-    assert.throws(() => settingsFromObject({ ...base, limits: { classifyMaxDepth: 1000 } }, 'test', {}), /limits\.classifyMaxDepth/);
+    assert.throws(
+      () => settingsFromObject({ ...base, limits: { classifyMaxDepth: 1000 } }, 'test', {}),
+      /limits\.classifyMaxDepth/,
+    );
   });
 
   it('are rejected by the config loader with the detector named', async () => {
     const { settingsFromObject } = await import('../agent/config/load.ts');
-    assert.throws(() => settingsFromObject({ node: 'n', listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' }, pods: [{ name: 'p', address: '127.0.0.1:1', models: ['m'] }], detectors: [{ name: 'evil', tag: 'x', pattern: '(x+x+)+y' }] }, 'test', {}), /detectors\[0\] \(evil\): pattern may take exponential time/);
+    assert.throws(
+      () =>
+        settingsFromObject(
+          {
+            node: 'n',
+            listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' },
+            pods: [{ name: 'p', address: '127.0.0.1:1', models: ['m'] }],
+            detectors: [{ name: 'evil', tag: 'x', pattern: '(x+x+)+y' }],
+          },
+          'test',
+          {},
+        ),
+      /detectors\[0\] \(evil\): pattern may take exponential time/,
+    );
   });
 });

@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { detect, luhn, mod97, type Detector } from '../agent/classify/detect.ts';
+import { detect, type Detector } from '../agent/classify/detect.ts';
+import { luhn, mod97 } from '../agent/classify/checksums.ts';
 import { classify, classifyRequest } from '../agent/classify/classify.ts';
 
 function detected(text: string): Detector[] {
@@ -83,9 +84,10 @@ test('finds phone numbers in E.164 and common NANP shapes', () => {
 });
 
 test('finds several kinds in one text', () => {
-  assert.deepEqual(detected('jane@example.com, 555-123-4567, SSN 536-90-4399, card 4111111111111111, DE89370400440532013000'), [
-    'card', 'email', 'iban', 'phone', 'ssn',
-  ]);
+  assert.deepEqual(
+    detected('jane@example.com, 555-123-4567, SSN 536-90-4399, card 4111111111111111, DE89370400440532013000'),
+    ['card', 'email', 'iban', 'phone', 'ssn'],
+  );
 });
 
 // --- near misses ---
@@ -191,14 +193,26 @@ test('finds PII in chat content parts and tool call arguments', () => {
   const parts = {
     messages: [
       { role: 'system', content: 'You are helpful.' },
-      { role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://x/y.png' } }, { type: 'text', text: 'I am at jane@example.com' }] },
+      {
+        role: 'user',
+        content: [
+          { type: 'image_url', image_url: { url: 'https://x/y.png' } },
+          { type: 'text', text: 'I am at jane@example.com' },
+        ],
+      },
     ],
   };
   assert.deepEqual(classify(undefined, parts), ['pii', 'unscanned']);
   const tool = {
     messages: [
       { role: 'user', content: 'book it' },
-      { role: 'assistant', content: null, tool_calls: [{ id: '1', type: 'function', function: { name: 'book', arguments: '{"card":"4111 1111 1111 1111"}' } }] },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [
+          { id: '1', type: 'function', function: { name: 'book', arguments: '{"card":"4111 1111 1111 1111"}' } },
+        ],
+      },
     ],
   };
   assert.deepEqual(classifyRequest(undefined, tool).detectors, ['card']);
@@ -207,14 +221,18 @@ test('finds PII in chat content parts and tool call arguments', () => {
 test('finds PII in a completions prompt array and in embeddings input', () => {
   assert.deepEqual(classifyRequest(undefined, { prompt: ['hello', 'SSN 536-90-4399'] }).detectors, ['ssn']);
   assert.deepEqual(classifyRequest(undefined, { prompt: 'call +1 415 555 2671' }).detectors, ['phone']);
-  assert.deepEqual(classifyRequest(undefined, { input: ['fine', 'IBAN DE89 3704 0044 0532 0130 00'] }).detectors, ['iban']);
+  assert.deepEqual(classifyRequest(undefined, { input: ['fine', 'IBAN DE89 3704 0044 0532 0130 00'] }).detectors, [
+    'iban',
+  ]);
   assert.deepEqual(classifyRequest(undefined, { input: 'jane@example.com' }).detectors, ['email']);
 });
 
 test('token-id prompts are not text: unscanned, never read as numbers', () => {
   assert.deepEqual(classify(undefined, { input: [4111111111111111, 5551234567] }), ['unscanned']);
   assert.deepEqual(classify(undefined, { prompt: [[4111111111111111, 1]] }), ['unscanned']);
-  assert.deepEqual(classifyRequest(undefined, { input: [[1, 2], 'a', 3] }).unscanned, [{ reason: 'token-ids', path: 'input[0]' }]);
+  assert.deepEqual(classifyRequest(undefined, { input: [[1, 2], 'a', 3] }).unscanned, [
+    { reason: 'token-ids', path: 'input[0]' },
+  ]);
 });
 
 test('scans every string: system, suffix, refusal, user, and tool definitions too', () => {
@@ -224,7 +242,8 @@ test('scans every string: system, suffix, refusal, user, and tool definitions to
     { user: 'u@example.com' },
     { messages: [{ role: 'assistant', refusal: 'u@example.com' }] },
     { tools: [{ type: 'function', function: { name: 'f', description: 'contact help@acme.com' } }] },
-  ]) assert.deepEqual(classify(undefined, body), ['pii'], JSON.stringify(body));
+  ])
+    assert.deepEqual(classify(undefined, body), ['pii'], JSON.stringify(body));
 });
 
 test('odd bodies are harmless', () => {

@@ -44,8 +44,20 @@ test('detectors add pii to header tags', () => {
   assert.deepEqual(classifyRequest('internal', WITH_EMAIL).detectors, ['email']);
 });
 
-test('a header can never remove a detector\'s tag', () => {
-  for (const header of ['-pii', '!pii', 'no-pii', 'pii=false', 'nopii', '', undefined, null, 'public', ','.repeat(100), Array.from({ length: 40 }, (_, i) => `t${i}`).join(',')]) {
+test("a header can never remove a detector's tag", () => {
+  for (const header of [
+    '-pii',
+    '!pii',
+    'no-pii',
+    'pii=false',
+    'nopii',
+    '',
+    undefined,
+    null,
+    'public',
+    ','.repeat(100),
+    Array.from({ length: 40 }, (_, i) => `t${i}`).join(','),
+  ]) {
     assert.ok(classify(header, WITH_EMAIL).includes('pii'), `header ${JSON.stringify(header)} removed pii`);
   }
 });
@@ -56,5 +68,12 @@ test('a header may declare pii with no detector firing', () => {
 });
 
 test('rejected header entries are reported by classifyRequest', () => {
-  assert.deepEqual(classifyRequest('ok, bad tag', CLEAN), { tags: ['ok'], detectors: [], custom: [], findings: [], unscanned: [], rejectedHeaderTags: ['bad tag'] });
+  assert.deepEqual(classifyRequest('ok, bad tag', CLEAN), {
+    tags: ['ok'],
+    detectors: [],
+    custom: [],
+    findings: [],
+    unscanned: [],
+    rejectedHeaderTags: ['bad tag'],
+  });
 });

@@ -10,7 +10,8 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Browser, Page } from 'playwright-core';
 import { DASHBOARD_HTML } from '../agent/server/dashboard.ts';
-import { parsePromText, type MetricPage } from '../agent/telemetry/promtext.ts';
+import { parsePromText } from '../agent/telemetry/promtext.ts';
+import type { MetricPage } from '../agent/telemetry/metric-page.ts';
 import { launchChromium, SYSTEM_CHROMIUM } from './helpers/browser.ts';
 import { startOpenAIStandin, type OpenAIStandin } from './fixtures/openai-provider.ts';
 import { chatBody, MODEL, postJson, startStack, waitFor, type Stack } from './helpers/stack.ts';
@@ -33,7 +34,10 @@ describe('dashboard', () => {
           // Everyone else stays (a pod briefly stale on a loaded machine makes them wait, not leave).
           { metadata: { name: 'default', namespace: '*' }, spec: { slo: { ttft: '10s' }, wait: { max: '10s' } } },
           // Tenant "leave": no pod meets a 1 ms SLO, so its requests overflow (reason over-slo).
-          { metadata: { name: 'leave', namespace: 'leave' }, spec: { slo: { ttft: '1ms' }, exclude: [], overflow: { providers: ['hosted'] } } },
+          {
+            metadata: { name: 'leave', namespace: 'leave' },
+            spec: { slo: { ttft: '1ms' }, exclude: [], overflow: { providers: ['hosted'] } },
+          },
         ],
       },
     });
@@ -50,7 +54,9 @@ describe('dashboard', () => {
   });
 
   const send = async (tenant: string, extra: Record<string, unknown> = {}) => {
-    const res = await postJson(`${stack.api}/v1/chat/completions`, chatBody('Hello there', extra), { 'x-kinference-tenant': tenant });
+    const res = await postJson(`${stack.api}/v1/chat/completions`, chatBody('Hello there', extra), {
+      'x-kinference-tenant': tenant,
+    });
     await res.arrayBuffer();
     return res.headers.get('x-kinference-route') ?? '';
   };
@@ -72,30 +78,50 @@ describe('dashboard', () => {
     const m = await metrics();
 
     // Tiles: requests by route.
-    const tiles = await page.$$eval('#tiles .tile', (ts) => ts.map((t) => [(t as HTMLElement).dataset.route, t.querySelector('b')?.textContent]));
+    const tiles = await page.$$eval('#tiles .tile', (ts) =>
+      ts.map((t) => [(t as HTMLElement).dataset.route, t.querySelector('b')?.textContent]),
+    );
     const routes = new Map<string, number>();
-    for (const s of m.series('kinference_requests_total')) routes.set(s.labels.route, (routes.get(s.labels.route) ?? 0) + s.value);
+    for (const s of m.series('kinference_requests_total'))
+      routes.set(s.labels.route, (routes.get(s.labels.route) ?? 0) + s.value);
     assert.deepEqual(new Map(tiles.map(([r, v]) => [r, Number(v)])), routes);
-    assert.deepEqual([...routes].sort(), [['local', 6], ['overflow', 3]]);
+    assert.deepEqual([...routes].sort(), [
+      ['local', 6],
+      ['overflow', 3],
+    ]);
     assert.match((await page.textContent('#status')) ?? '', /^ready · 9 requests/);
 
     // Overflow share, and overflow by provider and reason.
     const total = m.sum('kinference_requests_total') ?? 0;
-    assert.equal(await page.textContent('#overflow-share'), pct(m.sum('kinference_requests_total', { route: 'overflow' }) ?? 0, total));
-    const overflowRows = await page.$$eval('#overflow tbody tr', (trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent)));
+    assert.equal(
+      await page.textContent('#overflow-share'),
+      pct(m.sum('kinference_requests_total', { route: 'overflow' }) ?? 0, total),
+    );
+    const overflowRows = await page.$$eval('#overflow tbody tr', (trs) =>
+      trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent)),
+    );
     const overflowed = m.series('kinference_overflow_total');
     assert.equal(overflowRows.length, overflowed.length);
     for (const s of overflowed) {
-      assert.ok(overflowRows.some((r) => r[0] === s.labels.provider && r[1] === s.labels.reason && Number(r[2]) === s.value), JSON.stringify(overflowRows));
+      assert.ok(
+        overflowRows.some((r) => r[0] === s.labels.provider && r[1] === s.labels.reason && Number(r[2]) === s.value),
+        JSON.stringify(overflowRows),
+      );
     }
     // All three overflowed to hosted; the reason is over-slo, or stale when a loaded machine
     // delays a scrape past the pod's age limit at that moment (both are true reasons).
-    assert.equal(overflowRows.reduce((sum, r) => sum + Number(r[2]), 0), 3);
-    for (const r of overflowRows) assert.ok(r[0] === 'hosted' && ['over-slo', 'stale'].includes(r[1] ?? ''), JSON.stringify(r));
+    assert.equal(
+      overflowRows.reduce((sum, r) => sum + Number(r[2]), 0),
+      3,
+    );
+    for (const r of overflowRows)
+      assert.ok(r[0] === 'hosted' && ['over-slo', 'stale'].includes(r[1] ?? ''), JSON.stringify(r));
     assert.ok(await page.$('#overflow-chart svg rect'), 'the overflow bars are drawn');
 
     // TTFT per pod: measured and predicted means from the per-pod histograms (streamed requests).
-    const ttftRows = await page.$$eval('#ttft tbody tr', (trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent)));
+    const ttftRows = await page.$$eval('#ttft tbody tr', (trs) =>
+      trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent)),
+    );
     let streamed = 0;
     for (const row of ttftRows) {
       const measured = m.histogram('kinference_pod_ttft_seconds', { pod: row[0]!, source: 'measured' })!;
@@ -106,11 +132,16 @@ describe('dashboard', () => {
       streamed += measured.count;
     }
     assert.equal(streamed, 4);
-    assert.ok(await page.$('#ttft-chart svg'), 'the TTFT chart is drawn (its lines start with traffic seen while the page is open)');
+    assert.ok(
+      await page.$('#ttft-chart svg'),
+      'the TTFT chart is drawn (its lines start with traffic seen while the page is open)',
+    );
 
     // SLO attainment (issue 9's series): compared when exported, otherwise the page says so.
     if (m.has('kinference_slo_requests_total')) {
-      const rows = await page.$$eval('#attainment tbody tr', (trs) => trs.map((tr) => [(tr as HTMLElement).dataset.key, tr.querySelectorAll('td')[4]?.textContent]));
+      const rows = await page.$$eval('#attainment tbody tr', (trs) =>
+        trs.map((tr) => [(tr as HTMLElement).dataset.key, tr.querySelectorAll('td')[4]?.textContent]),
+      );
       for (const [key, shown] of rows) {
         const [route, leavable] = key!.split('|');
         const all = m.sum('kinference_slo_requests_total', { route, leavable }) ?? 0;
@@ -118,15 +149,35 @@ describe('dashboard', () => {
         assert.equal(shown, pct(within, all));
       }
     } else {
-      assert.match((await page.textContent('#attainment-chart')) ?? '', /no data: this agent does not export kinference_slo_requests_total/);
+      assert.match(
+        (await page.textContent('#attainment-chart')) ?? '',
+        /no data: this agent does not export kinference_slo_requests_total/,
+      );
     }
 
     // Providers with their breakers, policies, pods.
-    const providers = await page.$$eval('#providers tbody tr', (trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent)));
-    assert.deepEqual(providers, [['hosted', 'openai', 'closed', '0', String(m.sum('kinference_provider_requests_total', { provider: 'hosted', outcome: 'ok' })), '0', '0']]);
+    const providers = await page.$$eval('#providers tbody tr', (trs) =>
+      trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent)),
+    );
+    assert.deepEqual(providers, [
+      [
+        'hosted',
+        'openai',
+        'closed',
+        '0',
+        String(m.sum('kinference_provider_requests_total', { provider: 'hosted', outcome: 'ok' })),
+        '0',
+        '0',
+      ],
+    ]);
     assert.match((await page.textContent('#policies')) ?? '', /\*\/default.*leave\/leave.*no problems/s);
-    const pods = await page.$$eval('#pods tbody tr', (trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent ?? '')));
-    assert.deepEqual(pods.map((r) => r[0]), ['pod-0', 'pod-1']);
+    const pods = await page.$$eval('#pods tbody tr', (trs) =>
+      trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent ?? '')),
+    );
+    assert.deepEqual(
+      pods.map((r) => r[0]),
+      ['pod-0', 'pod-1'],
+    );
     // (The state column is not checked: under a loaded test machine a scrape may be late.)
     for (const row of pods) assert.match(row[6], /\d+ ms/);
     assert.equal(await page.textContent('#peers tbody'), 'gossip is off on this agent');
@@ -138,7 +189,15 @@ describe('dashboard', () => {
     const server = createServer((req, res) => {
       if (req.url === '/ui') return void res.writeHead(200, { 'content-type': 'text/html' }).end(DASHBOARD_HTML);
       if (req.url === '/debug/state') {
-        return void res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ node: 'n', ready: true, pods: { local: [], remote: [] }, policies: { loaded: [], problems: ['two policies tie'] }, providers: [] }));
+        return void res.writeHead(200, { 'content-type': 'application/json' }).end(
+          JSON.stringify({
+            node: 'n',
+            ready: true,
+            pods: { local: [], remote: [] },
+            policies: { loaded: [], problems: ['two policies tie'] },
+            providers: [],
+          }),
+        );
       }
       scrapes++;
       const lines = [
@@ -160,14 +219,23 @@ describe('dashboard', () => {
     const other = await browser.newPage({ viewport: { width: 1220, height: 900 } });
     try {
       await other.goto(`http://127.0.0.1:${(server.address() as AddressInfo).port}/ui`);
-      await waitFor(async () => Number(await other.evaluate(() => document.body.dataset.polls ?? 0)) >= 3, 10_000, 'three polls');
-      const rows = await other.$$eval('#attainment tbody tr', (trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent)));
+      await waitFor(
+        async () => Number(await other.evaluate(() => document.body.dataset.polls ?? 0)) >= 3,
+        10_000,
+        'three polls',
+      );
+      const rows = await other.$$eval('#attainment tbody tr', (trs) =>
+        trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent)),
+      );
       // Every poll adds the same mix, so the window and all-time shares agree: 90 %, 87.5 %, 100 %.
-      assert.deepEqual(rows.map((r) => [r[0], r[1], r[3], r[4]]), [
-        ['local', 'no', '87.5%', '87.5%'],
-        ['local', 'yes', '90.0%', '90.0%'],
-        ['overflow', 'yes', '100.0%', '100.0%'],
-      ]);
+      assert.deepEqual(
+        rows.map((r) => [r[0], r[1], r[3], r[4]]),
+        [
+          ['local', 'no', '87.5%', '87.5%'],
+          ['local', 'yes', '90.0%', '90.0%'],
+          ['overflow', 'yes', '100.0%', '100.0%'],
+        ],
+      );
       assert.ok(await other.$('#attainment-chart svg polyline'), 'the attainment chart is drawn');
       const ttft = await other.$$eval('#ttft tbody tr td', (tds) => tds.map((td) => td.textContent));
       assert.equal(ttft[4], '95.0%', 'share within the predicted quantile');

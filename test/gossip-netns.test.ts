@@ -6,6 +6,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { after, test } from 'node:test';
+import { waitFor } from './helpers/wait.ts';
 
 const PREFIX = `kinf-${process.pid}-`;
 const SWITCH = `${PREFIX}sw`;
@@ -64,8 +65,27 @@ function buildNetwork(): void {
 function startPeers(key: string): void {
   HOSTS.forEach((h, i) => {
     const peers = HOSTS.map((_, j) => `${addressOf(j)}:${GOSSIP_PORT}`).filter((_, j) => j !== i);
-    const args = ['netns', 'exec', h.ns, process.execPath, PEER, '--id', h.id, '--bind', `${addressOf(i)}:${GOSSIP_PORT}`, '--peers', peers.join(','), '--interval', String(INTERVAL_MS), '--ttl', String(TTL_MS)];
-    const child = spawn('ip', args, { env: { ...process.env, KINFERENCE_GOSSIP_KEY: key }, stdio: ['ignore', 'pipe', 'inherit'] });
+    const args = [
+      'netns',
+      'exec',
+      h.ns,
+      process.execPath,
+      PEER,
+      '--id',
+      h.id,
+      '--bind',
+      `${addressOf(i)}:${GOSSIP_PORT}`,
+      '--peers',
+      peers.join(','),
+      '--interval',
+      String(INTERVAL_MS),
+      '--ttl',
+      String(TTL_MS),
+    ];
+    const child = spawn('ip', args, {
+      env: { ...process.env, KINFERENCE_GOSSIP_KEY: key },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     children.push(child);
     let buffered = '';
     child.stdout!.on('data', (chunk: Buffer) => {
@@ -78,16 +98,7 @@ function startPeers(key: string): void {
 }
 
 const knows = (id: string) => Object.keys(latest.get(id)?.origins ?? {}).sort();
-
-async function waitFor(what: string, done: () => boolean, limitMs: number): Promise<void> {
-  const start = Date.now();
-  while (!done()) {
-    if (Date.now() - start > limitMs) {
-      assert.fail(`${what}: not within ${limitMs} ms; views: ${JSON.stringify(Object.fromEntries(latest))}`);
-    }
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
+const views = (what: string) => () => `${what}; views: ${JSON.stringify(Object.fromEntries(latest))}`;
 
 test('agents on three hosts converge, age out a host cut off, and take it back when it returns', async (t) => {
   const reason = whyNot();
@@ -100,18 +111,23 @@ test('agents on three hosts converge, age out a host cut off, and take it back w
 
   const all = HOSTS.map((h) => h.id);
   const others = (id: string) => all.filter((x) => x !== id);
-  const converged = () => all.every((id) => JSON.stringify(knows(id)) === JSON.stringify(others(id)) && Object.values(latest.get(id)!.origins).every((n) => n === 2));
-  await waitFor('convergence', converged, 8000);
+  const converged = () =>
+    all.every(
+      (id) =>
+        JSON.stringify(knows(id)) === JSON.stringify(others(id)) &&
+        Object.values(latest.get(id)!.origins).every((n) => n === 2),
+    );
+  await waitFor(converged, 8000, views('convergence'));
 
   // Cut host-2's cable at the switch.
   ip('-n', SWITCH, 'link', 'set', HOSTS[2].port, 'down');
   await waitFor(
-    'host-2 aged out, and it ages out the others',
     () => !knows('host-0').includes('host-2') && !knows('host-1').includes('host-2') && knows('host-2').length === 0,
     TTL_MS + 2000,
+    views('host-2 aged out, and it ages out the others'),
   );
   assert.deepEqual(knows('host-0'), ['host-1'], 'the hosts still connected keep each other');
 
   ip('-n', SWITCH, 'link', 'set', HOSTS[2].port, 'up');
-  await waitFor('reconvergence', converged, 8000);
+  await waitFor(converged, 8000, views('reconvergence'));
 });

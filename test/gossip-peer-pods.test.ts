@@ -55,17 +55,41 @@ describe('gossiped pods must be pods the cluster knows', () => {
       config: {
         listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0', gossip: `127.0.0.1:${agentPort}` },
         peers: [`127.0.0.1:${roguePort}`],
-        gossip: { key: { env: 'KINFERENCE_TEST_GOSSIP_KEY' }, interval: '50ms', ttl: '2s', peerPodCidrs: ['127.0.0.1/32'] },
-        policies: [{ metadata: { name: 'default', namespace: '*' }, spec: { slo: { ttft: '5s' }, exclude: [{ metric: 'queued', above: 0.5, window: '1s' }], wait: { max: '2s' } } }],
+        gossip: {
+          key: { env: 'KINFERENCE_TEST_GOSSIP_KEY' },
+          interval: '50ms',
+          ttl: '2s',
+          peerPodCidrs: ['127.0.0.1/32'],
+        },
+        policies: [
+          {
+            metadata: { name: 'default', namespace: '*' },
+            spec: {
+              slo: { ttft: '5s' },
+              exclude: [{ metric: 'queued', above: 0.5, window: '1s' }],
+              wait: { max: '2s' },
+            },
+          },
+        ],
       },
     });
-    rogue = new GossipNode({ nodeId: 'node-r', bind: `127.0.0.1:${roguePort}`, peers: [`127.0.0.1:${agentPort}`], key: Buffer.from(KEY), intervalMs: 50, ttlMs: 2000 });
+    rogue = new GossipNode({
+      nodeId: 'node-r',
+      bind: `127.0.0.1:${roguePort}`,
+      peers: [`127.0.0.1:${agentPort}`],
+      key: Buffer.from(KEY),
+      intervalMs: 50,
+      ttlMs: 2000,
+    });
     await rogue.start();
-    const publish = () => rogue.publishLocal([
-      estimate('node-r', 'legit', new URL(legit.url).host),
-      // The decoy claims to be idle and fast: a router that believed it would pick it first.
-      estimate('node-r', 'decoy', decoyHost, { params: { base: 0.1, perQueued: 0, perRunning: 0, perKPromptTokens: 0 } }),
-    ]);
+    const publish = () =>
+      rogue.publishLocal([
+        estimate('node-r', 'legit', new URL(legit.url).host),
+        // The decoy claims to be idle and fast: a router that believed it would pick it first.
+        estimate('node-r', 'decoy', decoyHost, {
+          params: { base: 0.1, perQueued: 0, perRunning: 0, perKPromptTokens: 0 },
+        }),
+      ]);
     publish();
     const timer = setInterval(publish, 50);
     timer.unref();
@@ -80,22 +104,38 @@ describe('gossiped pods must be pods the cluster knows', () => {
   });
 
   it('no request goes to a pod at an address outside the declared ranges; the legit peer pod serves them', async () => {
-    await waitFor(async () => {
-      const metrics = await (await fetch(`${stack.admin}/metrics`)).text();
-      return /kinference_peer_pods_rejected_total\{reason="outside-cidrs"\} 1/.test(metrics);
-    }, 5000, 'the decoy to be rejected');
-    await waitFor(async () => {
-      const e = (await (await fetch(`${stack.admin}/explain?model=${MODEL}`)).json()) as { action: string; target: string };
-      return e.action === 'pod' && e.target === 'peer/node-r/legit';
-    }, 5000, 'the legit peer pod to be chosen');
+    await waitFor(
+      async () => {
+        const metrics = await (await fetch(`${stack.admin}/metrics`)).text();
+        return /kinference_peer_pods_rejected_total\{reason="outside-cidrs"\} 1/.test(metrics);
+      },
+      5000,
+      'the decoy to be rejected',
+    );
+    await waitFor(
+      async () => {
+        const e = (await (await fetch(`${stack.admin}/explain?model=${MODEL}`)).json()) as {
+          action: string;
+          target: string;
+        };
+        return e.action === 'pod' && e.target === 'peer/node-r/legit';
+      },
+      5000,
+      'the legit peer pod to be chosen',
+    );
     for (let i = 0; i < 8; i++) {
       const response = await postJson(`${stack.api}/v1/chat/completions`, chatBody('hello', { max_tokens: 2 }));
       await response.arrayBuffer();
       assert.equal(response.headers.get('x-kinference-route'), 'peer/node-r/legit');
     }
     assert.equal(decoyHits, 0);
-    const state = (await (await fetch(`${stack.admin}/debug/state`)).json()) as { peerPodsRejected: { uid: string; reason: string }[] };
-    assert.deepEqual(state.peerPodsRejected.map((r) => [r.uid, r.reason]), [['node-r/decoy', 'outside-cidrs']]);
+    const state = (await (await fetch(`${stack.admin}/debug/state`)).json()) as {
+      peerPodsRejected: { uid: string; reason: string }[];
+    };
+    assert.deepEqual(
+      state.peerPodsRejected.map((r) => [r.uid, r.reason]),
+      [['node-r/decoy', 'outside-cidrs']],
+    );
   });
 });
 
@@ -107,9 +147,15 @@ describe('peer pod screening (pure)', () => {
   it('accepts a pod the API knows at that IP, in that namespace, announced by its own node', () => {
     assert.deepEqual(reasons(estimate('node-b', 'vllm-0', '10.0.2.5:8000')), []);
   });
-  it('rejects unknown addresses, another namespace, and a node speaking for another node\'s pod', () => {
+  it("rejects unknown addresses, another namespace, and a node speaking for another node's pod", () => {
     assert.deepEqual(reasons(estimate('node-b', 'x', '10.9.9.9:8000')), ['unknown-address']);
-    assert.deepEqual(reasons({ ...estimate('node-b', 'vllm-0', '10.0.2.5:8000'), pod: { ...estimate('node-b', 'vllm-0', '10.0.2.5:8000').pod, namespace: 'finance' } }), ['wrong-namespace']);
+    assert.deepEqual(
+      reasons({
+        ...estimate('node-b', 'vllm-0', '10.0.2.5:8000'),
+        pod: { ...estimate('node-b', 'vllm-0', '10.0.2.5:8000').pod, namespace: 'finance' },
+      }),
+      ['wrong-namespace'],
+    );
     assert.deepEqual(reasons(estimate('node-c', 'vllm-0', '10.0.2.5:8000')), ['wrong-node']);
   });
   it('rejects implausible numbers: negative costs, NaN, absurd queues', () => {
@@ -120,9 +166,18 @@ describe('peer pod screening (pure)', () => {
     assert.deepEqual(reasons({ ...ok, kvCache: 3 }), ['bad-estimate']);
   });
   it('without rules nothing is routable (fail closed); CIDRs cover IPv4 and IPv6', () => {
-    assert.deepEqual(peerPodScreen(undefined)([estimate('n', 'p', '10.0.0.1:1')]).rejected.map((r) => r.reason), ['no-rules']);
+    assert.deepEqual(
+      peerPodScreen(undefined)([estimate('n', 'p', '10.0.0.1:1')]).rejected.map((r) => r.reason),
+      ['no-rules'],
+    );
     const cidrs = peerPodScreen({ kind: 'cidrs', cidrs: ['10.244.0.0/16', 'fd00::/64'] });
-    assert.equal(cidrs([estimate('n', 'p', '10.244.3.4:8000'), estimate('n', 'q', '[fd00::7]:8000')]).accepted.length, 2);
-    assert.deepEqual(cidrs([estimate('n', 'p', '10.245.0.1:8000')]).rejected.map((r) => r.reason), ['outside-cidrs']);
+    assert.equal(
+      cidrs([estimate('n', 'p', '10.244.3.4:8000'), estimate('n', 'q', '[fd00::7]:8000')]).accepted.length,
+      2,
+    );
+    assert.deepEqual(
+      cidrs([estimate('n', 'p', '10.245.0.1:8000')]).rejected.map((r) => r.reason),
+      ['outside-cidrs'],
+    );
   });
 });

@@ -8,6 +8,7 @@ import { GossipNode, parseHostPort } from '../agent/gossip/node.ts';
 import { GossipState } from '../agent/gossip/state.ts';
 import { encodePayload, type PayloadWire } from '../agent/gossip/wire.ts';
 import { podEstimates } from './fixtures/gossip-estimates.ts';
+import { writeDelta } from '../agent/gossip/packing.ts';
 
 const KEY = Buffer.alloc(32, 0x5a);
 const OTHER_KEY = Buffer.alloc(32, 0x5b);
@@ -16,7 +17,7 @@ const OTHER_KEY = Buffer.alloc(32, 0x5b);
 function fullState(node: string, pods: number): PayloadWire {
   const s = new GossipState({ nodeId: node, incarnation: Date.now() - 1000 });
   s.localUpdate(podEstimates(node, pods, {}, Date.now()), Date.now());
-  return { deltas: [s.writeDelta(s.self, 0, 1 << 16, Date.now())!.delta] };
+  return { deltas: [writeDelta(s.self, 0, 1 << 16, Date.now())!.delta] };
 }
 
 describe('gossip security, over UDP on 127.0.0.1', () => {
@@ -52,7 +53,15 @@ describe('gossip security, over UDP on 127.0.0.1', () => {
   test('accepts a well-formed datagram sealed with the cluster key', async () => {
     const sealer = new Sealer({ sender: 'peer-ok', key: KEY, boot: Date.now() - 5000 });
     await deliver(sealer.seal(encodePayload(fullState('peer-ok', 2)), Date.now()));
-    assert.deepEqual(node.stats().dropped, { oversized: 0, malformed: 0, forged: 0, replayed: 0, stale: 0 });
+    assert.deepEqual(node.stats().dropped, {
+      oversized: 0,
+      malformed: 0,
+      forged: 0,
+      replayed: 0,
+      stale: 0,
+      'unknown-source': 0,
+      'rate-limited': 0,
+    });
     assert.ok(remoteOrigins().has('peer-ok'));
   });
 
@@ -102,8 +111,14 @@ describe('gossip security, over UDP on 127.0.0.1', () => {
 
   test('drops and counts malformed datagrams: garbage, a sealed non-envelope, a sealed non-payload', async () => {
     const garbage = Buffer.from('GET / HTTP/1.1\r\nHost: victim\r\n\r\n');
-    const notAnEnvelope = sealEnvelope({ sender: '', boot: 0, seq: 0, sentAt: Date.now(), payload: new Uint8Array(0) }, KEY);
-    const badPayload = new Sealer({ sender: 'peer-bad', key: KEY, boot: Date.now() - 5000 }).seal(Buffer.from([0x22, 0xff, 0xff, 0x01]), Date.now());
+    const notAnEnvelope = sealEnvelope(
+      { sender: '', boot: 0, seq: 0, sentAt: Date.now(), payload: new Uint8Array(0) },
+      KEY,
+    );
+    const badPayload = new Sealer({ sender: 'peer-bad', key: KEY, boot: Date.now() - 5000 }).seal(
+      Buffer.from([0x22, 0xff, 0xff, 0x01]),
+      Date.now(),
+    );
     await deliver(garbage, notAnEnvelope, badPayload);
     assert.equal(node.stats().dropped.malformed, 3);
     assert.ok(!remoteOrigins().has('peer-bad'));
@@ -111,7 +126,10 @@ describe('gossip security, over UDP on 127.0.0.1', () => {
   });
 
   test('refuses a cluster key short enough to guess', () => {
-    assert.throws(() => new GossipNode({ nodeId: 'n', bind: '127.0.0.1:0', peers: [], key: Buffer.alloc(0) }), /at least 16 bytes/);
+    assert.throws(
+      () => new GossipNode({ nodeId: 'n', bind: '127.0.0.1:0', peers: [], key: Buffer.alloc(0) }),
+      /at least 16 bytes/,
+    );
   });
 
   test('exposes the drop counters as Prometheus metrics', async () => {

@@ -4,6 +4,7 @@ import { GossipState } from '../agent/gossip/state.ts';
 import { originId, type DigestWire } from '../agent/gossip/wire.ts';
 import { EPOCH, podEstimate, podEstimates } from './fixtures/gossip-estimates.ts';
 import { GossipSim } from './fixtures/gossip-sim.ts';
+import { writeDelta } from '../agent/gossip/packing.ts';
 
 const names = (n: number) => Array.from({ length: n }, (_, i) => `node-${String.fromCharCode(97 + i)}`);
 
@@ -12,11 +13,16 @@ function holdsExactly(sim: GossipSim, at: string, origin: string): boolean {
   const mine = sim.get(origin).state.self;
   const held = sim.get(at).state.origin(origin);
   if (!held || held.dataVersion < mine.dataVersion || held.version > mine.version) return false;
-  const live = (pods: typeof mine.pods) => [...pods.values()].filter((r) => !r.entry.removed).map((r) => `${r.entry.slot}:${r.entry.version}:${r.entry.queuedNow}`).sort();
+  const live = (pods: typeof mine.pods) =>
+    [...pods.values()]
+      .filter((r) => !r.entry.removed)
+      .map((r) => `${r.entry.slot}:${r.entry.version}:${r.entry.queuedNow}`)
+      .sort();
   return JSON.stringify(live(held.pods)) === JSON.stringify(live(mine.pods));
 }
 
-const converged = (sim: GossipSim, nodes: string[]) => nodes.every((a) => nodes.every((o) => a === o || sim.stopped.has(o) || holdsExactly(sim, a, o)));
+const converged = (sim: GossipSim, nodes: string[]) =>
+  nodes.every((a) => nodes.every((o) => a === o || sim.stopped.has(o) || holdsExactly(sim, a, o)));
 
 const digestOf = (s: GossipState, entries: [number, number, number?][]): DigestWire => ({
   origins: entries.map((e) => e[0]),
@@ -41,7 +47,10 @@ describe('gossip state', () => {
     const spread = sim.runUntil(() => converged(sim, nodes), 5000);
     assert.ok(spread < 2000, `${spread} ms`);
     for (const n of nodes.filter((x) => x !== 'node-c')) {
-      const pods = sim.get(n).state.remoteEstimates(sim.now).filter((e) => e.origin === 'node-c');
+      const pods = sim
+        .get(n)
+        .state.remoteEstimates(sim.now)
+        .filter((e) => e.origin === 'node-c');
       assert.deepEqual(pods.map((e) => e.queuedNow).sort(), [2, 2, 2, 9]);
     }
   });
@@ -53,11 +62,20 @@ describe('gossip state', () => {
     sim.runUntil(() => converged(sim, nodes), 5000);
     sim.stopped.add('node-f');
     const stoppedAt = sim.now;
-    const holders = () => nodes.filter((n) => n !== 'node-f' && sim.get(n).state.remoteEstimates(sim.now).some((e) => e.origin === 'node-f'));
+    const holders = () =>
+      nodes.filter(
+        (n) =>
+          n !== 'node-f' &&
+          sim
+            .get(n)
+            .state.remoteEstimates(sim.now)
+            .some((e) => e.origin === 'node-f'),
+      );
     sim.run(3000 + 1);
     assert.deepEqual(holders(), [], 'no pods of node-f are candidates once its TTL has passed');
     sim.run(sim.intervalMs);
-    for (const n of nodes.filter((x) => x !== 'node-f')) assert.equal(sim.get(n).state.origin('node-f'), undefined, 'and it is dropped');
+    for (const n of nodes.filter((x) => x !== 'node-f'))
+      assert.equal(sim.get(n).state.origin('node-f'), undefined, 'and it is dropped');
     // Peers that heard it last (relayed news carries its age) cannot revive it for one another.
     sim.run(6000);
     assert.deepEqual(holders(), []);
@@ -84,17 +102,17 @@ describe('gossip state', () => {
     // Someone else claims to be node-a (another incarnation), with other pods.
     const impostor = new GossipState({ nodeId: 'node-a', incarnation: EPOCH + 5 });
     impostor.localUpdate(podEstimates('node-a', 5), EPOCH + 6);
-    const full = impostor.writeDelta(impostor.self, 0, 1 << 16, EPOCH + 7)!.delta;
+    const full = writeDelta(impostor.self, 0, 1 << 16, EPOCH + 7)!.delta;
     assert.equal(a.apply([full], EPOCH + 8).rejected, 1);
     // An increment for our own origin id, as if relayed back with a higher version.
-    const own = { ...a.writeDelta(a.self, 0, 1 << 16, EPOCH + 8)!.delta, from: 1, to: 99, node: '', incarnation: 0 };
+    const own = { ...writeDelta(a.self, 0, 1 << 16, EPOCH + 8)!.delta, from: 1, to: 99, node: '', incarnation: 0 };
     assert.equal(a.apply([own], EPOCH + 8).rejected, 1);
     assert.equal(a.self.version, 1);
     assert.equal(a.remoteEstimates(EPOCH + 9).length, 0);
     // And a delta whose id does not match its node and incarnation is refused too.
     const b = new GossipState({ nodeId: 'node-b', incarnation: EPOCH });
     b.localUpdate(podEstimates('node-b', 1), EPOCH + 1);
-    const mislabelled = { ...b.writeDelta(b.self, 0, 1 << 16, EPOCH + 2)!.delta, node: 'node-c' };
+    const mislabelled = { ...writeDelta(b.self, 0, 1 << 16, EPOCH + 2)!.delta, node: 'node-c' };
     assert.equal(a.apply([mislabelled], EPOCH + 3).rejected, 1);
   });
 
@@ -112,7 +130,13 @@ describe('gossip state', () => {
       const held = sim.get(n).state.origin('node-d')!;
       assert.notEqual(held.id, oldId);
       assert.equal(held.id, originId('node-d', restarted.state.incarnation));
-      assert.equal(sim.get(n).state.remoteEstimates(sim.now).filter((e) => e.origin === 'node-d').length, 3);
+      assert.equal(
+        sim
+          .get(n)
+          .state.remoteEstimates(sim.now)
+          .filter((e) => e.origin === 'node-d').length,
+        3,
+      );
     }
   });
 
@@ -121,16 +145,19 @@ describe('gossip state', () => {
     const receiver = new GossipState({ nodeId: 'node-b', incarnation: EPOCH });
     let now = EPOCH + 1;
     origin.localUpdate(podEstimates('node-a', 8), now);
-    receiver.apply([origin.writeDelta(origin.self, 0, 1 << 16, now)!.delta], now);
+    receiver.apply([writeDelta(origin.self, 0, 1 << 16, now)!.delta], now);
     const behind = receiver.origin('node-a')!.version;
 
     // Two pods leave: the receiver, behind, gets their tombstones in an ordinary delta.
     origin.localUpdate(podEstimates('node-a', 6), ++now);
-    const increment = origin.writeDelta(origin.self, behind, 1 << 16, now)!.delta;
+    const increment = writeDelta(origin.self, behind, 1 << 16, now)!.delta;
     assert.equal(increment.from, behind);
-    assert.deepEqual(increment.pods.map((p) => p.removed), [true, true]);
+    assert.deepEqual(
+      increment.pods.map((p) => p.removed),
+      [true, true],
+    );
     const twin = new GossipState({ nodeId: 'node-c', incarnation: EPOCH });
-    twin.apply([origin.writeDelta(origin.self, 0, 1 << 16, EPOCH + 1)!.delta], now);
+    twin.apply([writeDelta(origin.self, 0, 1 << 16, EPOCH + 1)!.delta], now);
 
     // Three more leave, one at a time: only two tombstones are kept, so the floor rises.
     for (const count of [5, 4, 3]) origin.localUpdate(podEstimates('node-a', count), ++now);
@@ -138,10 +165,18 @@ describe('gossip state', () => {
     receiver.apply([increment], now);
     const stale = receiver.origin('node-a')!.version;
     assert.ok(stale < origin.self.floor);
-    const answer = origin.writeDelta(origin.self, stale, 1 << 16, now)!.delta;
+    const answer = writeDelta(origin.self, stale, 1 << 16, now)!.delta;
     assert.equal(answer.from, 0, 'older than the floor: a full state');
     receiver.apply([answer], now);
-    assert.deepEqual(receiver.remoteEstimates(now).map((e) => e.pod.uid).sort(), podEstimates('node-a', 3).map((e) => e.pod.uid).sort());
+    assert.deepEqual(
+      receiver
+        .remoteEstimates(now)
+        .map((e) => e.pod.uid)
+        .sort(),
+      podEstimates('node-a', 3)
+        .map((e) => e.pod.uid)
+        .sort(),
+    );
     assert.equal(receiver.origin('node-a')!.floor, origin.self.floor, 'and inherits the floor');
   });
 
@@ -149,7 +184,7 @@ describe('gossip state', () => {
     const origin = new GossipState({ nodeId: 'node-a', incarnation: EPOCH, heartbeatMs: 100 });
     const b = new GossipState({ nodeId: 'node-b', incarnation: EPOCH });
     origin.localUpdate(podEstimates('node-a', 2), EPOCH + 1);
-    b.apply([origin.writeDelta(origin.self, 0, 1 << 16, EPOCH + 1)!.delta], EPOCH + 1);
+    b.apply([writeDelta(origin.self, 0, 1 << 16, EPOCH + 1)!.delta], EPOCH + 1);
     const v = b.origin('node-a')!.version;
     origin.heartbeat(EPOCH + 200);
     origin.heartbeat(EPOCH + 400);
@@ -188,7 +223,7 @@ describe('gossip state', () => {
     const a = new GossipState({ nodeId: 'node-a', incarnation: EPOCH + 0.375 });
     const b = new GossipState({ nodeId: 'node-b', incarnation: EPOCH + 0.5 });
     a.localUpdate(podEstimates('node-a', 2, {}, EPOCH + 10.25), EPOCH + 10.25);
-    const result = b.apply([a.writeDelta(a.self, 0, 1 << 16, EPOCH + 11.125)!.delta], EPOCH + 11.5);
+    const result = b.apply([writeDelta(a.self, 0, 1 << 16, EPOCH + 11.125)!.delta], EPOCH + 11.5);
     assert.deepEqual(result, { dataChanged: true, advanced: 1, gaps: 0, rejected: 0 });
     assert.equal(b.remoteEstimates(EPOCH + 12.75).length, 2);
   });
@@ -197,11 +232,11 @@ describe('gossip state', () => {
     const a = new GossipState({ nodeId: 'node-a', incarnation: EPOCH, maxOrigins: 3, maxPodsPerOrigin: 4 });
     const big = new GossipState({ nodeId: 'node-big', incarnation: EPOCH });
     big.localUpdate(podEstimates('node-big', 6), EPOCH + 1);
-    assert.equal(a.apply([big.writeDelta(big.self, 0, 1 << 16, EPOCH + 1)!.delta], EPOCH + 1).rejected, 1, 'too many pods');
+    assert.equal(a.apply([writeDelta(big.self, 0, 1 << 16, EPOCH + 1)!.delta], EPOCH + 1).rejected, 1, 'too many pods');
     for (const n of ['node-x', 'node-y', 'node-z']) {
       const s = new GossipState({ nodeId: n, incarnation: EPOCH });
       s.localUpdate(podEstimates(n, 1), EPOCH + 1);
-      a.apply([s.writeDelta(s.self, 0, 1 << 16, EPOCH + 1)!.delta], EPOCH + 1);
+      a.apply([writeDelta(s.self, 0, 1 << 16, EPOCH + 1)!.delta], EPOCH + 1);
     }
     assert.equal(a.size, 3, 'ourselves and two others: the limit');
   });

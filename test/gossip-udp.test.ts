@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { GossipNode } from '../agent/gossip/node.ts';
 import { podEstimates } from './fixtures/gossip-estimates.ts';
+import { waitFor } from './helpers/wait.ts';
 
 const KEY = Buffer.alloc(32, 0x11);
 const INTERVAL_MS = 50;
@@ -12,20 +13,18 @@ after(async () => {
   for (const n of nodes) await n.stop();
 });
 
-async function waitFor(what: string, done: () => boolean, limitMs: number): Promise<number> {
-  const start = Date.now();
-  while (!done()) {
-    if (Date.now() - start > limitMs) assert.fail(`${what}: not within ${limitMs} ms`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  return Date.now() - start;
-}
-
 const origins = (n: GossipNode) => new Set(n.remoteEstimates().map((e) => e.origin));
 
 test('three agents on loopback converge, and a stopped one’s pods disappear within its TTL and a round', async () => {
   for (const name of ['node-a', 'node-b', 'node-c']) {
-    const n = new GossipNode({ nodeId: name, bind: '127.0.0.1:0', peers: [], key: KEY, intervalMs: INTERVAL_MS, ttlMs: TTL_MS });
+    const n = new GossipNode({
+      nodeId: name,
+      bind: '127.0.0.1:0',
+      peers: [],
+      key: KEY,
+      intervalMs: INTERVAL_MS,
+      ttlMs: TTL_MS,
+    });
     await n.start();
     nodes.push(n);
   }
@@ -39,21 +38,38 @@ test('three agents on loopback converge, and a stopped one’s pods disappear wi
   c.publishLocal(podEstimates('node-c', 4, {}, Date.now()));
 
   // Each holds the others' pods: a sees 2 + 4, b sees 3 + 4, c sees 3 + 2.
-  await waitFor('convergence', () => a.remoteEstimates().length === 6 && b.remoteEstimates().length === 7 && c.remoteEstimates().length === 5, 5000);
+  await waitFor(
+    () => a.remoteEstimates().length === 6 && b.remoteEstimates().length === 7 && c.remoteEstimates().length === 5,
+    5000,
+    'convergence',
+  );
   assert.ok(changes > 0, 'onChange fired');
   const fromC = a.remoteEstimates().filter((e) => e.origin === 'node-c');
-  assert.deepEqual(fromC.map((e) => e.pod.name).sort(), podEstimates('node-c', 4).map((e) => e.pod.name).sort());
+  assert.deepEqual(
+    fromC.map((e) => e.pod.name).sort(),
+    podEstimates('node-c', 4)
+      .map((e) => e.pod.name)
+      .sort(),
+  );
   assert.ok(fromC.every((e) => e.ageMs <= TTL_MS && e.pod.node === 'node-c'));
 
   // A new estimate travels too.
   c.publishLocal(podEstimates('node-c', 4, { queuedNow: 7 }, Date.now()));
-  await waitFor('a new estimate', () => a.remoteEstimates().filter((e) => e.origin === 'node-c').every((e) => e.queuedNow === 7), 5000);
+  await waitFor(
+    () =>
+      a
+        .remoteEstimates()
+        .filter((e) => e.origin === 'node-c')
+        .every((e) => e.queuedNow === 7),
+    5000,
+    'a new estimate',
+  );
 
   await c.stop();
   // Its pods stop being candidates once its TTL has passed (checked when read), and it is
   // dropped at the next round. The limit allows for timer lag on a busy machine; the
   // virtual-time tests in gossip-state hold the TTL exactly.
-  await waitFor('aging out', () => !origins(a).has('node-c') && !origins(b).has('node-c'), TTL_MS + INTERVAL_MS + 1000);
+  await waitFor(() => !origins(a).has('node-c') && !origins(b).has('node-c'), TTL_MS + INTERVAL_MS + 1000, 'aging out');
   assert.equal(a.stats().originsKnown, 1);
   assert.ok(origins(a).has('node-b'), 'the others stay');
   assert.equal(a.stats().dropped.forged + a.stats().dropped.malformed, 0);

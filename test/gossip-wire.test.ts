@@ -17,22 +17,34 @@ import {
   type PodEntryWire,
 } from '../agent/gossip/wire.ts';
 import { EPOCH, podEstimates } from './fixtures/gossip-estimates.ts';
+import { writeDelta } from '../agent/gossip/packing.ts';
 
 const KEY = Buffer.alloc(32, 3);
 const MAX_DATAGRAM = 1400;
 const nodeName = (i: number) => `ip-10-0-${i}-17.eu-west-1.compute.internal`;
 
 function origin(node: string, pods: number, incarnation = EPOCH): GossipProtocol {
-  const p = new GossipProtocol({ nodeId: node, incarnation, maxPayload: MAX_DATAGRAM - envelopeOverhead(node, incarnation), groupBytes: MAX_DATAGRAM - 400 });
+  const p = new GossipProtocol({
+    nodeId: node,
+    incarnation,
+    maxPayload: MAX_DATAGRAM - envelopeOverhead(node, incarnation),
+    groupBytes: MAX_DATAGRAM - 400,
+  });
   p.state.localUpdate(podEstimates(node, pods), EPOCH + 1);
   return p;
 }
 
-const sealedSize = (sender: string, payload: Uint8Array) => new Sealer({ sender, key: KEY, boot: EPOCH }).seal(payload, EPOCH + 5000).length;
+const sealedSize = (sender: string, payload: Uint8Array) =>
+  new Sealer({ sender, key: KEY, boot: EPOCH }).seal(payload, EPOCH + 5000).length;
 
 /** The deltas a peer that knows nothing of `from` gets, one payload per datagram. */
 function fullStateFor(from: GossipProtocol, maxDatagramsPerReply?: number): PayloadWire[] {
-  const sender = new GossipProtocol({ nodeId: from.state.nodeId, incarnation: from.state.incarnation, maxPayload: from.maxPayload, maxDatagramsPerReply });
+  const sender = new GossipProtocol({
+    nodeId: from.state.nodeId,
+    incarnation: from.state.incarnation,
+    maxPayload: from.maxPayload,
+    maxDatagramsPerReply,
+  });
   Object.defineProperty(sender, 'state', { value: from.state });
   const want = { origins: [from.state.self.id], versions: [0], dataLag: [], shard: 0, shards: 0 };
   return sender.receive('peer', { want, deltas: [] }, EPOCH + 10).out.map((o) => decodePayload(o.payload));
@@ -41,9 +53,30 @@ function fullStateFor(from: GossipProtocol, maxDatagramsPerReply?: number): Payl
 describe('gossip wire format', () => {
   test('round-trips every field of every message', () => {
     const p = origin(nodeName(1), 3);
-    const written = p.state.writeDelta(p.state.self, 0, 1 << 16, EPOCH + 2)!;
-    const tombstone: PodEntryWire = { slot: 9, version: 2, info: undefined, removed: true, queued: 0, queuedNow: 0, running: 0, kvCache: 0, params: [], at: 0 };
-    const increment: OriginDeltaWire = { origin: 77, from: 1, to: 2, ageMs: 15, node: '', incarnation: 0, floor: 3, continuesFull: true, pods: [tombstone] };
+    const written = writeDelta(p.state.self, 0, 1 << 16, EPOCH + 2)!;
+    const tombstone: PodEntryWire = {
+      slot: 9,
+      version: 2,
+      info: undefined,
+      removed: true,
+      queued: 0,
+      queuedNow: 0,
+      running: 0,
+      kvCache: 0,
+      params: [],
+      at: 0,
+    };
+    const increment: OriginDeltaWire = {
+      origin: 77,
+      from: 1,
+      to: 2,
+      ageMs: 15,
+      node: '',
+      incarnation: 0,
+      floor: 3,
+      continuesFull: true,
+      pods: [tombstone],
+    };
     const payload: PayloadWire = {
       digest: { origins: [1, 0xffffffff], versions: [5, 300_000], dataLag: [0, 2], shard: 3, shards: 8 },
       want: { origins: [7], versions: [0], dataLag: [], shard: 0, shards: 0 },
@@ -69,7 +102,7 @@ describe('gossip wire format', () => {
 
   test('accepts pod entries from agents that send only the first four predictor coefficients', () => {
     const p = origin(nodeName(1), 3);
-    const { delta } = p.state.writeDelta(p.state.self, 0, 1 << 16, EPOCH + 2)!;
+    const { delta } = writeDelta(p.state.self, 0, 1 << 16, EPOCH + 2)!;
     const empty = { origins: [], versions: [], dataLag: [], shard: 0, shards: 0 };
     const payloadWith = (params: number[]): PayloadWire => ({
       digest: empty,
@@ -92,13 +125,19 @@ describe('gossip wire format', () => {
       assert.equal(entrySize(entry) + infoFieldSize(record.info!), withInfo);
     }
     for (const since of [0, 1]) {
-      const w = p.state.writeDelta(p.state.self, since, 1 << 16, EPOCH + 2)!;
+      const w = writeDelta(p.state.self, since, 1 << 16, EPOCH + 2)!;
       const alone = encodePayload({ deltas: [w.delta] }).length;
       assert.equal(w.fieldSize, alone);
       const header = wireTypes.originDelta.encode({ ...w.delta, pods: [] }).finish().length;
       assert.equal(deltaHeaderSize(w.delta), header);
     }
-    const digest = { origins: [1, 2, 0xfffffff0], versions: [1, 200, 70_000], dataLag: [0, 1, 129], shard: 5, shards: 16 };
+    const digest = {
+      origins: [1, 2, 0xfffffff0],
+      versions: [1, 200, 70_000],
+      dataLag: [0, 1, 129],
+      shard: 5,
+      shards: 16,
+    };
     assert.equal(digestSize(digest), wireTypes.digest.encode(digest).finish().length);
   });
 
@@ -106,16 +145,18 @@ describe('gossip wire format', () => {
     const a = origin(nodeName(0), 8);
     for (let i = 1; i < 10; i++) {
       const b = origin(nodeName(i), 8);
-      a.state.apply([b.state.writeDelta(b.state.self, 0, 1 << 16, EPOCH + 2)!.delta], EPOCH + 3);
+      a.state.apply([writeDelta(b.state.self, 0, 1 << 16, EPOCH + 2)!.delta], EPOCH + 3);
     }
     const digest = a.state.digest(a.maxPayload - 3, 0, EPOCH + 3);
     assert.equal(digest.shards, 1, 'a 10-node digest is complete');
     assert.equal(digest.origins.length, 10);
-    const full = a.state.writeDelta(a.state.self, 0, 1 << 16, EPOCH + 3)!;
-    const increment = a.state.writeDelta(a.state.self, a.state.self.version - 1, 1 << 16, EPOCH + 3)!;
+    const full = writeDelta(a.state.self, 0, 1 << 16, EPOCH + 3)!;
+    const increment = writeDelta(a.state.self, a.state.self.version - 1, 1 << 16, EPOCH + 3)!;
     const fullRound = sealedSize(nodeName(0), encodePayload({ digest, deltas: [full.delta] }));
     const changedLoads = sealedSize(nodeName(0), encodePayload({ digest, deltas: [increment.delta] }));
-    t.diagnostic(`digest of 10 origins + 8 pods with identities: ${fullRound} bytes; + 8 changed loads: ${changedLoads} bytes`);
+    t.diagnostic(
+      `digest of 10 origins + 8 pods with identities: ${fullRound} bytes; + 8 changed loads: ${changedLoads} bytes`,
+    );
     t.diagnostic(`envelope: ${envelopeOverhead(nodeName(0), EPOCH)} bytes at most (HMAC tag 34)`);
     assert.ok(fullRound <= MAX_DATAGRAM, `${fullRound} bytes`);
     assert.ok(changedLoads < 700, `${changedLoads} bytes`);
@@ -134,8 +175,15 @@ describe('gossip wire format', () => {
     }
     assert.equal(deltas.at(-1)!.to, big.state.self.version);
     const versions = deltas.flatMap((d) => d.pods.map((p) => p.version));
-    assert.deepEqual(versions, [...versions].sort((x, y) => x - y), 'entries in version order');
-    assert.equal(deltas.reduce((n, d) => n + d.pods.length, 0), 40);
+    assert.deepEqual(
+      versions,
+      [...versions].sort((x, y) => x - y),
+      'entries in version order',
+    );
+    assert.equal(
+      deltas.reduce((n, d) => n + d.pods.length, 0),
+      40,
+    );
 
     const receiver = new GossipState({ nodeId: nodeName(9), incarnation: EPOCH });
     const now = EPOCH + 20;
@@ -158,14 +206,14 @@ describe('gossip wire format', () => {
     const prefix = [...big.state.self.pods.values()].filter((r) => r.entry.version <= held.version).length;
     assert.equal(receiver.remoteEstimates(now).length, prefix, 'holds exactly the entries up to its version');
 
-    const rest = big.state.writeDelta(big.state.self, held.version, 1 << 16, now)!;
+    const rest = writeDelta(big.state.self, held.version, 1 << 16, now)!;
     assert.equal(receiver.apply([rest.delta], now).advanced, 1);
     assert.equal(receiver.remoteEstimates(now).length, 40);
   });
 
   test('rejects malformed payloads: entries out of order, over-long strings, ragged digests', () => {
     const p = origin(nodeName(1), 2);
-    const good = p.state.writeDelta(p.state.self, 0, 1 << 16, EPOCH + 2)!.delta;
+    const good = writeDelta(p.state.self, 0, 1 << 16, EPOCH + 2)!.delta;
     const reversed = { ...good, pods: [...good.pods].reverse().map((e, i) => ({ ...e, version: good.to - i })) };
     assert.throws(() => decodePayload(encodePayload({ deltas: [reversed] })));
     const longName = { ...good, pods: [{ ...good.pods[0], info: { ...good.pods[0].info!, name: 'x'.repeat(300) } }] };

@@ -26,7 +26,8 @@ import { parseProvidersConfigMap } from '../agent/cluster/kubernetes-providers.t
 import { policyObjects, type KubeObject } from '../agent/cluster/kubernetes-snapshot.ts';
 import { parseDuration } from '../agent/config/duration.ts';
 import { settingsFromObject } from '../agent/config/load.ts';
-import { checkNamespaceAnnotations, checkPolicySet } from '../agent/policy/resolve.ts';
+import { checkNamespaceAnnotations } from '../agent/policy/annotations.ts';
+import { checkPolicySet } from '../agent/policy/resolve.ts';
 import { loadPolicies } from '../agent/policy/schema.ts';
 
 const ROOT = new URL('..', import.meta.url).pathname;
@@ -112,43 +113,60 @@ function schemaErrors(schema: OpenAPISchema, value: unknown, path = ''): string[
     if (!(typeof value === 'string' || Number.isInteger(value))) errors.push(`${at}: expected an integer or a string`);
   } else if (schema.type) {
     const ok =
-      schema.type === 'object' ? typeof value === 'object' && !Array.isArray(value)
-      : schema.type === 'array' ? Array.isArray(value)
-      : schema.type === 'integer' ? Number.isInteger(value)
-      : schema.type === 'number' ? typeof value === 'number'
-      : typeof value === schema.type;
+      schema.type === 'object'
+        ? typeof value === 'object' && !Array.isArray(value)
+        : schema.type === 'array'
+          ? Array.isArray(value)
+          : schema.type === 'integer'
+            ? Number.isInteger(value)
+            : schema.type === 'number'
+              ? typeof value === 'number'
+              : typeof value === schema.type;
     if (!ok) return [`${at}: expected ${schema.type}, found ${JSON.stringify(value)}`];
   }
   if (schema.enum && !schema.enum.includes(value)) errors.push(`${at}: expected one of ${schema.enum.join(', ')}`);
   if (typeof value === 'string') {
-    if (schema.pattern && !new RegExp(schema.pattern, 'u').test(value)) errors.push(`${at}: "${value}" does not match ${schema.pattern}`);
-    if (schema.minLength !== undefined && value.length < schema.minLength) errors.push(`${at}: shorter than ${schema.minLength}`);
-    if (schema.maxLength !== undefined && value.length > schema.maxLength) errors.push(`${at}: longer than ${schema.maxLength}`);
+    if (schema.pattern && !new RegExp(schema.pattern, 'u').test(value))
+      errors.push(`${at}: "${value}" does not match ${schema.pattern}`);
+    if (schema.minLength !== undefined && value.length < schema.minLength)
+      errors.push(`${at}: shorter than ${schema.minLength}`);
+    if (schema.maxLength !== undefined && value.length > schema.maxLength)
+      errors.push(`${at}: longer than ${schema.maxLength}`);
   }
   if (typeof value === 'number') {
     if (schema.minimum !== undefined && value < schema.minimum) errors.push(`${at}: below ${schema.minimum}`);
     if (schema.maximum !== undefined && value > schema.maximum) errors.push(`${at}: above ${schema.maximum}`);
   }
   if (Array.isArray(value)) {
-    if (schema.minItems !== undefined && value.length < schema.minItems) errors.push(`${at}: fewer than ${schema.minItems} items`);
-    if (schema.maxItems !== undefined && value.length > schema.maxItems) errors.push(`${at}: more than ${schema.maxItems} items`);
+    if (schema.minItems !== undefined && value.length < schema.minItems)
+      errors.push(`${at}: fewer than ${schema.minItems} items`);
+    if (schema.maxItems !== undefined && value.length > schema.maxItems)
+      errors.push(`${at}: more than ${schema.maxItems} items`);
     if (schema.items) value.forEach((item, i) => errors.push(...schemaErrors(schema.items!, item, `${path}[${i}]`)));
   } else if (typeof value === 'object') {
     const record = value as Record<string, unknown>;
-    for (const key of schema.required ?? []) if (record[key] === undefined) errors.push(`${path ? `${path}.` : ''}${key}: required`);
+    for (const key of schema.required ?? [])
+      if (record[key] === undefined) errors.push(`${path ? `${path}.` : ''}${key}: required`);
     for (const [key, child] of Object.entries(record)) {
       const childPath = path ? `${path}.${key}` : key;
       const known = schema.properties?.[key];
       if (known) errors.push(...schemaErrors(known, child, childPath));
-      else if (typeof schema.additionalProperties === 'object') errors.push(...schemaErrors(schema.additionalProperties, child, childPath));
-      else if (schema.properties && !schema['x-kubernetes-preserve-unknown-fields'] && schema.additionalProperties !== true) {
+      else if (typeof schema.additionalProperties === 'object')
+        errors.push(...schemaErrors(schema.additionalProperties, child, childPath));
+      else if (
+        schema.properties &&
+        !schema['x-kubernetes-preserve-unknown-fields'] &&
+        schema.additionalProperties !== true
+      ) {
         errors.push(`${childPath}: unknown field`);
       }
     }
   }
   for (const sub of schema.allOf ?? []) errors.push(...schemaErrors(sub, value, path));
-  if (schema.anyOf && !schema.anyOf.some((s) => schemaErrors(s, value, path).length === 0)) errors.push(`${at}: matches none of anyOf`);
-  if (schema.oneOf && schema.oneOf.filter((s) => schemaErrors(s, value, path).length === 0).length !== 1) errors.push(`${at}: must match exactly one of oneOf`);
+  if (schema.anyOf && !schema.anyOf.some((s) => schemaErrors(s, value, path).length === 0))
+    errors.push(`${at}: matches none of anyOf`);
+  if (schema.oneOf && schema.oneOf.filter((s) => schemaErrors(s, value, path).length === 0).length !== 1)
+    errors.push(`${at}: must match exactly one of oneOf`);
   return errors;
 }
 
@@ -172,7 +190,11 @@ interface Container {
   name: string;
   args?: string[];
   command?: string[];
-  env?: { name: string; value?: string; valueFrom?: { fieldRef?: { fieldPath: string }; secretKeyRef?: { name: string; key: string } } }[];
+  env?: {
+    name: string;
+    value?: string;
+    valueFrom?: { fieldRef?: { fieldPath: string }; secretKeyRef?: { name: string; key: string } };
+  }[];
   ports?: { name?: string; containerPort: number; protocol?: string }[];
   readinessProbe?: { httpGet?: { path: string; port: string | number } };
   livenessProbe?: { httpGet?: { path: string; port: string | number } };
@@ -191,7 +213,15 @@ interface PodSpec {
   hostNetwork?: boolean;
 }
 
-function daemonSet(): { spec: { updateStrategy?: { type?: string; rollingUpdate?: { maxUnavailable?: number | string; maxSurge?: number | string } }; template: { spec: PodSpec } } } {
+function daemonSet(): {
+  spec: {
+    updateStrategy?: {
+      type?: string;
+      rollingUpdate?: { maxUnavailable?: number | string; maxSurge?: number | string };
+    };
+    template: { spec: PodSpec };
+  };
+} {
   return find('DaemonSet', 'kinference-agent') as never;
 }
 
@@ -210,210 +240,325 @@ function agentConfig(): Record<string, unknown> {
   return parse(cm.data['agent.yaml']) as Record<string, unknown>;
 }
 
-describe('manifests (kustomize base)', { skip: KUBECTL ? false : 'kubectl is not installed: cannot render manifests/ (kubectl kustomize)' }, () => {
-  before(() => {
-    // The CRD is checked in (a policy test keeps it equal to its rendering from the schema).
-    const result = spawnSync('kubectl', ['kustomize', MANIFESTS], { encoding: 'utf8' });
-    assert.equal(result.status, 0, `kubectl kustomize failed: ${result.stderr}`);
-    rendered = parseDocs(result.stdout, 'kubectl kustomize manifests/');
-  });
+describe(
+  'manifests (kustomize base)',
+  { skip: KUBECTL ? false : 'kubectl is not installed: cannot render manifests/ (kubectl kustomize)' },
+  () => {
+    before(() => {
+      // The CRD is checked in (a policy test keeps it equal to its rendering from the schema).
+      const result = spawnSync('kubectl', ['kustomize', MANIFESTS], { encoding: 'utf8' });
+      assert.equal(result.status, 0, `kubectl kustomize failed: ${result.stderr}`);
+      rendered = parseDocs(result.stdout, 'kubectl kustomize manifests/');
+    });
 
-  it('renders objects that are all schema-valid', () => {
-    assert.ok(rendered.length >= 10);
-    for (const obj of rendered) validateModel(obj, 'manifests/');
-    const kinds = new Set(rendered.map((o) => o.kind));
-    for (const kind of ['Namespace', 'ServiceAccount', 'ClusterRole', 'ClusterRoleBinding', 'Role', 'RoleBinding', 'ConfigMap', 'DaemonSet', 'Service']) {
-      assert.ok(kinds.has(kind), `missing ${kind}`);
-    }
-    assert.ok(!kinds.has('Secret'), 'no Secret in the base: keys are created out of band, never checked in');
-    for (const obj of rendered) if (obj.kind !== 'Namespace' && obj.kind !== 'CustomResourceDefinition' && !obj.kind.startsWith('Cluster')) {
-      assert.equal(obj.metadata.namespace, 'kinference', `${obj.kind} ${obj.metadata.name} lives in kinference`);
-    }
-  });
+    it('renders objects that are all schema-valid', () => {
+      assert.ok(rendered.length >= 10);
+      for (const obj of rendered) validateModel(obj, 'manifests/');
+      const kinds = new Set(rendered.map((o) => o.kind));
+      for (const kind of [
+        'Namespace',
+        'ServiceAccount',
+        'ClusterRole',
+        'ClusterRoleBinding',
+        'Role',
+        'RoleBinding',
+        'ConfigMap',
+        'DaemonSet',
+        'Service',
+      ]) {
+        assert.ok(kinds.has(kind), `missing ${kind}`);
+      }
+      assert.ok(!kinds.has('Secret'), 'no Secret in the base: keys are created out of band, never checked in');
+      for (const obj of rendered)
+        if (obj.kind !== 'Namespace' && obj.kind !== 'CustomResourceDefinition' && !obj.kind.startsWith('Cluster')) {
+          assert.equal(obj.metadata.namespace, 'kinference', `${obj.kind} ${obj.metadata.name} lives in kinference`);
+        }
+    });
 
-  it('includes the InferencePolicy CRD', () => {
-    const crd = find('CustomResourceDefinition', 'inferencepolicies.kinference.io') as Obj & {
-      spec: { group: string; scope: string; names: { plural: string; kind: string }; versions: { name: string; served: boolean; storage: boolean }[] };
-    };
-    assert.equal(crd.spec.group, 'kinference.io');
-    assert.equal(crd.spec.scope, 'Namespaced');
-    assert.deepEqual([crd.spec.names.plural, crd.spec.names.kind], ['inferencepolicies', 'InferencePolicy']);
-    const v = crd.spec.versions.find((x) => x.name === 'v1alpha1');
-    assert.ok(v?.served && v.storage, 'v1alpha1 is served and stored (discovery watches /apis/kinference.io/v1alpha1)');
-  });
+    it('includes the InferencePolicy CRD', () => {
+      const crd = find('CustomResourceDefinition', 'inferencepolicies.kinference.io') as Obj & {
+        spec: {
+          group: string;
+          scope: string;
+          names: { plural: string; kind: string };
+          versions: { name: string; served: boolean; storage: boolean }[];
+        };
+      };
+      assert.equal(crd.spec.group, 'kinference.io');
+      assert.equal(crd.spec.scope, 'Namespaced');
+      assert.deepEqual([crd.spec.names.plural, crd.spec.names.kind], ['inferencepolicies', 'InferencePolicy']);
+      const v = crd.spec.versions.find((x) => x.name === 'v1alpha1');
+      assert.ok(
+        v?.served && v.storage,
+        'v1alpha1 is served and stored (discovery watches /apis/kinference.io/v1alpha1)',
+      );
+    });
 
-  it('exposes the agent through a node-local Service, port 80 → api', () => {
-    const svc = find('Service', 'kinference') as Obj & { spec: { internalTrafficPolicy?: string; selector: Record<string, string>; ports: { port: number; targetPort: string | number; protocol?: string }[] } };
-    assert.equal(svc.spec.internalTrafficPolicy, 'Local');
-    assert.equal(svc.spec.ports.length, 1);
-    assert.equal(svc.spec.ports[0].port, 80);
-    assert.equal(portNumber(agentContainer(), svc.spec.ports[0].targetPort), 8080);
-    const podLabels = (find('DaemonSet', 'kinference-agent') as Obj & { spec: { template: { metadata: { labels: Record<string, string> } } } }).spec.template.metadata.labels;
-    for (const [k, v] of Object.entries(svc.spec.selector)) assert.equal(podLabels[k], v, `Service selector ${k} matches the agent pods`);
-  });
+    it('exposes the agent through a node-local Service, port 80 → api', () => {
+      const svc = find('Service', 'kinference') as Obj & {
+        spec: {
+          internalTrafficPolicy?: string;
+          selector: Record<string, string>;
+          ports: { port: number; targetPort: string | number; protocol?: string }[];
+        };
+      };
+      assert.equal(svc.spec.internalTrafficPolicy, 'Local');
+      assert.equal(svc.spec.ports.length, 1);
+      assert.equal(svc.spec.ports[0].port, 80);
+      assert.equal(portNumber(agentContainer(), svc.spec.ports[0].targetPort), 8080);
+      const podLabels = (
+        find('DaemonSet', 'kinference-agent') as Obj & {
+          spec: { template: { metadata: { labels: Record<string, string> } } };
+        }
+      ).spec.template.metadata.labels;
+      for (const [k, v] of Object.entries(svc.spec.selector))
+        assert.equal(podLabels[k], v, `Service selector ${k} matches the agent pods`);
+    });
 
-  it('admits the API only from client namespaces, admin from monitoring, gossip from agents', () => {
-    type Peer = { namespaceSelector?: { matchLabels?: Record<string, string> }; podSelector?: { matchLabels?: Record<string, string> }; ipBlock?: unknown };
-    const np = find('NetworkPolicy', 'kinference-agent') as Obj & {
-      spec: { podSelector: { matchLabels: Record<string, string> }; policyTypes: string[]; ingress: { from: Peer[]; ports: { port: string | number; protocol: string }[] }[] };
-    };
-    const podLabels = (find('DaemonSet', 'kinference-agent') as Obj & { spec: { template: { metadata: { labels: Record<string, string> } } } }).spec.template.metadata.labels;
-    for (const [k, v] of Object.entries(np.spec.podSelector.matchLabels)) assert.equal(podLabels[k], v, `selects the agent pods (${k})`);
-    assert.deepEqual(np.spec.policyTypes, ['Ingress']);
-    const rule = (port: string) => np.spec.ingress.filter((r) => r.ports.some((p) => p.port === port));
-    for (const port of ['api', 'admin', 'gossip']) {
-      assert.equal(rule(port).length, 1, `one rule for ${port}`);
-      assert.ok(portNumber(agentContainer(), port), `${port} is a named container port`);
-      assert.ok(rule(port)[0].from.length > 0 && rule(port)[0].from.every((p) => !p.ipBlock), `${port}: named sources, no address blocks`);
-    }
-    assert.deepEqual(rule('api')[0].from, [{ namespaceSelector: { matchLabels: { 'kinference.io/clients': 'enabled' } } }]);
-    assert.deepEqual(rule('admin')[0].from, [{ namespaceSelector: { matchLabels: { 'kinference.io/monitoring': 'enabled' } } }]);
-    assert.deepEqual(rule('gossip')[0].from, [{ podSelector: { matchLabels: np.spec.podSelector.matchLabels } }]);
-  });
+    it('admits the API only from client namespaces, admin from monitoring, gossip from agents', () => {
+      type Peer = {
+        namespaceSelector?: { matchLabels?: Record<string, string> };
+        podSelector?: { matchLabels?: Record<string, string> };
+        ipBlock?: unknown;
+      };
+      const np = find('NetworkPolicy', 'kinference-agent') as Obj & {
+        spec: {
+          podSelector: { matchLabels: Record<string, string> };
+          policyTypes: string[];
+          ingress: { from: Peer[]; ports: { port: string | number; protocol: string }[] }[];
+        };
+      };
+      const podLabels = (
+        find('DaemonSet', 'kinference-agent') as Obj & {
+          spec: { template: { metadata: { labels: Record<string, string> } } };
+        }
+      ).spec.template.metadata.labels;
+      for (const [k, v] of Object.entries(np.spec.podSelector.matchLabels))
+        assert.equal(podLabels[k], v, `selects the agent pods (${k})`);
+      assert.deepEqual(np.spec.policyTypes, ['Ingress']);
+      const rule = (port: string) => np.spec.ingress.filter((r) => r.ports.some((p) => p.port === port));
+      for (const port of ['api', 'admin', 'gossip']) {
+        assert.equal(rule(port).length, 1, `one rule for ${port}`);
+        assert.ok(portNumber(agentContainer(), port), `${port} is a named container port`);
+        assert.ok(
+          rule(port)[0].from.length > 0 && rule(port)[0].from.every((p) => !p.ipBlock),
+          `${port}: named sources, no address blocks`,
+        );
+      }
+      assert.deepEqual(rule('api')[0].from, [
+        { namespaceSelector: { matchLabels: { 'kinference.io/clients': 'enabled' } } },
+      ]);
+      assert.deepEqual(rule('admin')[0].from, [
+        { namespaceSelector: { matchLabels: { 'kinference.io/monitoring': 'enabled' } } },
+      ]);
+      assert.deepEqual(rule('gossip')[0].from, [{ podSelector: { matchLabels: np.spec.podSelector.matchLabels } }]);
+    });
 
-  it('publishes every agent, ready or not, through the headless gossip Service (UDP 7946)', () => {
-    const svc = find('Service', 'kinference-gossip') as Obj & { spec: { clusterIP?: string; publishNotReadyAddresses?: boolean; ports: { port: number; targetPort: string | number; protocol?: string }[] } };
-    assert.equal(svc.spec.clusterIP, 'None');
-    assert.equal(svc.spec.publishNotReadyAddresses, true);
-    assert.deepEqual(svc.spec.ports.map((p) => [p.port, p.protocol]), [[7946, 'UDP']]);
-    const port = agentContainer().ports?.find((p) => p.name === svc.spec.ports[0].targetPort);
-    assert.deepEqual([port?.containerPort, port?.protocol], [7946, 'UDP']);
-    const config = agentConfig() as { kubernetes?: { gossipService?: string }; listen: { gossip?: string } };
-    assert.equal(config.kubernetes?.gossipService ?? 'kinference-gossip', 'kinference-gossip');
-    assert.match(config.listen.gossip ?? '', /:7946$/);
-  });
+    it('publishes every agent, ready or not, through the headless gossip Service (UDP 7946)', () => {
+      const svc = find('Service', 'kinference-gossip') as Obj & {
+        spec: {
+          clusterIP?: string;
+          publishNotReadyAddresses?: boolean;
+          ports: { port: number; targetPort: string | number; protocol?: string }[];
+        };
+      };
+      assert.equal(svc.spec.clusterIP, 'None');
+      assert.equal(svc.spec.publishNotReadyAddresses, true);
+      assert.deepEqual(
+        svc.spec.ports.map((p) => [p.port, p.protocol]),
+        [[7946, 'UDP']],
+      );
+      const port = agentContainer().ports?.find((p) => p.name === svc.spec.ports[0].targetPort);
+      assert.deepEqual([port?.containerPort, port?.protocol], [7946, 'UDP']);
+      const config = agentConfig() as { kubernetes?: { gossipService?: string }; listen: { gossip?: string } };
+      assert.equal(config.kubernetes?.gossipService ?? 'kinference-gossip', 'kinference-gossip');
+      assert.match(config.listen.gossip ?? '', /:7946$/);
+    });
 
-  it('grants read-only RBAC: get/list/watch only, nothing on Secrets, bound to the agent\'s ServiceAccount', () => {
-    const rules = rendered
-      .filter((o) => o.kind === 'ClusterRole' || o.kind === 'Role')
-      .flatMap((o) => (o as Obj & { rules: { apiGroups?: string[]; resources?: string[]; verbs: string[]; resourceNames?: string[] }[] }).rules.map((r) => ({ ...r, role: `${o.kind}/${o.metadata.name}` })));
-    for (const rule of rules) {
-      for (const verb of rule.verbs) assert.ok(['get', 'list', 'watch'].includes(verb), `${rule.role}: verb ${verb} is not read-only`);
-      assert.ok(!rule.resources?.includes('*') && !rule.apiGroups?.includes('*'), `${rule.role}: no wildcards`);
-      assert.ok(!rule.resources?.includes('secrets'), `${rule.role}: no access to Secrets (they are mounted)`);
-    }
-    const granted = (group: string, resource: string) => rules.some((r) => r.apiGroups?.includes(group) && r.resources?.includes(resource) && ['list', 'watch'].every((v) => r.verbs.includes(v)));
-    for (const [group, resource] of [['', 'pods'], ['', 'namespaces'], ['', 'configmaps'], ['discovery.k8s.io', 'endpointslices'], ['kinference.io', 'inferencepolicies']]) {
-      assert.ok(granted(group, resource), `list+watch ${group || 'core'}/${resource}`);
-    }
-    const config = agentConfig() as { kubernetes?: { providersConfigMap?: string } };
-    const cmRule = rules.find((r) => r.resources?.includes('configmaps'));
-    if (cmRule?.resourceNames) assert.deepEqual(cmRule.resourceNames, [config.kubernetes?.providersConfigMap ?? 'kinference-providers']);
-    const sa = daemonSet().spec.template.spec.serviceAccountName;
-    assert.ok(sa);
-    find('ServiceAccount', sa);
-    for (const binding of rendered.filter((o) => o.kind === 'ClusterRoleBinding' || o.kind === 'RoleBinding')) {
-      const b = binding as Obj & { subjects: { kind: string; name: string; namespace?: string }[]; roleRef: { kind: string; name: string } };
-      assert.deepEqual(b.subjects, [{ kind: 'ServiceAccount', name: sa, namespace: 'kinference' }]);
-      find(b.roleRef.kind, b.roleRef.name);
-    }
-  });
+    it("grants read-only RBAC: get/list/watch only, nothing on Secrets, bound to the agent's ServiceAccount", () => {
+      const rules = rendered
+        .filter((o) => o.kind === 'ClusterRole' || o.kind === 'Role')
+        .flatMap((o) =>
+          (
+            o as Obj & {
+              rules: { apiGroups?: string[]; resources?: string[]; verbs: string[]; resourceNames?: string[] }[];
+            }
+          ).rules.map((r) => ({ ...r, role: `${o.kind}/${o.metadata.name}` })),
+        );
+      for (const rule of rules) {
+        for (const verb of rule.verbs)
+          assert.ok(['get', 'list', 'watch'].includes(verb), `${rule.role}: verb ${verb} is not read-only`);
+        assert.ok(!rule.resources?.includes('*') && !rule.apiGroups?.includes('*'), `${rule.role}: no wildcards`);
+        assert.ok(!rule.resources?.includes('secrets'), `${rule.role}: no access to Secrets (they are mounted)`);
+      }
+      const granted = (group: string, resource: string) =>
+        rules.some(
+          (r) =>
+            r.apiGroups?.includes(group) &&
+            r.resources?.includes(resource) &&
+            ['list', 'watch'].every((v) => r.verbs.includes(v)),
+        );
+      for (const [group, resource] of [
+        ['', 'pods'],
+        ['', 'namespaces'],
+        ['', 'configmaps'],
+        ['discovery.k8s.io', 'endpointslices'],
+        ['kinference.io', 'inferencepolicies'],
+      ]) {
+        assert.ok(granted(group, resource), `list+watch ${group || 'core'}/${resource}`);
+      }
+      const config = agentConfig() as { kubernetes?: { providersConfigMap?: string } };
+      const cmRule = rules.find((r) => r.resources?.includes('configmaps'));
+      if (cmRule?.resourceNames)
+        assert.deepEqual(cmRule.resourceNames, [config.kubernetes?.providersConfigMap ?? 'kinference-providers']);
+      const sa = daemonSet().spec.template.spec.serviceAccountName;
+      assert.ok(sa);
+      find('ServiceAccount', sa);
+      for (const binding of rendered.filter((o) => o.kind === 'ClusterRoleBinding' || o.kind === 'RoleBinding')) {
+        const b = binding as Obj & {
+          subjects: { kind: string; name: string; namespace?: string }[];
+          roleRef: { kind: string; name: string };
+        };
+        assert.deepEqual(b.subjects, [{ kind: 'ServiceAccount', name: sa, namespace: 'kinference' }]);
+        find(b.roleRef.kind, b.roleRef.name);
+      }
+    });
 
-  it('runs the agent hardened: non-root 65532, read-only root, no privilege escalation, no capabilities, RuntimeDefault seccomp', () => {
-    const pod = daemonSet().spec.template.spec;
-    const c = agentContainer();
-    assert.equal(pod.securityContext?.runAsNonRoot, true);
-    assert.equal(pod.securityContext?.runAsUser, 65532);
-    assert.deepEqual(pod.securityContext?.seccompProfile, { type: 'RuntimeDefault' });
-    assert.equal(c.securityContext?.allowPrivilegeEscalation, false);
-    assert.equal(c.securityContext?.readOnlyRootFilesystem, true);
-    assert.equal(c.securityContext?.runAsNonRoot, true);
-    assert.equal(c.securityContext?.runAsUser, 65532);
-    assert.deepEqual(c.securityContext?.capabilities?.drop, ['ALL']);
-    assert.equal(c.securityContext?.capabilities?.add, undefined);
-    assert.notEqual(c.securityContext?.privileged, true);
-    assert.notEqual(pod.hostNetwork, true);
-    for (const key of ['cpu', 'memory']) {
-      assert.ok(c.resources?.requests?.[key], `requests.${key}`);
-      assert.ok(c.resources?.limits?.[key], `limits.${key}`);
-    }
-    const ns = find('Namespace', 'kinference');
-    assert.equal(ns.metadata.labels?.['pod-security.kubernetes.io/enforce'], 'restricted');
-  });
+    it('runs the agent hardened: non-root 65532, read-only root, no privilege escalation, no capabilities, RuntimeDefault seccomp', () => {
+      const pod = daemonSet().spec.template.spec;
+      const c = agentContainer();
+      assert.equal(pod.securityContext?.runAsNonRoot, true);
+      assert.equal(pod.securityContext?.runAsUser, 65532);
+      assert.deepEqual(pod.securityContext?.seccompProfile, { type: 'RuntimeDefault' });
+      assert.equal(c.securityContext?.allowPrivilegeEscalation, false);
+      assert.equal(c.securityContext?.readOnlyRootFilesystem, true);
+      assert.equal(c.securityContext?.runAsNonRoot, true);
+      assert.equal(c.securityContext?.runAsUser, 65532);
+      assert.deepEqual(c.securityContext?.capabilities?.drop, ['ALL']);
+      assert.equal(c.securityContext?.capabilities?.add, undefined);
+      assert.notEqual(c.securityContext?.privileged, true);
+      assert.notEqual(pod.hostNetwork, true);
+      for (const key of ['cpu', 'memory']) {
+        assert.ok(c.resources?.requests?.[key], `requests.${key}`);
+        assert.ok(c.resources?.limits?.[key], `limits.${key}`);
+      }
+      const ns = find('Namespace', 'kinference');
+      assert.equal(ns.metadata.labels?.['pod-security.kubernetes.io/enforce'], 'restricted');
+    });
 
-  it('probes /readyz and /healthz on the admin port, and serves api 8080, admin 9090, gossip 7946/UDP', () => {
-    const c = agentContainer();
-    assert.deepEqual(c.ports?.map((p) => [p.name, p.containerPort, p.protocol ?? 'TCP']), [['api', 8080, 'TCP'], ['admin', 9090, 'TCP'], ['gossip', 7946, 'UDP']]);
-    assert.equal(c.readinessProbe?.httpGet?.path, '/readyz');
-    assert.equal(c.livenessProbe?.httpGet?.path, '/healthz');
-    assert.equal(portNumber(c, c.readinessProbe?.httpGet?.port), 9090);
-    assert.equal(portNumber(c, c.livenessProbe?.httpGet?.port), 9090);
-    const config = agentConfig() as { listen: { api: string; admin: string } };
-    assert.match(config.listen.api, /:8080$/);
-    assert.match(config.listen.admin, /:9090$/);
-  });
+    it('probes /readyz and /healthz on the admin port, and serves api 8080, admin 9090, gossip 7946/UDP', () => {
+      const c = agentContainer();
+      assert.deepEqual(
+        c.ports?.map((p) => [p.name, p.containerPort, p.protocol ?? 'TCP']),
+        [
+          ['api', 8080, 'TCP'],
+          ['admin', 9090, 'TCP'],
+          ['gossip', 7946, 'UDP'],
+        ],
+      );
+      assert.equal(c.readinessProbe?.httpGet?.path, '/readyz');
+      assert.equal(c.livenessProbe?.httpGet?.path, '/healthz');
+      assert.equal(portNumber(c, c.readinessProbe?.httpGet?.port), 9090);
+      assert.equal(portNumber(c, c.livenessProbe?.httpGet?.port), 9090);
+      const config = agentConfig() as { listen: { api: string; admin: string } };
+      assert.match(config.listen.api, /:8080$/);
+      assert.match(config.listen.admin, /:9090$/);
+    });
 
-  it('hands the agent its node and pod IP through the downward API, and the gossip key from a Secret', () => {
-    const env = new Map((agentContainer().env ?? []).map((e) => [e.name, e]));
-    assert.equal(env.get('KINFERENCE_NODE')?.valueFrom?.fieldRef?.fieldPath, 'spec.nodeName');
-    assert.equal(env.get('KINFERENCE_POD_IP')?.valueFrom?.fieldRef?.fieldPath, 'status.podIP');
-    assert.deepEqual(env.get('KINFERENCE_GOSSIP_KEY')?.valueFrom?.secretKeyRef, { name: 'kinference-gossip-key', key: 'key' });
-    const config = agentConfig() as { gossip?: { key?: unknown } };
-    assert.deepEqual(config.gossip?.key, { env: 'KINFERENCE_GOSSIP_KEY' });
-  });
+    it('hands the agent its node and pod IP through the downward API, and the gossip key from a Secret', () => {
+      const env = new Map((agentContainer().env ?? []).map((e) => [e.name, e]));
+      assert.equal(env.get('KINFERENCE_NODE')?.valueFrom?.fieldRef?.fieldPath, 'spec.nodeName');
+      assert.equal(env.get('KINFERENCE_POD_IP')?.valueFrom?.fieldRef?.fieldPath, 'status.podIP');
+      assert.deepEqual(env.get('KINFERENCE_GOSSIP_KEY')?.valueFrom?.secretKeyRef, {
+        name: 'kinference-gossip-key',
+        key: 'key',
+      });
+      const config = agentConfig() as { gossip?: { key?: unknown } };
+      assert.deepEqual(config.gossip?.key, { env: 'KINFERENCE_GOSSIP_KEY' });
+    });
 
-  it('runs `kinference agent --config` on a kubernetes-discovery config from the ConfigMap', () => {
-    const c = agentContainer();
-    assert.deepEqual([...(c.command ?? []), ...(c.args ?? [])], ['agent', '--config', '/etc/kinference/agent.yaml']);
-    const mount = c.volumeMounts?.find((m) => m.mountPath === '/etc/kinference');
-    assert.ok(mount?.readOnly);
-    const volume = daemonSet().spec.template.spec.volumes?.find((v) => v.name === mount.name);
-    assert.equal(volume?.configMap?.name, 'kinference-agent');
-    const raw = agentConfig();
-    assert.equal(raw.discovery, 'kubernetes');
-    // What the env gives the agent at run time (downward API), then the agent's own validation.
-    const settings = settingsFromObject({ ...raw, node: 'node-a', kubernetes: { ...(raw.kubernetes as object), podIP: '10.0.0.10' } }, 'manifests agent.yaml');
-    assert.equal(settings.discovery, 'kubernetes');
-  });
+    it('runs `kinference agent --config` on a kubernetes-discovery config from the ConfigMap', () => {
+      const c = agentContainer();
+      assert.deepEqual([...(c.command ?? []), ...(c.args ?? [])], ['agent', '--config', '/etc/kinference/agent.yaml']);
+      const mount = c.volumeMounts?.find((m) => m.mountPath === '/etc/kinference');
+      assert.ok(mount?.readOnly);
+      const volume = daemonSet().spec.template.spec.volumes?.find((v) => v.name === mount.name);
+      assert.equal(volume?.configMap?.name, 'kinference-agent');
+      const raw = agentConfig();
+      assert.equal(raw.discovery, 'kubernetes');
+      // What the env gives the agent at run time (downward API), then the agent's own validation.
+      const settings = settingsFromObject(
+        { ...raw, node: 'node-a', kubernetes: { ...(raw.kubernetes as object), podIP: '10.0.0.10' } },
+        'manifests agent.yaml',
+      );
+      assert.equal(settings.discovery, 'kubernetes');
+    });
 
-  it('gives the agent a grace period that covers the preStop pause and the drain', () => {
-    const pod = daemonSet().spec.template.spec;
-    const drainMs = parseDuration(((agentConfig().limits as { drainTimeout?: string } | undefined)?.drainTimeout) ?? '25s');
-    const preStopMs = (agentContainer().lifecycle?.preStop?.sleep?.seconds ?? 0) * 1000;
-    assert.ok(drainMs >= 30_000, 'a drain of at least 30 s lets streams finish');
-    assert.ok((pod.terminationGracePeriodSeconds ?? 30) * 1000 >= preStopMs + drainMs + 5_000,
-      `terminationGracePeriodSeconds ${pod.terminationGracePeriodSeconds} must cover preStop ${preStopMs} ms + drain ${drainMs} ms + margin`);
-  });
+    it('gives the agent a grace period that covers the preStop pause and the drain', () => {
+      const pod = daemonSet().spec.template.spec;
+      const drainMs = parseDuration(
+        (agentConfig().limits as { drainTimeout?: string } | undefined)?.drainTimeout ?? '25s',
+      );
+      const preStopMs = (agentContainer().lifecycle?.preStop?.sleep?.seconds ?? 0) * 1000;
+      assert.ok(drainMs >= 30_000, 'a drain of at least 30 s lets streams finish');
+      assert.ok(
+        (pod.terminationGracePeriodSeconds ?? 30) * 1000 >= preStopMs + drainMs + 5_000,
+        `terminationGracePeriodSeconds ${pod.terminationGracePeriodSeconds} must cover preStop ${preStopMs} ms + drain ${drainMs} ms + margin`,
+      );
+    });
 
-  it('rolls out one node at a time and never runs two agents on a node', () => {
-    const strategy = daemonSet().spec.updateStrategy;
-    assert.equal(strategy?.type, 'RollingUpdate');
-    assert.equal(strategy?.rollingUpdate?.maxUnavailable, 1);
-    assert.ok(!strategy?.rollingUpdate?.maxSurge, 'maxSurge 0: one gossip writer per node');
-  });
+    it('rolls out with a surge: a node never goes without a ready agent', () => {
+      const strategy = daemonSet().spec.updateStrategy;
+      assert.equal(strategy?.type, 'RollingUpdate');
+      assert.equal(strategy?.rollingUpdate?.maxUnavailable, 0);
+      assert.equal(strategy?.rollingUpdate?.maxSurge, 1);
+    });
 
-  it('tolerates GPU taints and every other taint, so every node with callers has an agent', () => {
-    const tolerations = daemonSet().spec.template.spec.tolerations ?? [];
-    assert.ok(tolerations.some((t) => t.key === 'nvidia.com/gpu' && t.operator === 'Exists' && t.effect === 'NoSchedule'));
-    assert.ok(tolerations.some((t) => t.key === undefined && t.operator === 'Exists' && t.effect === undefined));
-  });
+    it('tolerates GPU taints and every other taint, so every node with callers has an agent', () => {
+      const tolerations = daemonSet().spec.template.spec.tolerations ?? [];
+      assert.ok(
+        tolerations.some((t) => t.key === 'nvidia.com/gpu' && t.operator === 'Exists' && t.effect === 'NoSchedule'),
+      );
+      assert.ok(tolerations.some((t) => t.key === undefined && t.operator === 'Exists' && t.effect === undefined));
+    });
 
-  it('mounts provider credentials from an optional Secret where providers.yaml points', () => {
-    const c = agentContainer();
-    const mount = c.volumeMounts?.find((m) => m.mountPath === '/var/run/secrets/kinference/kinference-providers');
-    assert.ok(mount?.readOnly);
-    const volume = daemonSet().spec.template.spec.volumes?.find((v) => v.name === mount.name);
-    assert.deepEqual([volume?.secret?.secretName, volume?.secret?.optional], ['kinference-providers', true]);
-  });
-});
+    it('mounts provider credentials from an optional Secret where providers.yaml points', () => {
+      const c = agentContainer();
+      const mount = c.volumeMounts?.find((m) => m.mountPath === '/var/run/secrets/kinference/kinference-providers');
+      assert.ok(mount?.readOnly);
+      const volume = daemonSet().spec.template.spec.volumes?.find((v) => v.name === mount.name);
+      assert.deepEqual([volume?.secret?.secretName, volume?.secret?.optional], ['kinference-providers', true]);
+    });
+  },
+);
 
 describe('manifests/examples', () => {
-  const files = readdirSync(EXAMPLES).filter((f) => f.endsWith('.yaml')).sort();
-  const docs = files.flatMap((file) => parseDocs(readFileSync(join(EXAMPLES, file), 'utf8'), `examples/${file}`).map((obj) => ({ file, obj })));
+  const files = readdirSync(EXAMPLES)
+    .filter((f) => f.endsWith('.yaml'))
+    .sort();
+  const docs = files.flatMap((file) =>
+    parseDocs(readFileSync(join(EXAMPLES, file), 'utf8'), `examples/${file}`).map((obj) => ({ file, obj })),
+  );
 
   it('are schema-valid Kubernetes objects', () => {
     assert.ok(docs.length > 0);
     for (const { file, obj } of docs) if (obj.kind !== 'InferencePolicy') validateModel(obj, `examples/${file}`);
   });
 
-  it('InferencePolicies pass the CRD schema and the agent\'s own checks, and form an unambiguous set', () => {
+  it("InferencePolicies pass the CRD schema and the agent's own checks, and form an unambiguous set", () => {
     const policies = docs.filter((d) => d.obj.kind === 'InferencePolicy').map((d) => d.obj);
     assert.ok(policies.length >= 2);
-    const crd = parseDocs(readFileSync(CRD_PATH, 'utf8'), 'CRD')[0] as Obj & { spec: { versions: { name: string; schema: { openAPIV3Schema: OpenAPISchema } }[] } };
+    const crd = parseDocs(readFileSync(CRD_PATH, 'utf8'), 'CRD')[0] as Obj & {
+      spec: { versions: { name: string; schema: { openAPIV3Schema: OpenAPISchema } }[] };
+    };
     const schema = crd.spec.versions.find((v) => v.name === 'v1alpha1')!.schema.openAPIV3Schema;
     for (const p of policies) {
       assert.equal(p.apiVersion, 'kinference.io/v1alpha1');
-      assert.deepEqual(schemaErrors(schema, p), [], `${p.metadata.namespace}/${p.metadata.name} against the CRD schema`);
+      assert.deepEqual(
+        schemaErrors(schema, p),
+        [],
+        `${p.metadata.namespace}/${p.metadata.name} against the CRD schema`,
+      );
     }
     // The checker itself must catch what the API server would refuse.
     assert.notDeepEqual(schemaErrors(schema, { ...policies[0], spec: { slo: { ttft: 'fast' } } }), []);
@@ -422,25 +567,32 @@ describe('manifests/examples', () => {
     const loaded = loadPolicies(policyObjects(policies as KubeObject[], 'kinference'));
     assert.deepEqual(loaded.errors, []);
     assert.deepEqual(checkPolicySet(loaded.policies), []);
-    const namespaces = new Map(docs.filter((d) => d.obj.kind === 'Namespace').map((d) => [d.obj.metadata.name, d.obj.metadata.annotations ?? {}]));
+    const namespaces = new Map(
+      docs
+        .filter((d) => d.obj.kind === 'Namespace')
+        .map((d) => [d.obj.metadata.name, d.obj.metadata.annotations ?? {}]),
+    );
     assert.ok(namespaces.size > 0);
     assert.deepEqual(checkNamespaceAnnotations(loaded.policies, namespaces), []);
   });
 
   it('the providers ConfigMap parses, names every provider the policies use, and holds no credentials', () => {
-    const cm = docs.find((d) => d.obj.kind === 'ConfigMap' && d.obj.metadata.name === 'kinference-providers')?.obj as (Obj & { data: Record<string, string> }) | undefined;
+    const cm = docs.find((d) => d.obj.kind === 'ConfigMap' && d.obj.metadata.name === 'kinference-providers')?.obj as
+      (Obj & { data: Record<string, string> }) | undefined;
     assert.ok(cm);
     assert.equal(cm.metadata.namespace, 'kinference');
     const providers = parseProvidersConfigMap(cm.data, 'examples/providers.yaml');
     const names = new Set(providers.map((p) => p.name));
     for (const { obj } of docs.filter((d) => d.obj.kind === 'InferencePolicy')) {
-      for (const name of (obj as Obj & { spec: { overflow?: { providers?: string[] } } }).spec.overflow?.providers ?? []) {
+      for (const name of (obj as Obj & { spec: { overflow?: { providers?: string[] } } }).spec.overflow?.providers ??
+        []) {
         assert.ok(names.has(name), `${obj.metadata.name} uses provider ${name}`);
       }
     }
     for (const p of providers) {
       for (const ref of [p.apiKey, p.credentials?.accessKeyId, p.credentials?.secretAccessKey]) {
-        if (ref && 'file' in ref) assert.match(ref.file, /^\/var\/run\/secrets\/kinference\/kinference-providers\/[\w.-]+$/);
+        if (ref && 'file' in ref)
+          assert.match(ref.file, /^\/var\/run\/secrets\/kinference\/kinference-providers\/[\w.-]+$/);
       }
     }
   });
@@ -449,7 +601,10 @@ describe('manifests/examples', () => {
     const secrets = docs.filter((d) => d.obj.kind === 'Secret');
     for (const { file, obj } of secrets) {
       assert.match(file, /template/);
-      const values = { ...(obj.stringData as Record<string, string> | undefined), ...(obj.data as Record<string, string> | undefined) };
+      const values = {
+        ...(obj.stringData as Record<string, string> | undefined),
+        ...(obj.data as Record<string, string> | undefined),
+      };
       for (const [key, value] of Object.entries(values)) assert.equal(value, '', `${file}: ${key} must stay empty`);
     }
   });

@@ -3,12 +3,10 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { parse } from 'yaml';
 import { CustomResourceDefinition } from 'kubernetes-models/apiextensions.k8s.io/v1/CustomResourceDefinition';
-import {
-  inferencePolicyOpenAPISchema, loadPolicies, validatePolicy, type PolicyError,
-} from '../agent/policy/schema.ts';
-import { CRD_FILE, renderCrd, renderCrdYaml } from '../agent/policy/crd.ts';
+import { loadPolicies, validatePolicy, type PolicyError } from '../agent/policy/schema.ts';
+import { CRD_FILE, inferencePolicyOpenAPISchema, renderCrd, renderCrdYaml } from '../agent/policy/crd.ts';
 
-// The InferencePolicy example of CONTRACT.md, as written there.
+// The InferencePolicy example of the team's interface contract (the README's policy reference), as written there.
 const CONTRACT_EXAMPLE = `
 apiVersion: kinference.io/v1alpha1
 kind: InferencePolicy
@@ -143,7 +141,10 @@ test('policy files must say apiVersion and kind, and say them right', () => {
   const errors = errorsOf(bare, true);
   assert.equal(errorAt(errors, 'apiVersion'), 'missing, expected "kinference.io/v1alpha1"');
   assert.equal(errorAt(errors, 'kind'), 'missing, expected "InferencePolicy"');
-  assert.equal(errorAt(errorsOf({ ...bare, apiVersion: 'kinference.io/v1' }), 'apiVersion'), 'expected "kinference.io/v1alpha1", found "kinference.io/v1"');
+  assert.equal(
+    errorAt(errorsOf({ ...bare, apiVersion: 'kinference.io/v1' }), 'apiVersion'),
+    'expected "kinference.io/v1alpha1", found "kinference.io/v1"',
+  );
 });
 
 test('semantic rules: kvCache is a fraction; deny tags use the classifier charset; lists are not empty', () => {
@@ -158,8 +159,14 @@ test('semantic rules: kvCache is a fraction; deny tags use the classifier charse
 });
 
 test('a non-object document is one error at the root', () => {
-  assert.deepEqual(errorsOf('hello').map((e) => e.path), ['']);
-  assert.deepEqual(errorsOf(null).map((e) => e.message), ['expected an object, found null']);
+  assert.deepEqual(
+    errorsOf('hello').map((e) => e.path),
+    [''],
+  );
+  assert.deepEqual(
+    errorsOf(null).map((e) => e.message),
+    ['expected an object, found null'],
+  );
 });
 
 test('loadPolicies keeps the valid and reports the invalid by name', () => {
@@ -177,9 +184,26 @@ test('loadPolicies keeps the valid and reports the invalid by name', () => {
 // --- the CRD ---
 
 /** Keywords that a Kubernetes structural schema rejects or that we must never emit. */
-const FORBIDDEN = ['$id', '$schema', '$ref', 'additionalProperties', 'const', 'anyOf', 'oneOf', 'allOf', 'not', 'uniqueItems', 'expected', 'default'];
+const FORBIDDEN = [
+  '$id',
+  '$schema',
+  '$ref',
+  'additionalProperties',
+  'const',
+  'anyOf',
+  'oneOf',
+  'allOf',
+  'not',
+  'uniqueItems',
+  'expected',
+  'default',
+];
 
-function walk(schema: Record<string, unknown>, path: string, visit: (s: Record<string, unknown>, path: string) => void): void {
+function walk(
+  schema: Record<string, unknown>,
+  path: string,
+  visit: (s: Record<string, unknown>, path: string) => void,
+): void {
   visit(schema, path);
   for (const [name, child] of Object.entries((schema.properties ?? {}) as Record<string, Record<string, unknown>>)) {
     walk(child, `${path}.${name}`, visit);
@@ -197,7 +221,10 @@ test('the OpenAPI schema is structural: every node typed, no forbidden keywords'
 
 test('the OpenAPI schema keeps enums, patterns and required from the one source', () => {
   const spec = inferencePolicyOpenAPISchema().properties as Record<string, Record<string, unknown>>;
-  const rule = ((spec.spec.properties as Record<string, Record<string, unknown>>).exclude.items) as Record<string, unknown>;
+  const rule = (spec.spec.properties as Record<string, Record<string, unknown>>).exclude.items as Record<
+    string,
+    unknown
+  >;
   const props = rule.properties as Record<string, Record<string, unknown>>;
   assert.deepEqual(props.metric.enum, ['queued', 'running', 'kvCache', 'predictedTTFT']);
   assert.equal(props.window.pattern, '^[0-9]+(\\.[0-9]+)?(ms|s|m|h)$');
@@ -218,7 +245,10 @@ test('the CRD is a valid apiextensions.k8s.io/v1 CustomResourceDefinition', () =
   assert.equal(version.served, true);
   assert.equal(version.storage, true);
   assert.deepEqual(version.subresources, { status: {} });
-  assert.deepEqual((version.additionalPrinterColumns as { name: string }[]).map((c) => c.name), ['Models', 'SLO', 'Overflow providers', 'Age']);
+  assert.deepEqual(
+    (version.additionalPrinterColumns as { name: string }[]).map((c) => c.name),
+    ['Models', 'SLO', 'Overflow providers', 'Age'],
+  );
 });
 
 test(`${CRD_FILE} is the current rendering (run: npx node agent/policy/render-crd.ts)`, () => {
@@ -228,8 +258,20 @@ test(`${CRD_FILE} is the current rendering (run: npx node agent/policy/render-cr
 
 test('an exclusion window longer than the history the agent keeps (5m) is an error, not a silent clamp', async () => {
   const { validatePolicy } = await import('../agent/policy/schema.ts');
-  const result = validatePolicy({ metadata: { name: 'p', namespace: 'ns' }, spec: { exclude: [{ metric: 'queued', above: 2, window: '10m' }] } });
+  const result = validatePolicy({
+    metadata: { name: 'p', namespace: 'ns' },
+    spec: { exclude: [{ metric: 'queued', above: 2, window: '10m' }] },
+  });
   assert.equal(result.ok, false);
-  assert.deepEqual(result.errors.map((e) => `${e.path}: ${e.message}`), ['spec.exclude[0].window: expected a window of at most 5m, found "10m"']);
-  assert.equal(validatePolicy({ metadata: { name: 'p', namespace: 'ns' }, spec: { exclude: [{ metric: 'queued', above: 2, window: '5m' }] } }).ok, true);
+  assert.deepEqual(
+    result.errors.map((e) => `${e.path}: ${e.message}`),
+    ['spec.exclude[0].window: expected a window of at most 5m, found "10m"'],
+  );
+  assert.equal(
+    validatePolicy({
+      metadata: { name: 'p', namespace: 'ns' },
+      spec: { exclude: [{ metric: 'queued', above: 2, window: '5m' }] },
+    }).ok,
+    true,
+  );
 });

@@ -7,11 +7,34 @@ import { decide } from '../agent/route/router.ts';
 import { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
 import type { EffectivePolicy, Pod, PodLoad } from '../agent/types.ts';
 
-const POLICY: EffectivePolicy = { name: 't', sloTtftMs: 10_000, exclude: [], overflow: { providers: [], denyTags: [], denyTenants: [] }, waitMaxMs: 0 };
-const pod = (name: string): Pod => ({ uid: `ns/${name}`, name, namespace: 'ns', node: 'n', address: '127.0.0.1:1', models: ['m'], engine: 'vllm' });
+const POLICY: EffectivePolicy = {
+  name: 't',
+  sloTtftMs: 10_000,
+  sloAttainment: 0.99,
+  exclude: [],
+  overflow: { providers: [], denyTags: [], denyTenants: [] },
+  waitMaxMs: 0,
+};
+const pod = (name: string): Pod => ({
+  uid: `ns/${name}`,
+  name,
+  namespace: 'ns',
+  node: 'n',
+  address: '127.0.0.1:1',
+  models: ['m'],
+  engine: 'vllm',
+});
 
 function pool(now: { t: number }) {
-  const p = new PodPool({ node: 'n', scrapeIntervalMs: 100, peerMaxAgeMs: 3000, networkCostMs: 2, referenceWindowMs: 30_000, failureCooldownMs: 1000, now: () => now.t });
+  const p = new PodPool({
+    node: 'n',
+    scrapeIntervalMs: 100,
+    peerMaxAgeMs: 3000,
+    networkCostMs: 2,
+    referenceWindowMs: 30_000,
+    failureCooldownMs: 1000,
+    now: () => now.t,
+  });
   p.setLocalPods([pod('a'), pod('b')]);
   for (const name of ['a', 'b']) {
     const telemetry = new PodTelemetry();
@@ -51,7 +74,10 @@ test('a request that ends without a first token releases its pending prompt too'
 test('the router sends a new request away from a pod with a long prompt still prefilling', () => {
   const now = { t: 1000 };
   const p = pool(now);
-  p.begin(p.candidates().find((c) => c.pod.name === 'a')!, 6000);
+  p.begin(
+    p.candidates().find((c) => c.pod.name === 'a')!,
+    6000,
+  );
   // A new scrape clears "unseen" but not "pending": the queue now shows the request, its prompt still stands in front.
   for (const name of ['a', 'b']) {
     const telemetry = new PodTelemetry();
@@ -60,8 +86,215 @@ test('the router sends a new request away from a pod with a long prompt still pr
     p.recordLoad(`ns/${name}`, load, telemetry);
   }
   now.t += 100;
-  const d = decide({ request: { kind: 'chat', model: 'm', tenant: 't', namespace: 'ns', tags: [], promptTokens: 200, stream: true }, policy: POLICY, candidates: p.candidates(), leave: { allowed: false, reason: '', providers: [] }, rand: () => 0 });
+  const d = decide({
+    request: { kind: 'chat', model: 'm', tenant: 't', namespace: 'ns', tags: [], promptTokens: 200, stream: true },
+    policy: POLICY,
+    candidates: p.candidates(),
+    leave: { allowed: false, reason: '', providers: [] },
+    rand: () => 0,
+  });
   assert.equal(d.action === 'pod' && d.chosen.candidate.pod.name, 'b');
   const [best, behind] = d.scored;
   assert.ok(behind.predictedMs - best.predictedMs > 1000, `${behind.predictedMs} vs ${best.predictedMs}`);
+});
+
+test("a request answered before the next scrape is no unseen queue; one still running at the scrape is the scrape's to show", () => {
+  const now = { t: 1000 };
+  const p = pool(now);
+  const a = () => p.candidates().find((c) => c.pod.name === 'a')!;
+  const answered = p.begin(a(), 10, 'chat', false);
+  const running = p.begin(a(), 10, 'chat', false);
+  assert.equal(a().unseenSent, 2);
+  assert.equal(a().pendingPromptTokens, 0, 'a non-streamed prompt is not counted as pending prefill');
+  answered.answered(5);
+  answered.end(true);
+  assert.equal(a().unseenSent, 1);
+  const telemetry = new PodTelemetry();
+  const load: PodLoad = { at: now.t + 100, engine: 'vllm', waiting: 0, running: 3, kvCache: 0.1 };
+  telemetry.record(load);
+  p.recordLoad('ns/a', load, telemetry);
+  assert.equal(a().unseenSent, 0);
+  const later = p.begin(a(), 10, 'chat', false);
+  running.end(true); // sent before the scrape: the new epoch's count is not its to decrement
+  assert.equal(a().unseenSent, 1);
+  later.end(true);
+  assert.equal(a().unseenSent, 0);
+});
+
+test('a non-streamed answer sooner than the predicted TTFT lowers the prediction; a slower one teaches nothing', () => {
+  const now = { t: 1000 };
+  const p = pool(now);
+  const a = () => p.candidates().find((c) => c.pod.name === 'a')!;
+  const before = a().params.base;
+  const slow = p.begin(a(), 100, 'chat', false);
+  slow.answered(60_000);
+  slow.end(true);
+  assert.equal(a().params.base, before, 'a long answer holds decode time: no TTFT bound');
+  for (let i = 0; i < 20; i++) {
+    const fast = p.begin(a(), 100, 'chat', false);
+    fast.answered(2);
+    fast.end(true);
+  }
+  assert.ok(a().params.base < before / 2, `${a().params.base} vs ${before}`);
+  // The shape is shared by the node's pods; the speed is the answering pod's own.
+  assert.ok(
+    a().params.base < p.candidates().find((c) => c.pod.name === 'b')!.params.base / 2,
+    'the answering pod is learned faster than its neighbour',
+  );
+});
+
+test('embeddings teach their own model and calibration, not the generation model', () => {
+  const now = { t: 1000 };
+  const p = pool(now);
+  const a = () => p.candidates().find((c) => c.pod.name === 'a')!;
+  const generation = a().params;
+  for (let i = 0; i < 30; i++) {
+    const t = p.begin(a(), 500, 'embeddings', false);
+    t.answered(400);
+    t.end(true);
+  }
+  assert.deepEqual(a().params, generation);
+  assert.ok(a().embeddingParams!.base !== generation.base);
+  const state = p.debugState().local.find((l) => l.pod.name === 'a')!;
+  assert.equal(state.embeddingsPredictor.observations, 30);
+  assert.equal(state.calibration.free.observations, 30);
+});
+
+const scrape = (p: PodPool, name: string, load: Omit<PodLoad, 'engine'>, telemetry = new PodTelemetry()) => {
+  const full: PodLoad = { engine: 'vllm', ...load };
+  telemetry.record(full);
+  p.recordLoad(`ns/${name}`, full, telemetry);
+  return telemetry;
+};
+
+test("a local pod is stale after two scrape intervals without a good scrape (the scraper's rule)", () => {
+  const now = { t: 1000 };
+  const p = pool(now);
+  const a = () => p.candidates().find((c) => c.pod.name === 'a')!;
+  assert.equal(a().maxAgeMs, 200);
+  now.t += 150;
+  assert.equal(a().ageMs, 150);
+  scrape(p, 'a', { at: now.t, waiting: 1, running: 2, kvCache: 0.2 });
+  assert.equal(a().ageMs, 0);
+  assert.equal(a().queuedNow, 1);
+});
+
+test('an implausible page makes the pod unhealthy with its reason until a plausible one; a failed request cools it down', () => {
+  const now = { t: 1000 };
+  const p = pool(now);
+  const a = () => p.candidates().find((c) => c.pod.name === 'a')!;
+  p.recordScrapeFailure('ns/a');
+  assert.equal(a().healthy, true, 'a failed scrape only ages the pod');
+  p.recordScrapeFailure('ns/a', 'implausible page: waiting = -1000');
+  assert.equal(a().healthy, false);
+  assert.equal(a().unhealthyReason, 'implausible page: waiting = -1000');
+  scrape(p, 'a', { at: now.t, waiting: 0, running: 1, kvCache: 0.1 });
+  assert.equal(a().healthy, true);
+  p.markFailed(a());
+  assert.equal(a().healthy, false);
+  assert.equal(
+    p.debugState().local.find((l) => l.pod.name === 'a')!.unhealthyReason,
+    'failed a request before its first byte',
+  );
+  now.t += 1000;
+  assert.equal(a().healthy, true, 'back after the cool-down');
+});
+
+test("measured TTFTs teach the pod's model and its calibration; a pod that leaves is forgotten", () => {
+  const now = { t: 1000 };
+  const p = pool(now);
+  const a = () => p.candidates().find((c) => c.pod.name === 'a')!;
+  const before = a().params.base;
+  for (let i = 0; i < 30; i++) {
+    const t = p.begin(a(), 100);
+    t.firstByte(before * 4);
+    t.end(true);
+  }
+  assert.ok(a().params.base > before, `${a().params.base} vs ${before}`);
+  assert.equal(p.debugState().local.find((l) => l.pod.name === 'a')!.calibration.free.observations, 30);
+  p.setLocalPods([pod('b')]);
+  p.setLocalPods([pod('a'), pod('b')]);
+  scrape(p, 'a', { at: now.t, waiting: 0, running: 2, kvCache: 0.1 });
+  assert.equal(p.debugState().local.find((l) => l.pod.name === 'a')!.calibration.free.observations, 0);
+  // The node's shared shape stays learned; the pod's own speed starts again, like a pod never measured.
+  assert.deepEqual(a().params, p.candidates().find((c) => c.pod.name === 'b')!.params);
+});
+
+test("without own measurements, the pod's TTFT histogram teaches (from the state at the previous scrape)", () => {
+  const now = { t: 1000 };
+  const p = new PodPool({
+    node: 'n',
+    scrapeIntervalMs: 100,
+    peerMaxAgeMs: 3000,
+    networkCostMs: 2,
+    referenceWindowMs: 30_000,
+    failureCooldownMs: 1000,
+    now: () => now.t,
+  });
+  p.setLocalPods([pod('a')]);
+  const telemetry = scrape(p, 'a', { at: 1000, waiting: 4, running: 8, kvCache: 0.5, ttftSum: 0, ttftCount: 0 });
+  const before = p.candidates()[0].params;
+  scrape(p, 'a', { at: 1100, waiting: 4, running: 8, kvCache: 0.5, ttftSum: 40, ttftCount: 10 }, telemetry);
+  assert.equal(p.debugState().local[0].predictor.observations, 1);
+  assert.notDeepEqual(p.candidates()[0].params, before);
+});
+
+test('gossiped pods: our own origin is ignored, a new version clears what we sent unseen, gone pods lose their traffic', () => {
+  const now = { t: 1000 };
+  const p = pool(now);
+  const estimate = (origin: string, version: number) => ({
+    pod: { uid: `${origin}/x`, name: 'x', namespace: 'ns', node: origin, address: '10.0.0.9:8000', models: ['m2'] },
+    queued: 0,
+    queuedNow: 0,
+    running: 0,
+    kvCache: 0,
+    params: { base: 50, perQueued: 100, perRunning: 5, perKPromptTokens: 10 },
+    at: now.t,
+    origin,
+    version,
+  });
+  p.setRemote([estimate('n', 1), estimate('other', 1)]);
+  const peers = () => p.candidates().filter((c) => c.where === 'peer');
+  assert.deepEqual(
+    peers().map((c) => c.pod.uid),
+    ['other/x'],
+  );
+  assert.ok(p.servedModels().has('m2'));
+  const ticket = p.begin(peers()[0], 10);
+  assert.equal(peers()[0].unseenSent, 1);
+  assert.ok(Number.isNaN(ticket.predictedMs), "no local prediction for a peer's pod");
+  p.setRemote([estimate('other', 2)]);
+  assert.equal(peers()[0].unseenSent, 0);
+  assert.equal(peers()[0].inFlight, 1);
+  p.setRemote([]);
+  assert.equal(peers().length, 0);
+  assert.equal(p.servedModels().has('m2'), false);
+});
+
+test('nextChange resolves on a change, on its timeout, and at once when aborted', async () => {
+  const now = { t: 1000 };
+  const p = pool(now);
+  const change = p.nextChange(60_000, new AbortController().signal);
+  p.markFailed(p.candidates()[0]);
+  assert.equal(await change, 'change');
+  assert.equal(await p.nextChange(1, new AbortController().signal), 'timeout');
+  const controller = new AbortController();
+  const aborted = p.nextChange(60_000, controller.signal);
+  controller.abort();
+  assert.equal(await aborted, 'aborted');
+  assert.equal(await p.nextChange(60_000, controller.signal), 'aborted');
+});
+
+test('local estimates gossip the reference-window average of the queue and our own model', () => {
+  const now = { t: 1000 };
+  const p = pool(now);
+  const telemetry = scrape(p, 'a', { at: 2000, waiting: 4, running: 2, kvCache: 0.3 });
+  now.t = 5000;
+  scrape(p, 'a', { at: 5000, waiting: 0, running: 2, kvCache: 0.3 }, telemetry);
+  now.t = 8000; // time-weighted: 4 held for 3 s, then 0 for 3 s
+  const a = p.localEstimates().find((e) => e.pod.name === 'a')!;
+  assert.equal(a.queuedNow, 0);
+  assert.ok(a.queued > 0 && a.queued < 4, String(a.queued));
+  assert.equal(a.origin, 'n');
+  assert.deepEqual(a.params, p.candidates().find((c) => c.pod.name === 'a')!.params);
 });

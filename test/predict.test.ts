@@ -35,8 +35,12 @@ test('learns a pod half as fast as twice the predicted TTFT', () => {
 
 test('predicts sensibly before any observation (the prior)', () => {
   const p = new TtftPredictor();
-  assert.ok(p.predict({ queued: 0, running: 0, promptTokens: 100 }) < p.predict({ queued: 4, running: 0, promptTokens: 100 }));
-  assert.ok(p.predict({ queued: 0, running: 0, promptTokens: 100 }) < p.predict({ queued: 0, running: 0, promptTokens: 4000 }));
+  assert.ok(
+    p.predict({ queued: 0, running: 0, promptTokens: 100 }) < p.predict({ queued: 4, running: 0, promptTokens: 100 }),
+  );
+  assert.ok(
+    p.predict({ queued: 0, running: 0, promptTokens: 100 }) < p.predict({ queued: 0, running: 0, promptTokens: 4000 }),
+  );
   assert.ok(Number.isNaN(p.mape));
 });
 
@@ -55,7 +59,13 @@ test('ignores non-finite observations and never predicts below the floor', () =>
   p.observe({ queued: 0, running: 0, promptTokens: 10 }, NaN);
   p.observe({ queued: 0, running: 0, promptTokens: 10 }, -5);
   assert.equal(p.observations, 0);
-  assert.equal(predictWith({ base: -100, perQueued: 0, perRunning: 0, perKPromptTokens: 0 }, { queued: 0, running: 0, promptTokens: 0 }), 1);
+  assert.equal(
+    predictWith(
+      { base: -100, perQueued: 0, perRunning: 0, perKPromptTokens: 0 },
+      { queued: 0, running: 0, promptTokens: 0 },
+    ),
+    1,
+  );
 });
 
 test('estimates prompt tokens from chat, completions and embeddings bodies', () => {

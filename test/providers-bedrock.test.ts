@@ -10,10 +10,21 @@ import {
   toConverseRequest,
   TranslationError,
 } from '../agent/providers/bedrock-converse.ts';
-import { ConverseStreamTranslator, EventStreamDecoder, EventStreamError, type StreamEvent } from '../agent/providers/bedrock-stream.ts';
+import {
+  ConverseStreamTranslator,
+  EventStreamDecoder,
+  EventStreamError,
+  type StreamEvent,
+} from '../agent/providers/bedrock-stream.ts';
 import { ProviderError, type ClosableProvider } from '../agent/providers/upstream.ts';
 import type { Provider, ProviderSettings } from '../agent/providers/types.ts';
-import { eventFrame, exceptionFrame, startBedrockStandin, streamEvents, type BedrockStandin } from './fixtures/bedrock-standin.ts';
+import {
+  eventFrame,
+  exceptionFrame,
+  startBedrockStandin,
+  streamEvents,
+  type BedrockStandin,
+} from './fixtures/bedrock-standin.ts';
 
 const ACCESS_KEY = 'AKIDEXAMPLE1234567';
 const SECRET_KEY = 'wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY';
@@ -48,16 +59,24 @@ function clientFor(provider: Provider): OpenAI {
     maxRetries: 0,
     fetch: async (_url, init) => {
       const body = JSON.parse(String(init?.body)) as Record<string, unknown>;
-      return provider.send({ kind: 'chat', model: String(body.model), body, signal: init?.signal ?? new AbortController().signal });
+      return provider.send({
+        kind: 'chat',
+        model: String(body.model),
+        body,
+        signal: init?.signal ?? new AbortController().signal,
+      });
     },
   });
 }
 
 function sseData(text: string): string[] {
-  return text.split(/\n\n/).filter((e) => e.trim() !== '').map((e) => {
-    assert.match(e, /^data: /);
-    return e.slice(6);
-  });
+  return text
+    .split(/\n\n/)
+    .filter((e) => e.trim() !== '')
+    .map((e) => {
+      assert.match(e, /^data: /);
+      return e.slice(6);
+    });
 }
 
 type Chunk = { choices: Array<{ delta: Record<string, unknown>; finish_reason: string | null }>; usage?: unknown };
@@ -83,9 +102,19 @@ describe('OpenAI chat → Converse translation', () => {
   });
 
   test('maps sampling parameters, preferring max_completion_tokens', () => {
-    const req = toConverseRequest({ messages: [{ role: 'user', content: 'x' }], max_tokens: 10, max_completion_tokens: 20, temperature: 0.2, top_p: 0.9, stop: 'END' });
+    const req = toConverseRequest({
+      messages: [{ role: 'user', content: 'x' }],
+      max_tokens: 10,
+      max_completion_tokens: 20,
+      temperature: 0.2,
+      top_p: 0.9,
+      stop: 'END',
+    });
     assert.deepEqual(req.inferenceConfig, { maxTokens: 20, temperature: 0.2, topP: 0.9, stopSequences: ['END'] });
-    assert.deepEqual(toConverseRequest({ messages: [{ role: 'user', content: 'x' }], stop: ['a', 'b'] }).inferenceConfig, { stopSequences: ['a', 'b'] });
+    assert.deepEqual(
+      toConverseRequest({ messages: [{ role: 'user', content: 'x' }], stop: ['a', 'b'] }).inferenceConfig,
+      { stopSequences: ['a', 'b'] },
+    );
     assert.equal(toConverseRequest({ messages: [{ role: 'user', content: 'x' }] }).inferenceConfig, undefined);
   });
 
@@ -105,7 +134,16 @@ describe('OpenAI chat → Converse translation', () => {
         { role: 'tool', tool_call_id: 'call_2', content: [{ type: 'text', text: '24C' }] },
         { role: 'user', content: 'Which is warmer?' },
       ],
-      tools: [{ type: 'function', function: { name: 'weather', description: 'Current weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }],
+      tools: [
+        {
+          type: 'function',
+          function: {
+            name: 'weather',
+            description: 'Current weather',
+            parameters: { type: 'object', properties: { city: { type: 'string' } } },
+          },
+        },
+      ],
       tool_choice: 'required',
     });
     assert.deepEqual(req.messages, [
@@ -127,7 +165,15 @@ describe('OpenAI chat → Converse translation', () => {
       },
     ]);
     assert.deepEqual(req.toolConfig, {
-      tools: [{ toolSpec: { name: 'weather', description: 'Current weather', inputSchema: { json: { type: 'object', properties: { city: { type: 'string' } } } } } }],
+      tools: [
+        {
+          toolSpec: {
+            name: 'weather',
+            description: 'Current weather',
+            inputSchema: { json: { type: 'object', properties: { city: { type: 'string' } } } },
+          },
+        },
+      ],
       toolChoice: { any: {} },
     });
   });
@@ -136,19 +182,54 @@ describe('OpenAI chat → Converse translation', () => {
     const tools = [{ type: 'function', function: { name: 'f' } }];
     const msgs = [{ role: 'user', content: 'x' }];
     assert.deepEqual(toConverseRequest({ messages: msgs, tools }).toolConfig?.toolChoice, { auto: {} });
-    assert.deepEqual(toConverseRequest({ messages: msgs, tools, tool_choice: { type: 'function', function: { name: 'f' } } }).toolConfig?.toolChoice, { tool: { name: 'f' } });
+    assert.deepEqual(
+      toConverseRequest({ messages: msgs, tools, tool_choice: { type: 'function', function: { name: 'f' } } })
+        .toolConfig?.toolChoice,
+      { tool: { name: 'f' } },
+    );
     assert.equal(toConverseRequest({ messages: msgs, tools, tool_choice: 'none' }).toolConfig, undefined);
-    assert.deepEqual(toConverseRequest({ messages: msgs, tools }).toolConfig?.tools[0].toolSpec.inputSchema, { json: { type: 'object', properties: {} } });
+    assert.deepEqual(toConverseRequest({ messages: msgs, tools }).toolConfig?.tools[0].toolSpec.inputSchema, {
+      json: { type: 'object', properties: {} },
+    });
   });
 
   test('accepts base64 images and refuses what Converse cannot take', () => {
-    const req = toConverseRequest({ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } }, { type: 'text', text: 'what is it?' }] }] });
-    assert.deepEqual(req.messages[0].content, [{ image: { format: 'png', source: { bytes: 'iVBORw0KGgo=' } } }, { text: 'what is it?' }]);
-    assert.throws(() => toConverseRequest({ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://x/y.png' } }] }] }),
-      (e: unknown) => e instanceof TranslationError && e.param === 'messages[0].content[0]');
+    const req = toConverseRequest({
+      messages: [
+        {
+          role: 'user',
+          content: [
+            { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } },
+            { type: 'text', text: 'what is it?' },
+          ],
+        },
+      ],
+    });
+    assert.deepEqual(req.messages[0].content, [
+      { image: { format: 'png', source: { bytes: 'iVBORw0KGgo=' } } },
+      { text: 'what is it?' },
+    ]);
+    assert.throws(
+      () =>
+        toConverseRequest({
+          messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://x/y.png' } }] }],
+        }),
+      (e: unknown) => e instanceof TranslationError && e.param === 'messages[0].content[0]',
+    );
     assert.throws(() => toConverseRequest({ messages: [{ role: 'user', content: 'x' }], n: 2 }), TranslationError);
-    assert.throws(() => toConverseRequest({ messages: [{ role: 'assistant', content: '', tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{oops' } }] }] }),
-      (e: unknown) => e instanceof TranslationError && e.param === 'messages[0].tool_calls[0].function.arguments');
+    assert.throws(
+      () =>
+        toConverseRequest({
+          messages: [
+            {
+              role: 'assistant',
+              content: '',
+              tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{oops' } }],
+            },
+          ],
+        }),
+      (e: unknown) => e instanceof TranslationError && e.param === 'messages[0].tool_calls[0].function.arguments',
+    );
   });
 
   test('maps every stop reason', () => {
@@ -162,16 +243,39 @@ describe('OpenAI chat → Converse translation', () => {
 
   test('turns a Converse response into a chat.completion with usage', () => {
     const meta = { id: 'chatcmpl-x', created: 1, model: MODEL_ID };
-    const text = fromConverseResponse({ output: { message: { role: 'assistant', content: [{ text: 'Hi ' }, { text: 'there' }] } }, stopReason: 'max_tokens', usage: { inputTokens: 7, outputTokens: 3, totalTokens: 10 } }, meta);
+    const text = fromConverseResponse(
+      {
+        output: { message: { role: 'assistant', content: [{ text: 'Hi ' }, { text: 'there' }] } },
+        stopReason: 'max_tokens',
+        usage: { inputTokens: 7, outputTokens: 3, totalTokens: 10 },
+      },
+      meta,
+    );
     assert.deepEqual(text, {
-      id: 'chatcmpl-x', object: 'chat.completion', created: 1, model: MODEL_ID,
-      choices: [{ index: 0, message: { role: 'assistant', content: 'Hi there' }, logprobs: null, finish_reason: 'length' }],
+      id: 'chatcmpl-x',
+      object: 'chat.completion',
+      created: 1,
+      model: MODEL_ID,
+      choices: [
+        { index: 0, message: { role: 'assistant', content: 'Hi there' }, logprobs: null, finish_reason: 'length' },
+      ],
       usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 },
     });
-    const tool = fromConverseResponse({ output: { message: { content: [{ toolUse: { toolUseId: 't1', name: 'weather', input: { city: 'Paris' } } }] } }, stopReason: 'tool_use', usage: { inputTokens: 1, outputTokens: 2 } }, meta);
+    const tool = fromConverseResponse(
+      {
+        output: { message: { content: [{ toolUse: { toolUseId: 't1', name: 'weather', input: { city: 'Paris' } } }] } },
+        stopReason: 'tool_use',
+        usage: { inputTokens: 1, outputTokens: 2 },
+      },
+      meta,
+    );
     assert.deepEqual((tool.choices as unknown[])[0], {
       index: 0,
-      message: { role: 'assistant', content: null, tool_calls: [{ id: 't1', type: 'function', function: { name: 'weather', arguments: '{"city":"Paris"}' } }] },
+      message: {
+        role: 'assistant',
+        content: null,
+        tool_calls: [{ id: 't1', type: 'function', function: { name: 'weather', arguments: '{"city":"Paris"}' } }],
+      },
       logprobs: null,
       finish_reason: 'tool_calls',
     });
@@ -189,21 +293,37 @@ describe('OpenAI chat → Converse translation', () => {
   });
 
   test('builds the model URL with the id encoded, and finds the region in a standard endpoint', () => {
-    assert.equal(converseUrl('https://bedrock-runtime.eu-west-1.amazonaws.com/', MODEL_ID, true).pathname, '/model/meta.llama3-1-8b-instruct-v1%3A0/converse-stream');
-    assert.equal(bedrockRegion({ name: 'b', kind: 'bedrock', models: {}, timeoutMs: 1, endpoint: 'https://bedrock-runtime.eu-west-1.amazonaws.com' }), 'eu-west-1');
+    assert.equal(
+      converseUrl('https://bedrock-runtime.eu-west-1.amazonaws.com/', MODEL_ID, true).pathname,
+      '/model/meta.llama3-1-8b-instruct-v1%3A0/converse-stream',
+    );
+    assert.equal(
+      bedrockRegion({
+        name: 'b',
+        kind: 'bedrock',
+        models: {},
+        timeoutMs: 1,
+        endpoint: 'https://bedrock-runtime.eu-west-1.amazonaws.com',
+      }),
+      'eu-west-1',
+    );
   });
 });
 
 describe('event-stream decoding', () => {
-  const frames = streamEvents({ text: 'one two', usage: { inputTokens: 1, outputTokens: 2, totalTokens: 3 } }).map(([t, p]) => eventFrame(t, p));
+  const frames = streamEvents({ text: 'one two', usage: { inputTokens: 1, outputTokens: 2, totalTokens: 3 } }).map(
+    ([t, p]) => eventFrame(t, p),
+  );
   const all = Buffer.concat(frames);
 
   test('decodes frames fed one byte at a time', () => {
     const decoder = new EventStreamDecoder();
     const events: StreamEvent[] = [];
     for (const byte of all) events.push(...decoder.push(Uint8Array.of(byte)));
-    assert.deepEqual(events.map((e) => (e.type === 'event' ? e.eventType : e.type)),
-      ['messageStart', 'contentBlockDelta', 'contentBlockDelta', 'contentBlockStop', 'messageStop', 'metadata']);
+    assert.deepEqual(
+      events.map((e) => (e.type === 'event' ? e.eventType : e.type)),
+      ['messageStart', 'contentBlockDelta', 'contentBlockDelta', 'contentBlockStop', 'messageStop', 'metadata'],
+    );
     assert.equal(decoder.pending, false);
     const first = events[0] as Extract<StreamEvent, { type: 'event' }>;
     assert.equal(first.payload.role, 'assistant');
@@ -239,42 +359,84 @@ describe('event-stream decoding', () => {
 
 describe('ConverseStream → OpenAI chunks', () => {
   const meta = { id: 'chatcmpl-1', created: 1, model: MODEL_ID };
-  const ev = (eventType: string, payload: Record<string, unknown>): StreamEvent => ({ type: 'event', eventType, payload });
+  const ev = (eventType: string, payload: Record<string, unknown>): StreamEvent => ({
+    type: 'event',
+    eventType,
+    payload,
+  });
 
   function run(t: ConverseStreamTranslator, events: StreamEvent[]): string[] {
     return [...events.flatMap((e) => t.event(e)), ...t.end()].flatMap(sseData);
   }
 
   test('emits role, text, finish, then usage from metadata and [DONE]', () => {
-    const out = run(new ConverseStreamTranslator({ ...meta, includeUsage: true }), streamEvents({ text: 'a b', usage: { inputTokens: 4, outputTokens: 2, totalTokens: 6 } }).map(([t, p]) => ev(t, p)));
+    const out = run(
+      new ConverseStreamTranslator({ ...meta, includeUsage: true }),
+      streamEvents({ text: 'a b', usage: { inputTokens: 4, outputTokens: 2, totalTokens: 6 } }).map(([t, p]) =>
+        ev(t, p),
+      ),
+    );
     assert.equal(out.at(-1), '[DONE]');
     const chunks = out.slice(0, -1).map((d) => JSON.parse(d) as Chunk);
     assert.deepEqual(chunks[0].choices[0].delta, { role: 'assistant', content: '' });
-    assert.deepEqual(chunks.slice(1, 3).map((c) => c.choices[0].delta.content), ['a', ' b']);
+    assert.deepEqual(
+      chunks.slice(1, 3).map((c) => c.choices[0].delta.content),
+      ['a', ' b'],
+    );
     assert.equal(chunks[3].choices[0].finish_reason, 'stop');
-    assert.deepEqual(chunks[4], { id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 1, model: MODEL_ID, choices: [], usage: { prompt_tokens: 4, completion_tokens: 2, total_tokens: 6 } });
+    assert.deepEqual(chunks[4], {
+      id: 'chatcmpl-1',
+      object: 'chat.completion.chunk',
+      created: 1,
+      model: MODEL_ID,
+      choices: [],
+      usage: { prompt_tokens: 4, completion_tokens: 2, total_tokens: 6 },
+    });
     assert.ok(chunks.slice(0, 4).every((c) => c.usage === null));
   });
 
   test('without include_usage there is no usage chunk and no usage field', () => {
-    const out = run(new ConverseStreamTranslator({ ...meta, includeUsage: false }), streamEvents({ text: 'a' }).map(([t, p]) => ev(t, p)));
+    const out = run(
+      new ConverseStreamTranslator({ ...meta, includeUsage: false }),
+      streamEvents({ text: 'a' }).map(([t, p]) => ev(t, p)),
+    );
     const chunks = out.slice(0, -1).map((d) => JSON.parse(d) as Chunk);
     assert.ok(chunks.every((c) => c.choices.length === 1 && !('usage' in c)));
   });
 
   test('numbers tool calls from 0 even when a text block comes first', () => {
-    const out = run(new ConverseStreamTranslator({ ...meta, includeUsage: false }),
-      streamEvents({ text: 'Let me check.', toolUse: { toolUseId: 'tu_1', name: 'weather', input: { city: 'Paris' } } }).map(([t, p]) => ev(t, p)));
+    const out = run(
+      new ConverseStreamTranslator({ ...meta, includeUsage: false }),
+      streamEvents({
+        text: 'Let me check.',
+        toolUse: { toolUseId: 'tu_1', name: 'weather', input: { city: 'Paris' } },
+      }).map(([t, p]) => ev(t, p)),
+    );
     const chunks = out.slice(0, -1).map((d) => JSON.parse(d) as Chunk);
-    const calls = chunks.flatMap((c) => (c.choices[0].delta.tool_calls as Array<Record<string, unknown>> | undefined) ?? []);
-    assert.deepEqual(calls[0], { index: 0, id: 'tu_1', type: 'function', function: { name: 'weather', arguments: '' } });
-    assert.equal(calls.slice(1).map((c) => (c.function as { arguments: string }).arguments).join(''), '{"city":"Paris"}');
+    const calls = chunks.flatMap(
+      (c) => (c.choices[0].delta.tool_calls as Array<Record<string, unknown>> | undefined) ?? [],
+    );
+    assert.deepEqual(calls[0], {
+      index: 0,
+      id: 'tu_1',
+      type: 'function',
+      function: { name: 'weather', arguments: '' },
+    });
+    assert.equal(
+      calls
+        .slice(1)
+        .map((c) => (c.function as { arguments: string }).arguments)
+        .join(''),
+      '{"city":"Paris"}',
+    );
     assert.ok(calls.every((c) => c.index === 0));
     assert.equal(chunks.at(-1)?.choices[0].finish_reason, 'tool_calls');
   });
 
   test('a stream cut before messageStop ends with an error event', () => {
-    const out = run(new ConverseStreamTranslator({ ...meta, includeUsage: false }), [ev('messageStart', { role: 'assistant' })]);
+    const out = run(new ConverseStreamTranslator({ ...meta, includeUsage: false }), [
+      ev('messageStart', { role: 'assistant' }),
+    ]);
     assert.equal(out.length, 3);
     assert.match(out[1], /"error"/);
     assert.equal(out[2], '[DONE]');
@@ -286,7 +448,10 @@ describe('Bedrock provider against the stand-in', () => {
   let provider: ClosableProvider;
 
   before(async () => {
-    standin = await startBedrockStandin({ credentials: { accessKeyId: ACCESS_KEY, secretAccessKey: SECRET_KEY }, apiKey: API_KEY });
+    standin = await startBedrockStandin({
+      credentials: { accessKeyId: ACCESS_KEY, secretAccessKey: SECRET_KEY },
+      apiKey: API_KEY,
+    });
     provider = createBedrockProvider(settings(standin.url), { env });
   });
   after(async () => {
@@ -303,7 +468,10 @@ describe('Bedrock provider against the stand-in', () => {
   test('signs Converse with SigV4 and answers a chat.completion the official client reads', async () => {
     const completion = await clientFor(provider).chat.completions.create({
       model: 'llama-3-8b',
-      messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'hi' }],
+      messages: [
+        { role: 'system', content: 'Be brief.' },
+        { role: 'user', content: 'hi' },
+      ],
       max_tokens: 50,
     });
     assert.equal(completion.choices[0].message.content, 'Hello from Bedrock');
@@ -314,12 +482,23 @@ describe('Bedrock provider against the stand-in', () => {
     assert.equal(req.auth, 'sigv4');
     assert.equal(req.path, '/model/meta.llama3-1-8b-instruct-v1%3A0/converse');
     assert.equal(req.modelId, MODEL_ID);
-    assert.deepEqual(req.body, { messages: [{ role: 'user', content: [{ text: 'hi' }] }], system: [{ text: 'Be brief.' }], inferenceConfig: { maxTokens: 50 } });
+    assert.deepEqual(req.body, {
+      messages: [{ role: 'user', content: [{ text: 'hi' }] }],
+      system: [{ text: 'Be brief.' }],
+      inferenceConfig: { maxTokens: 50 },
+    });
   });
 
   test('signs with a session token too', async () => {
-    const sts = await startBedrockStandin({ credentials: { accessKeyId: ACCESS_KEY, secretAccessKey: SECRET_KEY, sessionToken: SESSION_TOKEN } });
-    const p = createBedrockProvider(settings(sts.url, { credentials: { accessKeyId: { env: 'AK' }, secretAccessKey: { env: 'SK' }, sessionToken: { env: 'ST' } } }), { env });
+    const sts = await startBedrockStandin({
+      credentials: { accessKeyId: ACCESS_KEY, secretAccessKey: SECRET_KEY, sessionToken: SESSION_TOKEN },
+    });
+    const p = createBedrockProvider(
+      settings(sts.url, {
+        credentials: { accessKeyId: { env: 'AK' }, secretAccessKey: { env: 'SK' }, sessionToken: { env: 'ST' } },
+      }),
+      { env },
+    );
     try {
       const res = await p.send(call(chatBody));
       assert.equal(res.status, 200);
@@ -331,8 +510,15 @@ describe('Bedrock provider against the stand-in', () => {
   });
 
   test('a wrong secret is refused (403) and no credential leaks into the error', async () => {
-    const sts = await startBedrockStandin({ credentials: { accessKeyId: ACCESS_KEY, secretAccessKey: SECRET_KEY, sessionToken: SESSION_TOKEN } });
-    const wrong = createBedrockProvider(settings(sts.url, { credentials: { accessKeyId: { env: 'AK' }, secretAccessKey: { env: 'WRONG_SK' }, sessionToken: { env: 'ST' } } }), { env });
+    const sts = await startBedrockStandin({
+      credentials: { accessKeyId: ACCESS_KEY, secretAccessKey: SECRET_KEY, sessionToken: SESSION_TOKEN },
+    });
+    const wrong = createBedrockProvider(
+      settings(sts.url, {
+        credentials: { accessKeyId: { env: 'AK' }, secretAccessKey: { env: 'WRONG_SK' }, sessionToken: { env: 'ST' } },
+      }),
+      { env },
+    );
     try {
       const res = await wrong.send(call(chatBody));
       assert.equal(res.status, 403);
@@ -358,7 +544,9 @@ describe('Bedrock provider against the stand-in', () => {
   });
 
   test('sends a Bedrock API key as a bearer token', async () => {
-    const p = createBedrockProvider(settings(standin.url, { credentials: undefined, apiKey: { env: 'BEDROCK_KEY' } }), { env });
+    const p = createBedrockProvider(settings(standin.url, { credentials: undefined, apiKey: { env: 'BEDROCK_KEY' } }), {
+      env,
+    });
     try {
       const res = await p.send(call(chatBody));
       assert.equal(res.status, 200);
@@ -371,7 +559,10 @@ describe('Bedrock provider against the stand-in', () => {
 
   test('streams ConverseStream as chat.completion.chunk SSE with usage after the finish', async () => {
     const stream = await clientFor(provider).chat.completions.create({
-      model: 'llama-3-8b', messages: [{ role: 'user', content: 'hi' }], stream: true, stream_options: { include_usage: true },
+      model: 'llama-3-8b',
+      messages: [{ role: 'user', content: 'hi' }],
+      stream: true,
+      stream_options: { include_usage: true },
     });
     let text = '';
     let finish: string | null = null;
@@ -434,13 +625,23 @@ describe('Bedrock provider against the stand-in', () => {
       }
       finish = chunk.choices[0]?.finish_reason ?? finish;
     }
-    assert.deepEqual({ id, name, args: JSON.parse(args) as unknown, finish }, { id: 'tooluse_abc', name: 'weather', args: { city: 'Paris', unit: 'C' }, finish: 'tool_calls' });
-    assert.deepEqual(standin.requests[0].body.toolConfig, { tools: [{ toolSpec: { name: 'weather', inputSchema: { json: { type: 'object' } } } }], toolChoice: { auto: {} } });
+    assert.deepEqual(
+      { id, name, args: JSON.parse(args) as unknown, finish },
+      { id: 'tooluse_abc', name: 'weather', args: { city: 'Paris', unit: 'C' }, finish: 'tool_calls' },
+    );
+    assert.deepEqual(standin.requests[0].body.toolConfig, {
+      tools: [{ toolSpec: { name: 'weather', inputSchema: { json: { type: 'object' } } } }],
+      toolChoice: { auto: {} },
+    });
   });
 
   test('a non-stream tool use comes back as tool_calls', async () => {
     standin.reply = { toolUse: { toolUseId: 'tooluse_abc', name: 'weather', input: { city: 'Rome' } } };
-    const completion = await clientFor(provider).chat.completions.create({ model: 'llama-3-8b', messages: [{ role: 'user', content: 'x' }], tools: [{ type: 'function', function: { name: 'weather' } }] });
+    const completion = await clientFor(provider).chat.completions.create({
+      model: 'llama-3-8b',
+      messages: [{ role: 'user', content: 'x' }],
+      tools: [{ type: 'function', function: { name: 'weather' } }],
+    });
     assert.equal(completion.choices[0].finish_reason, 'tool_calls');
     const tc = completion.choices[0].message.tool_calls?.[0];
     assert.ok(tc && tc.type === 'function');
@@ -448,7 +649,12 @@ describe('Bedrock provider against the stand-in', () => {
   });
 
   test('an exception mid-stream ends the SSE with an error event and [DONE]', async () => {
-    standin.fault = { kind: 'exception', afterEvents: 2, exceptionType: 'modelStreamErrorException', message: 'model failed' };
+    standin.fault = {
+      kind: 'exception',
+      afterEvents: 2,
+      exceptionType: 'modelStreamErrorException',
+      message: 'model failed',
+    };
     const res = await provider.send(call({ ...chatBody, stream: true }));
     assert.equal(res.status, 200);
     const data = sseData(await res.text());
@@ -459,7 +665,12 @@ describe('Bedrock provider against the stand-in', () => {
   });
 
   test('throttling as the first event is a 429 before any byte', async () => {
-    standin.fault = { kind: 'exception', afterEvents: 0, exceptionType: 'throttlingException', message: 'Too many requests' };
+    standin.fault = {
+      kind: 'exception',
+      afterEvents: 0,
+      exceptionType: 'throttlingException',
+      message: 'Too many requests',
+    };
     const res = await provider.send(call({ ...chatBody, stream: true }));
     assert.equal(res.status, 429);
     assert.equal(((await res.json()) as { error: { type: string } }).error.type, 'rate_limit_error');
@@ -481,7 +692,9 @@ describe('Bedrock provider against the stand-in', () => {
 
   test('a stream without metadata still finishes cleanly', async () => {
     standin.fault = { kind: 'no-metadata' };
-    const data = sseData(await (await provider.send(call({ ...chatBody, stream: true, stream_options: { include_usage: true } }))).text());
+    const data = sseData(
+      await (await provider.send(call({ ...chatBody, stream: true, stream_options: { include_usage: true } }))).text(),
+    );
     assert.equal(data.at(-1), '[DONE]');
     assert.equal((JSON.parse(data.at(-2)!) as Chunk).choices[0].finish_reason, 'stop');
     assert.ok(!data.some((d) => d.includes('"error"')));
@@ -509,8 +722,14 @@ describe('Bedrock provider against the stand-in', () => {
     standin.fault = { kind: 'hang' };
     const quick = createBedrockProvider(settings(standin.url, { timeoutMs: 150 }), { env });
     try {
-      await assert.rejects(quick.send(call(chatBody)), (e: unknown) => e instanceof ProviderError && e.reason === 'timeout');
-      await assert.rejects(quick.send(call({ ...chatBody, stream: true })), (e: unknown) => e instanceof ProviderError && e.reason === 'timeout');
+      await assert.rejects(
+        quick.send(call(chatBody)),
+        (e: unknown) => e instanceof ProviderError && e.reason === 'timeout',
+      );
+      await assert.rejects(
+        quick.send(call({ ...chatBody, stream: true })),
+        (e: unknown) => e instanceof ProviderError && e.reason === 'timeout',
+      );
     } finally {
       await quick.close();
     }
@@ -520,14 +739,19 @@ describe('Bedrock provider against the stand-in', () => {
     standin.fault = { kind: 'stall' };
     const quick = createBedrockProvider(settings(standin.url, { timeoutMs: 150 }), { env });
     try {
-      await assert.rejects(quick.send(call({ ...chatBody, stream: true })), (e: unknown) => e instanceof ProviderError && e.reason === 'timeout');
+      await assert.rejects(
+        quick.send(call({ ...chatBody, stream: true })),
+        (e: unknown) => e instanceof ProviderError && e.reason === 'timeout',
+      );
     } finally {
       await quick.close();
     }
   });
 
   test('refuses a request it cannot translate without calling Bedrock', async () => {
-    const res = await provider.send(call({ messages: [{ role: 'user', content: [{ type: 'input_audio', input_audio: {} }] }] }));
+    const res = await provider.send(
+      call({ messages: [{ role: 'user', content: [{ type: 'input_audio', input_audio: {} }] }] }),
+    );
     assert.equal(res.status, 400);
     assert.equal(((await res.json()) as { error: { param: string } }).error.param, 'messages[0].content[0]');
     assert.equal(standin.requests.length, 0);
@@ -541,6 +765,9 @@ describe('Bedrock provider against the stand-in', () => {
   });
 
   test('refuses settings without credentials', () => {
-    assert.throws(() => createBedrockProvider(settings(standin.url, { credentials: undefined })), /apiKey or credentials/);
+    assert.throws(
+      () => createBedrockProvider(settings(standin.url, { credentials: undefined })),
+      /apiKey or credentials/,
+    );
   });
 });

@@ -13,11 +13,25 @@ const SECRET = 'sk-chain-secret-9d8c7b6a5f4e';
 const env = { KEY: SECRET, OLD_KEY: `${SECRET}-revoked` };
 
 function openai(name: string, endpoint: string, over: Partial<ProviderSettings> = {}): ClosableProvider {
-  return createOpenAIProvider({ name, kind: 'openai', endpoint, models: { 'llama-3-8b': `${name}-llama` }, apiKey: { env: 'KEY' }, timeoutMs: 2_000, ...over }, { env });
+  return createOpenAIProvider(
+    {
+      name,
+      kind: 'openai',
+      endpoint,
+      models: { 'llama-3-8b': `${name}-llama` },
+      apiKey: { env: 'KEY' },
+      timeoutMs: 2_000,
+      ...over,
+    },
+    { env },
+  );
 }
 
 function call(kind: RequestKind = 'chat', signal = new AbortController().signal) {
-  const body = kind === 'embeddings' ? { model: 'llama-3-8b', input: 'x' } : { model: 'llama-3-8b', messages: [{ role: 'user', content: 'hi' }] };
+  const body =
+    kind === 'embeddings'
+      ? { model: 'llama-3-8b', input: 'x' }
+      : { model: 'llama-3-8b', messages: [{ role: 'user', content: 'hi' }] };
   return { kind, model: 'llama-3-8b', body, signal };
 }
 
@@ -112,13 +126,20 @@ describe('overflow chain', () => {
 
   test('answers from the first provider when it is healthy, without touching the next', async () => {
     const seen: Attempt[] = [];
-    const result = await tryProviders([p1, p2], call(), { breakers: new BreakerSet(), now, onAttempt: (a) => seen.push(a) });
+    const result = await tryProviders([p1, p2], call(), {
+      breakers: new BreakerSet(),
+      now,
+      onAttempt: (a) => seen.push(a),
+    });
     assert.ok(result.ok);
     assert.equal(result.provider, 'first');
     assert.equal(await content(result.response), 'from first');
     assert.equal(second.requests.length, 0);
     assert.deepEqual(seen, result.attempts);
-    assert.deepEqual(result.attempts.map((a) => [a.provider, a.outcome, a.status]), [['first', 'answered', 200]]);
+    assert.deepEqual(
+      result.attempts.map((a) => [a.provider, a.outcome, a.status]),
+      [['first', 'answered', 200]],
+    );
   });
 
   test('overflows to the next provider when the first returns 503', async () => {
@@ -127,7 +148,13 @@ describe('overflow chain', () => {
     assert.ok(result.ok);
     assert.equal(result.provider, 'second');
     assert.equal(await content(result.response), 'from second');
-    assert.deepEqual(result.attempts.map((a) => [a.provider, a.outcome, a.reason, a.status]), [['first', 'failed', 'status', 503], ['second', 'answered', undefined, 200]]);
+    assert.deepEqual(
+      result.attempts.map((a) => [a.provider, a.outcome, a.reason, a.status]),
+      [
+        ['first', 'failed', 'status', 503],
+        ['second', 'answered', undefined, 200],
+      ],
+    );
   });
 
   test('overflows when the first is throttled (429)', async () => {
@@ -162,13 +189,74 @@ describe('overflow chain', () => {
     }
   });
 
-  test('returns a 400 as the answer: the next provider would refuse the same request', async () => {
-    first.fault = { kind: 'status', status: 400, body: JSON.stringify({ error: { message: 'bad request', type: 'invalid_request_error', param: null, code: null } }) };
-    const result = await tryProviders([p1, p2], call(), { breakers: new BreakerSet(), now });
+  test('a provider that cannot take the request (400) declines: the next one is asked, and no breaker counts it', async () => {
+    first.fault = {
+      kind: 'status',
+      status: 400,
+      body: JSON.stringify({
+        error: { message: 'n > 1 is not supported', type: 'invalid_request_error', param: 'n', code: null },
+      }),
+    };
+    const breakers = new BreakerSet({ failureThreshold: 1 });
+    const result = await tryProviders([p1, p2], call(), { breakers, now });
     assert.ok(result.ok);
-    assert.equal(result.provider, 'first');
-    assert.equal(result.response.status, 400);
-    assert.equal(second.requests.length, 0);
+    assert.equal(result.provider, 'second');
+    assert.equal(await content(result.response), 'from second');
+    assert.deepEqual(
+      result.attempts.map((a) => [a.provider, a.outcome, a.status]),
+      [
+        ['first', 'declined', 400],
+        ['second', 'answered', 200],
+      ],
+    );
+    assert.equal(breakers.get('first').state(now()), 'closed');
+  });
+
+  test("when every provider declines, the last refusal is the answer (400, the client's), with every breaker closed", async () => {
+    for (const s of [first, second])
+      s.fault = {
+        kind: 'status',
+        status: 413,
+        body: JSON.stringify({
+          error: { message: 'too large for me', type: 'invalid_request_error', param: null, code: null },
+        }),
+      };
+    const breakers = new BreakerSet({ failureThreshold: 1 });
+    for (let i = 0; i < 3; i++) {
+      const result = await tryProviders([p1, p2], call(), { breakers, now });
+      assert.ok(result.ok);
+      assert.equal(result.provider, 'second');
+      assert.equal(result.response.status, 413);
+      assert.match(
+        ((await result.response.json()) as { error: { message: string } }).error.message,
+        /too large for me/,
+      );
+    }
+    assert.deepEqual(breakers.snapshot(now()), {
+      first: { state: 'closed', consecutiveFailures: 0 },
+      second: { state: 'closed', consecutiveFailures: 0 },
+    });
+  });
+
+  test("an error our own side throws while sending (the request's fault) never opens a breaker", async () => {
+    const breakers = new BreakerSet({ failureThreshold: 1 });
+    const throwing: ClosableProvider = {
+      ...p1,
+      name: 'throwing',
+      send: () => Promise.reject(new RangeError('Maximum call stack size exceeded')),
+    };
+    for (let i = 0; i < 3; i++) {
+      const result = await tryProviders([throwing, p2], call(), { breakers, now });
+      assert.ok(result.ok && result.provider === 'second');
+      assert.deepEqual(result.attempts[0], {
+        provider: 'throwing',
+        outcome: 'failed',
+        reason: 'error',
+        message: 'provider throwing: request failed',
+        ms: 0,
+      });
+    }
+    assert.equal(breakers.get('throwing').state(now()), 'closed');
   });
 
   test('fails over when our own credentials are rejected, without repeating them', async () => {
@@ -185,17 +273,37 @@ describe('overflow chain', () => {
   });
 
   test('skips providers that do not serve the model or the kind', async () => {
-    const other = createOpenAIProvider({ name: 'other', kind: 'openai', endpoint: first.url, models: { 'gpt-4o': 'gpt-4o' }, timeoutMs: 1_000 });
-    const bedrock = createProvider({ name: 'bedrock', kind: 'bedrock', region: 'us-east-1', endpoint: `http://127.0.0.1:${await refusedPort()}`, models: { 'llama-3-8b': 'meta.llama3-1-8b-instruct-v1:0' }, apiKey: { env: 'KEY' }, timeoutMs: 1_000 }, { env });
+    const other = createOpenAIProvider({
+      name: 'other',
+      kind: 'openai',
+      endpoint: first.url,
+      models: { 'gpt-4o': 'gpt-4o' },
+      timeoutMs: 1_000,
+    });
+    const bedrock = createProvider(
+      {
+        name: 'bedrock',
+        kind: 'bedrock',
+        region: 'us-east-1',
+        endpoint: `http://127.0.0.1:${await refusedPort()}`,
+        models: { 'llama-3-8b': 'meta.llama3-1-8b-instruct-v1:0' },
+        apiKey: { env: 'KEY' },
+        timeoutMs: 1_000,
+      },
+      { env },
+    );
     try {
       const result = await tryProviders([other, bedrock, p2], call('embeddings'), { breakers: new BreakerSet(), now });
       assert.ok(result.ok);
       assert.equal(result.provider, 'second');
-      assert.deepEqual(result.attempts.map((a) => [a.provider, a.outcome, a.reason]), [
-        ['other', 'skipped', 'unsupported'],
-        ['bedrock', 'skipped', 'unsupported'],
-        ['second', 'answered', undefined],
-      ]);
+      assert.deepEqual(
+        result.attempts.map((a) => [a.provider, a.outcome, a.reason]),
+        [
+          ['other', 'skipped', 'unsupported'],
+          ['bedrock', 'skipped', 'unsupported'],
+          ['second', 'answered', undefined],
+        ],
+      );
     } finally {
       await other.close();
       await bedrock.close();
@@ -207,7 +315,13 @@ describe('overflow chain', () => {
     second.fault = { kind: 'status', status: 503 };
     const result = await tryProviders([p1, p2], call(), { breakers: new BreakerSet(), now });
     assert.equal(result.ok, false);
-    assert.deepEqual(result.attempts.map((a) => [a.provider, a.status]), [['first', 502], ['second', 503]]);
+    assert.deepEqual(
+      result.attempts.map((a) => [a.provider, a.status]),
+      [
+        ['first', 502],
+        ['second', 503],
+      ],
+    );
   });
 
   test('stops when the client has left', async () => {
@@ -219,9 +333,16 @@ describe('overflow chain', () => {
     ac.abort();
     const result = await pending;
     assert.equal(result.ok, false);
-    assert.deepEqual(result.attempts.map((a) => [a.provider, a.reason]), [['first', 'aborted']]);
+    assert.deepEqual(
+      result.attempts.map((a) => [a.provider, a.reason]),
+      [['first', 'aborted']],
+    );
     assert.equal(second.requests.length, 0);
-    assert.deepEqual(breakers.snapshot(now()), { first: { state: 'closed', consecutiveFailures: 0 } }, 'a client leaving is not the provider failing');
+    assert.deepEqual(
+      breakers.snapshot(now()),
+      { first: { state: 'closed', consecutiveFailures: 0 } },
+      'a client leaving is not the provider failing',
+    );
   });
 
   test('opens the breaker after 3 failures: no request reaches the provider during the cool-down, then one trial', async () => {
@@ -262,4 +383,14 @@ describe('overflow chain', () => {
     assert.equal(r.attempts[0].reason, 'breaker-open');
     assert.equal(first.requests.length, 2);
   });
+});
+
+test('a breaker says when it lets a request through again', () => {
+  const b = new CircuitBreaker({ failureThreshold: 1, coolDownMs: 10_000 });
+  assert.equal(b.retryInMs(0), 0);
+  b.onFailure(1_000);
+  assert.equal(b.retryInMs(4_000), 7_000);
+  assert.equal(b.retryInMs(11_000), 0, 'half-open: the trial may go');
+  assert.ok(b.allow(11_000));
+  assert.equal(b.retryInMs(12_000), 9_000, 'trial in flight: the next after another cool-down');
 });

@@ -1,7 +1,13 @@
 import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import { createOpenAIProvider, lastEventEnd, openAIUrl, relaySse, upstreamErrorResponse } from '../agent/providers/openai.ts';
+import {
+  createOpenAIProvider,
+  lastEventEnd,
+  openAIUrl,
+  relaySse,
+  upstreamErrorResponse,
+} from '../agent/providers/openai.ts';
 import { ProviderError, type ClosableProvider } from '../agent/providers/upstream.ts';
 import type { Provider, ProviderSettings } from '../agent/providers/types.ts';
 import type { RequestKind } from '../agent/types.ts';
@@ -35,19 +41,31 @@ function clientFor(provider: Provider): OpenAI {
     maxRetries: 0,
     fetch: async (url, init) => {
       const path = new URL(String(url)).pathname;
-      const kind: RequestKind = path.endsWith('/chat/completions') ? 'chat' : path.endsWith('/completions') ? 'completions' : 'embeddings';
+      const kind: RequestKind = path.endsWith('/chat/completions')
+        ? 'chat'
+        : path.endsWith('/completions')
+          ? 'completions'
+          : 'embeddings';
       const body = JSON.parse(String(init?.body)) as Record<string, unknown>;
-      return provider.send({ kind, model: String(body.model), body, signal: init?.signal ?? new AbortController().signal });
+      return provider.send({
+        kind,
+        model: String(body.model),
+        body,
+        signal: init?.signal ?? new AbortController().signal,
+      });
     },
   });
 }
 
 /** SSE text → the data payloads, in order. */
 function sseData(text: string): string[] {
-  return text.split(/\n\n/).filter((e) => e.trim() !== '').map((e) => {
-    assert.match(e, /^data: /, `not an SSE data event: ${e}`);
-    return e.slice(6);
-  });
+  return text
+    .split(/\n\n/)
+    .filter((e) => e.trim() !== '')
+    .map((e) => {
+      assert.match(e, /^data: /, `not an SSE data event: ${e}`);
+      return e.slice(6);
+    });
 }
 
 describe('OpenAI-compatible provider', () => {
@@ -68,7 +86,10 @@ describe('OpenAI-compatible provider', () => {
   });
 
   test('sends chat to {endpoint}/chat/completions with the provider model id and a bearer token', async () => {
-    const completion = await clientFor(provider).chat.completions.create({ model: 'llama-3-8b', messages: [{ role: 'user', content: 'hi' }] });
+    const completion = await clientFor(provider).chat.completions.create({
+      model: 'llama-3-8b',
+      messages: [{ role: 'user', content: 'hi' }],
+    });
     assert.equal(completion.choices[0].message.content, 'Hello from the stand-in');
     const [req] = standin.requests;
     assert.equal(req.path, '/v1/chat/completions');
@@ -106,7 +127,10 @@ describe('OpenAI-compatible provider', () => {
     assert.equal(completion.choices[0].text, 'Hello from the stand-in');
     const embeddings = await client.embeddings.create({ model: 'llama-3-8b', input: ['a', 'b'] });
     assert.equal(embeddings.data.length, 2);
-    assert.deepEqual(standin.requests.map((r) => r.path), ['/v1/completions', '/v1/embeddings']);
+    assert.deepEqual(
+      standin.requests.map((r) => r.path),
+      ['/v1/completions', '/v1/embeddings'],
+    );
     assert.ok(standin.requests.every((r) => r.body.model === 'databricks-meta-llama-3-1-8b-instruct'));
   });
 
@@ -116,18 +140,38 @@ describe('OpenAI-compatible provider', () => {
     assert.match(res.headers.get('content-type') ?? '', /^text\/event-stream/);
     const data = sseData(await res.text());
     assert.equal(data.at(-1), '[DONE]');
-    assert.equal(data.slice(0, -1).map((d) => (JSON.parse(d) as { choices: Array<{ text: string }> }).choices[0].text).join(''), 'Hello from the stand-in');
+    assert.equal(
+      data
+        .slice(0, -1)
+        .map((d) => (JSON.parse(d) as { choices: Array<{ text: string }> }).choices[0].text)
+        .join(''),
+      'Hello from the stand-in',
+    );
   });
 
   test('passes an OpenAI-shaped upstream error through with its status', async () => {
     standin.fault = {
       kind: 'status',
       status: 400,
-      body: JSON.stringify({ error: { message: 'max_tokens is too large', type: 'invalid_request_error', param: 'max_tokens', code: 'bad_max' } }),
+      body: JSON.stringify({
+        error: {
+          message: 'max_tokens is too large',
+          type: 'invalid_request_error',
+          param: 'max_tokens',
+          code: 'bad_max',
+        },
+      }),
     };
     const res = await provider.send(call(chatBody));
     assert.equal(res.status, 400);
-    assert.deepEqual(await res.json(), { error: { message: 'max_tokens is too large', type: 'invalid_request_error', param: 'max_tokens', code: 'bad_max' } });
+    assert.deepEqual(await res.json(), {
+      error: {
+        message: 'max_tokens is too large',
+        type: 'invalid_request_error',
+        param: 'max_tokens',
+        code: 'bad_max',
+      },
+    });
   });
 
   test('wraps a non-OpenAI error body and keeps Retry-After on 429', async () => {
@@ -146,9 +190,15 @@ describe('OpenAI-compatible provider', () => {
   });
 
   test('wraps a Databricks-style error', async () => {
-    const res = upstreamErrorResponse('dbx', 400, JSON.stringify({ error_code: 'BAD_REQUEST', message: 'Input is too long.' }));
+    const res = upstreamErrorResponse(
+      'dbx',
+      400,
+      JSON.stringify({ error_code: 'BAD_REQUEST', message: 'Input is too long.' }),
+    );
     assert.equal(res.status, 400);
-    assert.deepEqual(await res.json(), { error: { message: 'Input is too long.', type: 'invalid_request_error', param: null, code: 'BAD_REQUEST' } });
+    assert.deepEqual(await res.json(), {
+      error: { message: 'Input is too long.', type: 'invalid_request_error', param: null, code: 'BAD_REQUEST' },
+    });
   });
 
   test('turns a malformed JSON answer into a 502', async () => {
@@ -164,7 +214,10 @@ describe('OpenAI-compatible provider', () => {
     assert.equal(res.status, 200);
     const data = sseData(await res.text());
     assert.equal(data.length, 4);
-    assert.equal((JSON.parse(data[1]) as { choices: Array<{ delta: { content: string } }> }).choices[0].delta.content, 'Hello');
+    assert.equal(
+      (JSON.parse(data[1]) as { choices: Array<{ delta: { content: string } }> }).choices[0].delta.content,
+      'Hello',
+    );
     const err = JSON.parse(data[2]) as { error: { message: string; type: string; code: string } };
     assert.equal(err.error.code, 'upstream_stream_error');
     assert.match(err.error.message, /databricks: stream broke/);
@@ -173,9 +226,15 @@ describe('OpenAI-compatible provider', () => {
 
   test('the official client surfaces a broken stream as an error', async () => {
     standin.fault = { kind: 'break', afterChunks: 2 };
-    const stream = await clientFor(provider).chat.completions.create({ model: 'llama-3-8b', messages: [{ role: 'user', content: 'hi' }], stream: true });
+    const stream = await clientFor(provider).chat.completions.create({
+      model: 'llama-3-8b',
+      messages: [{ role: 'user', content: 'hi' }],
+      stream: true,
+    });
     await assert.rejects(async () => {
-      for await (const _ of stream) { /* drain */ }
+      for await (const _ of stream) {
+        /* drain */
+      }
     });
   });
 
@@ -199,7 +258,10 @@ describe('OpenAI-compatible provider', () => {
     standin.fault = { kind: 'hang' };
     const quick = createOpenAIProvider(settings({ endpoint: standin.url, timeoutMs: 150 }), { env });
     try {
-      await assert.rejects(quick.send(call(chatBody)), (err: unknown) => err instanceof ProviderError && err.reason === 'timeout');
+      await assert.rejects(
+        quick.send(call(chatBody)),
+        (err: unknown) => err instanceof ProviderError && err.reason === 'timeout',
+      );
     } finally {
       await quick.close();
     }
@@ -209,7 +271,10 @@ describe('OpenAI-compatible provider', () => {
     const port = await refusedPort();
     const dead = createOpenAIProvider(settings({ endpoint: `http://127.0.0.1:${port}/v1` }), { env });
     try {
-      await assert.rejects(dead.send(call(chatBody)), (err: unknown) => err instanceof ProviderError && err.reason === 'connect');
+      await assert.rejects(
+        dead.send(call(chatBody)),
+        (err: unknown) => err instanceof ProviderError && err.reason === 'connect',
+      );
     } finally {
       await dead.close();
     }
@@ -238,9 +303,14 @@ describe('OpenAI-compatible provider', () => {
   });
 
   test('reports a missing secret by reference, not value', async () => {
-    const unset = createOpenAIProvider(settings({ endpoint: standin.url, apiKey: { env: 'NOT_SET_ANYWHERE' } }), { env: {} });
-    await assert.rejects(unset.send(call(chatBody)), (err: unknown) =>
-      err instanceof ProviderError && err.reason === 'config' && /env NOT_SET_ANYWHERE/.test(err.message));
+    const unset = createOpenAIProvider(settings({ endpoint: standin.url, apiKey: { env: 'NOT_SET_ANYWHERE' } }), {
+      env: {},
+    });
+    await assert.rejects(
+      unset.send(call(chatBody)),
+      (err: unknown) =>
+        err instanceof ProviderError && err.reason === 'config' && /env NOT_SET_ANYWHERE/.test(err.message),
+    );
     await unset.close();
   });
 
@@ -259,7 +329,12 @@ describe('Azure OpenAI mode', () => {
   before(async () => {
     standin = await startOpenAIStandin({ apiKey: SECRET });
     provider = createOpenAIProvider(
-      settings({ name: 'azure', endpoint: standin.origin, azureApiVersion: '2024-10-21', models: { 'llama-3-8b': 'my-deployment' } }),
+      settings({
+        name: 'azure',
+        endpoint: standin.origin,
+        azureApiVersion: '2024-10-21',
+        models: { 'llama-3-8b': 'my-deployment' },
+      }),
       { env },
     );
   });
@@ -269,7 +344,10 @@ describe('Azure OpenAI mode', () => {
   });
 
   test('uses deployment paths, api-version and the api-key header', async () => {
-    const completion = await clientFor(provider).chat.completions.create({ model: 'llama-3-8b', messages: [{ role: 'user', content: 'hi' }] });
+    const completion = await clientFor(provider).chat.completions.create({
+      model: 'llama-3-8b',
+      messages: [{ role: 'user', content: 'hi' }],
+    });
     assert.equal(completion.choices[0].message.content, 'Hello from the stand-in');
     const [req] = standin.requests;
     assert.equal(req.path, '/openai/deployments/my-deployment/chat/completions');
@@ -279,7 +357,11 @@ describe('Azure OpenAI mode', () => {
   });
 
   test('builds embeddings URLs the same way', () => {
-    const url = openAIUrl(settings({ endpoint: 'https://res.openai.azure.com/', azureApiVersion: 'v1' }), 'embeddings', 'emb dep');
+    const url = openAIUrl(
+      settings({ endpoint: 'https://res.openai.azure.com/', azureApiVersion: 'v1' }),
+      'embeddings',
+      'emb dep',
+    );
     assert.equal(url.href, 'https://res.openai.azure.com/openai/deployments/emb%20dep/embeddings?api-version=v1');
   });
 });
@@ -306,6 +388,47 @@ describe('SSE relay', () => {
     const second = await reader.read();
     assert.equal(dec.decode(second.value), 'data: {"b":2}\n\n');
     assert.equal((await reader.read()).done, true);
+  });
+
+  test('an event split across chunks right at its blank line is still cut there', async () => {
+    const enc = new TextEncoder();
+    async function* upstream() {
+      yield enc.encode('data: a\r\n');
+      yield enc.encode('\r');
+      yield enc.encode('\ndata: b\n');
+      yield enc.encode('\n');
+    }
+    const reader = relaySse(upstream(), { onCancel: () => {}, describeBreak: () => 'x' }).getReader();
+    const dec = new TextDecoder();
+    assert.equal(dec.decode((await reader.read()).value), 'data: a\r\n\r\n');
+    assert.equal(dec.decode((await reader.read()).value), 'data: b\n\n');
+    assert.equal((await reader.read()).done, true);
+  });
+
+  test('a stream without blank lines is bounded: past maxEventBytes it ends with an error event and [DONE], upstream cancelled', async () => {
+    const enc = new TextEncoder();
+    let sent = 0;
+    let cancelled = false;
+    async function* upstream() {
+      // 32 MB of one endless "event" in 16 KB chunks: the relay must stop long before.
+      for (let i = 0; i < 2048; i++) {
+        sent++;
+        yield enc.encode('x'.repeat(16 * 1024));
+      }
+    }
+    const text = await new Response(
+      relaySse(upstream(), {
+        maxEventBytes: 1024 * 1024,
+        onCancel: () => (cancelled = true),
+        describeBreak: () => 'x',
+      }),
+    ).text();
+    assert.ok(cancelled);
+    assert.ok(sent <= (1024 * 1024) / (16 * 1024) + 1, `read ${sent} chunks`);
+    assert.match(
+      text,
+      /^data: \{"error":\{"message":"upstream event larger than 1048576 bytes".*\n\ndata: \[DONE\]\n\n$/s,
+    );
   });
 
   test('does not add an error after [DONE] when the connection drops late', async () => {

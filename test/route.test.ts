@@ -7,11 +7,20 @@ import type { EffectivePolicy, RouteRequest } from '../agent/types.ts';
 const POLICY: EffectivePolicy = {
   name: 'builtin/default',
   sloTtftMs: 500,
+  sloAttainment: 0.99,
   exclude: [{ metric: 'queued', above: 2, windowMs: 30_000 }],
   overflow: { providers: [], denyTags: [], denyTenants: [] },
   waitMaxMs: 2000,
 };
-const REQUEST: RouteRequest = { kind: 'chat', model: 'm', tenant: 't', namespace: 't', tags: [], promptTokens: 200, stream: true };
+const REQUEST: RouteRequest = {
+  kind: 'chat',
+  model: 'm',
+  tenant: 't',
+  namespace: 't',
+  tags: [],
+  promptTokens: 200,
+  stream: true,
+};
 const STAY: LeaveVerdict = { allowed: false, reason: 'no overflow providers in policy', providers: [] };
 const LEAVE: LeaveVerdict = { allowed: true, reason: 'allowed', providers: ['p1', 'p2'] };
 
@@ -39,15 +48,30 @@ function pod(name: string, overrides: Partial<Candidate> & { avgQueued?: number 
 const first = () => 0;
 
 test('sends the request to the pod with the lowest predicted TTFT', () => {
-  const d = decide({ request: REQUEST, policy: POLICY, leave: STAY, rand: first, candidates: [pod('busy', { queuedNow: 2 }), pod('idle'), pod('mid', { queuedNow: 1 })] });
+  const d = decide({
+    request: REQUEST,
+    policy: POLICY,
+    leave: STAY,
+    rand: first,
+    candidates: [pod('busy', { queuedNow: 2 }), pod('idle'), pod('mid', { queuedNow: 1 })],
+  });
   assert.equal(d.action, 'pod');
   assert.equal(d.action === 'pod' && d.chosen.candidate.pod.name, 'idle');
-  assert.deepEqual(d.scored.map((s) => s.candidate.pod.name), ['idle', 'mid', 'busy']);
+  assert.deepEqual(
+    d.scored.map((s) => s.candidate.pod.name),
+    ['idle', 'mid', 'busy'],
+  );
 });
 
 test('a pod half as fast loses to a faster pod with the same load', () => {
   const slow = pod('slow', { running: 4, params: { base: 40, perQueued: 200, perRunning: 4, perKPromptTokens: 400 } });
-  const d = decide({ request: REQUEST, policy: POLICY, leave: STAY, rand: first, candidates: [slow, pod('fast', { running: 4 })] });
+  const d = decide({
+    request: REQUEST,
+    policy: POLICY,
+    leave: STAY,
+    rand: first,
+    candidates: [slow, pod('fast', { running: 4 })],
+  });
   assert.equal(d.action === 'pod' && d.chosen.candidate.pod.name, 'fast');
 });
 
@@ -69,7 +93,12 @@ test('drops stale, unhealthy, excluded and over-SLO pods, each with its reason',
   assert.equal(d.action === 'pod' && d.chosen.candidate.pod.name, 'ok');
   assert.deepEqual(
     d.dropped.map((x) => [x.pod, x.reason]),
-    [['local/stale', 'stale'], ['local/sick', 'unhealthy'], ['local/queued', 'excluded'], ['local/slow', 'over-slo']],
+    [
+      ['local/stale', 'stale'],
+      ['local/sick', 'unhealthy'],
+      ['local/queued', 'excluded'],
+      ['local/slow', 'over-slo'],
+    ],
   );
   assert.match(d.dropped[2].detail, /queued 2.5 > 2 \(avg over 30s\)/);
 });
@@ -83,12 +112,22 @@ test('a pod already holding requests costs more than its prediction alone, in pr
 });
 
 test('counts requests sent since the last scrape as queue, so a burst spreads', () => {
-  const d = decide({ request: REQUEST, policy: POLICY, leave: STAY, rand: first, candidates: [pod('a', { unseenSent: 2 }), pod('b')] });
+  const d = decide({
+    request: REQUEST,
+    policy: POLICY,
+    leave: STAY,
+    rand: first,
+    candidates: [pod('a', { unseenSent: 2 }), pod('b')],
+  });
   assert.equal(d.action === 'pod' && d.chosen.candidate.pod.name, 'b');
 });
 
 test('randomises among near-ties but never beyond them', () => {
-  const candidates = [pod('a'), pod('b', { params: { base: 22, perQueued: 100, perRunning: 2, perKPromptTokens: 200 } }), pod('far', { queuedNow: 1 })];
+  const candidates = [
+    pod('a'),
+    pod('b', { params: { base: 22, perQueued: 100, perRunning: 2, perKPromptTokens: 200 } }),
+    pod('far', { queuedNow: 1 }),
+  ];
   const chosen = new Set<string>();
   for (const r of [0, 0.3, 0.6, 0.99]) {
     const d = decide({ request: REQUEST, policy: POLICY, leave: STAY, rand: () => r, candidates });
@@ -98,7 +137,11 @@ test('randomises among near-ties but never beyond them', () => {
 });
 
 test('with equal predictions a local pod wins over a peer pod', () => {
-  const peer = pod('remote', { where: 'peer', networkCostMs: 0, pod: { uid: 'r', name: 'remote', namespace: 'ns', node: 'node-b', address: 'x', models: ['m'] } });
+  const peer = pod('remote', {
+    where: 'peer',
+    networkCostMs: 0,
+    pod: { uid: 'r', name: 'remote', namespace: 'ns', node: 'node-b', address: 'x', models: ['m'] },
+  });
   for (const r of [0, 0.5, 0.99]) {
     const d = decide({ request: REQUEST, policy: POLICY, leave: STAY, rand: () => r, candidates: [peer, pod('here')] });
     assert.equal(d.action === 'pod' && d.chosen.candidate.pod.name, 'here');
@@ -106,8 +149,18 @@ test('with equal predictions a local pod wins over a peer pod', () => {
 });
 
 test('a peer pod wins when the local pods are excluded', () => {
-  const peer = pod('remote', { where: 'peer', networkCostMs: 1, pod: { uid: 'r', name: 'remote', namespace: 'ns', node: 'node-b', address: 'x', models: ['m'] } });
-  const d = decide({ request: REQUEST, policy: POLICY, leave: STAY, rand: first, candidates: [pod('here', { avgQueued: 5 }), peer] });
+  const peer = pod('remote', {
+    where: 'peer',
+    networkCostMs: 1,
+    pod: { uid: 'r', name: 'remote', namespace: 'ns', node: 'node-b', address: 'x', models: ['m'] },
+  });
+  const d = decide({
+    request: REQUEST,
+    policy: POLICY,
+    leave: STAY,
+    rand: first,
+    candidates: [pod('here', { avgQueued: 5 }), peer],
+  });
   assert.equal(d.action === 'pod' && d.chosen.candidate.pod.node, 'node-b');
 });
 
@@ -116,7 +169,13 @@ test('overflows only when no pod qualifies and the request may leave', () => {
   const out = decide({ request: REQUEST, policy: POLICY, leave: LEAVE, rand: first, candidates: busy });
   assert.equal(out.action, 'overflow');
   assert.deepEqual(out.action === 'overflow' && out.providers, ['p1', 'p2']);
-  const stays = decide({ request: REQUEST, policy: POLICY, leave: LEAVE, rand: first, candidates: [...busy, pod('c')] });
+  const stays = decide({
+    request: REQUEST,
+    policy: POLICY,
+    leave: LEAVE,
+    rand: first,
+    candidates: [...busy, pod('c')],
+  });
   assert.equal(stays.action, 'pod');
 });
 
@@ -131,4 +190,123 @@ test('a request that may not leave waits for the rest of wait.max, then gets 429
 test('503 when no pod serves the model and it may not leave', () => {
   const d = decide({ request: REQUEST, policy: POLICY, leave: STAY, rand: first, candidates: [] });
   assert.equal(d.action === 'reject' && d.status, 503);
+});
+
+test('calibrated admission: a request that may leave needs the quantile within the SLO; one that may not keeps the mean', () => {
+  // Mean 260 ms (20 + 2·100 + 0.2·200) at both pods; `wide` errs up to ×2 at 99%, `tight` up to ×1.2.
+  const wide = pod('wide', { queuedNow: 2, logMargin: () => Math.log(2) });
+  const tight = pod('tight', { queuedNow: 2, logMargin: () => Math.log(1.2) });
+  const leaving = decide({
+    request: REQUEST,
+    policy: { ...POLICY, exclude: [] },
+    leave: LEAVE,
+    rand: first,
+    candidates: [wide, tight],
+  });
+  assert.equal(leaving.action === 'pod' && leaving.chosen.candidate.pod.name, 'tight');
+  assert.deepEqual(
+    leaving.dropped.map((d) => [d.pod, d.reason, d.detail]),
+    [['local/wide', 'over-slo', 'p99 520ms (mean 260ms) > SLO 500ms']],
+  );
+  assert.equal(leaving.action === 'pod' && Math.round(leaving.chosen.quantileMs), 312);
+
+  const onlyWide = decide({
+    request: REQUEST,
+    policy: { ...POLICY, exclude: [] },
+    leave: LEAVE,
+    rand: first,
+    candidates: [wide],
+  });
+  assert.equal(onlyWide.action, 'overflow');
+
+  // Same pods, request may not leave: the mean (260 ms) decides, exactly as without calibration.
+  const staying = decide({
+    request: REQUEST,
+    policy: { ...POLICY, exclude: [] },
+    leave: STAY,
+    rand: first,
+    candidates: [wide],
+  });
+  assert.equal(staying.action === 'pod' && staying.chosen.candidate.pod.name, 'wide');
+
+  // The mean still ranks: a wider but faster pod wins among admitted ones.
+  const fastWide = pod('fast-wide', { logMargin: () => Math.log(1.5) });
+  const ranked = decide({
+    request: REQUEST,
+    policy: { ...POLICY, exclude: [] },
+    leave: LEAVE,
+    rand: first,
+    candidates: [tight, fastWide],
+  });
+  assert.equal(ranked.action === 'pod' && ranked.chosen.candidate.pod.name, 'fast-wide');
+});
+
+test('a higher attainment asks for a wider margin: the same pod passes at 90% and overflows at 99.9%', () => {
+  const p = pod('p', { queuedNow: 2, logMargin: (q) => (q >= 0.999 ? Math.log(2.5) : Math.log(1.1)) });
+  const at = (sloAttainment: number) =>
+    decide({
+      request: REQUEST,
+      policy: { ...POLICY, exclude: [], sloAttainment },
+      leave: LEAVE,
+      rand: first,
+      candidates: [p],
+    }).action;
+  assert.equal(at(0.9), 'pod');
+  assert.equal(at(0.999), 'overflow');
+});
+
+test('a pod reporting a negative, NaN or infinite load never wins: dropped as implausible (peers included)', () => {
+  for (const lie of [
+    { queuedNow: -1000 },
+    { running: -1000 },
+    { queuedNow: NaN },
+    { running: Infinity },
+    { inFlight: -3 },
+  ]) {
+    const liar = pod('liar', { where: 'peer', ...lie });
+    const d = decide({
+      request: REQUEST,
+      policy: { ...POLICY, sloTtftMs: Infinity, exclude: [] },
+      leave: STAY,
+      rand: first,
+      candidates: [liar, pod('honest', { queuedNow: 1 })],
+    });
+    assert.equal(d.action === 'pod' && d.chosen.candidate.pod.name, 'honest', JSON.stringify(lie));
+    assert.deepEqual(
+      d.dropped.map((x) => [x.pod, x.reason]),
+      [['peer/node-a/liar', 'implausible']],
+    );
+    assert.ok(d.scored.every((s) => Number.isFinite(s.score) && s.score >= 0));
+  }
+});
+
+test('a pod at its connection cap is not a candidate: the request goes elsewhere', () => {
+  const d = decide({
+    request: REQUEST,
+    policy: POLICY,
+    leave: STAY,
+    rand: first,
+    candidates: [pod('full', { inFlight: 4, maxInFlight: 4 }), pod('busier', { queuedNow: 1, maxInFlight: 4 })],
+  });
+  assert.equal(d.action === 'pod' && d.chosen.candidate.pod.name, 'busier');
+  assert.deepEqual(
+    d.dropped.map((x) => [x.pod, x.reason, x.detail]),
+    [['local/full', 'at-capacity', '4 requests in flight (limit 4)']],
+  );
+});
+
+test('every provider breaker open: after the wait, 503 with the cool-down as Retry-After and a true message', () => {
+  const busy = [pod('a', { avgQueued: 3 })];
+  const open: LeaveVerdict = {
+    allowed: true,
+    reason: "may overflow to p1, but every provider's circuit breaker is open",
+    providers: [],
+    breakersOpenMs: 7_200,
+  };
+  assert.equal(decide({ request: REQUEST, policy: POLICY, leave: open, rand: first, candidates: busy }).action, 'wait');
+  const late = decide({ request: REQUEST, policy: POLICY, leave: open, rand: first, candidates: busy, waitedMs: 2000 });
+  assert.equal(late.action, 'reject');
+  assert.equal(late.action === 'reject' && late.status, 503);
+  assert.equal(late.action === 'reject' && late.retryAfterMs, 7_200);
+  assert.match(late.action === 'reject' ? late.message : '', /circuit breaker is open \(next trial in 8s\)/);
 });

@@ -244,7 +244,10 @@ describe('vLLM /metrics', () => {
       // Labels as the Python client writes them: engine, model_name, sorted.
       const l = { engine: '0', model_name: 'llama-3-8b' };
       assert.match(text, /^vllm:num_requests_running\{engine="0",model_name="llama-3-8b"\} 0\.0$/m);
-      assert.match(text, /^vllm:request_success_total\{engine="0",finished_reason="length",model_name="llama-3-8b"\} 2\.0$/m);
+      assert.match(
+        text,
+        /^vllm:request_success_total\{engine="0",finished_reason="length",model_name="llama-3-8b"\} 2\.0$/m,
+      );
       for (const f of families.values()) {
         for (const s of f.samples) {
           const keys = Object.keys(s.labels);
@@ -256,8 +259,29 @@ describe('vLLM /metrics', () => {
         .samples.filter((s) => s.name.endsWith('_bucket'))
         .map((s) => s.labels.le);
       assert.deepEqual(ttftLe, [
-        '0.001', '0.005', '0.01', '0.02', '0.04', '0.06', '0.08', '0.1', '0.25', '0.5', '0.75', '1.0',
-        '2.5', '5.0', '7.5', '10.0', '20.0', '40.0', '80.0', '160.0', '640.0', '2560.0', '+Inf',
+        '0.001',
+        '0.005',
+        '0.01',
+        '0.02',
+        '0.04',
+        '0.06',
+        '0.08',
+        '0.1',
+        '0.25',
+        '0.5',
+        '0.75',
+        '1.0',
+        '2.5',
+        '5.0',
+        '7.5',
+        '10.0',
+        '20.0',
+        '40.0',
+        '80.0',
+        '160.0',
+        '640.0',
+        '2560.0',
+        '+Inf',
       ]);
       assert.equal(valueOf(families, 'vllm:time_to_first_token_seconds_count', l), 2);
       assert.equal(valueOf(families, 'vllm:e2e_request_latency_seconds_count', l), 2);
@@ -356,7 +380,12 @@ describe('SGLang /metrics', () => {
       assert.ok(![...families.keys()].some((n) => n.endsWith('_created')));
       const running = families.get('sglang:num_running_reqs')!.samples[0];
       assert.deepEqual(Object.keys(running.labels), ['engine_type', 'model_name', 'pp_rank', 'tp_rank']);
-      assert.deepEqual(running.labels, { engine_type: 'unified', model_name: 'llama-3-8b', pp_rank: '0', tp_rank: '0' });
+      assert.deepEqual(running.labels, {
+        engine_type: 'unified',
+        model_name: 'llama-3-8b',
+        pp_rank: '0',
+        tp_rank: '0',
+      });
       const ttft = families.get('sglang:time_to_first_token_seconds')!;
       assert.equal(ttft.samples.find((s) => s.name.endsWith('_count'))!.value, 2);
       assert.equal(ttft.samples[0].labels.le, '0.1', 'SGLang’s own TTFT buckets');

@@ -6,6 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { startSim, type SimServer } from '../shared/sim/server.ts';
 import { SimEngine, type SimEngineOptions } from '../shared/sim/engine.ts';
 import { VirtualClock } from '../shared/sim/clock.ts';
+import { waitFor } from './helpers/wait.ts';
 
 // Wire-format tests don't need realistic speed: a fast GPU keeps them quick.
 const FAST = { stepBaseMs: 1, decodeMsPerSeq: 0.1, prefillMsPerToken: 0.005 };
@@ -34,14 +35,6 @@ function sseData(text: string): string[] {
     assert.match(frame, /^data: /);
     return frame.slice('data: '.length);
   });
-}
-
-async function waitFor(cond: () => boolean, timeoutMs = 3000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await sleep(5);
-  }
 }
 
 describe('wire format (vLLM OpenAI-compatible)', () => {
@@ -130,7 +123,9 @@ describe('wire format (vLLM OpenAI-compatible)', () => {
   });
 
   test('completions, streamed and not', async () => {
-    const plain = await (await post(sim, '/v1/completions', { model: MODEL, prompt: 'Once upon a time', max_tokens: 6 })).json();
+    const plain = await (
+      await post(sim, '/v1/completions', { model: MODEL, prompt: 'Once upon a time', max_tokens: 6 })
+    ).json();
     assert.match(plain.id, /^cmpl-/);
     assert.equal(plain.object, 'text_completion');
     assert.equal(plain.choices[0].text.split(' ').filter(Boolean).length, 6);
@@ -148,7 +143,10 @@ describe('wire format (vLLM OpenAI-compatible)', () => {
     const chunks = data.slice(0, -1).map((d) => JSON.parse(d));
     assert.equal(chunks.length, 2 + 1);
     assert.ok(chunks.every((c) => c.object === 'text_completion'));
-    assert.deepEqual(chunks.map((c) => c.choices[0]?.finish_reason), [null, 'length', undefined]);
+    assert.deepEqual(
+      chunks.map((c) => c.choices[0]?.finish_reason),
+      [null, 'length', undefined],
+    );
     assert.equal(chunks[2].usage.completion_tokens, 2);
   });
 
@@ -251,7 +249,9 @@ describe('behaviour under load', () => {
     const load = async (sim: SimServer) => {
       const start = performance.now();
       await Promise.all(
-        Array.from({ length: 4 }, async () => (await post(sim, '/v1/chat/completions', chat({ max_tokens: 15 }))).json()),
+        Array.from({ length: 4 }, async () =>
+          (await post(sim, '/v1/chat/completions', chat({ max_tokens: 15 }))).json(),
+        ),
       );
       return performance.now() - start;
     };
@@ -272,7 +272,7 @@ describe('behaviour under load', () => {
       await reader.read();
       assert.equal(sim.engine.snapshot().running, 1);
       ac.abort();
-      await waitFor(() => sim.engine.snapshot().running === 0, 1000);
+      await waitFor(() => sim.engine.snapshot().running === 0, 1000, 'the aborted request to finish');
       const snap = sim.engine.snapshot();
       assert.equal(snap.counters.finished.abort, 1);
       assert.equal(snap.kvCache, 0);
@@ -289,10 +289,10 @@ describe('behaviour under load', () => {
     try {
       const ac = new AbortController();
       const pending = post(sim, '/v1/chat/completions', chat({ max_tokens: 5000 }), ac.signal);
-      await waitFor(() => sim.engine.snapshot().running === 1);
+      await waitFor(() => sim.engine.snapshot().running === 1, 3000, 'the request to start');
       ac.abort();
       await assert.rejects(pending);
-      await waitFor(() => sim.engine.snapshot().running === 0, 1000);
+      await waitFor(() => sim.engine.snapshot().running === 0, 1000, 'the aborted request to finish');
       assert.equal(sim.engine.snapshot().counters.finished.abort, 1);
     } finally {
       await sim.close();
@@ -360,7 +360,7 @@ describe('fault injection', () => {
     });
     assert.match(received, /"content":"[^"]+"/, 'the first token arrived');
     assert.ok(!received.includes('[DONE]'));
-    await waitFor(() => sim.engine.snapshot().counters.finished.abort === aborted + 1);
+    await waitFor(() => sim.engine.snapshot().counters.finished.abort === aborted + 1, 3000, 'the abort to be counted');
     assert.equal(sim.engine.snapshot().running, 0);
   });
 
@@ -370,7 +370,7 @@ describe('fault injection', () => {
     const res = await post(sim, '/v1/chat/completions', chat({ max_tokens: 50, stream: true }));
     assert.equal(res.status, 200);
     await assert.rejects(res.text());
-    await waitFor(() => sim.engine.snapshot().counters.finished.abort === aborted + 1);
+    await waitFor(() => sim.engine.snapshot().counters.finished.abort === aborted + 1, 3000, 'the abort to be counted');
   });
 
   test('stall-before-headers never answers', async () => {
@@ -427,7 +427,10 @@ describe('virtual time', () => {
     const fast = scenario(8, { speed: 1 }, burst);
     const slow = scenario(8, { speed: 0.5 }, burst);
     assert.equal(slow.end, 2 * fast.end);
-    assert.deepEqual(slow.ttft, fast.ttft.map((t) => 2 * t));
+    assert.deepEqual(
+      slow.ttft,
+      fast.ttft.map((t) => 2 * t),
+    );
   });
 
   test('TTFT grows with the queue, and KV use follows the tokens held', () => {

@@ -3,7 +3,12 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { parsePromText } from '../agent/telemetry/promtext.ts';
 import {
-  ADAPTERS, ANY_ENGINE_SELECTOR, detectEngine, onePerDpGroup, toPodLoad, type LoadResult,
+  ADAPTERS,
+  ANY_ENGINE_SELECTOR,
+  detectEngine,
+  onePerDpGroup,
+  toPodLoad,
+  type LoadResult,
 } from '../agent/telemetry/adapters.ts';
 import type { Engine, PodLoad } from '../agent/types.ts';
 
@@ -105,11 +110,16 @@ test('SGLang with data parallelism adds one rank per dp group', () => {
 test('picks the lowest tp rank in each dp group, whatever the order', () => {
   const s = (labels: Record<string, string>, value: number) => ({ labels, value });
   const picked = onePerDpGroup([
-    s({ tp_rank: '3', dp_rank: '1' }, 31), s({ tp_rank: '1', dp_rank: '0' }, 10),
-    s({ tp_rank: '2', dp_rank: '1' }, 21), s({ tp_rank: '0', dp_rank: '0' }, 0),
+    s({ tp_rank: '3', dp_rank: '1' }, 31),
+    s({ tp_rank: '1', dp_rank: '0' }, 10),
+    s({ tp_rank: '2', dp_rank: '1' }, 21),
+    s({ tp_rank: '0', dp_rank: '0' }, 0),
   ]);
   assert.deepEqual(picked.map((p) => p.value).sort(), [0, 21]);
-  assert.deepEqual(onePerDpGroup([s({ pid: '1' }, 1), s({ pid: '2' }, 2)]).map((p) => p.value), [1, 2]);
+  assert.deepEqual(
+    onePerDpGroup([s({ pid: '1' }, 1), s({ pid: '2' }, 2)]).map((p) => p.value),
+    [1, 2],
+  );
 });
 
 test('detects the engine from the page', () => {
@@ -137,6 +147,8 @@ test('a page without the queue gauges is an error, not a pod with zero load', ()
 });
 
 test('a minimal vLLM page leaves the optional fields out and KV unknown', () => {
-  const result = load(ADAPTERS.vllm.toLoad(parsePromText('vllm:num_requests_waiting 0\nvllm:num_requests_running 0\n'), 1));
+  const result = load(
+    ADAPTERS.vllm.toLoad(parsePromText('vllm:num_requests_waiting 0\nvllm:num_requests_running 0\n'), 1),
+  );
   assert.deepEqual(result, { at: 1, engine: 'vllm', waiting: 0, running: 0, kvCache: NaN });
 });

@@ -1,7 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { MetricSelector, parseFloatToken, parsePromText } from '../agent/telemetry/promtext.ts';
+import { parsePromText } from '../agent/telemetry/promtext.ts';
+import { MetricSelector, parseFloatToken } from '../agent/telemetry/metric-page.ts';
 
 const fixture = (name: string) => readFileSync(new URL(`./fixtures/metrics/${name}`, import.meta.url), 'utf8');
 
@@ -27,10 +28,16 @@ test('reads a full vLLM page with two engines, keeping _created families apart f
 });
 
 test('reads only the samples a selector asks for', () => {
-  const select = new MetricSelector(['vllm:num_requests_waiting', 'vllm:time_to_first_token_seconds_sum', 'vllm:time_to_first_token_seconds_count']);
+  const select = new MetricSelector([
+    'vllm:num_requests_waiting',
+    'vllm:time_to_first_token_seconds_sum',
+    'vllm:time_to_first_token_seconds_count',
+  ]);
   const page = parsePromText(fixture('vllm-v1-two-engines.txt'), select);
   assert.deepEqual([...page.names()].sort(), [
-    'vllm:num_requests_waiting', 'vllm:time_to_first_token_seconds_count', 'vllm:time_to_first_token_seconds_sum',
+    'vllm:num_requests_waiting',
+    'vllm:time_to_first_token_seconds_count',
+    'vllm:time_to_first_token_seconds_sum',
   ]);
   assert.deepEqual(page.histogram('vllm:time_to_first_token_seconds'), { sum: 71.25 + 55.5, count: 843 + 693 });
   assert.equal(page.type('vllm:time_to_first_token_seconds'), 'histogram');
@@ -40,10 +47,17 @@ test('reads only the samples a selector asks for', () => {
 
 test('selects by prefix', () => {
   const page = parsePromText(fixture('vllm-v1-two-engines.txt'), new MetricSelector([], ['process_']));
-  assert.deepEqual([...page.names()], [
-    'process_virtual_memory_bytes', 'process_resident_memory_bytes', 'process_start_time_seconds',
-    'process_cpu_seconds_total', 'process_open_fds', 'process_max_fds',
-  ]);
+  assert.deepEqual(
+    [...page.names()],
+    [
+      'process_virtual_memory_bytes',
+      'process_resident_memory_bytes',
+      'process_start_time_seconds',
+      'process_cpu_seconds_total',
+      'process_open_fds',
+      'process_max_fds',
+    ],
+  );
 });
 
 test('reads escaped and unusual label values, odd spacing and a trailing comma', () => {
@@ -66,14 +80,26 @@ test('reads NaN, ±Inf, exponents, timestamps, and a last line without a newline
   assert.equal(value('exp'), 1.7e9);
   assert.equal(value('neg'), -0.0005);
   assert.equal(value('int'), 42);
-  assert.deepEqual(page.series('edge_timestamped_total').map((s) => [s.value, s.timestamp]), [[7, 1751902400000], [8, 1751902400001]]);
+  assert.deepEqual(
+    page.series('edge_timestamped_total').map((s) => [s.value, s.timestamp]),
+    [
+      [7, 1751902400000],
+      [8, 1751902400001],
+    ],
+  );
   assert.equal(page.first('edge_last_line_without_newline')?.value, 9);
 });
 
 test('reads a histogram whose _bucket, _sum and _count come in any order', () => {
   const page = parsePromText(fixture('edge-cases.txt'));
   assert.deepEqual(page.histogram('edge_histogram'), {
-    sum: 2.5, count: 4, buckets: [{ le: 0.5, count: 1 }, { le: 1, count: 3 }, { le: Infinity, count: 4 }],
+    sum: 2.5,
+    count: 4,
+    buckets: [
+      { le: 0.5, count: 1 },
+      { le: 1, count: 3 },
+      { le: Infinity, count: 4 },
+    ],
   });
 });
 
@@ -93,7 +119,10 @@ test('reads OpenMetrics: # EOF, # UNIT, counters typed without _total, exemplars
   assert.equal(page.type('vllm:prompt_tokens'), 'counter');
   assert.equal(page.sum('vllm:prompt_tokens_total'), 4096);
   assert.equal(page.first('vllm:num_requests_waiting')?.timestamp, 1751902400.123);
-  assert.deepEqual(page.series('vllm:time_to_first_token_seconds_bucket').map((s) => s.value), [20, 29, 30]);
+  assert.deepEqual(
+    page.series('vllm:time_to_first_token_seconds_bucket').map((s) => s.value),
+    [20, 29, 30],
+  );
   assert.equal(page.first('vllm:time_to_first_token_seconds_bucket')?.timestamp, undefined); // the exemplar's, not ours
 });
 
@@ -106,14 +135,32 @@ test('counts text after # EOF as an error', () => {
 
 test('each malformed line is skipped and counted, and the rest of the page still reads', () => {
   const bad = [
-    'm{a="b" 1', 'm{a=b} 1', 'm{a="b"', 'm{="x"} 1', 'm{a="x\\', 'm 1 2 3', 'm abc', 'm', 'm{a="1"}',
-    '1m 1', 'm-x 1', 'm 1 notatime', 'm{a="b"c="d"} 1', 'm{a."b"="c"} 1', '# TYPE m', '# TYPE m sideways',
+    'm{a="b" 1',
+    'm{a=b} 1',
+    'm{a="b"',
+    'm{="x"} 1',
+    'm{a="x\\',
+    'm 1 2 3',
+    'm abc',
+    'm',
+    'm{a="1"}',
+    '1m 1',
+    'm-x 1',
+    'm 1 notatime',
+    'm{a="b"c="d"} 1',
+    'm{a."b"="c"} 1',
+    '# TYPE m',
+    '# TYPE m sideways',
   ];
   for (const line of bad) {
     const page = parsePromText(`good 1\n${line}\ngood 2\n`);
     assert.equal(page.errors, 1, `"${line}" should be one error, got ${JSON.stringify(page.diagnostics)}`);
     assert.equal(page.diagnostics[0].line, 2);
-    assert.deepEqual(page.series('good').map((s) => s.value), [1, 2], line);
+    assert.deepEqual(
+      page.series('good').map((s) => s.value),
+      [1, 2],
+      line,
+    );
     assert.equal(page.has('m'), false, line);
   }
 });
@@ -126,7 +173,7 @@ test('keeps at most five diagnostics but counts every error', () => {
 
 test('never throws on random bytes, and reports them', () => {
   let seed = 42;
-  const random = () => ((seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31);
+  const random = () => (seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31;
   let reported = 0;
   for (let round = 0; round < 300; round++) {
     const bytes = Buffer.alloc(1 + Math.floor(random() * 2000));
@@ -178,7 +225,10 @@ test('sum and friends tell absent from zero', () => {
   assert.equal(page.sum('absent'), undefined);
   assert.equal(page.mean('absent'), undefined);
   assert.equal(page.histogram('absent'), undefined);
-  assert.equal(page.sum('zero', (labels) => labels.x === 'y'), undefined);
+  assert.equal(
+    page.sum('zero', (labels) => labels.x === 'y'),
+    undefined,
+  );
 });
 
 test('parses Go float syntax', () => {

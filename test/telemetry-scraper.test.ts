@@ -6,6 +6,7 @@ import { gzipSync } from 'node:zlib';
 import { Scraper, type ScraperOptions } from '../agent/telemetry/scraper.ts';
 import type { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
 import type { Pod, PodLoad } from '../agent/types.ts';
+import { waitFor } from './helpers/wait.ts';
 
 interface FakeServer {
   address: string;
@@ -34,10 +35,11 @@ async function fakeModelServer(handler: FakeServer['handler']): Promise<FakeServ
     connections: 0,
     maxConcurrent: 0,
     handler,
-    close: () => new Promise((resolve) => {
-      server.closeAllConnections();
-      server.close(() => resolve());
-    }),
+    close: () =>
+      new Promise((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
   };
   return state;
 }
@@ -63,23 +65,26 @@ const serve = (body: () => string) => (_req: IncomingMessage, res: ServerRespons
   res.end(body());
 };
 
-const pod = (name: string, address: string, engine?: Pod['engine']): Pod =>
-  ({ uid: `inference/${name}`, name, namespace: 'inference', node: 'node-a', address, models: ['m'], ...(engine ? { engine } : {}) });
-
-async function waitFor(what: string, condition: () => boolean, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-}
+const pod = (name: string, address: string, engine?: Pod['engine']): Pod => ({
+  uid: `inference/${name}`,
+  name,
+  namespace: 'inference',
+  node: 'node-a',
+  address,
+  models: ['m'],
+  ...(engine ? { engine } : {}),
+});
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 function recordingScraper(options: ScraperOptions) {
   const loads: { pod: Pod; load: PodLoad; telemetry: PodTelemetry }[] = [];
   const errors: { pod: Pod; error: string }[] = [];
-  const scraper = new Scraper(options, (p, load, telemetry) => loads.push({ pod: p, load, telemetry }), (p, error) => errors.push({ pod: p, error }));
+  const scraper = new Scraper(
+    options,
+    (p, load, telemetry) => loads.push({ pod: p, load, telemetry }),
+    (p, error) => errors.push({ pod: p, error }),
+  );
   return { scraper, loads, errors };
 }
 
@@ -87,21 +92,24 @@ test('scrapes a pod over one kept-alive connection, detects its engine and follo
   let waiting = 3;
   const server = await fakeModelServer(serve(() => vllmPage(waiting, 8)));
   const { scraper, loads, errors } = recordingScraper({ intervalMs: 25 });
-  t.after(async () => { await scraper.stop(); await server.close(); });
+  t.after(async () => {
+    await scraper.stop();
+    await server.close();
+  });
 
   const p = pod('llama-0', server.address);
   scraper.setPods([p]);
   scraper.start();
-  await waitFor('a first load', () => loads.length > 0);
+  await waitFor(() => loads.length > 0, 5000, 'a first load');
   assert.equal(loads[0].load.waiting, 3);
   assert.equal(loads[0].load.running, 8);
   assert.equal(loads[0].pod.engine, 'vllm');
   assert.equal(scraper.pod(p.uid)?.engine, 'vllm');
-  assert.equal(p.engine, undefined, 'the caller\'s pod object is not mutated');
+  assert.equal(p.engine, undefined, "the caller's pod object is not mutated");
 
   waiting = 9;
-  await waitFor('the new queue length', () => loads.at(-1)?.load.waiting === 9);
-  await waitFor('a few more scrapes', () => server.requests >= 8);
+  await waitFor(() => loads.at(-1)?.load.waiting === 9, 5000, 'the new queue length');
+  await waitFor(() => server.requests >= 8, 5000, 'a few more scrapes');
   assert.equal(server.connections, 1);
   assert.deepEqual(errors, []);
   const health = scraper.health(p.uid);
@@ -116,26 +124,34 @@ test('reports the TTFT of the requests finished between two scrapes', async (t) 
   let sum = 5;
   const server = await fakeModelServer(serve(() => vllmPage(0, 1, sum, count)));
   const { scraper, loads } = recordingScraper({ intervalMs: 25 });
-  t.after(async () => { await scraper.stop(); await server.close(); });
+  t.after(async () => {
+    await scraper.stop();
+    await server.close();
+  });
   scraper.setPods([pod('llama-0', server.address, 'vllm')]);
   scraper.start();
-  await waitFor('a first load', () => loads.length > 0);
+  await waitFor(() => loads.length > 0, 5000, 'a first load');
   count = 14;
   sum = 7;
-  await waitFor('the new requests', () => (loads.at(-1)?.telemetry.lastDelta?.ttft?.count ?? 0) > 0);
+  await waitFor(() => (loads.at(-1)?.telemetry.lastDelta?.ttft?.count ?? 0) > 0, 5000, 'the new requests');
   const ttft = loads.at(-1)?.telemetry.lastDelta?.ttft;
   assert.equal(ttft?.count, 4);
   assert.equal(ttft?.mean, 0.5);
 });
 
 test('a hung pod times out, and is never scraped twice at once', async (t) => {
-  const server = await fakeModelServer(() => { /* never answers */ });
+  const server = await fakeModelServer(() => {
+    /* never answers */
+  });
   const { scraper, errors } = recordingScraper({ intervalMs: 10, timeoutMs: 60 });
-  t.after(async () => { await scraper.stop(); await server.close(); });
+  t.after(async () => {
+    await scraper.stop();
+    await server.close();
+  });
   const p = pod('stuck', server.address, 'vllm');
   scraper.setPods([p]);
   scraper.start();
-  await waitFor('three timeouts', () => errors.length >= 3);
+  await waitFor(() => errors.length >= 3, 5000, 'three timeouts');
   assert.equal(errors[0].error, 'timed out after 60 ms');
   assert.equal(server.maxConcurrent, 1);
   assert.ok((scraper.health(p.uid)?.consecutiveFailures ?? 0) >= 3);
@@ -151,16 +167,19 @@ test('an HTTP error is a failed scrape, and the pod turns stale after two interv
   });
   let clock = 1_000_000;
   const { scraper, loads, errors } = recordingScraper({ intervalMs: 20, now: () => clock });
-  t.after(async () => { await scraper.stop(); await server.close(); });
+  t.after(async () => {
+    await scraper.stop();
+    await server.close();
+  });
   const p = pod('llama-0', server.address);
   scraper.setPods([p]);
   scraper.start();
-  await waitFor('a good scrape', () => loads.length > 0);
+  await waitFor(() => loads.length > 0, 5000, 'a good scrape');
   assert.equal(loads[0].load.at, 1_000_000);
 
   healthy = false;
   clock = 2_000_000;
-  await waitFor('two failures', () => (scraper.health(p.uid)?.consecutiveFailures ?? 0) >= 2);
+  await waitFor(() => (scraper.health(p.uid)?.consecutiveFailures ?? 0) >= 2, 5000, 'two failures');
   assert.equal(errors[0].error, 'HTTP 500');
   assert.equal(scraper.health(p.uid)?.lastError, 'HTTP 500');
   assert.equal(scraper.health(p.uid)?.lastGoodAt, 1_000_000);
@@ -171,7 +190,7 @@ test('an HTTP error is a failed scrape, and the pod turns stale after two interv
   assert.equal(server.connections, 1, 'error bodies are read, so the connection is reused');
 
   healthy = true;
-  await waitFor('recovery', () => scraper.health(p.uid)?.consecutiveFailures === 0);
+  await waitFor(() => scraper.health(p.uid)?.consecutiveFailures === 0, 5000, 'recovery');
   assert.equal(scraper.isStale(p.uid), false);
 });
 
@@ -179,23 +198,30 @@ test('a removed pod stops being scraped, and the others go on', async (t) => {
   const a = await fakeModelServer(serve(() => vllmPage(1, 1)));
   const b = await fakeModelServer(serve(() => vllmPage(2, 2)));
   const { scraper } = recordingScraper({ intervalMs: 15 });
-  t.after(async () => { await scraper.stop(); await a.close(); await b.close(); });
+  t.after(async () => {
+    await scraper.stop();
+    await a.close();
+    await b.close();
+  });
   const podA = pod('a', a.address);
   const podB = pod('b', b.address);
   scraper.setPods([podA, podB]);
   scraper.start();
-  await waitFor('both scraped', () => a.requests >= 2 && b.requests >= 2);
+  await waitFor(() => a.requests >= 2 && b.requests >= 2, 5000, 'both scraped');
 
   scraper.setPods([podA]);
   const bAtRemoval = b.requests;
   const aAtRemoval = a.requests;
-  await waitFor('a goes on', () => a.requests >= aAtRemoval + 5);
+  await waitFor(() => a.requests >= aAtRemoval + 5, 5000, 'a goes on');
   assert.ok(b.requests <= bAtRemoval + 1, 'at most the scrape already in flight'); // in flight requests are aborted
   assert.equal(scraper.health(podB.uid), undefined);
-  assert.deepEqual(scraper.pods().map((p) => p.name), ['a']);
+  assert.deepEqual(
+    scraper.pods().map((p) => p.name),
+    ['a'],
+  );
 
   scraper.setPods([podA, podB]); // and it can come back
-  await waitFor('b scraped again', () => b.requests >= bAtRemoval + 2);
+  await waitFor(() => b.requests >= bAtRemoval + 2, 5000, 'b scraped again');
 });
 
 test('stop() ends every loop', async (t) => {
@@ -204,7 +230,7 @@ test('stop() ends every loop', async (t) => {
   t.after(() => server.close());
   scraper.setPods([pod('a', server.address)]);
   scraper.start();
-  await waitFor('some scrapes', () => server.requests >= 3);
+  await waitFor(() => server.requests >= 3, 5000, 'some scrapes');
   await scraper.stop();
   const after = server.requests;
   await sleep(60);
@@ -220,10 +246,13 @@ test('decodes a gzipped page when asked for gzip', async (t) => {
     res.end(gzipSync(vllmPage(6, 2)));
   });
   const { scraper, loads } = recordingScraper({ intervalMs: 25, gzip: true });
-  t.after(async () => { await scraper.stop(); await server.close(); });
+  t.after(async () => {
+    await scraper.stop();
+    await server.close();
+  });
   scraper.setPods([pod('a', server.address)]);
   scraper.start();
-  await waitFor('a load', () => loads.length > 0);
+  await waitFor(() => loads.length > 0, 5000, 'a load');
   assert.equal(acceptEncoding, 'gzip');
   assert.equal(loads[0].load.waiting, 6);
 });
@@ -233,11 +262,24 @@ test('garbage, an oversized page and a mismatched engine are failures, not loads
   const huge = await fakeModelServer(serve(() => vllmPage(1, 1) + `# ${'x'.repeat(20_000)}\n`));
   const vllm = await fakeModelServer(serve(() => vllmPage(1, 1)));
   const { scraper, loads, errors } = recordingScraper({ intervalMs: 25, maxBodyBytes: 10_000 });
-  t.after(async () => { await scraper.stop(); await garbage.close(); await huge.close(); await vllm.close(); });
-  scraper.setPods([pod('garbage', garbage.address), pod('huge', huge.address), pod('configured-tgi', vllm.address, 'tgi')]);
+  t.after(async () => {
+    await scraper.stop();
+    await garbage.close();
+    await huge.close();
+    await vllm.close();
+  });
+  scraper.setPods([
+    pod('garbage', garbage.address),
+    pod('huge', huge.address),
+    pod('configured-tgi', vllm.address, 'tgi'),
+  ]);
   scraper.start();
   const errorOf = (name: string) => errors.find((e) => e.pod.name === name)?.error;
-  await waitFor('three kinds of failure', () => ['garbage', 'huge', 'configured-tgi'].every((n) => errorOf(n) !== undefined));
+  await waitFor(
+    () => ['garbage', 'huge', 'configured-tgi'].every((n) => errorOf(n) !== undefined),
+    5000,
+    'three kinds of failure',
+  );
   assert.match(errorOf('garbage') ?? '', /^not a metrics page \(\d+ malformed lines, first: line 1: /);
   assert.equal(errorOf('huge'), 'page larger than 10000 bytes');
   assert.equal(errorOf('configured-tgi'), 'tgi page has no tgi_queue_size');
@@ -253,6 +295,6 @@ test('an unreachable pod is a failure with the reason', async (t) => {
   t.after(() => scraper.stop());
   scraper.setPods([pod('gone', address)]);
   scraper.start();
-  await waitFor('a failure', () => errors.length > 0);
+  await waitFor(() => errors.length > 0, 5000, 'a failure');
   assert.match(errors[0].error, /ECONNREFUSED/);
 });

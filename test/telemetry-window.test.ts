@@ -93,8 +93,14 @@ test('rejects a window that cannot work', () => {
   assert.throws(() => new TimeWindow({ spanMs: 10, bucketMs: 100 }));
 });
 
-const load = (at: number, extra: Partial<PodLoad> = {}): PodLoad =>
-  ({ at, engine: 'vllm', waiting: 0, running: 0, kvCache: 0, ...extra });
+const load = (at: number, extra: Partial<PodLoad> = {}): PodLoad => ({
+  at,
+  engine: 'vllm',
+  waiting: 0,
+  running: 0,
+  kvCache: 0,
+  ...extra,
+});
 
 test('the TTFT delta is the mean of the requests that got their first token in the interval', () => {
   const delta = intervalDelta(
@@ -113,7 +119,10 @@ test('no request finishing gives a count of 0 and no mean; a restart counts from
   const idle = intervalDelta(load(0, { ttftSum: 10, ttftCount: 20 }), load(100, { ttftSum: 10, ttftCount: 20 }));
   assert.equal(idle.ttft?.count, 0);
   assert.ok(Number.isNaN(idle.ttft?.mean));
-  const restarted = intervalDelta(load(0, { ttftSum: 10, ttftCount: 20, finished: 50 }), load(100, { ttftSum: 0.6, ttftCount: 2, finished: 2 }));
+  const restarted = intervalDelta(
+    load(0, { ttftSum: 10, ttftCount: 20, finished: 50 }),
+    load(100, { ttftSum: 0.6, ttftCount: 2, finished: 2 }),
+  );
   assert.equal(restarted.ttft?.count, 2);
   close(restarted.ttft?.mean ?? NaN, 0.3);
   assert.equal(restarted.finished, 2);

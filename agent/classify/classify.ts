@@ -1,8 +1,9 @@
 // A request's tags: what the caller declares, what the built-in and the platform's detectors find
 // in any string of the body, and `unscanned` for what could not be read. Pure.
-import { formatPath } from '../policy/schema.ts';
+import { formatPath } from '../../shared/json.ts';
 import type { CustomDetector } from './custom.ts';
-import { DETECTORS, detect, normalise, type Detector } from './detect.ts';
+import { DETECTORS, detect, type Detector } from './detect.ts';
+import { normalise } from './normalise.ts';
 import { parseTagHeader } from './tags.ts';
 import { DEFAULT_SCAN_LIMITS, walkBody, type ScanLimits, type UnscannedReason } from './walk.ts';
 
@@ -45,7 +46,11 @@ export interface ClassifyOptions {
 /** Evidence kept per request: enough to explain, bounded against bodies built to flood it. */
 const MAX_REPORTED = 32;
 
-export function classifyRequest(headerTags: string | null | undefined, body: unknown, options: ClassifyOptions = {}): Classification {
+export function classifyRequest(
+  headerTags: string | null | undefined,
+  body: unknown,
+  options: ClassifyOptions = {},
+): Classification {
   const header = parseTagHeader(headerTags);
   const custom = options.detectors ?? [];
   const tags = new Set(header.tags);
@@ -70,7 +75,8 @@ export function classifyRequest(headerTags: string | null | undefined, body: unk
         if (!detector.matches(normalised)) continue;
         fired.add(detector.name);
         tags.add(detector.tag);
-        if (findings.length < MAX_REPORTED) findings.push({ detector: detector.name, tag: detector.tag, path: formatPath(path) });
+        if (findings.length < MAX_REPORTED)
+          findings.push({ detector: detector.name, tag: detector.tag, path: formatPath(path) });
       }
     },
     unscanned(reason, path) {

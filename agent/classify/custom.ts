@@ -7,7 +7,7 @@
 // every pattern runs on slices of at most REGEX_SLICE characters, so the rest stays polynomial in
 // a small bound.
 
-import { normalise } from './detect.ts';
+import { normalise } from './normalise.ts';
 
 export interface DetectorSpec {
   name: string;
@@ -59,9 +59,11 @@ export function compileDetectors(specs: readonly DetectorSpec[]): { detectors: C
 }
 
 function checkSpec(spec: DetectorSpec, names: ReadonlySet<string>): string | undefined {
-  if (typeof spec.name !== 'string' || !NAME.test(spec.name)) return 'name must be a lowercase name of a-z 0-9 . _ - (at most 63 characters)';
+  if (typeof spec.name !== 'string' || !NAME.test(spec.name))
+    return 'name must be a lowercase name of a-z 0-9 . _ - (at most 63 characters)';
   if (names.has(spec.name)) return 'duplicate name';
-  if (typeof spec.tag !== 'string' || !TAG.test(spec.tag)) return 'tag must be a lowercase tag of a-z 0-9 . _ - (at most 64 characters)';
+  if (typeof spec.tag !== 'string' || !TAG.test(spec.tag))
+    return 'tag must be a lowercase tag of a-z 0-9 . _ - (at most 64 characters)';
   if (!spec.keywords?.length && spec.pattern === undefined) return 'needs keywords or a pattern';
   if (spec.keywords?.some((k) => typeof k !== 'string' || k.trim() === '')) return 'keywords must be non-empty strings';
   if (spec.pattern !== undefined) {
@@ -72,7 +74,8 @@ function checkSpec(spec: DetectorSpec, names: ReadonlySet<string>): string | und
     }
     const unsafe = backtrackingHazard(spec.pattern);
     if (unsafe) return `pattern may take exponential time (${unsafe}); rewrite it without ${unsafe}`;
-    if (new RegExp(spec.pattern, 'u').test('')) return 'pattern matches the empty string, so it would tag every request';
+    if (new RegExp(spec.pattern, 'u').test(''))
+      return 'pattern matches the empty string, so it would tag every request';
   }
   return undefined;
 }

@@ -7,7 +7,25 @@
 //
 // Cost: an indexOf('@') for e-mail, and one scan that only stops at digits (a regex jump over
 // prose, a short probe in digit-dense text); each digit run is examined once and skipped past.
-// bench/classify.bench.ts: a few µs for a 4 KB prompt.
+// bench/classify.bench.ts: a few µs for a 4 KB prompt. Normalisation (normalise.ts), character
+// classes (chars.ts) and checksums (checksums.ts) live beside it.
+import {
+  SPACE,
+  PLUS,
+  DASH,
+  DOT,
+  LPAREN,
+  RPAREN,
+  isDigit,
+  isUpper,
+  isAsciiAlnum,
+  isWordChar,
+  blocksBefore,
+  endsCleanly,
+  skipToken,
+} from './chars.ts';
+import { knownIssuer, luhn, mod97 } from './checksums.ts';
+import { normalise } from './normalise.ts';
 
 export type Detector = 'email' | 'card' | 'ssn' | 'iban' | 'phone';
 export const DETECTORS: readonly Detector[] = ['email', 'card', 'ssn', 'iban', 'phone'];
@@ -21,108 +39,37 @@ export function detect(text: string, found: Set<Detector> = new Set()): Set<Dete
 }
 
 // ---------------------------------------------------------------------------------------------
-// normalisation: the same number or address however it is typed
-
-// Invisible characters a copy-paste (or an evasion) puts between digits: zero-width space, joiners,
-// word joiner, BOM, soft hyphen. Unicode dashes and hyphens become '-', so `4111‒1111…` groups.
-const INVISIBLE = /[\u00ad\u180e\u200b-\u200d\u2060\ufeff]/g;
-const DASHES = /[\u2010-\u2015\u2212\ufe58\ufe63]/g;
-
-/**
- * ASCII text is returned as is (the common case costs one regex test). Otherwise NFKC folds
- * full-width digits and `＠`, ideographic spaces and the like to ASCII; invisibles are dropped.
- */
-export function normalise(text: string): string {
-  const s = text.indexOf('\\') === -1 ? text : unescapeJson(text);
-  if (isAscii(s)) return s;
-  return s.normalize('NFKC').replace(INVISIBLE, '').replace(DASHES, '-');
-}
-
-/**
- * UTF-8 length equals UTF-16 length only for ASCII: native, several times cheaper than a regex
- * scan on long text; short strings (ids, roles, names) are cheaper to check in place.
- */
-function isAscii(s: string): boolean {
-  if (s.length > 64) return Buffer.byteLength(s, 'utf8') === s.length;
-  for (let i = 0; i < s.length; i++) if (s.charCodeAt(i) > 127) return false;
-  return true;
-}
-
-// Tool arguments and other JSON-in-a-string carry `\n` and `\u0040` as escapes: the model reads
-// them as the characters, so the detectors must too.
-const JSON_ESCAPE = /\\(?:u([0-9a-fA-F]{4})|[nrt])/g;
-function unescapeJson(text: string): string {
-  return text.replace(JSON_ESCAPE, (_, hex: string | undefined) => (hex ? String.fromCharCode(parseInt(hex, 16)) : ' '));
-}
-
-// ---------------------------------------------------------------------------------------------
-// characters
-
-const SPACE = 32, PLUS = 43, DASH = 45, DOT = 46, LPAREN = 40, RPAREN = 41;
-
-// ASCII character classes in one table: a lookup instead of chains of comparisons.
-const DIGIT = 1, UPPER = 2, LOWER = 4, WORD = 8, BLOCKS = 16;
-const ASCII = new Uint8Array(128);
-for (let c = 48; c <= 57; c++) ASCII[c] = DIGIT | WORD | BLOCKS;
-for (let c = 65; c <= 90; c++) ASCII[c] = UPPER | WORD | BLOCKS;
-for (let c = 97; c <= 122; c++) ASCII[c] = LOWER | WORD | BLOCKS;
-ASCII[95] = WORD | BLOCKS; // _
-// Before a number, these make it part of something else: `#4111…` (an id), `$4111` (a price),
-// `v10.0`, `a-123-45-6789`, `/123`, `x+555`.
-for (const ch of '-./\\@#$%&+^~*') ASCII[ch.charCodeAt(0)] |= BLOCKS;
-
-function isDigit(c: number): boolean {
-  return c >= 48 && c <= 57;
-}
-function isUpper(c: number): boolean {
-  return c >= 65 && c <= 90;
-}
-function isAsciiAlnum(c: number): boolean {
-  return c < 128 && (ASCII[c] & (DIGIT | UPPER | LOWER)) !== 0;
-}
-const NON_ASCII_WORD = /[\p{L}\p{N}\p{Sc}]/u;
-/** Letters, digits, `_` (and non-ASCII letters/digits/currency): a number touching one is part of a word. */
-function isWordChar(c: number): boolean {
-  if (c < 128) return (ASCII[c] & WORD) !== 0;
-  return NON_ASCII_WORD.test(String.fromCharCode(c));
-}
-function blocksBefore(c: number): boolean {
-  if (c < 128) return (ASCII[c] & BLOCKS) !== 0;
-  return NON_ASCII_WORD.test(String.fromCharCode(c));
-}
-
-/** May a candidate end just before index `j`? Not inside a word, path, address, time or decimal. */
-function endsCleanly(s: string, j: number): boolean {
-  if (j >= s.length) return true;
-  const c = s.charCodeAt(j);
-  if (isWordChar(c) || c === 64 /* @ */ || c === 47 /* / */ || c === 92 /* \ */ || c === 37 /* % */) return false;
-  if (j + 1 < s.length) {
-    const next = s.charCodeAt(j + 1);
-    // `…-1234-x` / `….5` continue a token; `4111,11` / `12:30` continue a number.
-    if ((c === DASH || c === DOT) && isAsciiAlnum(next)) return false;
-    if ((c === 44 /* , */ || c === 58 /* : */) && isDigit(next)) return false;
-  }
-  return true;
-}
-
-/** Skips the rest of a word-like token that starts or continues at `i` (`v10.0.19045`, a hash). */
-function skipToken(s: string, i: number): number {
-  const n = s.length;
-  while (i < n) {
-    const c = s.charCodeAt(i);
-    if (isWordChar(c)) i++;
-    else if ((c === DASH || c === DOT) && i + 1 < n && isAsciiAlnum(s.charCodeAt(i + 1))) i += 2;
-    else break;
-  }
-  return i;
-}
-
-// ---------------------------------------------------------------------------------------------
 // e-mail
 
 const LOCAL_EXTRA = new Set([...'._%+-'].map((ch) => ch.charCodeAt(0)));
 /** TLD-shaped file extensions: `icon@2x.png` is an asset, not an address. */
-const FILE_EXTENSIONS = new Set(['png', 'jpg', 'jpeg', 'gif', 'svg', 'webp', 'bmp', 'ico', 'tif', 'tiff', 'pdf', 'js', 'mjs', 'ts', 'tsx', 'jsx', 'css', 'json', 'yaml', 'yml', 'lock', 'txt', 'html', 'htm', 'map']);
+const FILE_EXTENSIONS = new Set([
+  'png',
+  'jpg',
+  'jpeg',
+  'gif',
+  'svg',
+  'webp',
+  'bmp',
+  'ico',
+  'tif',
+  'tiff',
+  'pdf',
+  'js',
+  'mjs',
+  'ts',
+  'tsx',
+  'jsx',
+  'css',
+  'json',
+  'yaml',
+  'yml',
+  'lock',
+  'txt',
+  'html',
+  'htm',
+  'map',
+]);
 
 /** Internationalised addresses (RFC 6531) put letters of any script on both sides of the `@`. */
 function isLabelChar(c: number): boolean {
@@ -147,7 +94,13 @@ function hasEmail(s: string): boolean {
     while (r < n) {
       const c = s.charCodeAt(r);
       if (isLabelChar(c) || (c === DASH && r > at + 1 && s.charCodeAt(r - 1) !== DOT)) r++;
-      else if (c === DOT && r > at + 1 && s.charCodeAt(r - 1) !== DOT && r + 1 < n && isLabelChar(s.charCodeAt(r + 1))) {
+      else if (
+        c === DOT &&
+        r > at + 1 &&
+        s.charCodeAt(r - 1) !== DOT &&
+        r + 1 < n &&
+        isLabelChar(s.charCodeAt(r + 1))
+      ) {
         lastDot = r;
         r++;
       } else break;
@@ -253,7 +206,11 @@ function chainAt(s: string, p: number, found: Set<Detector>): number {
     if ((c === SPACE || c === DASH || c === DOT) && isDigit(s.charCodeAt(j + 1))) {
       gSep[count - 1] = c;
       j++;
-    } else if (c !== SPACE ? isSpaceLike(c) : j + 1 < n && (isSpaceLike(s.charCodeAt(j + 1)) || s.charCodeAt(j + 1) === DASH || s.charCodeAt(j + 1) === DOT)) {
+    } else if (
+      c !== SPACE
+        ? isSpaceLike(c)
+        : j + 1 < n && (isSpaceLike(s.charCodeAt(j + 1)) || s.charCodeAt(j + 1) === DASH || s.charCodeAt(j + 1) === DOT)
+    ) {
       // Checked inline first: a number followed by one space and a word is the common case.
       // Only card-shaped groups (4, or Amex's 6) continue across a line break or double space:
       // a log line's trailing number must not chain into the next line's timestamp.
@@ -279,7 +236,14 @@ function chainAt(s: string, p: number, found: Set<Detector>): number {
       if (k === 3 && isSsn(s, a)) found.add('ssn');
       else if ((k === 3 || k === 4) && isNanp(s, a, k)) found.add('phone');
       // A national number stands alone: the whole chain, not four digits inside a longer one.
-      else if (a === 0 && k === count && k >= 2 && (windowDigits === 10 || windowDigits === 11) && isNationalPhone(s, a, k)) found.add('phone');
+      else if (
+        a === 0 &&
+        k === count &&
+        k >= 2 &&
+        (windowDigits === 10 || windowDigits === 11) &&
+        isNationalPhone(s, a, k)
+      )
+        found.add('phone');
       else if (windowDigits >= 13 && isCard(s, a, k, windowDigits)) found.add('card');
     }
   }
@@ -375,43 +339,6 @@ function isCard(s: string, a: number, k: number, total: number): boolean {
   return total === digits.length && knownIssuer(digits) && luhn(digits);
 }
 
-export function luhn(digits: string): boolean {
-  let sum = 0;
-  let double = false;
-  for (let i = digits.length - 1; i >= 0; i--) {
-    let d = digits.charCodeAt(i) - 48;
-    if (double) {
-      d *= 2;
-      if (d > 9) d -= 9;
-    }
-    sum += d;
-    double = !double;
-  }
-  return sum % 10 === 0;
-}
-
-const MAESTRO = new Set([5018, 5020, 5038, 5893, 6304, 6759, 6761, 6762, 6763]);
-
-/** Issuer identification number prefixes and the lengths each network issues. */
-function knownIssuer(d: string): boolean {
-  const len = d.length;
-  const p2 = Number(d.slice(0, 2));
-  const p3 = Number(d.slice(0, 3));
-  const p4 = Number(d.slice(0, 4));
-  const long = len >= 16 && len <= 19;
-  if (d.charCodeAt(0) === 52) return len === 13 || len === 16 || len === 19; // Visa
-  if (p2 === 34 || p2 === 37) return len === 15; // American Express
-  if ((p2 >= 51 && p2 <= 55) || (p4 >= 2221 && p4 <= 2720)) return len === 16; // Mastercard
-  if (p4 >= 2200 && p4 <= 2204) return long; // Mir
-  if (p4 === 6011 || (p3 >= 644 && p3 <= 649) || p2 === 65) return long; // Discover
-  if (p4 >= 3528 && p4 <= 3589) return long; // JCB
-  if (p2 === 62) return long; // UnionPay
-  if (p2 === 36 || (p3 >= 300 && p3 <= 305)) return len >= 14 && len <= 19; // Diners Club
-  if (p2 === 38 || p2 === 39) return long; // Diners Club (North America)
-  if (MAESTRO.has(p4)) return len >= 13 && len <= 19;
-  return false;
-}
-
 // ---------------------------------------------------------------------------------------------
 // phone numbers with explicit markers
 
@@ -470,13 +397,83 @@ function parenPhoneAt(s: string, p: number): number {
 
 /** IBAN lengths of the countries that issue them most (SWIFT registry); others are not tagged. */
 const IBAN_LENGTH: Record<string, number> = {
-  AD: 24, AE: 23, AL: 28, AT: 20, AZ: 28, BA: 20, BE: 16, BG: 22, BH: 22, BR: 29, BY: 28, CH: 21,
-  CR: 22, CY: 28, CZ: 24, DE: 22, DK: 18, DO: 28, EE: 20, EG: 29, ES: 24, FI: 18, FO: 18, FR: 27,
-  GB: 22, GE: 22, GI: 23, GL: 18, GR: 27, GT: 28, HR: 21, HU: 28, IE: 22, IL: 23, IQ: 23, IS: 26,
-  IT: 27, JO: 30, KW: 30, KZ: 20, LB: 28, LC: 32, LI: 21, LT: 20, LU: 20, LV: 21, MC: 27, MD: 24,
-  ME: 22, MK: 19, MR: 27, MT: 31, MU: 30, NL: 18, NO: 15, PK: 24, PL: 28, PS: 29, PT: 25, QA: 29,
-  RO: 24, RS: 22, SA: 24, SC: 31, SE: 24, SI: 19, SK: 24, SM: 27, ST: 25, SV: 28, TL: 23, TN: 24,
-  TR: 26, UA: 29, VA: 22, VG: 24, XK: 20,
+  AD: 24,
+  AE: 23,
+  AL: 28,
+  AT: 20,
+  AZ: 28,
+  BA: 20,
+  BE: 16,
+  BG: 22,
+  BH: 22,
+  BR: 29,
+  BY: 28,
+  CH: 21,
+  CR: 22,
+  CY: 28,
+  CZ: 24,
+  DE: 22,
+  DK: 18,
+  DO: 28,
+  EE: 20,
+  EG: 29,
+  ES: 24,
+  FI: 18,
+  FO: 18,
+  FR: 27,
+  GB: 22,
+  GE: 22,
+  GI: 23,
+  GL: 18,
+  GR: 27,
+  GT: 28,
+  HR: 21,
+  HU: 28,
+  IE: 22,
+  IL: 23,
+  IQ: 23,
+  IS: 26,
+  IT: 27,
+  JO: 30,
+  KW: 30,
+  KZ: 20,
+  LB: 28,
+  LC: 32,
+  LI: 21,
+  LT: 20,
+  LU: 20,
+  LV: 21,
+  MC: 27,
+  MD: 24,
+  ME: 22,
+  MK: 19,
+  MR: 27,
+  MT: 31,
+  MU: 30,
+  NL: 18,
+  NO: 15,
+  PK: 24,
+  PL: 28,
+  PS: 29,
+  PT: 25,
+  QA: 29,
+  RO: 24,
+  RS: 22,
+  SA: 24,
+  SC: 31,
+  SE: 24,
+  SI: 19,
+  SK: 24,
+  SM: 27,
+  ST: 25,
+  SV: 28,
+  TL: 23,
+  TN: 24,
+  TR: 26,
+  UA: 29,
+  VA: 22,
+  VG: 24,
+  XK: 20,
 };
 
 /** Country + 2 check digits + BBAN, compact or in groups of 4 (any separator); exact length; mod 97 = 1. */
@@ -491,7 +488,12 @@ function ibanAt(s: string, start: number): number {
     if (isDigit(c) || isUpper(c)) {
       compact += s[j];
       j++;
-    } else if (compact.length % 4 === 0 && (c === SPACE || c === DASH || c === DOT) && j + 1 < n && isAsciiAlnum(s.charCodeAt(j + 1))) {
+    } else if (
+      compact.length % 4 === 0 &&
+      (c === SPACE || c === DASH || c === DOT) &&
+      j + 1 < n &&
+      isAsciiAlnum(s.charCodeAt(j + 1))
+    ) {
       j++;
     } else if (compact.length % 4 === 0 && isSpaceLike(c)) {
       const next = looseSeparatorEnd(s, j);
@@ -501,14 +503,4 @@ function ibanAt(s: string, start: number): number {
   }
   if (compact.length !== length || !endsCleanly(s, j)) return -1;
   return mod97(compact) === 1 ? j : -1;
-}
-
-export function mod97(iban: string): number {
-  const rearranged = iban.slice(4) + iban.slice(0, 4);
-  let rem = 0;
-  for (let i = 0; i < rearranged.length; i++) {
-    const c = rearranged.charCodeAt(i);
-    rem = isDigit(c) ? (rem * 10 + c - 48) % 97 : (rem * 100 + c - 55) % 97;
-  }
-  return rem;
 }

@@ -27,9 +27,29 @@ export interface WalkVisitor {
 }
 
 /** Content-part and item types whose payload is not text (OpenAI chat/responses, vLLM, Anthropic-style). */
-const MEDIA_TYPES = new Set(['image_url', 'input_image', 'image', 'input_audio', 'audio', 'audio_url', 'video_url', 'video', 'file', 'input_file']);
+const MEDIA_TYPES = new Set([
+  'image_url',
+  'input_image',
+  'image',
+  'input_audio',
+  'audio',
+  'audio_url',
+  'video_url',
+  'video',
+  'file',
+  'input_file',
+]);
 /** Keys that carry such a payload, whatever the part's type says. */
-const MEDIA_KEYS = new Set(['image_url', 'input_audio', 'audio_url', 'video_url', 'file', 'file_data', 'file_id', 'image_data']);
+const MEDIA_KEYS = new Set([
+  'image_url',
+  'input_audio',
+  'audio_url',
+  'video_url',
+  'file',
+  'file_data',
+  'file_id',
+  'image_data',
+]);
 /** Keys whose integer arrays are prompts as token ids (completions `prompt`, embeddings `input`, vLLM). */
 const TOKEN_KEYS = new Set(['prompt', 'input', 'prompt_token_ids', 'input_ids', 'token_ids']);
 /** A longer integer array anywhere is token ids too, whatever its key. */
@@ -42,7 +62,47 @@ const DATA_URL = /^\s*data:[\w.+-]+\/[\w.+-]+[;,]/i;
 /** Integers this large may be a card, phone or account number written as a JSON number. */
 const NUMBER_AS_TEXT = 1e8;
 /** Field names of the OpenAI/vLLM request schemas: keys, not data, and on every request. */
-const API_KEYS = new Set(['messages', 'content', 'tool_calls', 'function', 'arguments', 'tool_call_id', 'image_url', 'input_audio', 'max_tokens', 'max_completion_tokens', 'temperature', 'response_format', 'json_schema', 'properties', 'description', 'required', 'metadata', 'stream_options', 'include_usage', 'frequency_penalty', 'presence_penalty', 'reasoning_content', 'refusal', 'prediction', 'documents', 'file_data', 'filename', 'logprobs', 'top_logprobs', 'tool_choice', 'parallel_tool_calls', 'function_call', 'functions', 'prompt_token_ids', 'stop_token_ids', 'chat_template_kwargs', 'encoding_format', 'dimensions', 'reasoning_effort']);
+const API_KEYS = new Set([
+  'messages',
+  'content',
+  'tool_calls',
+  'function',
+  'arguments',
+  'tool_call_id',
+  'image_url',
+  'input_audio',
+  'max_tokens',
+  'max_completion_tokens',
+  'temperature',
+  'response_format',
+  'json_schema',
+  'properties',
+  'description',
+  'required',
+  'metadata',
+  'stream_options',
+  'include_usage',
+  'frequency_penalty',
+  'presence_penalty',
+  'reasoning_content',
+  'refusal',
+  'prediction',
+  'documents',
+  'file_data',
+  'filename',
+  'logprobs',
+  'top_logprobs',
+  'tool_choice',
+  'parallel_tool_calls',
+  'function_call',
+  'functions',
+  'prompt_token_ids',
+  'stop_token_ids',
+  'chat_template_kwargs',
+  'encoding_format',
+  'dimensions',
+  'reasoning_effort',
+]);
 /** Characters either side of a seam read again: any value up to this long that a seam splits is found whole. */
 const SEAM = 128;
 /** Strings shorter than this cannot hold an address (a@b.co) or a 9-digit number. */

@@ -43,7 +43,17 @@ interface Outcome {
   route: string;
   ttftMs: number;
   ok: boolean;
+  /** Tagged pii: may not leave the cluster. */
   pii: boolean;
+  /** Sent while the offered load was above local capacity. */
+  peak: boolean;
+}
+
+/** Share of `items` answered within the SLO, as a percentage string. */
+function withinSlo(items: Outcome[]): string {
+  return items.length
+    ? `${((100 * items.filter((o) => o.ok && o.ttftMs <= SLO_MS).length) / items.length).toFixed(1)}%`
+    : '–';
 }
 
 class Summary {
@@ -51,14 +61,22 @@ class Summary {
   inFlight = 0;
 
   line(elapsedS: number, offered: number, window: Outcome[]): string {
-    const share = (items: Outcome[], prefix: string) => (items.length ? Math.round((100 * items.filter((o) => o.route.startsWith(prefix)).length) / items.length) : 0);
-    const ok = window.filter((o) => o.ok).map((o) => o.ttftMs).sort((a, b) => a - b);
-    const pct = (q: number) => (ok.length ? `${Math.round(ok[Math.min(ok.length - 1, Math.floor(q * ok.length))])}` : '–');
-    const inSlo = window.length ? Math.round((100 * window.filter((o) => o.ok && o.ttftMs <= SLO_MS).length) / window.length) : 100;
+    const share = (items: Outcome[], prefix: string) =>
+      items.length ? Math.round((100 * items.filter((o) => o.route.startsWith(prefix)).length) / items.length) : 0;
+    const ok = window
+      .filter((o) => o.ok)
+      .map((o) => o.ttftMs)
+      .sort((a, b) => a - b);
+    const pct = (q: number) =>
+      ok.length ? `${Math.round(ok[Math.min(ok.length - 1, Math.floor(q * ok.length))])}` : '–';
+    const inSlo = window.length
+      ? Math.round((100 * window.filter((o) => o.ok && o.ttftMs <= SLO_MS).length) / window.length)
+      : 100;
     return (
       `${String(elapsedS).padStart(4)}s  offered ${offered.toFixed(1).padStart(5)}/s  answered ${String(this.outcomes.length).padStart(5)}  in flight ${String(this.inFlight).padStart(3)}` +
       `  local ${String(share(window, 'local')).padStart(3)}%  overflow ${String(share(window, 'overflow')).padStart(3)}%  rejected ${String(share(window, 'rejected')).padStart(3)}%` +
-      `  TTFT p50 ${pct(0.5).padStart(5)} p90 ${pct(0.9).padStart(5)} ms  in SLO ${String(inSlo).padStart(3)}%`
+      `  TTFT p50 ${pct(0.5).padStart(5)} p90 ${pct(0.9).padStart(5)} ms  in SLO ${String(inSlo).padStart(3)}%` +
+      ` (may leave ${withinSlo(window.filter((o) => !o.pii)).padStart(6)}, may not ${withinSlo(window.filter((o) => o.pii)).padStart(6)})`
     );
   }
 
@@ -72,6 +90,8 @@ class Summary {
     return [
       `requests ${all.length}: local ${by('local')}, overflow ${by('overflow')}, rejected ${by('rejected')} (failed ${all.length - ok.length})`,
       `TTFT SLO ${SLO_MS} ms met by ${all.length ? ((100 * inSlo) / all.length).toFixed(1) : '–'}% of requests`,
+      `  requests that may leave:     ${withinSlo(all.filter((o) => !o.pii))} overall, ${withinSlo(all.filter((o) => !o.pii && o.peak))} at the peak (offered above local capacity)`,
+      `  requests that may not leave: ${withinSlo(all.filter((o) => o.pii))} overall, ${withinSlo(all.filter((o) => o.pii && o.peak))} at the peak`,
       `PII-tagged requests ${pii.length}: ${pii.length - piiLeft} served in the cluster, ${piiLeft} sent to a provider${piiLeft === 0 ? ' (policy held)' : ' — POLICY VIOLATED'}`,
     ].join('\n');
   }
@@ -84,7 +104,13 @@ function prompt(rand: () => number, withPii: boolean): string {
   return withPii ? `${text}. Reply to jane.doe@example.com about the invoice.` : text;
 }
 
-async function sendOne(apiUrl: string, rand: () => number, summary: Summary, signal: AbortSignal): Promise<void> {
+async function sendOne(
+  apiUrl: string,
+  rand: () => number,
+  summary: Summary,
+  signal: AbortSignal,
+  peak: boolean,
+): Promise<void> {
   const pii = rand() < PII_SHARE;
   const body = JSON.stringify({
     model: MODEL,
@@ -94,7 +120,7 @@ async function sendOne(apiUrl: string, rand: () => number, summary: Summary, sig
   });
   const started = performance.now();
   summary.inFlight++;
-  let outcome: Outcome = { route: 'rejected', ttftMs: NaN, ok: false, pii };
+  let outcome: Outcome = { route: 'rejected', ttftMs: NaN, ok: false, pii, peak };
   try {
     const response = await request(`${apiUrl}/v1/chat/completions`, {
       method: 'POST',
@@ -106,10 +132,10 @@ async function sendOne(apiUrl: string, rand: () => number, summary: Summary, sig
     // Counted at the first token, so each second's line shows the routing of that second.
     for await (const chunk of response.body) {
       if (outcome.ok || chunk.length === 0) continue;
-      outcome = { route, ttftMs: performance.now() - started, ok: response.statusCode === 200, pii };
+      outcome = { route, ttftMs: performance.now() - started, ok: response.statusCode === 200, pii, peak };
       summary.outcomes.push(outcome);
     }
-    if (!outcome.ok) outcome = { route, ttftMs: NaN, ok: false, pii };
+    if (!outcome.ok) outcome = { route, ttftMs: NaN, ok: false, pii, peak };
   } catch {
     // Aborted at the end of the run, or the agent refused the connection: counted as failed.
   } finally {
@@ -119,7 +145,11 @@ async function sendOne(apiUrl: string, rand: () => number, summary: Summary, sig
 }
 
 export async function runDemoCommand(argv: string[]): Promise<number> {
-  const { values } = parseArgs({ args: argv, options: { duration: { type: 'string', default: '60' }, seed: { type: 'string', default: '1' } }, strict: true });
+  const { values } = parseArgs({
+    args: argv,
+    options: { duration: { type: 'string', default: '60' }, seed: { type: 'string', default: '1' } },
+    strict: true,
+  });
   const durationS = Number(values.duration);
   if (!Number.isFinite(durationS) || durationS <= 0) {
     console.error('kinference demo: --duration must be a positive number of seconds');
@@ -154,13 +184,28 @@ export async function runDemoCommand(argv: string[]): Promise<number> {
         node: 'demo-node',
         listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' },
         scrapeInterval: '100ms',
-        pods: pods.map((sim, i) => ({ name: `gpu-${i}`, namespace: 'inference', address: new URL(sim.url).host, engine: 'vllm', models: [MODEL] })),
-        providers: [{ name: 'hosted', kind: 'openai', endpoint: `${provider.url}/v1`, models: { [MODEL]: 'hosted-llama-3-8b' }, apiKey: { env: PROVIDER_KEY_ENV }, timeout: '5s' }],
+        pods: pods.map((sim, i) => ({
+          name: `gpu-${i}`,
+          namespace: 'inference',
+          address: new URL(sim.url).host,
+          engine: 'vllm',
+          models: [MODEL],
+        })),
+        providers: [
+          {
+            name: 'hosted',
+            kind: 'openai',
+            endpoint: `${provider.url}/v1`,
+            models: { [MODEL]: 'hosted-llama-3-8b' },
+            apiKey: { env: PROVIDER_KEY_ENV },
+            timeout: '5s',
+          },
+        ],
         policies: [
           {
             metadata: { name: 'demo', namespace: '*' },
             spec: {
-              slo: { ttft: `${SLO_MS}ms` },
+              slo: { ttft: `${SLO_MS}ms`, attainment: '99%' },
               exclude: [{ metric: 'queued', above: 2, window: '5s' }],
               overflow: { providers: ['hosted'], deny: { tags: ['pii'] } },
               wait: { max: '3s' },
@@ -170,13 +215,21 @@ export async function runDemoCommand(argv: string[]): Promise<number> {
       },
       'demo',
     );
-    const agent = await startAgent(settings, { log: (level, message) => level !== 'info' && console.error(`  [agent ${level}] ${message}`) });
+    const agent = await startAgent(settings, {
+      log: (level, message) => level !== 'info' && console.error(`  [agent ${level}] ${message}`),
+    });
     started.push({ close: () => agent.shutdown() });
 
     const capacity = localCapacityPerS();
-    console.log(`Kinference demo: ${SPEEDS.length} simulated vLLM pods (speeds ${SPEEDS.join(', ')}; ~${capacity.toFixed(1)} req/s together), one simulated hosted provider.`);
-    console.log(`Agent: ${agent.apiUrl}/v1 (OpenAI-compatible)   dashboard: ${agent.adminUrl}/ui   explain: ${agent.adminUrl}/explain?model=${MODEL}`);
-    console.log(`Policy: TTFT SLO ${SLO_MS} ms; overflow to "hosted" only when no pod can make it; ${PII_SHARE * 100}% of prompts carry an e-mail address (PII) and must stay.`);
+    console.log(
+      `Kinference demo: ${SPEEDS.length} simulated vLLM pods (speeds ${SPEEDS.join(', ')}; ~${capacity.toFixed(1)} req/s together), one simulated hosted provider.`,
+    );
+    console.log(
+      `Agent: ${agent.apiUrl}/v1 (OpenAI-compatible)   dashboard: ${agent.adminUrl}/ui   explain: ${agent.adminUrl}/explain?model=${MODEL}`,
+    );
+    console.log(
+      `Policy: TTFT SLO ${SLO_MS} ms at 99%; overflow to "hosted" unless a pod makes it with that confidence; ${PII_SHARE * 100}% of prompts carry an e-mail address (PII) and must stay.`,
+    );
     console.log(`Load ramps to 1.7x local capacity and back over ${durationS}s.\n`);
 
     const summary = new Summary();
@@ -191,7 +244,7 @@ export async function runDemoCommand(argv: string[]): Promise<number> {
       if (fraction >= 1) break;
       const rate = loadAt(fraction) * capacity;
       while (nextArrival <= now) {
-        const p = sendOne(agent.apiUrl, rand, summary, stop.signal).finally(() => inFlight.delete(p));
+        const p = sendOne(agent.apiUrl, rand, summary, stop.signal, rate > capacity).finally(() => inFlight.delete(p));
         inFlight.add(p);
         nextArrival += (-Math.log(1 - rand()) / rate) * 1000;
       }

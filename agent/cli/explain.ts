@@ -7,26 +7,46 @@ import type { Explanation } from '../server/explain.ts';
 /** What POST /explain adds: who the caller is taken to be, and what the classifier found where. */
 interface BodyEvidence {
   caller?: { namespace: string; tenant: string; unidentified?: string };
-  classification?: { tags: string[]; findings: { detector: string; tag: string; path: string }[]; unscanned: { reason: string; path: string }[] };
+  classification?: {
+    tags: string[];
+    findings: { detector: string; tag: string; path: string }[];
+    unscanned: { reason: string; path: string }[];
+  };
 }
 
 export function formatExplanation(e: Explanation & BodyEvidence): string {
-  const lines = [`decision: ${e.action} → ${e.target}${'predictedTtftMs' in e ? ` (predicted TTFT ${e.predictedTtftMs} ms)` : ''}`];
-  if (e.caller) lines.push(`caller:   ${e.caller.namespace} (tenant ${e.caller.tenant})${e.caller.unidentified ? ` — ${e.caller.unidentified}` : ''}`);
+  const lines = [
+    `decision: ${e.action} → ${e.target}${'predictedTtftMs' in e ? ` (predicted TTFT ${e.predictedTtftMs} ms)` : ''}`,
+  ];
+  if (e.caller)
+    lines.push(
+      `caller:   ${e.caller.namespace} (tenant ${e.caller.tenant})${e.caller.unidentified ? ` — ${e.caller.unidentified}` : ''}`,
+    );
   if (e.classification) {
     lines.push(`tags:     ${e.classification.tags.join(', ') || '(none)'}`);
-    for (const f of e.classification.findings) lines.push(`  ${f.detector.padEnd(14)} → ${f.tag.padEnd(14)} at ${f.path || '(body)'}`);
+    for (const f of e.classification.findings)
+      lines.push(`  ${f.detector.padEnd(14)} → ${f.tag.padEnd(14)} at ${f.path || '(body)'}`);
     for (const u of e.classification.unscanned) lines.push(`  unscanned (${u.reason}) at ${u.path || '(body)'}`);
   }
   if ('status' in e) lines.push(`  ${e.status}: ${e.message}`);
-  lines.push(`policy:   ${e.policy}`, `overflow: ${e.leave.allowed ? 'allowed' : 'not allowed'} — ${e.leave.reason}`);
+  const pct = `p${Math.round(e.slo.attainment * 1000) / 10}`;
+  lines.push(
+    `policy:   ${e.policy}`,
+    `slo:      TTFT ${e.slo.ttftMs} ms at ${pct}; judged on the ${e.slo.judgedOn === 'quantile' ? `${pct} quantile (the request may leave)` : 'mean (the request may not leave)'}`,
+    `overflow: ${e.leave.allowed ? 'allowed' : 'not allowed'} — ${e.leave.reason}`,
+  );
+  const numbers = (x: { predictedTtftMs: number; quantileTtftMs: number; marginMs: number }) =>
+    `mean ${String(x.predictedTtftMs).padStart(7)} ms  ${pct} ${String(x.quantileTtftMs).padStart(7)} ms  margin ${String(x.marginMs).padStart(7)} ms`;
   if (e.candidates.length) {
     lines.push('candidates (best first):');
-    for (const c of e.candidates) lines.push(`  ${c.pod.padEnd(32)} predicted ${String(c.predictedTtftMs).padStart(7)} ms  queued ${c.queued}  running ${c.running}  in-flight ${c.inFlight}`);
+    for (const c of e.candidates)
+      lines.push(
+        `  ${c.pod.padEnd(32)} ${numbers(c)}  queued ${c.queued}  running ${c.running}  in-flight ${c.inFlight}`,
+      );
   }
   if (e.dropped.length) {
     lines.push('dropped:');
-    for (const d of e.dropped) lines.push(`  ${d.pod.padEnd(32)} ${d.reason.padEnd(10)} ${d.detail}`);
+    for (const d of e.dropped) lines.push(`  ${d.pod.padEnd(32)} ${d.reason.padEnd(10)} ${numbers(d)}  ${d.detail}`);
   }
   return lines.join('\n');
 }
@@ -58,9 +78,22 @@ export async function runExplainCommand(argv: string[]): Promise<number> {
     if (values.api) url.searchParams.set('api', values.api);
     for (const key of ['tenant', 'namespace', 'ip'] as const) if (values[key]) url.searchParams.set(key, values[key]);
     const text = await readFile(values.body === '-' ? '/dev/stdin' : values.body, 'utf8');
-    const headers: Record<string, string> = { 'content-type': 'application/json', ...(values.tags ? { 'x-kinference-tags': values.tags } : {}) };
-    const response = await request(url, { method: 'POST', body: text, headers, headersTimeout: 5000, bodyTimeout: 5000 });
-    return print(response.statusCode, (await response.body.json()) as Explanation & BodyEvidence & { error?: { message: string } }, values.json);
+    const headers: Record<string, string> = {
+      'content-type': 'application/json',
+      ...(values.tags ? { 'x-kinference-tags': values.tags } : {}),
+    };
+    const response = await request(url, {
+      method: 'POST',
+      body: text,
+      headers,
+      headersTimeout: 5000,
+      bodyTimeout: 5000,
+    });
+    return print(
+      response.statusCode,
+      (await response.body.json()) as Explanation & BodyEvidence & { error?: { message: string } },
+      values.json,
+    );
   }
   if (!values.model) return 2;
   url.searchParams.set('model', values.model);
@@ -69,10 +102,18 @@ export async function runExplainCommand(argv: string[]): Promise<number> {
   if (values.tags) url.searchParams.set('tags', values.tags);
   if (values['prompt-tokens']) url.searchParams.set('promptTokens', values['prompt-tokens']);
   const response = await request(url, { headersTimeout: 5000, bodyTimeout: 5000 });
-  return print(response.statusCode, (await response.body.json()) as Explanation & { error?: { message: string } }, values.json);
+  return print(
+    response.statusCode,
+    (await response.body.json()) as Explanation & { error?: { message: string } },
+    values.json,
+  );
 }
 
-function print(status: number, body: Explanation & BodyEvidence & { error?: { message: string } }, json: boolean | undefined): number {
+function print(
+  status: number,
+  body: Explanation & BodyEvidence & { error?: { message: string } },
+  json: boolean | undefined,
+): number {
   if (status !== 200) {
     console.error(`kinference explain: ${status}: ${body.error?.message ?? JSON.stringify(body)}`);
     return 1;

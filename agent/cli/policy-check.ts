@@ -11,9 +11,16 @@
 import { readFile } from 'node:fs/promises';
 import { LineCounter, parseAllDocuments, type Document } from 'yaml';
 import {
-  API_VERSION, KIND, describeDoc, formatPath, validatePolicy, type InferencePolicy, type PolicyError,
+  API_VERSION,
+  KIND,
+  describeDoc,
+  validatePolicy,
+  type InferencePolicy,
+  type PolicyError,
 } from '../policy/schema.ts';
-import { checkNamespaceAnnotations, checkPolicySet } from '../policy/resolve.ts';
+import { formatPath, isRecord } from '../../shared/json.ts';
+import { checkNamespaceAnnotations } from '../policy/annotations.ts';
+import { checkPolicySet } from '../policy/resolve.ts';
 
 export interface CheckOutput {
   log(line: string): void;
@@ -82,7 +89,8 @@ export async function runPolicyCheck(args: string[], out: CheckOutput = console)
     docs.forEach((doc, i) => {
       const where = `${file}: doc ${i + 1}`;
       if (doc.errors.length > 0) {
-        for (const e of doc.errors) report(`${where}: invalid YAML: ${e.message.split('\n')[0]}${lineSuffix(lines, e.pos[0])}`);
+        for (const e of doc.errors)
+          report(`${where}: invalid YAML: ${e.message.split('\n')[0]}${lineSuffix(lines, e.pos[0])}`);
         return;
       }
       const value: unknown = doc.toJS();
@@ -101,7 +109,9 @@ export async function runPolicyCheck(args: string[], out: CheckOutput = console)
       };
 
       if (!isRecord(value)) {
-        report(`${where}: expected an InferencePolicy object, found ${Array.isArray(value) ? 'a list' : JSON.stringify(value)}`);
+        report(
+          `${where}: expected an InferencePolicy object, found ${Array.isArray(value) ? 'a list' : JSON.stringify(value)}`,
+        );
       } else if (value.kind === KIND || (value.kind === undefined && value.apiVersion === API_VERSION)) {
         check(value, where, [], true);
       } else if ((value.kind === 'List' || value.kind === `${KIND}List`) && Array.isArray(value.items)) {
@@ -109,7 +119,10 @@ export async function runPolicyCheck(args: string[], out: CheckOutput = console)
       } else if (value.kind === undefined && Array.isArray(value.policies)) {
         value.policies.forEach((item, m) => check(item, `${where} policies[${m}]`, ['policies', m], false));
         if (value.namespaces !== undefined) {
-          if (!isAnnotationMap(value.namespaces)) report(`${where}: namespaces: expected namespace: {annotation: "value", …}${nodeLine(doc, lines, ['namespaces'])}`);
+          if (!isAnnotationMap(value.namespaces))
+            report(
+              `${where}: namespaces: expected namespace: {annotation: "value", …}${nodeLine(doc, lines, ['namespaces'])}`,
+            );
           else {
             for (const [ns, annotations] of Object.entries(value.namespaces)) {
               namespaces.set(ns, { annotations, where, at: ['namespaces', ns], doc, lines });
@@ -120,7 +133,9 @@ export async function runPolicyCheck(args: string[], out: CheckOutput = console)
         policiesInFile++;
         const annotations = value.metadata.annotations ?? {};
         if (!isRecord(annotations) || !Object.values(annotations).every((v) => typeof v === 'string')) {
-          report(`${where} (namespace ${value.metadata.name}): metadata.annotations: expected string values${nodeLine(doc, lines, ['metadata', 'annotations'])}`);
+          report(
+            `${where} (namespace ${value.metadata.name}): metadata.annotations: expected string values${nodeLine(doc, lines, ['metadata', 'annotations'])}`,
+          );
         } else {
           namespaces.set(value.metadata.name, {
             annotations: annotations as Record<string, string>,
@@ -131,13 +146,16 @@ export async function runPolicyCheck(args: string[], out: CheckOutput = console)
           });
         }
       } else {
-        report(`${where}: kind: expected ${KIND} (or a List of them), found ${value.kind === undefined ? 'nothing' : JSON.stringify(value.kind)}${nodeLine(doc, lines, ['kind'])}`);
+        report(
+          `${where}: kind: expected ${KIND} (or a List of them), found ${value.kind === undefined ? 'nothing' : JSON.stringify(value.kind)}${nodeLine(doc, lines, ['kind'])}`,
+        );
       }
     });
     if (policiesInFile === 0 && errors === errorsBefore) report(`${file}: no InferencePolicy or Namespace documents`);
   }
 
-  const clusterWide = (p: InferencePolicy) => (p.metadata.namespace === agentNamespace ? { ...p, metadata: { ...p.metadata, namespace: '*' } } : p);
+  const clusterWide = (p: InferencePolicy) =>
+    p.metadata.namespace === agentNamespace ? { ...p, metadata: { ...p.metadata, namespace: '*' } } : p;
   const policies = found.map((f) => clusterWide(f.policy));
   const annotations = new Map([...namespaces].map(([ns, source]) => [ns, source.annotations]));
   for (const issue of checkNamespaceAnnotations(policies, annotations)) {
@@ -163,12 +181,17 @@ export async function runPolicyCheck(args: string[], out: CheckOutput = console)
     out.error(`${errors} error${errors === 1 ? '' : 's'}`);
     return 1;
   }
-  out.log(`ok: ${policies.length} ${policies.length === 1 ? 'policy' : 'policies'}${warnings > 0 ? `, ${warnings} warning${warnings === 1 ? '' : 's'}` : ''}`);
+  out.log(
+    `ok: ${policies.length} ${policies.length === 1 ? 'policy' : 'policies'}${warnings > 0 ? `, ${warnings} warning${warnings === 1 ? '' : 's'}` : ''}`,
+  );
   return 0;
 }
 
 function isAnnotationMap(value: unknown): value is Record<string, Record<string, string>> {
-  return isRecord(value) && Object.values(value).every((a) => isRecord(a) && Object.values(a).every((v) => typeof v === 'string'));
+  return (
+    isRecord(value) &&
+    Object.values(value).every((a) => isRecord(a) && Object.values(a).every((v) => typeof v === 'string'))
+  );
 }
 
 function formatError(e: PolicyError, base: (string | number)[], doc: Document, lines: LineCounter): string {
@@ -187,10 +210,6 @@ function nodeLine(doc: Document, lines: LineCounter, at: (string | number)[]): s
 
 function lineSuffix(lines: LineCounter, offset: number): string {
   return ` (line ${lines.linePos(offset).line})`;
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
 if (import.meta.main) process.exitCode = await runPolicyCheck(process.argv.slice(2));

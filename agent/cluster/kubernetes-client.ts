@@ -15,6 +15,7 @@ import { HttpMethod, RequestContext, Watch } from '@kubernetes/client-node';
 import type { KubeConfig, KubernetesListObject, KubernetesObject } from '@kubernetes/client-node';
 import { fetch } from 'undici';
 import type { Dispatcher, Response } from 'undici';
+import { describeError } from '../../shared/describe-error.ts';
 
 /** An error answered by the API server (or a watch ERROR event); `statusCode` is what ListWatch reads. */
 export class KubeApiError extends Error {
@@ -26,18 +27,6 @@ export class KubeApiError extends Error {
     this.statusCode = statusCode;
     this.reason = reason;
   }
-}
-
-/** One line, with the socket-level cause undici hides behind "fetch failed". */
-export function describeError(err: unknown): string {
-  if (!(err instanceof Error)) return String(err);
-  let message = err.message;
-  let depth = 0;
-  for (let cause = err.cause as { code?: string; message?: string; cause?: unknown } | undefined; cause && depth++ < 4; cause = cause.cause as typeof cause) {
-    const detail = cause.code ?? cause.message;
-    if (detail && !message.includes(detail)) message += ` (${detail})`;
-  }
-  return message;
 }
 
 interface Status {
@@ -63,7 +52,10 @@ async function responseError(what: string, response: Response): Promise<KubeApiE
   return statusError(what, { ...status, code: response.status }, response.status);
 }
 
-async function authorize(kc: KubeConfig, url: URL): Promise<{ headers: Record<string, string>; dispatcher?: Dispatcher }> {
+async function authorize(
+  kc: KubeConfig,
+  url: URL,
+): Promise<{ headers: Record<string, string>; dispatcher?: Dispatcher }> {
   const ctx = new RequestContext(url.toString(), HttpMethod.GET);
   await kc.applySecurityAuthentication(ctx);
   return { headers: { ...ctx.getHeaders(), accept: 'application/json' }, dispatcher: ctx.getDispatcher() };
@@ -113,7 +105,11 @@ export async function listObjects<T extends KubernetesObject>(
     : { resourceVersion: '0' };
   do {
     // A continue token carries the snapshot; resourceVersion must not be sent with it.
-    const url = apiUrl(kc, path, { ...selectors, limit: String(opts.pageSize), ...(token ? { continue: token } : freshness) });
+    const url = apiUrl(kc, path, {
+      ...selectors,
+      limit: String(opts.pageSize),
+      ...(token ? { continue: token } : freshness),
+    });
     let page: KubernetesListObject<T>;
     try {
       const { headers, dispatcher } = await authorize(kc, url);
@@ -241,7 +237,10 @@ export class ResumingWatch extends Watch {
       clearTimeout(timer);
       timer = setTimeout(() => finish(fail()), ms);
     };
-    arm(this.#opts.connectTimeoutMs, () => new KubeApiError(`watch ${path}: no response within ${this.#opts.connectTimeoutMs} ms`, 504));
+    arm(
+      this.#opts.connectTimeoutMs,
+      () => new KubeApiError(`watch ${path}: no response within ${this.#opts.connectTimeoutMs} ms`, 504),
+    );
 
     const query: Record<string, string | undefined> = { watch: 'true', allowWatchBookmarks: 'true' };
     for (const [key, value] of Object.entries(queryParams)) if (value !== undefined) query[key] = String(value);
@@ -254,7 +253,11 @@ export class ResumingWatch extends Watch {
       if (finished) return;
       response = await fetch(url, { headers, dispatcher, signal: controller.signal });
     } catch (err) {
-      return finish(err instanceof Error && err.name === 'AbortError' ? null : new Error(`watch ${path}: ${describeError(err)}`, { cause: err }));
+      return finish(
+        err instanceof Error && err.name === 'AbortError'
+          ? null
+          : new Error(`watch ${path}: ${describeError(err)}`, { cause: err }),
+      );
     }
     if (finished) {
       await response.body?.cancel().catch(() => undefined);
@@ -288,12 +291,22 @@ export class ResumingWatch extends Watch {
             return finish(new Error(`watch ${path}: malformed event`));
           }
           if (typeof event.type !== 'string') continue;
-          const rv = (event.object as { metadata?: { resourceVersion?: string } } | undefined)?.metadata?.resourceVersion;
+          const rv = (event.object as { metadata?: { resourceVersion?: string } } | undefined)?.metadata
+            ?.resourceVersion;
           if (event.type !== 'ERROR' && rv) this.lastResourceVersion = rv;
           try {
             // ListWatch's handler is async and its promise is not awaited by anyone else.
-            const slim = this.#opts.slim && event.object && (event.type === 'ADDED' || event.type === 'MODIFIED' || event.type === 'DELETED');
-            Promise.resolve(callback(event.type, slim ? this.#opts.slim!(event.object as KubernetesObject) : event.object, event) as unknown).catch((e: unknown) => this.#opts.onInternalError?.(e));
+            const slim =
+              this.#opts.slim &&
+              event.object &&
+              (event.type === 'ADDED' || event.type === 'MODIFIED' || event.type === 'DELETED');
+            Promise.resolve(
+              callback(
+                event.type,
+                slim ? this.#opts.slim!(event.object as KubernetesObject) : event.object,
+                event,
+              ) as unknown,
+            ).catch((e: unknown) => this.#opts.onInternalError?.(e));
           } catch (e) {
             this.#opts.onInternalError?.(e);
           }

@@ -35,7 +35,12 @@ export interface PodObject extends KubeObject {
   spec?: {
     nodeName?: string;
     hostNetwork?: boolean;
-    containers?: { name?: string; ports?: { name?: string; containerPort?: number; protocol?: string }[] }[];
+    containers?: {
+      name?: string;
+      command?: string[];
+      args?: string[];
+      ports?: { name?: string; containerPort?: number; protocol?: string }[];
+    }[];
   };
   status?: {
     phase?: string;
@@ -101,7 +106,31 @@ export function unroutableReason(pod: PodObject): string | undefined {
 
 function splitList(value: string | undefined): string[] {
   if (value === undefined) return [];
-  return [...new Set(value.split(',').map((s) => s.trim()).filter((s) => s !== ''))];
+  return [
+    ...new Set(
+      value
+        .split(',')
+        .map((s) => s.trim())
+        .filter((s) => s !== ''),
+    ),
+  ];
+}
+
+/** Flags naming how many requests a model server runs at once (vLLM, TGI, SGLang). */
+const CONCURRENCY_FLAGS = ['--max-num-seqs', '--max-concurrent-requests', '--max-running-requests'];
+
+/** The server's own concurrency limit from its containers' command lines, when one is given. */
+export function serverConcurrency(pod: PodObject): number | undefined {
+  for (const container of pod.spec?.containers ?? []) {
+    const argv = [...(container.command ?? []), ...(container.args ?? [])];
+    for (let i = 0; i < argv.length; i++) {
+      const [flag, inline] = argv[i].split('=', 2);
+      if (!CONCURRENCY_FLAGS.includes(flag)) continue;
+      const value = Number(inline ?? argv[i + 1]);
+      if (Number.isInteger(value) && value > 0) return value;
+    }
+  }
+  return undefined;
 }
 
 /**
@@ -126,6 +155,8 @@ export function modelServerPods(pods: readonly PodObject[], node: string, poolLa
       models: splitList(meta.annotations?.[MODEL_ANNOTATION]),
     };
     if (engine !== undefined && (ENGINES as readonly string[]).includes(engine)) result.engine = engine as Engine;
+    const concurrency = serverConcurrency(pod);
+    if (concurrency !== undefined) result.maxConcurrency = concurrency;
     out.push(result);
   }
   return out.sort((a, b) => `${a.namespace}/${a.name}`.localeCompare(`${b.namespace}/${b.name}`));
@@ -167,7 +198,11 @@ export function servingPodsByIp(pods: readonly PodObject[], poolLabel = POOL_LAB
   const out = new Map<string, ServingPod>();
   for (const pod of pods) {
     if (!isModelServer(pod, poolLabel) || unroutableReason(pod) !== undefined || pod.spec?.hostNetwork) continue;
-    const serving = { namespace: pod.metadata?.namespace ?? 'default', name: pod.metadata?.name ?? '', node: pod.spec?.nodeName ?? '' };
+    const serving = {
+      namespace: pod.metadata?.namespace ?? 'default',
+      name: pod.metadata?.name ?? '',
+      node: pod.spec?.nodeName ?? '',
+    };
     out.set(pod.status!.podIP!, serving);
     for (const { ip } of pod.status?.podIPs ?? []) if (ip) out.set(ip, serving);
   }
@@ -183,15 +218,27 @@ export function slimPod(pod: PodObject): PodObject {
   const meta = pod.metadata ?? {};
   const annotations: Record<string, string> = {};
   for (const [k, v] of Object.entries(meta.annotations ?? {})) if (k.startsWith(ANNOTATION_PREFIX)) annotations[k] = v;
-  const containers = pod.spec?.containers?.map((c) => ({ ports: c.ports?.filter((p) => p.name === 'http').map((p) => ({ name: p.name, containerPort: p.containerPort })) }));
+  const containers = pod.spec?.containers?.map((c) => ({
+    ports: c.ports?.filter((p) => p.name === 'http').map((p) => ({ name: p.name, containerPort: p.containerPort })),
+  }));
   return {
-    metadata: { name: meta.name, namespace: meta.namespace, uid: meta.uid, resourceVersion: meta.resourceVersion, labels: meta.labels, annotations, deletionTimestamp: meta.deletionTimestamp },
+    metadata: {
+      name: meta.name,
+      namespace: meta.namespace,
+      uid: meta.uid,
+      resourceVersion: meta.resourceVersion,
+      labels: meta.labels,
+      annotations,
+      deletionTimestamp: meta.deletionTimestamp,
+    },
     spec: { nodeName: pod.spec?.nodeName, hostNetwork: pod.spec?.hostNetwork, containers },
     status: {
       phase: pod.status?.phase,
       podIP: pod.status?.podIP,
       podIPs: pod.status?.podIPs?.map(({ ip }) => ({ ip })),
-      conditions: pod.status?.conditions?.filter((c) => c.type === 'Ready').map(({ type, status }) => ({ type, status })),
+      conditions: pod.status?.conditions
+        ?.filter((c) => c.type === 'Ready')
+        .map(({ type, status }) => ({ type, status })),
     },
   };
 }
@@ -225,10 +272,17 @@ export function policyObjects(policies: readonly KubeObject[], clusterWideNamesp
     .map((policy) => {
       const { managedFields: _managed, ...metadata } = policy.metadata ?? {};
       if (clusterWideNamespace !== undefined && metadata.namespace === clusterWideNamespace) metadata.namespace = '*';
-      return { ...policy, apiVersion: policy.apiVersion ?? 'kinference.io/v1alpha1', kind: policy.kind ?? 'InferencePolicy', metadata };
+      return {
+        ...policy,
+        apiVersion: policy.apiVersion ?? 'kinference.io/v1alpha1',
+        kind: policy.kind ?? 'InferencePolicy',
+        metadata,
+      };
     })
     .sort((a, b) =>
-      `${a.metadata.namespace ?? ''}/${a.metadata.name ?? ''}`.localeCompare(`${b.metadata.namespace ?? ''}/${b.metadata.name ?? ''}`),
+      `${a.metadata.namespace ?? ''}/${a.metadata.name ?? ''}`.localeCompare(
+        `${b.metadata.namespace ?? ''}/${b.metadata.name ?? ''}`,
+      ),
     );
 }
 

@@ -21,7 +21,8 @@ import { existsSync, readFileSync } from 'node:fs';
 import { KubeConfig, ListWatch } from '@kubernetes/client-node';
 import type { KubernetesObject } from '@kubernetes/client-node';
 import type { ProviderSettings } from '../providers/types.ts';
-import { describeError, listObjects, ResumingWatch } from './kubernetes-client.ts';
+import { describeError } from '../../shared/describe-error.ts';
+import { listObjects, ResumingWatch } from './kubernetes-client.ts';
 import type { Selectors } from './kubernetes-client.ts';
 import { parseProvidersConfigMap } from './kubernetes-providers.ts';
 import {
@@ -174,7 +175,10 @@ export function createKubernetesDiscovery(opts: KubernetesDiscoveryOptions): Kub
   const backoffInitialMs = opts.backoff?.initialMs ?? DEFAULTS.backoffInitialMs;
   const backoffMaxMs = opts.backoff?.maxMs ?? DEFAULTS.backoffMaxMs;
   const watchTimeoutSeconds = opts.watch?.timeoutSeconds ?? DEFAULTS.watchTimeoutSeconds;
-  const listOptions = { pageSize: opts.list?.pageSize ?? DEFAULTS.pageSize, timeoutMs: opts.list?.timeoutMs ?? DEFAULTS.listTimeoutMs };
+  const listOptions = {
+    pageSize: opts.list?.pageSize ?? DEFAULTS.pageSize,
+    timeoutMs: opts.list?.timeoutMs ?? DEFAULTS.listTimeoutMs,
+  };
 
   const listeners: (() => void)[] = [];
   let current = emptySnapshot();
@@ -189,7 +193,12 @@ export function createKubernetesDiscovery(opts: KubernetesDiscoveryOptions): Kub
   let providersVersion: string | undefined;
   let providersProblem: string | undefined;
 
-  function source(name: SourceName, path: string, selectors: Selectors, slim?: (item: KubernetesObject) => KubernetesObject): Source {
+  function source(
+    name: SourceName,
+    path: string,
+    selectors: Selectors,
+    slim?: (item: KubernetesObject) => KubernetesObject,
+  ): Source {
     const transport: ResumingWatch = new ResumingWatch(kc, {
       idleTimeoutMs: opts.watch?.idleTimeoutMs ?? DEFAULTS.idleTimeoutMs,
       connectTimeoutMs: opts.watch?.connectTimeoutMs ?? DEFAULTS.connectTimeoutMs,
@@ -204,7 +213,11 @@ export function createKubernetesDiscovery(opts: KubernetesDiscoveryOptions): Kub
       async () => {
         let list;
         try {
-          list = await listObjects<KubernetesObject>(kc, path, selectors, { ...listOptions, notOlderThan: transport.lastResourceVersion, slim });
+          list = await listObjects<KubernetesObject>(kc, path, selectors, {
+            ...listOptions,
+            notOlderThan: transport.lastResourceVersion,
+            slim,
+          });
         } catch (err) {
           // A version the server cannot serve (etcd restored, "Too large resource version") must not
           // wedge the source: the retry asks for whatever the cache has.
@@ -219,7 +232,10 @@ export function createKubernetesDiscovery(opts: KubernetesDiscoveryOptions): Kub
       false,
       selectors.labelSelector,
       selectors.fieldSelector,
-      { delayFn: (ms) => (transport.lastWatchLastedMs >= DEFAULTS.healthyWatchMs ? Promise.resolve() : transport.pause(ms)) },
+      {
+        delayFn: (ms) =>
+          transport.lastWatchLastedMs >= DEFAULTS.healthyWatchMs ? Promise.resolve() : transport.pause(ms),
+      },
     );
     const src: Source = { name, path, selectors, informer, transport, synced: false, connected: false, attempt: 0 };
     informer.on('change', changed);
@@ -233,7 +249,9 @@ export function createKubernetesDiscovery(opts: KubernetesDiscoveryOptions): Kub
     source('pods', '/api/v1/pods', {}, slimPod as (item: KubernetesObject) => KubernetesObject),
     source('namespaces', '/api/v1/namespaces', {}),
     source('policies', '/apis/kinference.io/v1alpha1/inferencepolicies', {}),
-    source('providers', `/api/v1/namespaces/${agentNamespace}/configmaps`, { fieldSelector: `metadata.name=${providersConfigMap}` }),
+    source('providers', `/api/v1/namespaces/${agentNamespace}/configmaps`, {
+      fieldSelector: `metadata.name=${providersConfigMap}`,
+    }),
     source('peers', `/apis/discovery.k8s.io/v1/namespaces/${agentNamespace}/endpointslices`, {
       labelSelector: `${SERVICE_NAME_LABEL}=${gossipService}`,
     }),
@@ -263,9 +281,13 @@ export function createKubernetesDiscovery(opts: KubernetesDiscoveryOptions): Kub
   function failed(src: Source, err: unknown): void {
     if (stopped) return;
     const message = describeError(err);
-    if (src.connected || src.lastError !== message) log('warn', `kubernetes ${src.name}: ${message}; keeping the last view`);
+    if (src.connected || src.lastError !== message)
+      log('warn', `kubernetes ${src.name}: ${message}; keeping the last view`);
     src.connected = false;
-    src.lastError = src.name === 'policies' && / 404\b/.test(message) ? `${message} (is the InferencePolicy CRD installed?)` : message;
+    src.lastError =
+      src.name === 'policies' && / 404\b/.test(message)
+        ? `${message} (is the InferencePolicy CRD installed?)`
+        : message;
     src.lastErrorAt = now();
     if (src.restart) return;
     const delay = Math.min(backoffMaxMs, backoffInitialMs * 2 ** src.attempt) * (0.5 + rand() / 2);
@@ -289,7 +311,8 @@ export function createKubernetesDiscovery(opts: KubernetesDiscoveryOptions): Kub
   }
 
   function currentProviders(): ProviderSettings[] {
-    const cm = byName.providers.informer.list().find((o) => o.metadata?.name === providersConfigMap) as ConfigMapObject | undefined;
+    const cm = byName.providers.informer.list().find((o) => o.metadata?.name === providersConfigMap) as
+      ConfigMapObject | undefined;
     const version = cm ? (cm.metadata?.resourceVersion ?? JSON.stringify(cm.data)) : 'absent';
     if (version === providersVersion) return providers;
     providersVersion = version;
@@ -311,11 +334,23 @@ export function createKubernetesDiscovery(opts: KubernetesDiscoveryOptions): Kub
       namespaces: namespaceAnnotations(byName.namespaces.informer.list()),
       policies: policyObjects(byName.policies.informer.list(), agentNamespace),
       providers: currentProviders(),
-      peers: peerAddresses(byName.peers.informer.list() as EndpointSliceObject[], { node, podIP: opts.podIP, gossipPort: opts.gossipPort }),
+      peers: peerAddresses(byName.peers.informer.list() as EndpointSliceObject[], {
+        node,
+        podIP: opts.podIP,
+        gossipPort: opts.gossipPort,
+      }),
       callers: callersByIp(pods),
       peerPods: { kind: 'cluster', pods: servingPodsByIp(pods, podLabel) },
     };
-    const key = JSON.stringify([next.pods, [...next.namespaces], next.policies, next.providers, next.peers, [...next.callers], [...next.peerPods!.kind === 'cluster' ? next.peerPods!.pods : []]]);
+    const key = JSON.stringify([
+      next.pods,
+      [...next.namespaces],
+      next.policies,
+      next.providers,
+      next.peers,
+      [...next.callers],
+      [...(next.peerPods!.kind === 'cluster' ? next.peerPods!.pods : [])],
+    ]);
     if (published && key === currentKey) return;
     published = true;
     current = next;
@@ -360,7 +395,9 @@ export function createKubernetesDiscovery(opts: KubernetesDiscoveryOptions): Kub
         if (s.lastError !== undefined) sourceStatus[s.name].lastError = s.lastError;
         if (s.lastErrorAt !== undefined) sourceStatus[s.name].lastErrorAt = s.lastErrorAt;
       }
-      const down = sources.filter((s) => !s.connected && s.lastError !== undefined).sort((a, b) => (b.lastErrorAt ?? 0) - (a.lastErrorAt ?? 0));
+      const down = sources
+        .filter((s) => !s.connected && s.lastError !== undefined)
+        .sort((a, b) => (b.lastErrorAt ?? 0) - (a.lastErrorAt ?? 0));
       const status: KubernetesDiscoveryStatus = {
         synced: sources.every((s) => s.synced),
         connected: sources.every((s) => s.connected),

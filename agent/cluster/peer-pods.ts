@@ -11,7 +11,8 @@ import { parseHostPort } from '../gossip/node.ts';
 import type { PodEstimate } from '../types.ts';
 import type { PeerPodRules } from './types.ts';
 
-export type PeerRejection = 'unknown-address' | 'wrong-namespace' | 'wrong-node' | 'outside-cidrs' | 'bad-estimate' | 'no-rules';
+export type PeerRejection =
+  'unknown-address' | 'wrong-namespace' | 'wrong-node' | 'outside-cidrs' | 'bad-estimate' | 'no-rules';
 
 export interface ScreenedPeers<T> {
   accepted: T[];
@@ -22,7 +23,9 @@ export interface ScreenedPeers<T> {
 export const ESTIMATE_BOUNDS = { maxQueue: 100_000, maxParamMs: 600_000 } as const;
 
 /** A compiled check for the rules (BlockList built once per snapshot, not per estimate). */
-export function peerPodScreen(rules: PeerPodRules | undefined): <T extends PodEstimate>(estimates: readonly T[]) => ScreenedPeers<T> {
+export function peerPodScreen(
+  rules: PeerPodRules | undefined,
+): <T extends PodEstimate>(estimates: readonly T[]) => ScreenedPeers<T> {
   const blocks = rules?.kind === 'cidrs' ? cidrBlockList(rules.cidrs) : undefined;
   return <T extends PodEstimate>(estimates: readonly T[]) => {
     const out: ScreenedPeers<T> = { accepted: [], rejected: [] };
@@ -36,7 +39,12 @@ export function peerPodScreen(rules: PeerPodRules | undefined): <T extends PodEs
   };
 }
 
-function whyUnknown(rules: PeerPodRules | undefined, blocks: BlockList | undefined, e: PodEstimate, host: string): PeerRejection | undefined {
+function whyUnknown(
+  rules: PeerPodRules | undefined,
+  blocks: BlockList | undefined,
+  e: PodEstimate,
+  host: string,
+): PeerRejection | undefined {
   if (!rules) return 'no-rules';
   if (rules.kind === 'cidrs') {
     const family = isIP(host);
@@ -52,11 +60,22 @@ function whyUnknown(rules: PeerPodRules | undefined, blocks: BlockList | undefin
 
 function plausible(e: PodEstimate): boolean {
   const queue = (x: number) => Number.isFinite(x) && x >= 0 && x <= ESTIMATE_BOUNDS.maxQueue;
-  const ms = (x: number | undefined) => x === undefined || (Number.isFinite(x) && x >= 0 && x <= ESTIMATE_BOUNDS.maxParamMs);
+  const ms = (x: number | undefined) =>
+    x === undefined || (Number.isFinite(x) && x >= 0 && x <= ESTIMATE_BOUNDS.maxParamMs);
   const p = e.params;
-  return queue(e.queued) && queue(e.queuedNow) && queue(e.running)
-    && Number.isFinite(e.kvCache) && e.kvCache >= 0 && e.kvCache <= 1
-    && ms(p.base) && ms(p.perQueued) && ms(p.perRunning) && ms(p.perKPromptTokens) && ms(p.perKPendingTokens);
+  return (
+    queue(e.queued) &&
+    queue(e.queuedNow) &&
+    queue(e.running) &&
+    Number.isFinite(e.kvCache) &&
+    e.kvCache >= 0 &&
+    e.kvCache <= 1 &&
+    ms(p.base) &&
+    ms(p.perQueued) &&
+    ms(p.perRunning) &&
+    ms(p.perKPromptTokens) &&
+    ms(p.perKPendingTokens)
+  );
 }
 
 /** `10.0.0.5:8000` → `10.0.0.5`; `[fd00::1]:8000` → `fd00::1`; '' when it is no host:port. */

@@ -37,7 +37,8 @@ export function createStaticDiscovery(options: StaticDiscoveryOptions): Discover
     if (!options.configPath) return;
     try {
       const next = loadConfigFile(options.configPath);
-      if (next.node !== options.settings.node) throw new Error(`node changed from ${options.settings.node} to ${next.node}; restart the agent to change it`);
+      if (next.node !== options.settings.node)
+        throw new Error(`node changed from ${options.settings.node} to ${next.node}; restart the agent to change it`);
       snapshot = snapshotFromSettings(next);
       lastError = undefined;
       options.onReload?.('ok');
@@ -58,10 +59,10 @@ export function createStaticDiscovery(options: StaticDiscoveryOptions): Discover
         watcher?.close();
         try {
           watcher = watch(path, { persistent: false }, (event) => {
-          clearTimeout(timer);
-          timer = setTimeout(() => {
-            if (event === 'rename') arm();
-            reload();
+            clearTimeout(timer);
+            timer = setTimeout(() => {
+              if (event === 'rename') arm();
+              reload();
             }, options.debounceMs ?? 100);
           });
           watcher.on('error', () => {});

@@ -1,5 +1,5 @@
-// Reads and validates the agent's config file once at start, and turns it into typed settings
-// with milliseconds and defaults. Errors name the key, what was expected and what was found.
+// Reads and validates the agent's config file (at start, and again on each change in static
+// mode), and turns it into typed settings with milliseconds and defaults. Errors name the key, what was expected and what was found.
 import { readFileSync } from 'node:fs';
 import { Value } from '@sinclair/typebox/value';
 import { parse as parseYaml } from 'yaml';
@@ -14,11 +14,14 @@ import { compileDetectors, type DetectorSpec } from '../classify/custom.ts';
 import { cidrBlockList } from '../cluster/peer-pods.ts';
 import { parseHostPort } from '../gossip/node.ts';
 import { DEFAULT_SCAN_LIMITS } from '../classify/walk.ts';
-import { AgentConfigSchema, type AgentConfigFile, type ProviderConfigFile } from './schema.ts';
+import { AgentConfigSchema, type AgentConfigFile } from './schema.ts';
+import { providerListProblems, providerSettings } from './providers.ts';
+import { dotPath } from '../../shared/json.ts';
 
 export interface Limits {
   maxBodyBytes: number;
   podConnectTimeoutMs: number;
+  podResponseTimeoutMs: number;
   podIdleTimeoutMs: number;
   maxRetries: number;
   drainTimeoutMs: number;
@@ -28,6 +31,11 @@ export interface Limits {
   classifyMaxDepth: number;
   classifyMaxValues: number;
   maxLabelValues: number;
+  maxJsonDepth: number;
+  maxConnectionsPerPod: number;
+  maxUpstreamBodyBytes: number;
+  providerIdleTimeoutMs: number;
+  scrapeFailureLogIntervalMs: number;
 }
 
 /** The key sent to matching model-server pods: `pod` (NAME or NAMESPACE/NAME) beats `namespace` beats neither. */
@@ -74,6 +82,9 @@ export interface AgentSettings {
 export const DEFAULT_LIMITS: Limits = {
   maxBodyBytes: 4 * 1024 * 1024,
   podConnectTimeoutMs: 10_000,
+  // Long: a 4k-token answer at 50 ms per token under load is over 3 minutes. A dead pod is still
+  // caught at once (refused) or by undici's TCP connect timeout (10 s), not by this.
+  podResponseTimeoutMs: 600_000,
   podIdleTimeoutMs: 120_000,
   maxRetries: 2,
   drainTimeoutMs: 25_000,
@@ -83,9 +94,12 @@ export const DEFAULT_LIMITS: Limits = {
   classifyMaxDepth: DEFAULT_SCAN_LIMITS.maxDepth,
   classifyMaxValues: DEFAULT_SCAN_LIMITS.maxNodes,
   maxLabelValues: 100,
+  maxJsonDepth: 64,
+  maxConnectionsPerPod: 256,
+  maxUpstreamBodyBytes: 32 * 1024 * 1024,
+  providerIdleTimeoutMs: 60_000,
+  scrapeFailureLogIntervalMs: 30_000,
 };
-
-export const DEFAULT_PROVIDER_TIMEOUT_MS = 10_000;
 
 export class ConfigError extends Error {
   readonly problems: string[];
@@ -93,12 +107,6 @@ export class ConfigError extends Error {
     super(`invalid config ${source}:\n  ${problems.join('\n  ')}`);
     this.problems = problems;
   }
-}
-
-/** `/listen/api` → `listen.api`, `/pods/0/name` → `pods[0].name`. */
-export function jsonPointerToPath(pointer: string): string {
-  const parts = pointer.split('/').slice(1).map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
-  return parts.reduce((path, part) => (/^\d+$/.test(part) ? `${path}[${part}]` : path ? `${path}.${part}` : part), '') || '(root)';
 }
 
 function describeFound(value: unknown): string {
@@ -112,7 +120,7 @@ function expectation(schema: unknown, fallback: string): string {
   const node = schema as { description?: string; pattern?: string; anyOf?: { const?: unknown }[] };
   const literals = node.anyOf?.map((option) => option.const);
   if (literals?.length && literals.every((l) => typeof l === 'string')) return `expected one of ${literals.join(', ')}`;
-  if (node.pattern && node.description) return `expected ${node.description}`;
+  if (node.description) return `expected ${node.description}`;
   return fallback.charAt(0).toLowerCase() + fallback.slice(1);
 }
 
@@ -121,7 +129,7 @@ export function schemaProblems(schema: Parameters<typeof Value.Errors>[0], value
   const seen = new Set<string>();
   const problems: string[] = [];
   for (const error of Value.Errors(schema, value)) {
-    const path = jsonPointerToPath(error.path);
+    const path = dotPath(error.path) || '(root)';
     if (seen.has(path)) continue;
     seen.add(path);
     problems.push(`${path}: ${expectation(error.schema, error.message)}, found ${describeFound(error.value)}`);
@@ -129,32 +137,12 @@ export function schemaProblems(schema: Parameters<typeof Value.Errors>[0], value
   return problems;
 }
 
-function providerSettings(p: ProviderConfigFile): ProviderSettings {
-  return {
-    name: p.name,
-    kind: p.kind,
-    endpoint: p.endpoint,
-    region: p.region,
-    models: p.models,
-    apiKey: p.apiKey,
-    azureApiVersion: p.azureApiVersion,
-    credentials: p.credentials,
-    timeoutMs: p.timeout ? parseDuration(p.timeout) : DEFAULT_PROVIDER_TIMEOUT_MS,
-  };
-}
-
 function crossChecks(file: AgentConfigFile): string[] {
   const problems: string[] = [];
   const discovery = file.discovery ?? 'static';
   if (discovery === 'static' && !file.pods?.length) problems.push('pods: static discovery needs at least one pod');
   if (file.listen.gossip && !file.gossip) problems.push('gossip: listen.gossip is set, so gossip.key is required');
-  const names = new Set<string>();
-  (file.providers ?? []).forEach((p, i) => {
-    if (names.has(p.name)) problems.push(`providers[${i}].name: duplicate provider "${p.name}"`);
-    names.add(p.name);
-    if (p.kind === 'openai' && !p.endpoint) problems.push(`providers[${i}].endpoint: required for kind openai`);
-    if (p.kind === 'bedrock' && !p.region && !p.endpoint) problems.push(`providers[${i}].region: required for kind bedrock`);
-  });
+  problems.push(...providerListProblems(file.providers ?? [], 'providers'));
   const pods = new Set<string>();
   (file.pods ?? []).forEach((p, i) => {
     const id = `${p.namespace ?? 'default'}/${p.name}`;
@@ -174,13 +162,18 @@ function crossChecks(file: AgentConfigFile): string[] {
 function policyProblems(file: AgentConfigFile): string[] {
   const docs = file.policies ?? [];
   const { policies, errors } = loadPolicies(docs);
-  const problems = errors.flatMap((e) => e.errors.map((x) => `policies[${e.index}]${x.path ? `.${x.path}` : ''}: ${x.message}`));
-  problems.push(...compilePolicies(policies, new Map(Object.entries(file.namespaces ?? {}))).problems.map((p) => `policies: ${p}`));
+  const problems = errors.flatMap((e) =>
+    e.errors.map((x) => `policies[${e.index}]${x.path ? `.${x.path}` : ''}: ${x.message}`),
+  );
+  problems.push(
+    ...compilePolicies(policies, new Map(Object.entries(file.namespaces ?? {}))).problems.map((p) => `policies: ${p}`),
+  );
   const known = new Set((file.providers ?? []).map((p) => p.name));
   for (const policy of policies) {
     const index = docs.indexOf(policy);
     for (const name of policy.spec.overflow?.providers ?? []) {
-      if (!known.has(name)) problems.push(`policies[${index}].spec.overflow.providers: no provider named "${name}" in providers`);
+      if (!known.has(name))
+        problems.push(`policies[${index}].spec.overflow.providers: no provider named "${name}" in providers`);
     }
   }
   return problems;
@@ -202,7 +195,11 @@ function withDownwardApi(raw: unknown, env: NodeJS.ProcessEnv): unknown {
 }
 
 /** Validated settings from a parsed config object; throws ConfigError naming every bad key. */
-export function settingsFromObject(input: unknown, source = 'config', env: NodeJS.ProcessEnv = process.env): AgentSettings {
+export function settingsFromObject(
+  input: unknown,
+  source = 'config',
+  env: NodeJS.ProcessEnv = process.env,
+): AgentSettings {
   const raw = withDownwardApi(input, env);
   const problems = schemaProblems(AgentConfigSchema, raw).map((p) =>
     p.startsWith('node: ') ? `${p} (set node, or KINFERENCE_NODE from the downward API)` : p,
@@ -221,7 +218,16 @@ export function settingsFromObject(input: unknown, source = 'config', env: NodeJ
     scrapeIntervalMs,
     pods: (file.pods ?? []).map((p) => {
       const namespace = p.namespace ?? 'default';
-      return { uid: `${namespace}/${p.name}`, name: p.name, namespace, node: file.node, address: p.address, models: p.models, engine: p.engine };
+      return {
+        uid: `${namespace}/${p.name}`,
+        name: p.name,
+        namespace,
+        node: file.node,
+        address: p.address,
+        models: p.models,
+        engine: p.engine,
+        ...(p.maxConcurrency !== undefined ? { maxConcurrency: p.maxConcurrency } : {}),
+      };
     }),
     peers: file.peers ?? [],
     peerPodCidrs: file.gossip?.peerPodCidrs ?? defaultPeerPodCidrs(file.peers ?? []),
@@ -244,16 +250,32 @@ export function settingsFromObject(input: unknown, source = 'config', env: NodeJ
     namespaces: new Map(Object.entries(file.namespaces ?? {})),
     limits: {
       maxBodyBytes: limits.maxBodyBytes ?? DEFAULT_LIMITS.maxBodyBytes,
-      podConnectTimeoutMs: limits.podConnectTimeout ? parseDuration(limits.podConnectTimeout) : DEFAULT_LIMITS.podConnectTimeoutMs,
+      podConnectTimeoutMs: limits.podConnectTimeout
+        ? parseDuration(limits.podConnectTimeout)
+        : DEFAULT_LIMITS.podConnectTimeoutMs,
+      podResponseTimeoutMs: limits.podResponseTimeout
+        ? parseDuration(limits.podResponseTimeout)
+        : DEFAULT_LIMITS.podResponseTimeoutMs,
       podIdleTimeoutMs: limits.podIdleTimeout ? parseDuration(limits.podIdleTimeout) : DEFAULT_LIMITS.podIdleTimeoutMs,
       maxRetries: limits.maxRetries ?? DEFAULT_LIMITS.maxRetries,
       drainTimeoutMs: limits.drainTimeout ? parseDuration(limits.drainTimeout) : DEFAULT_LIMITS.drainTimeoutMs,
-      scrapeTimeoutMs: limits.scrapeTimeout ? parseDuration(limits.scrapeTimeout) : Math.max(DEFAULT_LIMITS.scrapeTimeoutMs, scrapeIntervalMs),
+      scrapeTimeoutMs: limits.scrapeTimeout
+        ? parseDuration(limits.scrapeTimeout)
+        : Math.max(DEFAULT_LIMITS.scrapeTimeoutMs, scrapeIntervalMs),
       maxWaiting: limits.maxWaiting ?? DEFAULT_LIMITS.maxWaiting,
       classifyMaxChars: limits.classifyMaxChars ?? DEFAULT_LIMITS.classifyMaxChars,
       classifyMaxDepth: limits.classifyMaxDepth ?? DEFAULT_LIMITS.classifyMaxDepth,
       classifyMaxValues: limits.classifyMaxValues ?? DEFAULT_LIMITS.classifyMaxValues,
       maxLabelValues: limits.maxLabelValues ?? DEFAULT_LIMITS.maxLabelValues,
+      maxJsonDepth: limits.maxJsonDepth ?? DEFAULT_LIMITS.maxJsonDepth,
+      maxConnectionsPerPod: limits.maxConnectionsPerPod ?? DEFAULT_LIMITS.maxConnectionsPerPod,
+      maxUpstreamBodyBytes: limits.maxUpstreamBodyBytes ?? DEFAULT_LIMITS.maxUpstreamBodyBytes,
+      providerIdleTimeoutMs: limits.providerIdleTimeout
+        ? parseDuration(limits.providerIdleTimeout)
+        : DEFAULT_LIMITS.providerIdleTimeoutMs,
+      scrapeFailureLogIntervalMs: limits.scrapeFailureLogInterval
+        ? parseDuration(limits.scrapeFailureLogInterval)
+        : DEFAULT_LIMITS.scrapeFailureLogIntervalMs,
     },
     kubernetes: file.kubernetes ?? {},
     logLevel: file.logLevel ?? 'info',

@@ -1,14 +1,9 @@
-// The agent's configuration file (CONTRACT.md "Agent configuration"), as one TypeBox schema.
-// Validated once at start; a wrong key or value exits non-zero naming the key.
+// The agent's configuration file (README "Agent configuration"), as one TypeBox schema.
+// A wrong key or value names the key: at start the agent exits non-zero; a reload of the
+// watched file (static mode) is rejected and the last good settings stay.
 import { Type, type Static } from '@sinclair/typebox';
-
-const DurationString = Type.String({ pattern: '^\\d+(\\.\\d+)?(ms|s|m|h)$', description: 'duration like 250ms, 30s, 1m' });
-const HostPort = Type.String({ pattern: '^(\\[[0-9a-fA-F:.]+\\]|[A-Za-z0-9.-]+):\\d{1,5}$', description: 'host:port' });
-const Name = Type.String({ minLength: 1, maxLength: 253 });
-const SecretRef = Type.Union([
-  Type.Object({ env: Name }, { additionalProperties: false }),
-  Type.Object({ file: Name }, { additionalProperties: false }),
-]);
+import { ProviderConfig } from './providers.ts';
+import { DurationString, HostPort, Name, SecretRef } from './schema-parts.ts';
 
 const StaticPod = Type.Object(
   {
@@ -17,26 +12,8 @@ const StaticPod = Type.Object(
     address: HostPort,
     engine: Type.Optional(Type.Union([Type.Literal('vllm'), Type.Literal('tgi'), Type.Literal('sglang')])),
     models: Type.Array(Name, { minItems: 1 }),
-  },
-  { additionalProperties: false },
-);
-
-const ProviderConfig = Type.Object(
-  {
-    name: Name,
-    kind: Type.Union([Type.Literal('openai'), Type.Literal('bedrock')]),
-    endpoint: Type.Optional(Type.String({ pattern: '^https?://' })),
-    region: Type.Optional(Name),
-    models: Type.Record(Type.String(), Type.String()),
-    apiKey: Type.Optional(SecretRef),
-    azureApiVersion: Type.Optional(Name),
-    credentials: Type.Optional(
-      Type.Object(
-        { accessKeyId: SecretRef, secretAccessKey: SecretRef, sessionToken: Type.Optional(SecretRef) },
-        { additionalProperties: false },
-      ),
-    ),
-    timeout: Type.Optional(DurationString),
+    /** Requests the server runs at once (e.g. vLLM --max-num-seqs): caps connections to it. */
+    maxConcurrency: Type.Optional(Type.Integer({ minimum: 1 })),
   },
   { additionalProperties: false },
 );
@@ -47,6 +24,11 @@ const Limits = Type.Object(
     maxBodyBytes: Type.Optional(Type.Integer({ minimum: 1024 })),
     /** Time to the upstream pod's response headers; past it the pod counts as failed (retry). */
     podConnectTimeout: Type.Optional(DurationString),
+    /**
+     * Time to a pod's answer for a non-streamed request: the engine sends headers only with the
+     * whole answer, so the generation is the deadline, not the connection.
+     */
+    podResponseTimeout: Type.Optional(DurationString),
     /** Longest gap between two chunks of an upstream stream before it is cut. */
     podIdleTimeout: Type.Optional(DurationString),
     /** How many other pods a request may try after a pod fails before its first byte. */
@@ -65,6 +47,16 @@ const Limits = Type.Object(
     classifyMaxValues: Type.Optional(Type.Integer({ minimum: 100 })),
     /** Distinct values a metric's `model` or `policy` label may take; the rest count as "other". */
     maxLabelValues: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000 })),
+    /** Deepest nesting of arrays/objects accepted in a request body; deeper → 400. */
+    maxJsonDepth: Type.Optional(Type.Integer({ minimum: 4, maximum: 1000 })),
+    /** Connections (= requests in flight) to one pod; a pod at the cap is skipped, not queued for. */
+    maxConnectionsPerPod: Type.Optional(Type.Integer({ minimum: 1, maximum: 4096 })),
+    /** Largest non-streamed answer read from a pod or provider; larger → 502. */
+    maxUpstreamBodyBytes: Type.Optional(Type.Integer({ minimum: 1024 })),
+    /** Longest silence inside a provider's answer body before it is cut. */
+    providerIdleTimeout: Type.Optional(DurationString),
+    /** At most one log line per pod per interval about failing scrapes. */
+    scrapeFailureLogInterval: Type.Optional(DurationString),
   },
   { additionalProperties: false },
 );
@@ -88,10 +80,7 @@ const PodCredential = Type.Object(
 );
 
 /** One JSON line per request on stdout, for a sampled share of requests (0: off). */
-const RequestLog = Type.Object(
-  { sample: Type.Number({ minimum: 0, maximum: 1 }) },
-  { additionalProperties: false },
-);
+const RequestLog = Type.Object({ sample: Type.Number({ minimum: 0, maximum: 1 }) }, { additionalProperties: false });
 
 const Gossip = Type.Object(
   {
@@ -142,10 +131,11 @@ export const AgentConfigSchema = Type.Object(
     podCredentials: Type.Optional(Type.Array(PodCredential)),
     requestLog: Type.Optional(RequestLog),
     kubernetes: Type.Optional(Kubernetes),
-    logLevel: Type.Optional(Type.Union([Type.Literal('debug'), Type.Literal('info'), Type.Literal('warn'), Type.Literal('error')])),
+    logLevel: Type.Optional(
+      Type.Union([Type.Literal('debug'), Type.Literal('info'), Type.Literal('warn'), Type.Literal('error')]),
+    ),
   },
   { additionalProperties: false },
 );
 
 export type AgentConfigFile = Static<typeof AgentConfigSchema>;
-export type ProviderConfigFile = Static<typeof ProviderConfig>;

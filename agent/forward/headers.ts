@@ -38,7 +38,10 @@ export interface CredentialRule<Secret> {
 }
 
 /** The most specific rule for a pod: one naming the pod, then its namespace, then a catch-all. */
-export function credentialFor<Secret>(pod: Pick<Pod, 'name' | 'namespace'>, rules: readonly CredentialRule<Secret>[]): Secret | undefined {
+export function credentialFor<Secret>(
+  pod: Pick<Pod, 'name' | 'namespace'>,
+  rules: readonly CredentialRule<Secret>[],
+): Secret | undefined {
   let best: { rank: number; key: Secret } | undefined;
   for (const rule of rules) {
     if (rule.namespace !== undefined && rule.namespace !== pod.namespace) continue;

@@ -67,7 +67,11 @@ export function relayStream(
 }
 
 /** Reads the rest of a (non-stream) body into one buffer. */
-export async function readRest(first: Uint8Array | undefined, rest: AsyncIterator<Uint8Array>, limitBytes: number): Promise<Uint8Array> {
+export async function readRest(
+  first: Uint8Array | undefined,
+  rest: AsyncIterator<Uint8Array>,
+  limitBytes: number,
+): Promise<Uint8Array> {
   const chunks: Uint8Array[] = first ? [first] : [];
   let total = first?.byteLength ?? 0;
   for (let next = await rest.next(); !next.done; next = await rest.next()) {
@@ -76,4 +80,63 @@ export async function readRest(first: Uint8Array | undefined, rest: AsyncIterato
     chunks.push(next.value);
   }
   return Buffer.concat(chunks);
+}
+
+/**
+ * An event stream that ends properly when `signal` fires (the agent's drain deadline): an error
+ * event and `data: [DONE]` go out, then the stream closes and its source is cancelled (which
+ * aborts the upstream request). Without this, a stream still running at the deadline would
+ * just stop at the socket and the client could not tell a cut from a finished answer.
+ */
+export function endOnSignal(
+  body: ReadableStream<Uint8Array>,
+  signal: AbortSignal,
+  message: string,
+): ReadableStream<Uint8Array> {
+  const reader = body.getReader();
+  let ended = false;
+  let stop: () => void = () => {};
+  const release = () => {
+    ended = true;
+    signal.removeEventListener('abort', stop);
+  };
+  return new ReadableStream<Uint8Array>(
+    {
+      start(controller) {
+        stop = () => {
+          if (ended) return;
+          release();
+          // A blank line first: whatever partial event was in flight is closed off, not merged.
+          controller.enqueue(
+            new TextEncoder().encode(`\n\n${sseErrorFrame(503, message, { code: 'agent_shutting_down' })}${SSE_DONE}`),
+          );
+          controller.close();
+          void reader.cancel().catch(() => {});
+        };
+        if (signal.aborted) stop();
+        else signal.addEventListener('abort', stop, { once: true });
+      },
+      async pull(controller) {
+        let next: ReadableStreamReadResult<Uint8Array>;
+        try {
+          next = await reader.read();
+        } catch (error) {
+          if (ended) return;
+          release();
+          controller.error(error);
+          return;
+        }
+        if (ended) return; // stopped while reading: the closing events are already out
+        if (next.done) {
+          release();
+          controller.close();
+        } else controller.enqueue(next.value);
+      },
+      cancel(reason) {
+        release();
+        return reader.cancel(reason);
+      },
+    },
+    { highWaterMark: 1 },
+  );
 }

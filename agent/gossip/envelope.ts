@@ -6,8 +6,18 @@
 import { createHmac, createSecretKey, timingSafeEqual, type KeyObject } from 'node:crypto';
 import { decodeEnvelopeBody, encodeEnvelopeBody, type EnvelopeWire } from './wire.ts';
 
-export type DropReason = 'oversized' | 'malformed' | 'forged' | 'replayed' | 'stale';
-export const DROP_REASONS: readonly DropReason[] = ['oversized', 'malformed', 'forged', 'replayed', 'stale'];
+// The last two are decided before the envelope is read (source-gate.ts).
+export type DropReason =
+  'oversized' | 'malformed' | 'forged' | 'replayed' | 'stale' | 'unknown-source' | 'rate-limited';
+export const DROP_REASONS: readonly DropReason[] = [
+  'oversized',
+  'malformed',
+  'forged',
+  'replayed',
+  'stale',
+  'unknown-source',
+  'rate-limited',
+];
 
 const TAG_BYTES = 32;
 // Field 15, wire type 2 (length-delimited), then the length 32: the tag field's fixed prefix.
@@ -38,7 +48,13 @@ export class Sealer {
       this.boot++;
       this.#seq = 0;
     }
-    const envelope: EnvelopeWire = { sender: this.sender, boot: this.boot, seq: ++this.#seq, sentAt: Math.round(now), payload };
+    const envelope: EnvelopeWire = {
+      sender: this.sender,
+      boot: this.boot,
+      seq: ++this.#seq,
+      sentAt: Math.round(now),
+      payload,
+    };
     return sealEnvelope(envelope, this.#key);
   }
 }

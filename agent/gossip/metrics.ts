@@ -19,7 +19,7 @@ export function registerGossipMetrics(registry: Registry, source: { stats(): Gos
   });
   new Counter({
     name: 'kinference_gossip_dropped_total',
-    help: 'Gossip datagrams dropped, by reason (forged, replayed, stale, oversized, malformed).',
+    help: 'Gossip datagrams dropped, by reason (forged, replayed, stale, oversized, malformed; unknown-source and rate-limited before the HMAC).',
     labelNames: ['reason'] as const,
     registers: [registry],
     collect() {

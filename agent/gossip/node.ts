@@ -5,6 +5,7 @@ import { isIPv6 } from 'node:net';
 import type { PodEstimate } from '../types.ts';
 import { DROP_REASONS, Opener, Sealer, type DropReason } from './envelope.ts';
 import { GossipProtocol, type Outgoing } from './protocol.ts';
+import { SourceGate } from './source-gate.ts';
 import type { RemoteEstimate } from './state.ts';
 import { decodePayload, envelopeOverhead } from './wire.ts';
 
@@ -26,6 +27,8 @@ export interface GossipNodeOptions {
   /** Datagrams whose sender clock differs from ours by more than this are dropped as stale. */
   maxClockSkewMs?: number;
   maxDatagramsPerReply?: number;
+  /** Datagrams per second accepted from one source address (default 200); more are dropped unread. */
+  maxDatagramsPerSecondPerSource?: number;
   now?: () => number;
   rand?: () => number;
 }
@@ -48,9 +51,13 @@ export interface GossipStats {
 export function parseHostPort(hostPort: string): { host: string; port: number } {
   const separator = hostPort.lastIndexOf(':');
   const port = Number(hostPort.slice(separator + 1));
-  if (separator <= 0 || !Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`not host:port: ${hostPort}`);
+  if (separator <= 0 || !Number.isInteger(port) || port < 0 || port > 65535)
+    throw new Error(`not host:port: ${hostPort}`);
   return { host: hostPort.slice(0, separator).replace(/^\[|\]$/g, ''), port };
 }
+
+/** A peer sends a few datagrams a round (digests, replies); 200 a second is far above that. */
+const DEFAULT_MAX_DATAGRAMS_PER_SOURCE = 200;
 
 const formatHostPort = (host: string, port: number): string => (isIPv6(host) ? `[${host}]:${port}` : `${host}:${port}`);
 
@@ -63,6 +70,7 @@ export class GossipNode {
   #protocol: GossipProtocol;
   #sealer: Sealer;
   #opener: Opener;
+  #gate: SourceGate;
   #socket: Socket | undefined;
   #timer: NodeJS.Timeout | undefined;
   #peers: readonly string[];
@@ -98,6 +106,9 @@ export class GossipNode {
     });
     this.#sealer = new Sealer({ sender: options.nodeId, key: options.key, boot });
     this.#opener = new Opener({ key: options.key, maxDatagram, maxClockSkewMs: options.maxClockSkewMs ?? 30_000 });
+    this.#gate = new SourceGate({
+      maxPerSecond: options.maxDatagramsPerSecondPerSource ?? DEFAULT_MAX_DATAGRAMS_PER_SOURCE,
+    });
     this.#peers = options.peers;
   }
 
@@ -135,6 +146,7 @@ export class GossipNode {
 
   setPeers(peers: readonly string[]): void {
     this.#peers = peers;
+    this.#gate.setPeers(peers);
     this.#protocol.setPeers(peers.filter((p) => p !== this.#self && p !== this.#options.bind));
   }
 
@@ -193,6 +205,11 @@ export class GossipNode {
     this.#received.datagrams++;
     this.#received.bytes += msg.length;
     const now = this.#now();
+    const gated = this.#gate.admit(rinfo.address, now);
+    if (gated !== undefined) {
+      this.#dropped[gated]++;
+      return;
+    }
     const opened = this.#opener.open(msg, now);
     if (!opened.ok) {
       this.#dropped[opened.reason]++;

@@ -9,6 +9,7 @@
 import type { PodEstimate } from '../types.ts';
 import { emptyComparison, GossipState, type Comparison, type GossipStateOptions, type Send } from './state.ts';
 import { digestSize, encodePayload, fieldSize, type DigestWire, type PayloadWire } from './wire.ts';
+import { writeDelta } from './packing.ts';
 
 export interface ProtocolOptions extends GossipStateOptions {
   fanout?: number;
@@ -96,7 +97,10 @@ export class GossipProtocol {
     }
     if (payload.heartbeats) advanced += this.state.adoptHeartbeats(payload.heartbeats, now);
     const reply = emptyComparison();
-    for (const [digest, offers] of [[payload.digest, false], [payload.offers, true]] as const) {
+    for (const [digest, offers] of [
+      [payload.digest, false],
+      [payload.offers, true],
+    ] as const) {
       if (!digest) continue;
       const c = this.state.compare(digest, now, offers);
       advanced += c.adopted;
@@ -131,7 +135,7 @@ export class GossipProtocol {
       let since = s.since;
       let continuesFull = false;
       for (;;) {
-        const written = this.state.writeDelta(s.origin, since, this.maxPayload - used, now, continuesFull);
+        const written = writeDelta(s.origin, since, this.maxPayload - used, now, continuesFull);
         if (written === undefined) {
           if (used === 0) break; // cannot fit even an empty datagram: skip this origin
           if (!flush()) break outer;
@@ -163,7 +167,10 @@ function merge(into: Comparison, c: Comparison): void {
 /** Fresh data first, then other increments, then full states (large, and least urgent). */
 function orderSends(sends: Send[], now: number, hotMs: number): Send[] {
   const rank = (s: Send) => (s.since === 0 ? 2 : now - s.origin.lastData <= hotMs ? 0 : 1);
-  return sends.map((s) => ({ s, r: rank(s) })).sort((a, b) => a.r - b.r).map((x) => x.s);
+  return sends
+    .map((s) => ({ s, r: rank(s) }))
+    .sort((a, b) => a.r - b.r)
+    .map((x) => x.s);
 }
 
 /** The digest, or as much of it as fits `maxBytes` as a payload field. */

@@ -42,7 +42,19 @@ export interface OriginRecord {
 }
 
 export function newOrigin(id: number, node: string, incarnation: number, now: number): OriginRecord {
-  return { id, node, incarnation, version: 0, dataVersion: 0, floor: 0, resumeAt: -1, lastAdvance: now, lastData: now, pods: new Map(), gone: false };
+  return {
+    id,
+    node,
+    incarnation,
+    version: 0,
+    dataVersion: 0,
+    floor: 0,
+    resumeAt: -1,
+    lastAdvance: now,
+    lastData: now,
+    pods: new Map(),
+    gone: false,
+  };
 }
 
 // Identities are immutable and often shared (one decoded entry applied to many states in the
@@ -89,7 +101,14 @@ function uidOf(info: PodInfoWire): string {
 
 export function podOf(info: PodInfoWire, originNode: string): Pod {
   const engine = engineName(info.engine);
-  const pod: Pod = { uid: uidOf(info), name: info.name, namespace: info.namespace, node: info.node || originNode, address: info.address, models: info.models };
+  const pod: Pod = {
+    uid: uidOf(info),
+    name: info.name,
+    namespace: info.namespace,
+    node: info.node || originNode,
+    address: info.address,
+    models: info.models,
+  };
   if (engine) pod.engine = engine;
   return pod;
 }
@@ -126,7 +145,13 @@ export function entryOf(e: PodEstimate, slot: number, version: number, incarnati
     queuedNow: count(e.queuedNow),
     running: count(e.running),
     kvCache: Number.isNaN(e.kvCache) ? NaN : measured(e.kvCache),
-    params: [measured(p.base), measured(p.perQueued), measured(p.perRunning), measured(p.perKPromptTokens), measured(p.perKPendingTokens ?? 0)],
+    params: [
+      measured(p.base),
+      measured(p.perQueued),
+      measured(p.perRunning),
+      measured(p.perKPromptTokens),
+      measured(p.perKPendingTokens ?? 0),
+    ],
     at: Math.round(e.at - incarnation),
   };
 }
@@ -164,7 +189,13 @@ export function estimateOf(origin: OriginRecord, record: PodRecord, now: number)
     queuedNow: e.queuedNow,
     running: e.running,
     kvCache: e.kvCache,
-    params: { base: e.params[0], perQueued: e.params[1], perRunning: e.params[2], perKPromptTokens: e.params[3], perKPendingTokens: e.params[4] ?? 0 },
+    params: {
+      base: e.params[0],
+      perQueued: e.params[1],
+      perRunning: e.params[2],
+      perKPromptTokens: e.params[3],
+      perKPendingTokens: e.params[4] ?? 0,
+    },
     // In the receiver's clock: when the origin last confirmed this estimate still holds (an
     // origin re-publishes anything that changed, and advances at least every heartbeat).
     at: now - ageMs,

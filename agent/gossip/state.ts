@@ -9,6 +9,8 @@
 // - An origin advances at least every heartbeat, so "silent" means "its version stopped", and one
 //   silent for ttlMs is dropped, wherever its news came from (relayed deltas carry their age).
 import type { PodEstimate } from '../types.ts';
+import { DigestPacker, emptyDigest, pushEntry, shardMembers, wholeFits } from './packing.ts';
+import { Recent } from './recent.ts';
 import {
   entryOf,
   estimateOf,
@@ -22,12 +24,10 @@ import {
   type PodRecord,
 } from './records.ts';
 import {
-  deltaHeaderSize,
   fieldSize,
   entrySize,
   infoFieldSize,
   originId,
-  varintSize,
   type DigestWire,
   type OriginDeltaWire,
   type PodEntryWire,
@@ -83,20 +83,13 @@ export interface Comparison {
   offers: DigestWire;
 }
 
-export interface WrittenDelta {
-  delta: OriginDeltaWire;
-  /** Bytes the delta adds to a payload. */
-  fieldSize: number;
-  /** Everything newer than `since` is in it; otherwise continue from delta.to. */
-  done: boolean;
-}
-
-// Bytes a digest spends beyond its entries: three packed-array prefixes and the shard fields.
-const DIGEST_FRAMING = 3 * 3 + 2 * 6;
-const DIGEST_ENTRY_ID = 4;
-
-const emptyDigest = (): DigestWire => ({ origins: [], versions: [], dataLag: [], shard: 0, shards: 0 });
-export const emptyComparison = (): Comparison => ({ sends: [], want: emptyDigest(), heartbeats: emptyDigest(), adopted: 0, offers: emptyDigest() });
+export const emptyComparison = (): Comparison => ({
+  sends: [],
+  want: emptyDigest(),
+  heartbeats: emptyDigest(),
+  adopted: 0,
+  offers: emptyDigest(),
+});
 // A reply offers every recent pod change the asker did not mention (up to this many), and a few
 // heartbeats: most agents hear those anyway, and the rest pull them when they fall behind.
 const dataOffersPerReply = 32;
@@ -258,54 +251,25 @@ export class GossipState {
    * whole state fits the shard budget: then every digest is complete.
    */
   digest(maxBytes: number, cursor: number, now: number, slot = 0, slots = 1): DigestWire {
-    const d = emptyDigest();
-    const listed = new Set<number>();
-    let used = DIGEST_FRAMING;
-    const add = (o: OriginRecord, limit: number): boolean => {
-      if (listed.has(o.id)) return true;
-      const cost = DIGEST_ENTRY_ID + varintSize(o.version) + varintSize(o.version - o.dataVersion);
-      if (used + cost > limit) return false;
-      listed.add(o.id);
-      used += cost;
-      pushEntry(d, o.id, o.version, o.version - o.dataVersion);
-      return true;
-    };
-    add(this.self, maxBytes);
+    const packer = new DigestPacker(maxBytes);
+    packer.add(this.self, maxBytes);
     const shardBudget = Math.min(this.shardBytes, maxBytes / 4);
     const ids = this.#ids();
-    if (ids.length * (DIGEST_ENTRY_ID + 3) <= shardBudget) {
-      for (const id of ids) add(this.#get(id)!, maxBytes);
-      d.shards = 1;
-      return d;
+    if (wholeFits(ids.length, shardBudget)) {
+      for (const id of ids) packer.add(this.#get(id)!, maxBytes);
+      packer.digest.shards = 1;
+      return packer.digest;
     }
     const room = maxBytes - shardBudget;
-    this.#recentData.each(now, this.hotMs, (o) => add(o, room / 2));
-    for (const o of this.#atRisk) if (!add(o, (room * 3) / 4)) break;
+    this.#recentData.each(now, this.hotMs, (o) => packer.add(o, room / 2));
+    for (const o of this.#atRisk) if (!packer.add(o, (room * 3) / 4)) break;
     // News goes to two of the round's peers: pushed to one, a heartbeat's spread is a critical
     // branching process that loss snuffs out; to all three costs half as much again.
     let i = 0;
     const copies = Math.min(2, slots);
-    this.#recent.each(now, this.roundMs, (o) => (i++ + slot) % slots >= copies || add(o, room));
-    this.#addShard(d, listed, cursor, Math.min(shardBudget, maxBytes - used), add, maxBytes);
-    return d;
-  }
-
-  /** The complete shard `cursor` of the smallest shard count whose members fit `budget`. */
-  #addShard(d: DigestWire, listed: Set<number>, cursor: number, budget: number, add: (o: OriginRecord, limit: number) => boolean, limit: number): void {
-    const ids = this.#ids();
-    let shards = 1;
-    while (shards < 1 << 16 && (ids.length / shards) * (DIGEST_ENTRY_ID + 3) > budget) shards *= 2;
-    for (; shards <= 1 << 16; shards *= 2) {
-      const shard = cursor % shards;
-      const members = this.#shardMembers(shard, shards);
-      let extra = 0;
-      for (const o of members) if (!listed.has(o.id)) extra += DIGEST_ENTRY_ID + varintSize(o.version) + varintSize(o.version - o.dataVersion);
-      if (extra > budget) continue;
-      for (const o of members) add(o, limit);
-      d.shard = shard;
-      d.shards = shards;
-      return;
-    }
+    this.#recent.each(now, this.roundMs, (o) => (i++ + slot) % slots >= copies || packer.add(o, room));
+    packer.addShard(ids, (id) => this.#get(id)!, cursor, Math.min(shardBudget, maxBytes - packer.used));
+    return packer.digest;
   }
 
   /**
@@ -342,7 +306,7 @@ export class GossipState {
       if (!mentioned.has(o.id) && !o.gone) pushEntry(result.want, o.id, o.version);
     }
     if (digest.shards > 0) {
-      for (const o of this.#shardMembers(digest.shard, digest.shards)) {
+      for (const o of shardMembers(this.#ids(), digest.shard, digest.shards).map((id) => this.#get(id)!)) {
         if (!mentioned.has(o.id) && o.version > 0) {
           mentioned.add(o.id);
           result.sends.push({ origin: o, since: 0 });
@@ -400,57 +364,6 @@ export class GossipState {
   }
 
   // --- deltas ---------------------------------------------------------------------------------
-
-  /**
-   * A delta for `origin` from `since`, at most `maxBytes` as a payload field: whole version
-   * groups in version order, so a receiver that applies it holds exactly `to`. Undefined when not
-   * even the first group fits. `continuesFull`: `since` is the end of a full state just sent.
-   */
-  writeDelta(origin: OriginRecord, since: number, maxBytes: number, now: number, continuesFull = false): WrittenDelta | undefined {
-    const full = since === 0 || (since < origin.floor && !continuesFull);
-    const from = full ? 0 : since;
-    const withInfo = (r: PodRecord) => !r.entry.removed && (full || continuesFull || r.infoVersion > from);
-    const header: OriginDeltaWire = {
-      origin: origin.id,
-      from,
-      to: origin.version,
-      ageMs: Math.min(Math.max(0, Math.round(now - origin.lastAdvance)), 0xffffffff),
-      node: full ? origin.node : '',
-      incarnation: full ? origin.incarnation : 0,
-      floor: full || continuesFull ? origin.floor : 0,
-      continuesFull: continuesFull && !full,
-      pods: [],
-    };
-    const headerSize = deltaHeaderSize(header);
-    const entries = from >= origin.dataVersion ? [] : [...origin.pods.values()].filter((r) => r.entry.version > from);
-    entries.sort((a, b) => a.entry.version - b.entry.version);
-
-    // 3 bytes: the payload field's tag and length prefix, for deltas under 16 KiB.
-    let used = 3 + headerSize;
-    if (used > maxBytes) return undefined;
-    let entriesBytes = 0;
-    let included = 0;
-    for (let i = 0; i < entries.length; ) {
-      const version = entries[i].entry.version;
-      let j = i;
-      let groupBytes = 0;
-      for (; j < entries.length && entries[j].entry.version === version; j++) {
-        const r = entries[j];
-        groupBytes += fieldSize(r.size + (withInfo(r) ? r.infoSize : 0));
-      }
-      if (used + groupBytes > maxBytes) break;
-      used += groupBytes;
-      entriesBytes += groupBytes;
-      included = j;
-      i = j;
-    }
-    if (entries.length > 0 && included === 0) return undefined;
-    const done = included === entries.length;
-    if (!done) header.to = entries[included - 1].entry.version;
-    for (const r of entries.slice(0, included)) header.pods.push({ ...r.entry, info: withInfo(r) ? r.info : undefined });
-    const body = deltaHeaderSize(header) + entriesBytes;
-    return { delta: header, fieldSize: 1 + varintSize(body) + body, done };
-  }
 
   /** Applies deltas; each either applies whole and leaves its origin at exactly `to`, or not at all. */
   apply(deltas: readonly OriginDeltaWire[], now: number): ApplyResult {
@@ -659,72 +572,4 @@ export class GossipState {
     this.#sortedIds ??= [...this.#byId.keys()].map((k) => k >>> 0).sort((a, b) => a - b);
     return this.#sortedIds;
   }
-
-  /** Origins whose id's top bits are `shard` of `shards` (a power of two): a contiguous id range. */
-  #shardMembers(shard: number, shards: number): OriginRecord[] {
-    const ids = this.#ids();
-    const width = 2 ** 32 / shards;
-    const lo = lowerBound(ids, shard * width);
-    const hi = lowerBound(ids, (shard + 1) * width);
-    return ids.slice(lo, hi).map((id) => this.#get(id)!);
-  }
-}
-
-/** A bounded log of recent advances, newest last: a ring that grows with the number of origins. */
-class Recent {
-  #origins: (OriginRecord | undefined)[] = new Array(64);
-  #times = new Float64Array(64);
-  #next = 0;
-  #count = 0;
-
-  push(o: OriginRecord, at: number, bound: number): void {
-    if (bound > this.#origins.length) this.#grow(bound * 2);
-    const capacity = this.#origins.length;
-    this.#origins[this.#next] = o;
-    this.#times[this.#next] = at;
-    this.#next = (this.#next + 1) % capacity;
-    this.#count = Math.min(this.#count + 1, capacity);
-  }
-
-  /** Origins noted within `withinMs`, newest first, until `visit` returns false. */
-  each(now: number, withinMs: number, visit: (o: OriginRecord) => boolean): void {
-    const capacity = this.#origins.length;
-    for (let k = 1; k <= this.#count; k++) {
-      const i = (this.#next - k + capacity) % capacity;
-      if (now - this.#times[i] > withinMs) return;
-      const o = this.#origins[i]!;
-      if (!o.gone && !visit(o)) return;
-    }
-  }
-
-  #grow(capacity: number): void {
-    const origins: (OriginRecord | undefined)[] = new Array(capacity);
-    const times = new Float64Array(capacity);
-    const old = this.#origins.length;
-    for (let k = this.#count; k >= 1; k--) {
-      const i = (this.#next - k + old) % old;
-      origins[this.#count - k] = this.#origins[i];
-      times[this.#count - k] = this.#times[i];
-    }
-    this.#origins = origins;
-    this.#times = times;
-    this.#next = this.#count % capacity;
-  }
-}
-
-function pushEntry(d: DigestWire, id: number, version: number, lag?: number): void {
-  d.origins.push(id);
-  d.versions.push(version);
-  if (lag !== undefined) d.dataLag.push(lag);
-}
-
-function lowerBound(sorted: number[], value: number): number {
-  let lo = 0;
-  let hi = sorted.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (sorted[mid] < value) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
 }

@@ -219,7 +219,8 @@ function decodeDelta(m: Decoded): OriginDeltaWire {
   let last = delta.from;
   for (const p of delta.pods) {
     // Version order, inside (from, to]: what makes a prefix a prefix.
-    if (p.version < last || p.version <= delta.from || p.version > delta.to) throw new WireError('pod entries out of version order');
+    if (p.version < last || p.version <= delta.from || p.version > delta.to)
+      throw new WireError('pod entries out of version order');
     last = p.version;
   }
   return delta;
@@ -239,8 +240,18 @@ function decodeDigest(m: Decoded | undefined): DigestWire | undefined {
   return { origins, versions, dataLag, shard, shards };
 }
 
-/** Decodes and validates a payload; throws WireError (or protobufjs's error) when malformed. */
+/** Decodes and validates a payload; throws WireError, and only WireError, when malformed. */
 export function decodePayload(bytes: Uint8Array): PayloadWire {
+  try {
+    return decodePayloadUnchecked(bytes);
+  } catch (error) {
+    // protobufjs (truncation, wire types) and the UTF-8 decoder (invalid strings) throw their own
+    // errors; callers should only need to know the datagram was malformed.
+    throw error instanceof WireError ? error : new WireError(`malformed payload: ${(error as Error).message}`);
+  }
+}
+
+function decodePayloadUnchecked(bytes: Uint8Array): PayloadWire {
   const m = types.payload.decode(bytes) as unknown as Decoded;
   const deltas = (m.deltas as Decoded[] | undefined) ?? [];
   if (deltas.length > WIRE_LIMITS.deltasPerPayload) throw new WireError('too many deltas');
@@ -283,7 +294,12 @@ const floatSize = (x: number): number => (Object.is(x, 0) ? 0 : 5);
 
 /** Encoded size of the `info` field of a PodEntry (tag and length included). */
 export function infoFieldSize(info: PodInfoWire): number {
-  let body = stringSize(info.uid) + stringSize(info.name) + stringSize(info.namespace) + stringSize(info.node) + stringSize(info.address);
+  let body =
+    stringSize(info.uid) +
+    stringSize(info.name) +
+    stringSize(info.namespace) +
+    stringSize(info.node) +
+    stringSize(info.address);
   for (const m of info.models) body += bytesField(Buffer.byteLength(m));
   body += scalar(info.engine);
   if (info.uuid) body += bytesField(info.uuid.length);
@@ -308,7 +324,14 @@ export function entrySize(e: PodEntryWire): number {
 /** Encoded size of an OriginDelta's own fields (without its pods). */
 export function deltaHeaderSize(d: Omit<OriginDeltaWire, 'pods'>): number {
   return (
-    5 + scalar(d.from) + scalar(d.to) + scalar(d.ageMs) + stringSize(d.node) + scalar(d.incarnation) + scalar(d.floor) + (d.continuesFull ? 2 : 0)
+    5 +
+    scalar(d.from) +
+    scalar(d.to) +
+    scalar(d.ageMs) +
+    stringSize(d.node) +
+    scalar(d.incarnation) +
+    scalar(d.floor) +
+    (d.continuesFull ? 2 : 0)
   );
 }
 
@@ -322,7 +345,13 @@ export function digestSize(d: DigestWire): number {
   for (const v of d.versions) versions += varintSize(v);
   let lags = 0;
   for (const v of d.dataLag) lags += varintSize(v);
-  return (n ? bytesField(4 * n) : 0) + (n ? bytesField(versions) : 0) + (d.dataLag.length ? bytesField(lags) : 0) + scalar(d.shard) + scalar(d.shards);
+  return (
+    (n ? bytesField(4 * n) : 0) +
+    (n ? bytesField(versions) : 0) +
+    (d.dataLag.length ? bytesField(lags) : 0) +
+    scalar(d.shard) +
+    scalar(d.shards)
+  );
 }
 
 /** Envelope bytes around a payload of up to 16 KiB, at the largest the counters can grow to. */

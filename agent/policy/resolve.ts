@@ -21,12 +21,13 @@
 //                                the policy N pins is no tie: the pin decides it;
 //   kinference.io/overflow       deny: no providers; allow: the policy's providers as they are;
 //   kinference.io/ttft-slo       replaces the SLO (a duration);
+//   kinference.io/slo-attainment replaces the SLO attainment (a percentage like 99.9%);
 //   kinference.io/tenant         the tenant of every caller in the namespace; it wins over a
 //                                tenant the caller claims (header), which wins over the namespace.
 //
 // Defaults: a field a policy leaves out takes the built-in default, not the value of a less
 // specific policy (what you read in one policy is what applies). With no policy at all:
-// SLO 1000 ms, exclude queued above 2 over 30 s, no overflow (deny tags [pii, unscanned]), wait 2 s.
+// SLO 1000 ms at 99% attainment for requests that may leave, exclude queued above 2 over 30 s, no overflow (deny tags [pii, unscanned]), wait 2 s.
 //
 // The platform floor (`spec.guardrails` of cluster-wide policies; [pii, unscanned] denied when
 // none sets one) is applied last, to every result: its deny tags and tenants are added, the SLO
@@ -34,165 +35,46 @@
 // loosen the floor (lists deny tags without a floor tag, a looser SLO, providers while the floor
 // forbids overflow, or guardrails of its own) is rejected: kept out, and reported.
 import type { EffectivePolicy, ExcludeRule } from '../types.ts';
-import { isDuration, parseDuration } from '../config/duration.ts';
-import type { InferencePolicy } from './schema.ts';
-import { budgetLoosenings, type BudgetLimit } from '../budget/limits.ts';
-
-export const ANNOTATIONS = {
-  policy: 'kinference.io/policy',
-  overflow: 'kinference.io/overflow',
-  ttftSlo: 'kinference.io/ttft-slo',
-  tenant: 'kinference.io/tenant',
-} as const;
+import { parseDuration } from '../config/duration.ts';
+import { policyKey, type InferencePolicy } from './schema.ts';
+import {
+  ANNOTATIONS,
+  annotationEntries,
+  findPinned,
+  parseAnnotations,
+  parsePercentage,
+  type NamespaceAnnotations,
+} from './annotations.ts';
+import {
+  applyFloor,
+  deepFreeze,
+  DEFAULT_DENY_TAGS,
+  floorName,
+  floorOf,
+  guardrailViolations,
+  type Floor,
+} from './floor.ts';
 
 export const BUILTIN_POLICY_NAME = 'builtin/default';
 export const DEFAULT_SLO_TTFT_MS = 1000;
+/**
+ * 99%: the product's promise is that peak demand doesn't mean failed SLOs, and overflow is what
+ * keeps it for requests that may leave; at 99% a pod is admitted only when the predicted TTFT
+ * quantile says at most 1 in 100 such requests would be late. It touches only requests that may
+ * leave (others keep the mean), so the cost is overflow share, never a 429.
+ */
+export const DEFAULT_SLO_ATTAINMENT = 0.99;
 export const DEFAULT_EXCLUDE: readonly ExcludeRule[] = [{ metric: 'queued', above: 2, windowMs: 30_000 }];
-/** A policy that leaves `overflow.deny.tags` out still keeps pii, and what could not be read, on the cluster. */
-export const DEFAULT_DENY_TAGS: readonly string[] = ['pii', 'unscanned'];
 export const DEFAULT_WAIT_MAX_MS = 2000;
-
-export interface Floor {
-  denyTags: readonly string[];
-  denyTenants: readonly string[];
-  /** Undefined: no cap. */
-  maxSloTtftMs?: number;
-  overflowAllowed: boolean;
-  /** May a caller whose namespace is unknown follow the cluster-wide policy (else: never leaves)? */
-  unidentifiedMayLeave: boolean;
-  /** The most any tenant may overflow (every setter's limits hold); empty: no cap. */
-  overflowBudget: readonly BudgetLimit[];
-  /** The cluster-wide policies that set it (empty: the built-in floor), for messages. */
-  sources: readonly string[];
-}
-
-export const BUILTIN_FLOOR: Floor = deepFreeze({
-  denyTags: [...DEFAULT_DENY_TAGS],
-  denyTenants: [],
-  overflowAllowed: true,
-  unidentifiedMayLeave: false,
-  overflowBudget: [],
-  sources: [],
-});
-
-/** The floor the cluster-wide policies' guardrails set together (each adds; the strictest wins). */
-export function floorOf(policies: readonly InferencePolicy[]): Floor {
-  const setters = policies.filter((p) => p.metadata.namespace === '*' && p.spec.guardrails);
-  if (setters.length === 0) return BUILTIN_FLOOR;
-  const tags = new Set<string>();
-  const tenants = new Set<string>();
-  let maxSloTtftMs: number | undefined;
-  let overflowAllowed = true;
-  let unidentifiedMayLeave = true;
-  const overflowBudget: BudgetLimit[] = [];
-  for (const policy of setters) {
-    const g = policy.spec.guardrails!;
-    for (const t of g.deny?.tags ?? DEFAULT_DENY_TAGS) tags.add(t);
-    for (const t of g.deny?.tenants ?? []) tenants.add(t);
-    if (g.maxSloTtft !== undefined) maxSloTtftMs = Math.min(maxSloTtftMs ?? Infinity, parseDuration(g.maxSloTtft));
-    if (g.overflow === 'deny') overflowAllowed = false;
-    if (g.unidentifiedCallers !== 'policy') unidentifiedMayLeave = false;
-    overflowBudget.push(...(g.overflowBudget?.limits ?? []));
-  }
-  return deepFreeze({
-    denyTags: [...tags].sort(),
-    denyTenants: [...tenants].sort(),
-    maxSloTtftMs,
-    overflowAllowed,
-    unidentifiedMayLeave,
-    overflowBudget,
-    sources: setters.map(policyKey),
-  });
-}
-
-function floorName(floor: Floor): string {
-  return floor.sources.length > 0 ? `the platform floor (${floor.sources.join(', ')})` : 'the built-in platform floor';
-}
-
-/** Why a policy may not be loaded under this floor (empty: it may). Cluster-wide policies set the floor; they are not checked against it. */
-export function guardrailViolations(policy: InferencePolicy, floor: Floor): PolicySetIssue[] {
-  if (policy.metadata.namespace === '*') return [];
-  const issues: Omit<PolicySetIssue, 'index'>[] = [];
-  const { spec } = policy;
-  if (spec.guardrails) {
-    issues.push({
-      severity: 'error',
-      path: 'spec.guardrails',
-      message: "guardrails may only be set by a cluster-wide policy (the agent's namespace, or * in static config)",
-    });
-  }
-  const tags = spec.overflow?.deny?.tags;
-  const dropped = tags ? floor.denyTags.filter((t) => !tags.includes(t)) : [];
-  if (dropped.length > 0) {
-    issues.push({
-      severity: 'error',
-      path: 'spec.overflow.deny.tags',
-      message: `may not drop ${dropped.join(', ')}: ${floorName(floor)} denies ${floor.denyTags.join(', ')}; a namespace policy may only add tags (leave deny.tags out to inherit them)`,
-    });
-  }
-  if (
-    spec.slo?.ttft !== undefined &&
-    floor.maxSloTtftMs !== undefined &&
-    parseDuration(spec.slo.ttft) > floor.maxSloTtftMs
-  ) {
-    issues.push({
-      severity: 'error',
-      path: 'spec.slo.ttft',
-      message: `${spec.slo.ttft} is looser than ${floorName(floor)} allows (at most ${floor.maxSloTtftMs}ms)`,
-    });
-  }
-  if (!floor.overflowAllowed && (spec.overflow?.providers?.length ?? 0) > 0) {
-    issues.push({
-      severity: 'error',
-      path: 'spec.overflow.providers',
-      message: `${floorName(floor)} forbids overflow; a namespace policy may not list providers`,
-    });
-  }
-  for (const loosening of budgetLoosenings(spec.overflow?.budget?.limits ?? [], floor.overflowBudget)) {
-    issues.push({
-      severity: 'error',
-      path: 'spec.overflow.budget',
-      message: `${loosening} (${floorName(floor)}); a namespace policy may only set tighter limits`,
-    });
-  }
-  return issues.map((issue) => ({ ...issue, index: -1 }));
-}
-
-/** The floor over one resolved policy: deny lists grow, the SLO is capped, overflow may go. */
-export function applyFloor(policy: EffectivePolicy, floor: Floor): EffectivePolicy {
-  const tags = floor.denyTags.filter((t) => !policy.overflow.denyTags.includes(t));
-  const tenants = floor.denyTenants.filter((t) => !policy.overflow.denyTenants.includes(t));
-  const capSlo = floor.maxSloTtftMs !== undefined && policy.sloTtftMs > floor.maxSloTtftMs;
-  const dropProviders = !floor.overflowAllowed && policy.overflow.providers.length > 0;
-  const capBudget = floor.overflowBudget.some((cap) => !policy.budget?.includes(cap));
-  if (tags.length === 0 && tenants.length === 0 && !capSlo && !dropProviders && !capBudget) return policy;
-  return deepFreeze({
-    ...policy,
-    // Floor limits are added once (they are the same objects), so applying the floor twice is a no-op.
-    ...(capBudget
-      ? { budget: [...(policy.budget ?? []), ...floor.overflowBudget.filter((cap) => !policy.budget?.includes(cap))] }
-      : {}),
-    exclude: policy.exclude.map((rule) => ({ ...rule })),
-    sloTtftMs: capSlo ? floor.maxSloTtftMs! : policy.sloTtftMs,
-    overflow: {
-      providers: dropProviders ? [] : [...policy.overflow.providers],
-      denyTags: [...policy.overflow.denyTags, ...tags],
-      denyTenants: [...policy.overflow.denyTenants, ...tenants],
-    },
-  });
-}
 
 export const BUILTIN_DEFAULT: EffectivePolicy = deepFreeze({
   name: BUILTIN_POLICY_NAME,
   sloTtftMs: DEFAULT_SLO_TTFT_MS,
+  sloAttainment: DEFAULT_SLO_ATTAINMENT,
   exclude: DEFAULT_EXCLUDE.map((rule) => ({ ...rule })),
   overflow: { providers: [], denyTags: [...DEFAULT_DENY_TAGS], denyTenants: [] },
   waitMaxMs: DEFAULT_WAIT_MAX_MS,
 });
-
-/** Namespace → its annotations; a Map (cluster snapshot) or a plain object (config file). */
-export type NamespaceAnnotations =
-  ReadonlyMap<string, Readonly<Record<string, string>>> | Readonly<Record<string, Readonly<Record<string, string>>>>;
 
 export const SPECIFICITY = { namespace: 4, models: 2, tenants: 1 } as const;
 
@@ -202,10 +84,6 @@ export function specificity(policy: InferencePolicy): number {
     (policy.spec.models ? SPECIFICITY.models : 0) +
     (policy.spec.tenants ? SPECIFICITY.tenants : 0)
   );
-}
-
-export function policyKey(policy: InferencePolicy): string {
-  return `${policy.metadata.namespace}/${policy.metadata.name}`;
 }
 
 /** Does the policy cover this request (namespace, model and tenant)? */
@@ -224,6 +102,7 @@ export function effectiveOf(policy: InferencePolicy): EffectivePolicy {
   return {
     name: policyKey(policy),
     sloTtftMs: spec.slo?.ttft !== undefined ? parseDuration(spec.slo.ttft) : DEFAULT_SLO_TTFT_MS,
+    sloAttainment: spec.slo?.attainment !== undefined ? parsePercentage(spec.slo.attainment) : DEFAULT_SLO_ATTAINMENT,
     exclude: spec.exclude
       ? spec.exclude.map((rule) => ({ metric: rule.metric, above: rule.above, windowMs: parseDuration(rule.window) }))
       : DEFAULT_EXCLUDE.map((rule) => ({ ...rule })),
@@ -364,13 +243,6 @@ interface Entry {
   effective: EffectivePolicy;
 }
 
-interface NamespaceOverrides<P> {
-  pinned?: P;
-  overflow?: 'allow' | 'deny';
-  sloTtftMs?: number;
-  tenant?: string;
-}
-
 const CACHE_LIMIT = 4096;
 
 export function compilePolicies(
@@ -445,12 +317,13 @@ export function compilePolicies(
     chosen ??=
       byNamespace.get(namespace)?.find((e) => covers(e, tenant, model)) ?? star.find((e) => covers(e, tenant, model));
     const base = chosen?.effective ?? builtin;
-    if (!o || (o.overflow !== 'deny' && o.sloTtftMs === undefined)) return base;
+    if (!o || (o.overflow !== 'deny' && o.sloTtftMs === undefined && o.sloAttainment === undefined)) return base;
     return applyFloor(
       deepFreeze({
         ...base,
         exclude: base.exclude.map((rule) => ({ ...rule })),
         sloTtftMs: o.sloTtftMs ?? base.sloTtftMs,
+        sloAttainment: o.sloAttainment ?? base.sloAttainment,
         overflow: {
           providers: o.overflow === 'deny' ? [] : [...base.overflow.providers],
           denyTags: [...base.overflow.denyTags],
@@ -482,79 +355,8 @@ export function compilePolicies(
   };
 }
 
-export interface AnnotationIssue {
-  namespace: string;
-  key: string;
-  message: string;
-}
-
-/** Annotations that resolution would ignore (bad values, unknown policy names). */
-export function checkNamespaceAnnotations(
-  policies: readonly InferencePolicy[],
-  annotations: NamespaceAnnotations,
-): AnnotationIssue[] {
-  return parseAnnotations(annotations, (namespace, ref) => findPinned(policies, namespace, ref)).issues;
-}
-
-/** The policy a `kinference.io/policy` value names for callers in `namespace`. */
-export function findPinned(
-  policies: readonly InferencePolicy[],
-  namespace: string,
-  ref: string,
-): InferencePolicy | undefined {
-  const { ns, name } = policyRef(namespace, ref);
-  const find = (n: string) => policies.find((p) => p.metadata.namespace === n && p.metadata.name === name);
-  return ref.includes('/') ? find(ns) : (find(ns) ?? find('*'));
-}
-
-function policyRef(namespace: string, ref: string): { ns: string; name: string } {
-  const slash = ref.indexOf('/');
-  return slash === -1 ? { ns: namespace, name: ref } : { ns: ref.slice(0, slash), name: ref.slice(slash + 1) };
-}
-
-function parseAnnotations<P>(
-  annotations: NamespaceAnnotations,
-  find: (namespace: string, name: string) => P | undefined,
-): { overrides: Map<string, NamespaceOverrides<P>>; issues: AnnotationIssue[] } {
-  const overrides = new Map<string, NamespaceOverrides<P>>();
-  const issues: AnnotationIssue[] = [];
-  for (const [namespace, values] of annotationEntries(annotations)) {
-    const o: NamespaceOverrides<P> = {};
-    const bad = (key: string, message: string) => issues.push({ namespace, key, message });
-    const pinned = values[ANNOTATIONS.policy];
-    if (pinned !== undefined) {
-      const found = find(namespace, pinned.trim());
-      if (found !== undefined) o.pinned = found;
-      else
-        bad(
-          ANNOTATIONS.policy,
-          pinned.includes('/') ? `no policy ${pinned.trim()}` : `no policy "${pinned.trim()}" in ${namespace} or *`,
-        );
-    }
-    const overflow = values[ANNOTATIONS.overflow];
-    const mode = overflow?.trim().toLowerCase();
-    if (mode === 'allow' || mode === 'deny') o.overflow = mode;
-    else if (overflow !== undefined)
-      bad(ANNOTATIONS.overflow, `expected allow or deny, found ${JSON.stringify(overflow)}`);
-    const slo = values[ANNOTATIONS.ttftSlo];
-    if (slo !== undefined) {
-      if (isDuration(slo)) o.sloTtftMs = parseDuration(slo);
-      else bad(ANNOTATIONS.ttftSlo, `expected a duration like 800ms, found ${JSON.stringify(slo)}`);
-    }
-    const tenant = values[ANNOTATIONS.tenant];
-    if (tenant?.trim()) o.tenant = tenant.trim();
-    else if (tenant !== undefined) bad(ANNOTATIONS.tenant, 'expected a tenant name, found an empty value');
-    if (Object.keys(o).length > 0) overrides.set(namespace, o);
-  }
-  return { overrides, issues };
-}
-
 function covers(entry: Entry, tenant: string, model: string): boolean {
   return (!entry.models || entry.models.has(model)) && (!entry.tenants || entry.tenants.has(tenant));
-}
-
-function annotationEntries(annotations: NamespaceAnnotations): Iterable<[string, Readonly<Record<string, string>>]> {
-  return annotations instanceof Map ? annotations.entries() : Object.entries(annotations);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -577,12 +379,4 @@ export function mayLeave(policy: EffectivePolicy, request: { tenant: string; tag
   if (policy.overflow.providers.length === 0)
     return { allowed: false, reason: `no overflow providers (${policy.name})` };
   return { allowed: true, reason: `may overflow to ${policy.overflow.providers.join(', ')} (${policy.name})` };
-}
-
-function deepFreeze<T>(value: T): T {
-  if (typeof value === 'object' && value !== null && !Object.isFrozen(value)) {
-    Object.freeze(value);
-    for (const child of Object.values(value)) deepFreeze(child);
-  }
-  return value;
 }

@@ -4,6 +4,7 @@ import { isDuration, parseDuration } from '../config/duration.ts';
 import { BUDGET_WINDOWS, duplicateScopes, PRIORITIES } from '../budget/limits.ts';
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
+import { dotPath, formatPath, isRecord, pointerSegments } from '../../shared/json.ts';
 
 export const API_GROUP = 'kinference.io';
 export const API_VERSION = 'kinference.io/v1alpha1';
@@ -13,6 +14,9 @@ export const KIND = 'InferencePolicy';
 export const DURATION_PATTERN = '^[0-9]+(\\.[0-9]+)?(ms|s|m|h)$';
 /** Request tags are lowercased by the classifier, so a deny tag outside this charset never matches. */
 export const TAG_PATTERN = '^[a-z0-9][a-z0-9._-]*$';
+
+/** A percentage like "99%" or "99.9%", above 0 and below 100 (100% would admit no pod at all). */
+export const ATTAINMENT_PATTERN = '^([1-9][0-9]?(\\.[0-9]{1,3})?|0\\.[0-9]{0,2}[1-9])%$';
 
 export const EXCLUDE_METRICS = ['queued', 'running', 'kvCache', 'predictedTTFT'] as const;
 
@@ -204,7 +208,18 @@ export const InferencePolicySpecSchema = Type.Object(
     ),
     slo: Type.Optional(
       Type.Object(
-        { ttft: Type.Optional(Duration('A pod predicted slower than this to first token is not a candidate.')) },
+        {
+          ttft: Type.Optional(Duration('A pod predicted slower than this to first token is not a candidate.')),
+          attainment: Type.Optional(
+            Type.String({
+              pattern: ATTAINMENT_PATTERN,
+              maxLength: 16,
+              expected: 'a percentage above 0% and below 100%, like 99%',
+              description:
+                'For requests that may leave: a pod is a candidate only if it answers within the SLO with this confidence (its predicted TTFT quantile). Default 99%.',
+            }),
+          ),
+        },
         {
           ...strict,
           description: 'Latency target.',
@@ -327,6 +342,11 @@ export const InferencePolicySchema = Type.Object(
 export type InferencePolicySpec = Static<typeof InferencePolicySpecSchema>;
 export type InferencePolicy = Static<typeof InferencePolicySchema>;
 export type PolicyStatus = Static<typeof PolicyStatusSchema>;
+
+/** A policy's name where it is shown: namespace/name. */
+export function policyKey(policy: InferencePolicy): string {
+  return `${policy.metadata.namespace}/${policy.metadata.name}`;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Validation
@@ -505,7 +525,7 @@ function expectedOf(schema: TSchema): string {
   }
 }
 
-function literalValues(schema: TSchema): unknown[] | undefined {
+export function literalValues(schema: TSchema): unknown[] | undefined {
   if ('const' in schema) return [schema.const];
   if (Array.isArray(schema.anyOf) && schema.anyOf.every((s: TSchema) => 'const' in s)) {
     return schema.anyOf.map((s: TSchema) => s.const);
@@ -520,32 +540,6 @@ function found(value: unknown): string {
   if (Array.isArray(value)) return value.length === 0 ? 'an empty list' : `a list of ${value.length}`;
   if (typeof value === 'object') return 'an object';
   return String(value);
-}
-
-function pointerSegments(pointer: string): (string | number)[] {
-  return pointer
-    .split('/')
-    .slice(1)
-    .map((raw) => {
-      const part = raw.replaceAll('~1', '/').replaceAll('~0', '~');
-      return /^\d+$/.test(part) ? Number(part) : part;
-    });
-}
-
-/** `/spec/exclude/0/window` → `spec.exclude[0].window` (JSON pointer unescaped). */
-export function dotPath(pointer: string): string {
-  return formatPath(pointerSegments(pointer));
-}
-
-/** ['spec', 'exclude', 0, 'window'] → `spec.exclude[0].window`. */
-export function formatPath(segments: readonly (string | number)[]): string {
-  let out = '';
-  for (const part of segments) {
-    if (typeof part === 'number') out += `[${part}]`;
-    else if (/^[A-Za-z_$][\w$-]*$/.test(part)) out += out ? `.${part}` : part;
-    else out += `[${JSON.stringify(part)}]`;
-  }
-  return out;
 }
 
 function closest(key: string, candidates: string[]): string | undefined {
@@ -568,84 +562,4 @@ function editDistance(a: string, b: string): number {
     row = next;
   }
   return row[b.length];
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
-
-// ---------------------------------------------------------------------------------------------
-// OpenAPI v3 (Kubernetes structural schema)
-
-/** Keywords a CRD's structural schema accepts and that we use; everything else is dropped. */
-// (In this order in the output, so the rendered CRD reads type first.)
-const OPENAPI_KEYWORDS = [
-  'type',
-  'format',
-  'description',
-  'enum',
-  'pattern',
-  'minimum',
-  'maximum',
-  'minLength',
-  'maxLength',
-  'minItems',
-  'maxItems',
-  'nullable',
-  'x-kubernetes-list-type',
-  'x-kubernetes-list-map-keys',
-  'x-kubernetes-preserve-unknown-fields',
-  'x-kubernetes-validations',
-  'required',
-  'properties',
-  'items',
-] as const;
-
-type OpenAPISchema = Record<string, unknown>;
-
-/**
- * The TypeBox schema rewritten as a Kubernetes structural schema: unions of literals become
- * `enum`, `additionalProperties: false` goes (the API server prunes and, with strict field
- * validation, rejects unknown fields itself), and only OpenAPI keywords Kubernetes accepts stay.
- */
-export function toOpenAPI(schema: TSchema): OpenAPISchema {
-  const literals = literalValues(schema);
-  if (literals) {
-    const types = new Set(literals.map((v) => typeof v));
-    const out: OpenAPISchema = { type: [...types][0], enum: literals };
-    if (schema.description) out.description = schema.description;
-    return out;
-  }
-  const out: OpenAPISchema = {};
-  for (const key of OPENAPI_KEYWORDS) {
-    const value: unknown = schema[key];
-    if (value === undefined) continue;
-    if (key === 'properties') {
-      out.properties = Object.fromEntries(
-        Object.entries(value as Record<string, TSchema>).map(([name, child]) => [name, toOpenAPI(child)]),
-      );
-    } else if (key === 'items') {
-      out.items = toOpenAPI(value as TSchema);
-    } else {
-      out[key] = structuredClone(value);
-    }
-  }
-  return out;
-}
-
-/** The CRD's `openAPIV3Schema`: the whole object, spec from the one source, plus status. */
-export function inferencePolicyOpenAPISchema(): OpenAPISchema {
-  return {
-    type: 'object',
-    description:
-      'InferencePolicy says, for matching models and tenants, the TTFT target, the exclusion rules, whether and where requests may overflow, and how long they may wait.',
-    required: ['spec'],
-    properties: {
-      apiVersion: { type: 'string' },
-      kind: { type: 'string' },
-      metadata: { type: 'object' },
-      spec: toOpenAPI(InferencePolicySpecSchema),
-      status: toOpenAPI(PolicyStatusSchema),
-    },
-  };
 }

@@ -2,12 +2,13 @@
 // a predictor learned from the TTFTs it measures) and other nodes' pods (gossiped estimates).
 // It turns that view into router candidates, keeps per-pod request bookkeeping, and wakes
 // requests waiting for a pod whenever something changes.
-import { NodeModel } from '../predict/node-model.ts';
+import { Learner } from '../predict/learner.ts';
 import type { PredictorOptions } from '../predict/predictor.ts';
 import type { Candidate, WindowedMetric } from '../route/candidate.ts';
 import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
+import { staleAfterMs } from '../telemetry/scraper.ts';
 import { predictedTtft } from '../route/score.ts';
-import type { Pod, PodEstimate, PodLoad, RouteRequest } from '../types.ts';
+import type { Pod, PodEstimate, PodLoad, RequestKind, RouteRequest } from '../types.ts';
 
 export interface PoolOptions {
   node: string;
@@ -19,22 +20,25 @@ export interface PoolOptions {
   referenceWindowMs: number;
   /** A pod that failed a request before its first byte sits out this long. */
   failureCooldownMs: number;
+  /** Requests this agent has at one pod at once (= connections); past it the pod is at capacity. */
+  maxInFlightPerPod?: number;
   now: () => number;
   predictor?: Partial<PredictorOptions>;
 }
 
 interface LocalPod {
   pod: Pod;
-  /** The scraper's record of the pod (windows, latest load); absent until the first good scrape. */
+  /** The scraper's record of the pod (windows, latest load and when): the one record of its
+   *  scraped state; absent until the first good scrape. */
   telemetry: PodTelemetry | undefined;
-  lastGoodAt: number;
-  lastLoad: PodLoad | undefined;
   inFlight: number;
   pendingPromptTokens: number;
   unseenSent: number;
   unhealthyUntil: number;
-  /** When this agent last measured a TTFT at the pod; long ago, the pod's histograms teach instead. */
-  lastOwnObservationAt: number;
+  /** Why its last page was refused (telemetry trust boundary); unhealthy until a plausible one. */
+  implausible: string | undefined;
+  /** Counts scrapes: a request answered in the epoch it was sent in leaves `unseenSent` at once. */
+  epoch: number;
 }
 
 interface PeerTraffic {
@@ -43,19 +47,35 @@ interface PeerTraffic {
   unseenSent: number;
   lastVersion: number;
   unhealthyUntil: number;
+  epoch: number;
 }
 
 type Waiter = () => void;
 
-/** What /debug/state and the dashboard predict for: a typical chat turn. */
-const REFERENCE_REQUEST: RouteRequest = { kind: 'chat', model: '', tenant: '', namespace: '', tags: [], promptTokens: 256, stream: true };
+export interface PodTicket {
+  /** Mean predicted TTFT the request was sent on (NaN for peers' pods). */
+  predictedMs: number;
+  firstByte(ms: number): void;
+  answered(ms: number): void;
+  end(ok: boolean): void;
+}
 
-const OWN_OBSERVATIONS_FRESH_MS = 5000;
+/** What /debug/state and the dashboard predict for: a typical chat turn. */
+const REFERENCE_REQUEST: RouteRequest = {
+  kind: 'chat',
+  model: '',
+  tenant: '',
+  namespace: '',
+  tags: [],
+  promptTokens: 256,
+  stream: true,
+};
 
 export class PodPool {
   readonly options: PoolOptions;
   readonly #local = new Map<string, LocalPod>();
-  readonly #model: NodeModel;
+  /** The model of the local pods, and where it learns. */
+  readonly #learner: Learner;
   #remote: PodEstimate[] = [];
   readonly #peerTraffic = new Map<string, PeerTraffic>();
   readonly #waiters = new Set<Waiter>();
@@ -66,7 +86,7 @@ export class PodPool {
 
   constructor(options: PoolOptions) {
     this.options = options;
-    this.#model = new NodeModel(options.predictor);
+    this.#learner = new Learner(options.predictor);
   }
 
   /** Bumped on every change (a scrape, a gossip update, a request ending). */
@@ -95,7 +115,7 @@ export class PodPool {
     for (const uid of this.#local.keys()) {
       if (next.has(uid)) continue;
       this.#local.delete(uid);
-      this.#model.forget(uid);
+      this.#learner.forget(uid);
     }
     for (const pod of pods) {
       const existing = this.#local.get(pod.uid);
@@ -104,13 +124,12 @@ export class PodPool {
         this.#local.set(pod.uid, {
           pod,
           telemetry: undefined,
-          lastGoodAt: -Infinity,
-          lastLoad: undefined,
           inFlight: 0,
           pendingPromptTokens: 0,
           unseenSent: 0,
           unhealthyUntil: 0,
-          lastOwnObservationAt: -Infinity,
+          implausible: undefined,
+          epoch: 0,
         });
       }
     }
@@ -122,27 +141,25 @@ export class PodPool {
   recordLoad(uid: string, load: PodLoad, telemetry: PodTelemetry): void {
     const local = this.#local.get(uid);
     if (!local) return;
-    const previous = local.lastLoad;
-    local.lastLoad = load;
     local.telemetry = telemetry;
-    const delta = telemetry.lastDelta;
-    local.lastGoodAt = load.at;
+    local.implausible = undefined;
     local.pod.engine ??= load.engine;
     // Our requests sent before this scrape now show in its queue; stop counting them twice.
     local.unseenSent = 0;
-    // No streamed requests of our own to learn from lately (other agents' or direct traffic is
-    // all this pod gets): learn from the pod's own TTFT histogram instead, with the state at the
-    // previous scrape as the features those requests met. Coarser, so only as a fallback.
-    if (previous && delta?.ttft && delta.ttft.count > 0 && load.at - local.lastOwnObservationAt > OWN_OBSERVATIONS_FRESH_MS) {
-      const promptTokens = delta.promptTokens !== undefined ? delta.promptTokens / delta.ttft.count : 256;
-      this.#model.observe(uid, { queued: previous.waiting, running: previous.running, promptTokens }, delta.ttft.mean * 1000);
-    }
+    local.epoch++;
+    this.#learner.observeScrape(uid, telemetry.previous, load, telemetry.lastDelta);
     this.#changed();
   }
 
-  /** A failed scrape: nothing to record (it goes stale on its own), but waiters re-decide. */
-  recordScrapeFailure(uid: string): void {
-    if (this.#local.has(uid)) this.#changed();
+  /**
+   * A failed scrape: nothing to record (it goes stale on its own), but waiters re-decide. A page
+   * refused as implausible makes the pod unhealthy, with that reason, until a plausible one.
+   */
+  recordScrapeFailure(uid: string, implausible?: string): void {
+    const local = this.#local.get(uid);
+    if (!local) return;
+    if (implausible !== undefined) local.implausible = implausible;
+    this.#changed();
   }
 
   /** Other nodes' pods, as gossip currently knows them. */
@@ -154,6 +171,7 @@ export class PodPool {
       if (traffic && e.version !== traffic.lastVersion) {
         traffic.lastVersion = e.version;
         traffic.unseenSent = 0;
+        traffic.epoch++;
       }
     }
     for (const uid of this.#peerTraffic.keys()) if (!live.has(uid)) this.#peerTraffic.delete(uid);
@@ -165,25 +183,30 @@ export class PodPool {
     const now = this.options.now();
     const out: Candidate[] = [];
     for (const local of this.#local.values()) {
-      const load = local.lastLoad;
       const telemetry = local.telemetry;
+      const load = telemetry?.latest;
       out.push({
         pod: local.pod,
         where: 'local',
-        ageMs: now - local.lastGoodAt,
-        maxAgeMs: 2 * this.options.scrapeIntervalMs,
-        healthy: now >= local.unhealthyUntil,
+        ageMs: now - (load?.at ?? -Infinity),
+        maxAgeMs: staleAfterMs(this.options.scrapeIntervalMs),
+        healthy: now >= local.unhealthyUntil && local.implausible === undefined,
+        ...(local.implausible !== undefined ? { unhealthyReason: local.implausible } : {}),
         queuedNow: load?.waiting ?? 0,
         running: load?.running ?? 0,
         kvCache: load?.kvCache ?? NaN,
         average: (metric: WindowedMetric, windowMs: number) => {
           if (!telemetry) return 0;
-          const window = metric === 'queued' ? telemetry.waiting : metric === 'running' ? telemetry.running : telemetry.kvCache;
+          const window =
+            metric === 'queued' ? telemetry.waiting : metric === 'running' ? telemetry.running : telemetry.kvCache;
           const value = window.average(windowMs, now);
           return Number.isNaN(value) ? 0 : value;
         },
-        params: this.#model.params(local.pod.uid),
+        params: this.#learner.params(local.pod.uid),
+        embeddingParams: this.#learner.embeddingParams(local.pod.uid),
+        logMargin: (q: number) => this.#learner.logMargin(local.pod.uid, q, (load?.waiting ?? 0) + local.unseenSent),
         inFlight: local.inFlight,
+        maxInFlight: this.#maxInFlight(local.pod),
         unseenSent: local.unseenSent,
         pendingPromptTokens: local.pendingPromptTokens,
         networkCostMs: 0,
@@ -201,9 +224,15 @@ export class PodPool {
         running: estimate.running,
         kvCache: estimate.kvCache,
         // A peer gossips one reference window; it stands in for whatever window a rule names.
-        average: (metric: WindowedMetric) => (metric === 'queued' ? estimate.queued : metric === 'running' ? estimate.running : estimate.kvCache),
+        average: (metric: WindowedMetric) =>
+          metric === 'queued' ? estimate.queued : metric === 'running' ? estimate.running : estimate.kvCache,
         params: estimate.params,
+        // Gossip carries one model and no error distribution: a peer's pod is judged with the
+        // node's own calibration (how far this agent's kind of prediction strays), floored cold.
+        logMargin: (q: number) =>
+          this.#learner.logMargin(undefined, q, estimate.queuedNow + (traffic?.unseenSent ?? 0)),
         inFlight: traffic?.inFlight ?? 0,
+        maxInFlight: this.#maxInFlight(estimate.pod),
         unseenSent: traffic?.unseenSent ?? 0,
         pendingPromptTokens: traffic?.pendingPromptTokens ?? 0,
         networkCostMs: this.options.networkCostMs,
@@ -217,7 +246,7 @@ export class PodPool {
     const now = this.options.now();
     const out: PodEstimate[] = [];
     for (const local of this.#local.values()) {
-      const load = local.lastLoad;
+      const load = local.telemetry?.latest;
       if (!load || !local.telemetry) continue;
       const queued = local.telemetry.waiting.average(this.options.referenceWindowMs, now);
       out.push({
@@ -226,8 +255,8 @@ export class PodPool {
         queuedNow: load.waiting,
         running: load.running,
         kvCache: load.kvCache,
-        params: this.#model.params(local.pod.uid),
-        at: local.lastGoodAt,
+        params: this.#learner.params(local.pod.uid),
+        at: load.at,
         origin: this.options.node,
         version: 0,
       });
@@ -235,35 +264,63 @@ export class PodPool {
     return out;
   }
 
-  /** Request bookkeeping for one request sent to `c`. */
-  begin(c: Candidate, promptTokens: number): { firstByte(ms: number): void; end(ok: boolean): void } {
-    const features = { queued: c.queuedNow + c.unseenSent, running: c.running, promptTokens, pendingPromptTokens: c.pendingPromptTokens };
+  /**
+   * Request bookkeeping for one request sent to `c`. `firstByte` is the first token of a streamed
+   * request; `answered` the whole answer of a non-streamed one. Returns the mean prediction the
+   * request was sent on (what calibration measures against).
+   */
+  begin(c: Candidate, promptTokens: number, kind: RequestKind = 'chat', stream = true): PodTicket {
+    const features = {
+      queued: c.queuedNow + c.unseenSent,
+      running: c.running,
+      promptTokens,
+      pendingPromptTokens: c.pendingPromptTokens,
+    };
     const local = c.where === 'local' ? this.#local.get(c.pod.uid) : undefined;
     const traffic = c.where === 'peer' ? this.#trafficFor(c.pod.uid) : undefined;
     const counters = local ?? traffic!;
+    const predictedMs = local ? this.#learner.predict(local.pod.uid, kind, features) : NaN;
+    const epoch = counters.epoch;
     counters.inFlight++;
     counters.unseenSent++;
-    counters.pendingPromptTokens += promptTokens;
+    // A non-streamed request's prefill ends unseen (its first byte is its whole answer): counted
+    // until the answer, its prompt would stand in front of later requests for its whole decode.
+    // The scraped queue and batch show it instead.
+    const counted = stream || kind === 'embeddings' ? promptTokens : 0;
+    counters.pendingPromptTokens += counted;
     let pending = true;
     let ended = false;
     // Its prompt stops standing in front of later requests once its first token is out.
     const prefilled = () => {
       if (!pending) return;
       pending = false;
-      counters.pendingPromptTokens -= promptTokens;
+      counters.pendingPromptTokens -= counted;
+    };
+    const learn = (ms: number) => {
+      if (local) this.#learner.observeTtft(local.pod.uid, kind, features, predictedMs, ms, this.options.now());
     };
     return {
+      predictedMs,
       firstByte: (ms: number) => {
         prefilled();
-        if (!local) return;
-        local.lastOwnObservationAt = this.options.now();
-        this.#model.observe(local.pod.uid, features, ms);
+        learn(ms);
+      },
+      answered: (ms: number) => {
+        prefilled();
+        // An embedding's answer time is its prefill: a TTFT, learned as one.
+        if (kind === 'embeddings') return learn(ms);
+        // A generation's answer time holds its decode too: only a bound (see Learner.observeAnswer).
+        if (local) this.#learner.observeAnswer(local.pod.uid, kind, features, predictedMs, ms);
       },
       end: () => {
         if (ended) return;
         ended = true;
         prefilled();
         counters.inFlight--;
+        // Finished before the next report: the pod holds nothing of it, so it is no unseen queue.
+        // (Left counted, a fast pod answering hundreds of short requests between two scrapes
+        // would look hundreds deep and be throttled far below its capacity.)
+        if (counters.epoch === epoch && counters.unseenSent > 0) counters.unseenSent--;
         this.#changed();
       },
     };
@@ -303,23 +360,34 @@ export class PodPool {
       referencePromptTokens: REFERENCE_REQUEST.promptTokens,
       local: [...this.#local.values()].map((l) => ({
         pod: l.pod,
-        load: l.lastLoad,
+        load: l.telemetry?.latest,
         queuedAvg30s: l.telemetry?.waiting.average(30_000, now) ?? null,
-        ageMs: now - l.lastGoodAt,
+        ageMs: now - (l.telemetry?.latest?.at ?? -Infinity),
         inFlight: l.inFlight,
         unseenSent: l.unseenSent,
-        healthy: now >= l.unhealthyUntil,
+        healthy: now >= l.unhealthyUntil && l.implausible === undefined,
+        unhealthyReason: l.implausible ?? (now < l.unhealthyUntil ? 'failed a request before its first byte' : null),
         predictedTtftMs: predicted.get(l.pod.uid),
-        predictor: { params: this.#model.params(l.pod.uid), ...this.#model.stats(l.pod.uid) },
+        ...this.#learner.stats(l.pod.uid),
       })),
-      remote: this.#remote.map((e) => ({ ...e, ageMs: now - e.at, traffic: this.#peerTraffic.get(e.pod.uid), predictedTtftMs: predicted.get(e.pod.uid) })),
+      remote: this.#remote.map((e) => ({
+        ...e,
+        ageMs: now - e.at,
+        traffic: this.#peerTraffic.get(e.pod.uid),
+        predictedTtftMs: predicted.get(e.pod.uid),
+      })),
     };
+  }
+
+  /** The pod's own concurrency when known (its max-num-seqs), within the configured cap. */
+  #maxInFlight(pod: Pod): number {
+    return Math.min(this.options.maxInFlightPerPod ?? Infinity, pod.maxConcurrency ?? Infinity);
   }
 
   #trafficFor(uid: string): PeerTraffic {
     let traffic = this.#peerTraffic.get(uid);
     if (!traffic) {
-      traffic = { inFlight: 0, pendingPromptTokens: 0, unseenSent: 0, lastVersion: -1, unhealthyUntil: 0 };
+      traffic = { inFlight: 0, pendingPromptTokens: 0, unseenSent: 0, lastVersion: -1, unhealthyUntil: 0, epoch: 0 };
       this.#peerTraffic.set(uid, traffic);
     }
     return traffic;

@@ -84,6 +84,10 @@ export class NodeModel {
 
   stats(uid: string): { speed: number; observations: number; mape: number } {
     const pod = this.#pods.get(uid);
-    return { speed: this.speed(uid), observations: pod?.observations ?? 0, mape: pod && pod.observations ? pod.apeSum / pod.observations : NaN };
+    return {
+      speed: this.speed(uid),
+      observations: pod?.observations ?? 0,
+      mape: pod && pod.observations ? pod.apeSum / pod.observations : NaN,
+    };
   }
 }

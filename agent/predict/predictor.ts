@@ -1,18 +1,20 @@
-// Per-pod time-to-first-token model, learned online.
+// The linear time-to-first-token model, learned online: one per node, shared by its pods and
+// scaled by each pod's speed (node-model.ts).
 //
 // TTFT is, to first order, linear in what stands in front of the request:
 //   ttft ≈ base + perQueued·queued + perRunning·running + perKPromptTokens·(promptTokens/1000)
+//          + perKPendingTokens·(pendingPromptTokens/1000)
 // `queued` (requests ahead, including this agent's not yet scraped) is the wait for a batch
 // slot, `running` slows prefill and interleaves decode steps, and prompt size sets prefill
-// work. A pod half as fast has every coefficient doubled, which is exactly what a per-pod fit
-// learns. (We tried a hinge at the batch size — "slots to wait for" — and dropped it: the batch
+// work. A pod half as fast has every coefficient doubled, which is exactly what the per-pod
+// speed factor learns. (We tried a hinge at the batch size — "slots to wait for" — and dropped it: the batch
 // size is not in any engine's metrics, and estimating it from the peak running count put the
 // hinge in the wrong place on pods that had not yet been full, doubling the error.)
 //
 // Fit: recursive least squares with exponential forgetting, weighted to minimise relative
-// error. It is O(d²) = 16 multiply-adds per observation, needs no stored history, tracks drift
+// error. It is O(d²) = 25 multiply-adds per observation (d = 5 features), needs no stored history, tracks drift
 // (a pod slowing as its output mix changes) through the forgetting factor, and starts from a
-// prior that is sensible before any data. A prediction is 4 multiply-adds.
+// prior that is sensible before any data. A prediction is 5 multiply-adds.
 import type { PredictorParams } from '../types.ts';
 
 export interface Features {

@@ -12,7 +12,8 @@ function textLength(value: unknown): number {
     let total = 0;
     for (const part of value) {
       if (typeof part === 'string') total += part.length;
-      else if (typeof part === 'number') total += CHARS_PER_TOKEN; // a token id
+      else if (typeof part === 'number')
+        total += CHARS_PER_TOKEN; // a token id
       else if (part && typeof part === 'object') {
         const p = part as Record<string, unknown>;
         if (typeof p.text === 'string') total += p.text.length;

@@ -58,7 +58,8 @@ const IMAGE_FORMATS = new Set(['png', 'jpeg', 'gif', 'webp']);
 /** OpenAI chat request → Converse request body (the model id goes in the URL, not here). */
 export function toConverseRequest(body: Json): ConverseRequest {
   if (!Array.isArray(body.messages)) throw new TranslationError('messages must be an array', 'messages');
-  if (typeof body.n === 'number' && body.n > 1) throw new TranslationError('n > 1 is not supported by this provider', 'n');
+  if (typeof body.n === 'number' && body.n > 1)
+    throw new TranslationError('n > 1 is not supported by this provider', 'n');
 
   const system: Array<{ text: string }> = [];
   const turns: ConverseMessage[] = [];
@@ -85,7 +86,8 @@ export function toConverseRequest(body: Json): ConverseRequest {
         push('assistant', assistantContent(m, i));
         return;
       case 'tool': {
-        if (typeof m.tool_call_id !== 'string') throw new TranslationError('tool messages need tool_call_id', `messages[${i}].tool_call_id`);
+        if (typeof m.tool_call_id !== 'string')
+          throw new TranslationError('tool messages need tool_call_id', `messages[${i}].tool_call_id`);
         const texts = textParts(m.content, `messages[${i}].content`);
         push('user', [{ toolResult: { toolUseId: m.tool_call_id, content: texts.map((text) => ({ text })) } }]);
         return;
@@ -116,11 +118,13 @@ function textParts(content: unknown, param: string): string[] {
   if (typeof content === 'string') return content === '' ? [] : [content];
   if (content === null || content === undefined) return [];
   if (!Array.isArray(content)) throw new TranslationError('content must be a string or an array of parts', param);
-  return content.map((part, j) => {
-    const p = part as Json;
-    if (p && p.type === 'text' && typeof p.text === 'string') return p.text;
-    throw new TranslationError('only text parts are supported here', `${param}[${j}]`);
-  }).filter((t) => t !== '');
+  return content
+    .map((part, j) => {
+      const p = part as Json;
+      if (p && p.type === 'text' && typeof p.text === 'string') return p.text;
+      throw new TranslationError('only text parts are supported here', `${param}[${j}]`);
+    })
+    .filter((t) => t !== '');
 }
 
 function userContent(content: unknown, param: string): ConverseContentBlock[] {
@@ -155,7 +159,8 @@ function assistantContent(m: Json, i: number): ConverseContentBlock[] {
     m.content.forEach((part, j) => {
       const p = part as Json;
       const text = p?.type === 'text' ? p.text : p?.type === 'refusal' ? p.refusal : undefined;
-      if (typeof text !== 'string') throw new TranslationError('only text parts are supported here', `messages[${i}].content[${j}]`);
+      if (typeof text !== 'string')
+        throw new TranslationError('only text parts are supported here', `messages[${i}].content[${j}]`);
       if (text !== '') blocks.push({ text });
     });
   } else {
@@ -166,7 +171,8 @@ function assistantContent(m: Json, i: number): ConverseContentBlock[] {
       const call = raw as Json;
       const fn = call?.function as Json | undefined;
       const param = `messages[${i}].tool_calls[${j}]`;
-      if (typeof call?.id !== 'string' || typeof fn?.name !== 'string') throw new TranslationError('tool calls need id and function.name', param);
+      if (typeof call?.id !== 'string' || typeof fn?.name !== 'string')
+        throw new TranslationError('tool calls need id and function.name', param);
       let input: unknown = {};
       const args = fn.arguments;
       if (typeof args === 'string' && args.trim() !== '') {
@@ -187,7 +193,8 @@ function toToolConfig(body: Json, turns: ConverseMessage[]): ConverseRequest['to
   const tools = body.tools.map((raw, j) => {
     const t = raw as Json;
     const fn = t?.function as Json | undefined;
-    if (t?.type !== 'function' || typeof fn?.name !== 'string') throw new TranslationError('only function tools are supported', `tools[${j}]`);
+    if (t?.type !== 'function' || typeof fn?.name !== 'string')
+      throw new TranslationError('only function tools are supported', `tools[${j}]`);
     const spec: { name: string; description?: string; inputSchema: { json: unknown } } = {
       name: fn.name,
       inputSchema: { json: fn.parameters ?? { type: 'object', properties: {} } },
@@ -228,7 +235,11 @@ export function finishReason(stopReason: string | undefined): string {
 export function toUsage(usage: ConverseResponse['usage'] | undefined): OpenAIUsage {
   const prompt = usage?.inputTokens ?? 0;
   const completion = usage?.outputTokens ?? 0;
-  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: usage?.totalTokens ?? prompt + completion };
+  return {
+    prompt_tokens: prompt,
+    completion_tokens: completion,
+    total_tokens: usage?.totalTokens ?? prompt + completion,
+  };
 }
 
 /** Converse response → OpenAI chat.completion. */

@@ -39,7 +39,8 @@ export class EventStreamDecoder {
         throw new EventStreamError('event stream prelude checksum mismatch');
       }
       const total = this.buffer.readUInt32BE(0);
-      if (total < MIN_MESSAGE || total > MAX_MESSAGE) throw new EventStreamError(`event stream message length ${total} out of range`);
+      if (total < MIN_MESSAGE || total > MAX_MESSAGE)
+        throw new EventStreamError(`event stream message length ${total} out of range`);
       if (this.buffer.byteLength < total) break;
       const frame = this.buffer.subarray(0, total);
       this.buffer = this.buffer.subarray(total);
@@ -79,9 +80,12 @@ function toStreamEvent(headers: Headers, body: Uint8Array): StreamEvent {
   const messageType = str(':message-type') ?? 'event';
   if (messageType === 'exception' || messageType === 'error') {
     const exceptionType = str(':exception-type') ?? str(':error-code') ?? 'unknownException';
-    const message = typeof payload.message === 'string' ? payload.message
-      : typeof payload.Message === 'string' ? payload.Message
-      : str(':error-message') ?? exceptionType;
+    const message =
+      typeof payload.message === 'string'
+        ? payload.message
+        : typeof payload.Message === 'string'
+          ? payload.Message
+          : (str(':error-message') ?? exceptionType);
     return { type: 'exception', exceptionType, message };
   }
   return { type: 'event', eventType: str(':event-type') ?? '', payload };
@@ -144,9 +148,21 @@ export class ConverseStreamTranslator {
           ensureRole();
           const index = this.toolIndex.size;
           this.toolIndex.set(Number(p.contentBlockIndex ?? index), index);
-          out.push(this.chunk({
-            tool_calls: [{ index, id: use.toolUseId ?? `call_${index}`, type: 'function', function: { name: use.name ?? '', arguments: '' } }],
-          }, null));
+          out.push(
+            this.chunk(
+              {
+                tool_calls: [
+                  {
+                    index,
+                    id: use.toolUseId ?? `call_${index}`,
+                    type: 'function',
+                    function: { name: use.name ?? '', arguments: '' },
+                  },
+                ],
+              },
+              null,
+            ),
+          );
         }
         break;
       }
@@ -186,7 +202,8 @@ export class ConverseStreamTranslator {
   /** The upstream ended. A stream without messageStop was cut short. */
   end(): string[] {
     if (this.finished) return [];
-    if (!this.stopped) return this.fail(502, 'upstream stream ended before the message was complete', 'upstream_stream_error');
+    if (!this.stopped)
+      return this.fail(502, 'upstream stream ended before the message was complete', 'upstream_stream_error');
     this.finished = true;
     return [SSE_DONE];
   }

@@ -30,6 +30,8 @@ import {
   JSON_HEADERS,
   postUpstream,
   ProviderError,
+  providerLimits,
+  readBounded,
   readText,
   redact,
   SSE_HEADERS,
@@ -75,12 +77,17 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
     throw new Error(`provider ${name}: bedrock needs a region`);
   }
   const endpoint = settings.endpoint ?? `https://bedrock-runtime.${region}.amazonaws.com`;
-  const ownDispatcher = deps.dispatcher ? undefined : createDispatcher(settings.timeoutMs);
+  const limits = providerLimits(deps);
+  const ownDispatcher = deps.dispatcher ? undefined : createDispatcher(settings.timeoutMs, limits.idleTimeoutMs);
   const dispatcher = deps.dispatcher ?? ownDispatcher!;
   const now = deps.now ?? Date.now;
 
   /** Auth headers for this request, secrets read now; returns the values to redact too. */
-  async function authorize(url: URL, headers: Record<string, string>, body: string): Promise<{ headers: Record<string, string>; secrets: string[] }> {
+  async function authorize(
+    url: URL,
+    headers: Record<string, string>,
+    body: string,
+  ): Promise<{ headers: Record<string, string>; secrets: string[] }> {
     try {
       if (settings.apiKey) {
         const key = resolveSecret(settings.apiKey, deps.env);
@@ -109,14 +116,21 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
       const secrets = [credentials.secretAccessKey, credentials.sessionToken ?? ''];
       return { headers: signed.headers as Record<string, string>, secrets };
     } catch (err) {
-      throw new ProviderError(name, 'config', err instanceof Error && err.message.startsWith('secret ') ? err.message : 'cannot sign the request');
+      throw new ProviderError(
+        name,
+        'config',
+        err instanceof Error && err.message.startsWith('secret ') ? err.message : 'cannot sign the request',
+      );
     }
   }
 
   async function send(call: ProviderCall): Promise<Response> {
     const modelId = settings.models[call.model];
     if (modelId === undefined) {
-      return errorResponse(404, `model ${call.model} is not offered by provider ${name}`, { code: 'model_not_found', param: 'model' });
+      return errorResponse(404, `model ${call.model} is not offered by provider ${name}`, {
+        code: 'model_not_found',
+        param: 'model',
+      });
     }
     if (call.kind !== 'chat') {
       return errorResponse(400, bedrockRefusal(name, call.kind), { code: 'unsupported_request' });
@@ -131,13 +145,30 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
     const stream = call.body.stream === true;
     const url = converseUrl(endpoint, modelId, stream);
     const body = JSON.stringify(converse);
-    const { headers, secrets } = await authorize(url, {
-      ...call.headers,
-      'content-type': 'application/json',
-      accept: stream ? 'application/vnd.amazon.eventstream' : 'application/json',
-    }, body);
-    const res = await postUpstream({ provider: name, url, headers, body, signal: call.signal, timeoutMs: settings.timeoutMs, dispatcher });
-    const ctx = () => ({ timedOut: res.timedOut(), aborted: call.signal.aborted, timeoutMs: settings.timeoutMs });
+    const { headers, secrets } = await authorize(
+      url,
+      {
+        ...call.headers,
+        'content-type': 'application/json',
+        accept: stream ? 'application/vnd.amazon.eventstream' : 'application/json',
+      },
+      body,
+    );
+    const res = await postUpstream({
+      provider: name,
+      url,
+      headers,
+      body,
+      signal: call.signal,
+      timeoutMs: settings.timeoutMs,
+      dispatcher,
+    });
+    const ctx = () => ({
+      timedOut: res.timedOut(),
+      aborted: call.signal.aborted,
+      timeoutMs: settings.timeoutMs,
+      idleTimeoutMs: limits.idleTimeoutMs,
+    });
     const meta = {
       id: `chatcmpl-${header(res.headers, 'x-amzn-requestid') ?? randomUUID()}`,
       created: Math.floor(now() / 1000),
@@ -158,9 +189,10 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
       res.settle();
       let parsed: ConverseResponse;
       try {
-        parsed = JSON.parse(await res.body.text()) as ConverseResponse;
+        parsed = JSON.parse(await readBounded(res.body, limits.maxBodyBytes, name)) as ConverseResponse;
       } catch (err) {
-        if (err instanceof SyntaxError) return errorResponse(502, `provider ${name} returned a malformed response`, { code: 'upstream_malformed' });
+        if (err instanceof SyntaxError)
+          return errorResponse(502, `provider ${name} returned a malformed response`, { code: 'upstream_malformed' });
         throw failure(name, err, ctx());
       }
       return new Response(JSON.stringify(fromConverseResponse(parsed, meta)), { status: 200, headers: JSON_HEADERS });
@@ -173,11 +205,20 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
    * nothing yet, and an exception arriving first (throttling) is still a failure before the first
    * byte, which the chain can fail over on.
    */
-  async function streamResponse(res: UpstreamResponse, call: ProviderCall, meta: { id: string; created: number; model: string }): Promise<Response> {
+  async function streamResponse(
+    res: UpstreamResponse,
+    call: ProviderCall,
+    meta: { id: string; created: number; model: string },
+  ): Promise<Response> {
     const it = res.body[Symbol.asyncIterator]() as AsyncIterator<Uint8Array>;
     const decoder = new EventStreamDecoder();
     const queue: StreamEvent[] = [];
-    const ctx = () => ({ timedOut: res.timedOut(), aborted: call.signal.aborted, timeoutMs: settings.timeoutMs });
+    const ctx = () => ({
+      timedOut: res.timedOut(),
+      aborted: call.signal.aborted,
+      timeoutMs: settings.timeoutMs,
+      idleTimeoutMs: limits.idleTimeoutMs,
+    });
 
     try {
       while (queue.length === 0) {
@@ -188,7 +229,8 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
     } catch (err) {
       res.settle();
       res.body.destroy();
-      if (err instanceof EventStreamError) return errorResponse(502, `provider ${name}: ${err.message}`, { code: 'upstream_stream_error' });
+      if (err instanceof EventStreamError)
+        return errorResponse(502, `provider ${name}: ${err.message}`, { code: 'upstream_stream_error' });
       throw failure(name, err, ctx());
     }
     res.settle();
@@ -198,7 +240,9 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
     }
     if (first.type === 'exception') {
       res.body.destroy();
-      return errorResponse(bedrockErrorStatus(first.exceptionType, 500), first.message, { code: bedrockErrorCode(first.exceptionType) });
+      return errorResponse(bedrockErrorStatus(first.exceptionType, 500), first.message, {
+        code: bedrockErrorCode(first.exceptionType),
+      });
     }
 
     const translator = new ConverseStreamTranslator({
@@ -215,16 +259,21 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
             try {
               const next = await it.next();
               if (next.done) {
-                frames.push(...(decoder.pending
-                  ? translator.fail(502, `provider ${name}: stream ended inside an event`, 'upstream_stream_error')
-                  : translator.end()));
+                frames.push(
+                  ...(decoder.pending
+                    ? translator.fail(502, `provider ${name}: stream ended inside an event`, 'upstream_stream_error')
+                    : translator.end()),
+                );
               } else {
                 queue.push(...decoder.push(next.value));
               }
             } catch (err) {
-              const message = err instanceof EventStreamError
-                ? `provider ${name}: ${err.message}`
-                : call.signal.aborted ? `provider ${name}: request aborted` : `provider ${name}: stream broke`;
+              const message =
+                err instanceof EventStreamError
+                  ? `provider ${name}: ${err.message}`
+                  : call.signal.aborted
+                    ? `provider ${name}: request aborted`
+                    : `provider ${name}: stream broke`;
               frames.push(...translator.fail(502, message, 'upstream_stream_error'));
             }
           }
@@ -276,7 +325,13 @@ async function drain(it: AsyncIterator<Uint8Array>, destroy: () => void): Promis
 }
 
 /** Bedrock's `{message}` + `x-amzn-errortype` → an OpenAI error Response. Pure. */
-export function bedrockErrorResponse(provider: string, status: number, errorType: string | undefined, text: string, secrets: readonly string[] = []): Response {
+export function bedrockErrorResponse(
+  provider: string,
+  status: number,
+  errorType: string | undefined,
+  text: string,
+  secrets: readonly string[] = [],
+): Response {
   const mapped = bedrockErrorStatus(errorType, status);
   const code = bedrockErrorCode(errorType);
   let message: string;
@@ -290,7 +345,12 @@ export function bedrockErrorResponse(provider: string, status: number, errorType
     } catch {
       parsed = undefined;
     }
-    const upstream = typeof parsed?.message === 'string' ? parsed.message : typeof parsed?.Message === 'string' ? parsed.Message : undefined;
+    const upstream =
+      typeof parsed?.message === 'string'
+        ? parsed.message
+        : typeof parsed?.Message === 'string'
+          ? parsed.Message
+          : undefined;
     message = redact(upstream ?? `provider ${provider} returned HTTP ${status}`, secrets);
   }
   return errorResponse(mapped, message, { code });

@@ -42,6 +42,14 @@ export class CircuitBreaker {
     return true;
   }
 
+  /** How long until this breaker lets a request through again (0: now). */
+  retryInMs(now: number): number {
+    const state = this.state(now);
+    if (state === 'closed') return 0;
+    if (state === 'open') return this.openedAt! + this.coolDownMs - now;
+    return this.trialAt === undefined ? 0 : Math.max(0, this.trialAt + this.coolDownMs - now);
+  }
+
   onSuccess(): void {
     this.failures = 0;
     this.openedAt = undefined;

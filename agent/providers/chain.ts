@@ -1,8 +1,11 @@
 // The overflow chain: try the policy's providers in order until one answers. A provider that
 // fails before the first byte (no connection, no headers in time, throttled, broken, or our own
-// account rejected) is recorded and the next is tried; a provider that says the *request* is
-// wrong (400, 413, 422, …) has answered, and that answer goes back to the client, since the
-// next provider would say the same.
+// account rejected) is recorded, counts against its breaker, and the next is tried. A provider
+// that says it cannot take *this request* (400, 413, 422: Bedrock and `n > 1`, a context window
+// too small) declines: the next provider may well take it, and the provider's breaker is not
+// touched (the client's request is not the provider's fault). When every provider declined,
+// the last refusal goes back to the client. An error thrown by our own code while sending is
+// the request's too: it never counts against a breaker.
 import type { Provider, ProviderCall } from './types.ts';
 import type { BreakerSet } from './breaker.ts';
 import { isProviderFault, ProviderError, type FailureReason } from './upstream.ts';
@@ -11,8 +14,8 @@ export { isProviderFault };
 
 export interface Attempt {
   provider: string;
-  outcome: 'answered' | 'failed' | 'skipped';
-  /** Why it was skipped or failed. */
+  outcome: 'answered' | 'declined' | 'failed' | 'skipped';
+  /** Why it was skipped, declined or failed. */
   reason?: 'unsupported' | 'breaker-open' | 'status' | FailureReason | 'error';
   /** HTTP status of the provider's answer, when there was one. */
   status?: number;
@@ -29,11 +32,16 @@ export interface ChainOptions {
 }
 
 export type ChainResult =
-  | { ok: true; provider: string; response: Response; attempts: Attempt[] }
-  | { ok: false; attempts: Attempt[] };
+  { ok: true; provider: string; response: Response; attempts: Attempt[] } | { ok: false; attempts: Attempt[] };
 
-export async function tryProviders(providers: readonly Provider[], call: ProviderCall, opts: ChainOptions): Promise<ChainResult> {
+export async function tryProviders(
+  providers: readonly Provider[],
+  call: ProviderCall,
+  opts: ChainOptions,
+): Promise<ChainResult> {
   const attempts: Attempt[] = [];
+  /** The latest "can't take this request" answer: the reply when nobody takes it. */
+  let declined: { provider: string; response: Response } | undefined;
   const record = (a: Attempt) => {
     attempts.push(a);
     opts.onAttempt?.(a);
@@ -64,6 +72,12 @@ export async function tryProviders(providers: readonly Provider[], call: Provide
         record({ provider: provider.name, outcome: 'failed', reason: 'aborted', message, ms: opts.now() - started });
         break;
       }
+      if (!(err instanceof ProviderError)) {
+        // Thrown by our side (building or serialising this request): the provider was never asked.
+        breaker.release();
+        record({ provider: provider.name, outcome: 'failed', reason, message, ms: opts.now() - started });
+        continue;
+      }
       breaker.onFailure(opts.now());
       record({ provider: provider.name, outcome: 'failed', reason, message, ms: opts.now() - started });
       continue;
@@ -71,14 +85,35 @@ export async function tryProviders(providers: readonly Provider[], call: Provide
 
     if (isProviderFault(response.status)) {
       breaker.onFailure(opts.now());
-      record({ provider: provider.name, outcome: 'failed', reason: 'status', status: response.status, message: await errorMessage(response), ms: opts.now() - started });
+      record({
+        provider: provider.name,
+        outcome: 'failed',
+        reason: 'status',
+        status: response.status,
+        message: await errorMessage(response),
+        ms: opts.now() - started,
+      });
       continue;
     }
-    breaker.onSuccess();
+    breaker.onSuccess(); // it answered: healthy, whatever it thought of the request
+    if (declinesRequest(response.status)) {
+      await declined?.response.body?.cancel().catch(() => {});
+      declined = { provider: provider.name, response };
+      record({ provider: provider.name, outcome: 'declined', status: response.status, ms: opts.now() - started });
+      continue;
+    }
+    await declined?.response.body?.cancel().catch(() => {});
     record({ provider: provider.name, outcome: 'answered', status: response.status, ms: opts.now() - started });
     return { ok: true, provider: provider.name, response, attempts };
   }
+  if (declined !== undefined && !call.signal.aborted) return { ok: true, ...declined, attempts };
+  await declined?.response.body?.cancel().catch(() => {});
   return { ok: false, attempts };
+}
+
+/** "This provider cannot take this request": another provider might. */
+export function declinesRequest(status: number): boolean {
+  return status === 400 || status === 413 || status === 422;
 }
 
 /** The message of a discarded OpenAI error answer (bodies are small; reading frees the socket). */

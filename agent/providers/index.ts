@@ -19,6 +19,8 @@ export function createProvider(settings: ProviderSettings, deps: BedrockDeps = {
     case 'bedrock':
       return createBedrockProvider(settings, deps);
     default:
-      throw new Error(`provider ${(settings as { name?: string }).name}: unknown kind ${JSON.stringify((settings as { kind?: unknown }).kind)}`);
+      throw new Error(
+        `provider ${(settings as { name?: string }).name}: unknown kind ${JSON.stringify((settings as { kind?: unknown }).kind)}`,
+      );
   }
 }

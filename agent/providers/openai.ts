@@ -7,7 +7,7 @@
 // stay a byte copy. The Bedrock adapter follows the same rule (it reports the Bedrock model id).
 import type { Dispatcher } from 'undici';
 import { resolveSecret } from '../config/secrets.ts';
-import type { RequestKind } from '../types.ts';
+import { API_PATHS, type RequestKind } from '../types.ts';
 import { errorResponse, SSE_DONE, sseErrorFrame } from '../../shared/openai/errors.ts';
 import type { ProviderCall, ProviderSettings } from './types.ts';
 import {
@@ -19,6 +19,8 @@ import {
   JSON_HEADERS,
   postUpstream,
   ProviderError,
+  providerLimits,
+  readBounded,
   readText,
   redact,
   SSE_HEADERS,
@@ -26,23 +28,19 @@ import {
 
 const DEFAULT_OPENAI_ENDPOINT = 'https://api.openai.com/v1';
 
-const ROUTES: Record<RequestKind, string> = {
-  chat: 'chat/completions',
-  completions: 'completions',
-  embeddings: 'embeddings',
-  responses: 'responses',
-};
-
 /** The URL one call goes to. Pure. */
 export function openAIUrl(settings: ProviderSettings, kind: RequestKind, providerModel: string): URL {
   const base = (settings.endpoint ?? DEFAULT_OPENAI_ENDPOINT).replace(/\/+$/, '');
   if (settings.azureApiVersion !== undefined) {
     // Azure serves the Responses API beside the deployments, the deployment named in `model`.
-    const url = kind === 'responses' ? new URL(`${base}/openai/responses`) : new URL(`${base}/openai/deployments/${encodeURIComponent(providerModel)}/${ROUTES[kind]}`);
+    const url =
+      kind === 'responses'
+        ? new URL(`${base}/openai/responses`)
+        : new URL(`${base}/openai/deployments/${encodeURIComponent(providerModel)}/${API_PATHS[kind]}`);
     url.searchParams.set('api-version', settings.azureApiVersion);
     return url;
   }
-  return new URL(`${base}/${ROUTES[kind]}`);
+  return new URL(`${base}/${API_PATHS[kind]}`);
 }
 
 /** Authentication headers: Azure's `api-key`, or a bearer token. Pure (the key is passed in). */
@@ -104,17 +102,30 @@ function parseJson(text: string): unknown {
  * Relays an SSE body event by event: bytes go out as soon as an event is complete (so a token is
  * never held back), and a partial event is held until its blank line arrives. That way, when the
  * upstream breaks mid-event, the partial event is dropped and the client sees a clean error event
- * and `data: [DONE]` instead of half a JSON object.
+ * and `data: [DONE]` instead of half a JSON object. Linear: each chunk is scanned once (plus the
+ * three bytes before it, where a blank line may start), and a partial event larger than
+ * `maxEventBytes` ends the stream instead of growing without bound.
  */
 export function relaySse(
   upstream: AsyncIterable<Uint8Array>,
-  opts: { onCancel: () => void; describeBreak: (err: unknown) => string },
+  opts: { onCancel: () => void; describeBreak: (err: unknown) => string; maxEventBytes?: number },
 ): ReadableStream<Uint8Array> {
   const it = upstream[Symbol.asyncIterator]();
   const encoder = new TextEncoder();
-  let tail: Uint8Array = new Uint8Array(0);
+  const maxEventBytes = opts.maxEventBytes ?? Infinity;
+  /** The partial event so far, as received. */
+  let held: Uint8Array[] = [];
+  let heldBytes = 0;
+  /** The last (up to) three held bytes: a blank line can straddle two chunks. */
+  let heldEnd: Uint8Array = new Uint8Array(0);
   let sawDone = false;
   let finished = false;
+  const fail = (controller: ReadableStreamDefaultController<Uint8Array>, message: string) => {
+    finished = true;
+    if (!sawDone)
+      controller.enqueue(encoder.encode(sseErrorFrame(502, message, { code: 'upstream_stream_error' }) + SSE_DONE));
+    controller.close();
+  };
   return new ReadableStream<Uint8Array>({
     async pull(controller) {
       // Loop until something is enqueued: the stream only calls pull again after an enqueue.
@@ -123,28 +134,39 @@ export function relaySse(
         try {
           next = await it.next();
         } catch (err) {
-          finished = true;
-          if (!sawDone) {
-            controller.enqueue(encoder.encode(sseErrorFrame(502, opts.describeBreak(err), { code: 'upstream_stream_error' }) + SSE_DONE));
-          }
-          controller.close();
+          fail(controller, opts.describeBreak(err));
           return;
         }
         if (next.done) {
           finished = true;
-          if (tail.byteLength > 0) controller.enqueue(tail);
+          if (heldBytes > 0) controller.enqueue(Buffer.concat(held, heldBytes));
           controller.close();
           return;
         }
-        const bytes = concat(tail, next.value);
-        const cut = lastEventEnd(bytes);
-        tail = bytes.subarray(cut);
-        if (cut > 0) {
-          const events = bytes.subarray(0, cut);
-          if (!sawDone && Buffer.from(events.buffer, events.byteOffset, events.byteLength).includes('data: [DONE]')) sawDone = true;
-          controller.enqueue(events);
-          return;
+        const chunk = next.value;
+        const probe = heldEnd.byteLength === 0 ? chunk : Buffer.concat([heldEnd, chunk]);
+        const cutInProbe = lastEventEnd(probe);
+        if (cutInProbe === 0) {
+          held.push(chunk);
+          heldBytes += chunk.byteLength;
+          heldEnd = probe.subarray(Math.max(0, probe.byteLength - 3));
+          if (heldBytes > maxEventBytes) {
+            opts.onCancel();
+            fail(controller, `upstream event larger than ${maxEventBytes} bytes`);
+            return;
+          }
+          continue;
         }
+        // A blank line ending inside heldEnd would have been cut on an earlier chunk.
+        const cut = cutInProbe - heldEnd.byteLength;
+        const events = Buffer.concat([...held, chunk.subarray(0, cut)], heldBytes + cut);
+        const rest = chunk.subarray(cut);
+        held = rest.byteLength > 0 ? [rest] : [];
+        heldBytes = rest.byteLength;
+        heldEnd = rest.subarray(Math.max(0, rest.byteLength - 3));
+        if (!sawDone && events.includes('data: [DONE]')) sawDone = true;
+        controller.enqueue(events);
+        return;
       }
     },
     cancel() {
@@ -152,14 +174,6 @@ export function relaySse(
       opts.onCancel();
     },
   });
-}
-
-function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
-  if (a.byteLength === 0) return b;
-  const out = new Uint8Array(a.byteLength + b.byteLength);
-  out.set(a, 0);
-  out.set(b, a.byteLength);
-  return out;
 }
 
 /** Index just past the last blank line ("\n\n", "\r\n\r\n" or a mix) in bytes, or 0. */
@@ -173,7 +187,8 @@ export function lastEventEnd(bytes: Uint8Array): number {
 }
 
 export function createOpenAIProvider(settings: ProviderSettings, deps: ProviderDeps = {}): ClosableProvider {
-  const ownDispatcher = deps.dispatcher ? undefined : createDispatcher(settings.timeoutMs);
+  const limits = providerLimits(deps);
+  const ownDispatcher = deps.dispatcher ? undefined : createDispatcher(settings.timeoutMs, limits.idleTimeoutMs);
   const dispatcher = deps.dispatcher ?? (ownDispatcher as Dispatcher);
   const models = Object.keys(settings.models);
   const name = settings.name;
@@ -181,7 +196,10 @@ export function createOpenAIProvider(settings: ProviderSettings, deps: ProviderD
   async function send(call: ProviderCall): Promise<Response> {
     const providerModel = settings.models[call.model];
     if (providerModel === undefined) {
-      return errorResponse(404, `model ${call.model} is not offered by provider ${name}`, { code: 'model_not_found', param: 'model' });
+      return errorResponse(404, `model ${call.model} is not offered by provider ${name}`, {
+        code: 'model_not_found',
+        param: 'model',
+      });
     }
     let key: string | undefined;
     try {
@@ -210,7 +228,12 @@ export function createOpenAIProvider(settings: ProviderSettings, deps: ProviderD
     const requestId = header(res.headers, 'x-request-id');
     if (requestId) passHeaders['x-request-id'] = requestId;
 
-    const readCtx = () => ({ timedOut: res.timedOut(), aborted: call.signal.aborted, timeoutMs: settings.timeoutMs });
+    const readCtx = () => ({
+      timedOut: res.timedOut(),
+      aborted: call.signal.aborted,
+      timeoutMs: settings.timeoutMs,
+      idleTimeoutMs: limits.idleTimeoutMs,
+    });
     if (res.status < 200 || res.status >= 300) {
       let text: string;
       try {
@@ -224,11 +247,10 @@ export function createOpenAIProvider(settings: ProviderSettings, deps: ProviderD
     const contentType = header(res.headers, 'content-type') ?? '';
     if (wantsStream && contentType.startsWith('text/event-stream')) {
       const body = relaySse(res.body, {
+        maxEventBytes: limits.maxBodyBytes,
         onCancel: () => res.body.destroy(),
         describeBreak: (err) =>
-          call.signal.aborted
-            ? `provider ${name}: request aborted`
-            : `provider ${name}: stream broke${codeOf(err)}`,
+          call.signal.aborted ? `provider ${name}: request aborted` : `provider ${name}: stream broke${codeOf(err)}`,
       });
       return new Response(body, { status: res.status, headers: { ...SSE_HEADERS, ...passHeaders } });
     }
@@ -237,7 +259,7 @@ export function createOpenAIProvider(settings: ProviderSettings, deps: ProviderD
     // can fail over on, rather than garbage handed to the client.
     let text: string;
     try {
-      text = await res.body.text();
+      text = await readBounded(res.body, limits.maxBodyBytes, name);
     } catch (err) {
       throw failure(name, err, readCtx());
     }

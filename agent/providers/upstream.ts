@@ -4,9 +4,20 @@
 import { Agent, request, type Dispatcher } from 'undici';
 import type { Provider } from './types.ts';
 
+/** Bounds on what a provider may send back (limits.maxUpstreamBodyBytes, limits.providerIdleTimeout). */
+export interface ProviderLimits {
+  /** Largest JSON answer, and largest single SSE event; past it the answer is a 502. */
+  maxBodyBytes: number;
+  /** Longest silence inside an answer body (own dispatcher only). */
+  idleTimeoutMs: number;
+}
+
+export const DEFAULT_PROVIDER_LIMITS: ProviderLimits = { maxBodyBytes: 32 * 1024 * 1024, idleTimeoutMs: 60_000 };
+
 export interface ProviderDeps {
   /** Shared or test dispatcher; by default each provider gets its own keep-alive pool. */
   dispatcher?: Dispatcher;
+  limits?: Partial<ProviderLimits>;
   /** Where `{env: …}` secrets are read (tests inject their own). */
   env?: NodeJS.ProcessEnv;
 }
@@ -32,15 +43,16 @@ export class ProviderError extends Error {
 
 /** Keep-alive pool for one provider. Hosted APIs sit behind TLS, so reusing sockets is most of
  *  the latency win; idle sockets are kept well below the usual 60 s load-balancer idle cut. */
-export function createDispatcher(timeoutMs: number): Dispatcher {
+export function createDispatcher(timeoutMs: number, idleTimeoutMs = DEFAULT_PROVIDER_LIMITS.idleTimeoutMs): Dispatcher {
   return new Agent({
     keepAliveTimeout: 30_000,
     keepAliveMaxTimeout: 55_000,
     connect: { timeout: timeoutMs },
     // Our own deadline (below) covers connect + headers; undici's would fire on top of it.
     headersTimeout: 0,
-    // A stream may legitimately pause (a reasoning model thinking), but not forever.
-    bodyTimeout: 300_000,
+    // A stream may legitimately pause (a reasoning model thinking), but not forever: headers
+    // followed by silence must not hold a client (and a socket) for minutes.
+    bodyTimeout: idleTimeoutMs,
   });
 }
 
@@ -102,12 +114,18 @@ export async function postUpstream(req: UpstreamRequest): Promise<UpstreamRespon
 export function failure(
   provider: string,
   err: unknown,
-  ctx: { timedOut: boolean; aborted: boolean; timeoutMs: number },
+  ctx: { timedOut: boolean; aborted: boolean; timeoutMs: number; idleTimeoutMs?: number },
 ): ProviderError {
   if (ctx.aborted) return new ProviderError(provider, 'aborted', 'request aborted by the caller');
   if (ctx.timedOut) return new ProviderError(provider, 'timeout', `no answer within ${ctx.timeoutMs} ms`);
   if (err instanceof ProviderError) return err;
   const code = errorCode(err);
+  if (code === 'UND_ERR_BODY_TIMEOUT')
+    return new ProviderError(
+      provider,
+      'timeout',
+      `answer body silent for ${ctx.idleTimeoutMs ?? DEFAULT_PROVIDER_LIMITS.idleTimeoutMs} ms`,
+    );
   if (code !== undefined && /^(E[A-Z_]+|UND_ERR_CONNECT_TIMEOUT|UND_ERR_SOCKET)$/.test(code)) {
     return new ProviderError(provider, 'connect', `connection failed (${code})`);
   }
@@ -125,7 +143,10 @@ function errorCode(err: unknown): string | undefined {
 }
 
 /** Reads at most `limit` bytes of a body as text (error bodies: we only need the message). */
-export async function readText(body: AsyncIterable<Uint8Array> & { destroy?: () => void }, limit = 64 * 1024): Promise<string> {
+export async function readText(
+  body: AsyncIterable<Uint8Array> & { destroy?: () => void },
+  limit = 64 * 1024,
+): Promise<string> {
   const parts: Buffer[] = [];
   let size = 0;
   for await (const chunk of body) {
@@ -137,6 +158,29 @@ export async function readText(body: AsyncIterable<Uint8Array> & { destroy?: () 
     }
   }
   return Buffer.concat(parts).subarray(0, limit).toString('utf8');
+}
+
+/** A whole answer body as text; past `limit` bytes the socket is dropped and the call fails. */
+export async function readBounded(
+  body: AsyncIterable<Uint8Array> & { destroy?: () => void },
+  limit: number,
+  provider: string,
+): Promise<string> {
+  const parts: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    size += chunk.byteLength;
+    if (size > limit) {
+      body.destroy?.();
+      throw new ProviderError(provider, 'protocol', `answer larger than ${limit} bytes`);
+    }
+    parts.push(chunk);
+  }
+  return Buffer.concat(parts, size).toString('utf8');
+}
+
+export function providerLimits(deps: ProviderDeps): ProviderLimits {
+  return { ...DEFAULT_PROVIDER_LIMITS, ...deps.limits };
 }
 
 /** Removes every secret value from text that came from upstream before anyone sees it. */

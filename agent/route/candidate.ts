@@ -12,14 +12,25 @@ export interface Candidate {
   /** Older than this, the view is stale and the pod is not a candidate. */
   maxAgeMs: number;
   healthy: boolean;
+  /** Why it is not healthy, when known (e.g. its metrics page was refused as implausible). */
+  unhealthyReason?: string;
   queuedNow: number;
   running: number;
   kvCache: number;
   /** Average of a metric over the window a policy names (peers: the gossiped reference window). */
   average(metric: WindowedMetric, windowMs: number): number;
   params: PredictorParams;
+  /** The pod's embeddings model (prefill only); absent for peers' pods (gossip carries one model). */
+  embeddingParams?: PredictorParams;
+  /**
+   * Log factor from the mean predicted TTFT to its q-quantile for a request sent now, learned from
+   * how measurements strayed from predictions (agent/predict/calibration.ts). Absent: exact.
+   */
+  logMargin?: (q: number) => number;
   /** This agent's requests to the pod that have not finished. */
   inFlight: number;
+  /** At this many requests in flight the pod takes no more from this agent (absent: no cap). */
+  maxInFlight?: number;
   /** This agent's requests sent since the pod's last scrape or report: queue the pod hasn't shown yet. */
   unseenSent: number;
   /** Prompt tokens of this agent's requests at the pod still awaiting their first token. */

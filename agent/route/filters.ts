@@ -2,7 +2,8 @@
 import type { EffectivePolicy, RouteRequest } from '../types.ts';
 import type { Candidate } from './candidate.ts';
 
-export type DropReason = 'model-not-served' | 'unhealthy' | 'stale' | 'excluded' | 'over-slo';
+export type DropReason =
+  'model-not-served' | 'unhealthy' | 'stale' | 'implausible' | 'at-capacity' | 'excluded' | 'over-slo';
 
 export interface Drop {
   reason: DropReason;
@@ -14,6 +15,10 @@ export interface FilterContext {
   policy: EffectivePolicy;
   /** Predicted TTFT + network cost for the candidate (computed once by the router). */
   predictedMs: number;
+  /** The q-quantile of that TTFT (q = the policy's attainment), network cost included. */
+  quantileMs: number;
+  /** The request may overflow: the SLO filter judges the quantile, not the mean. */
+  mayLeave: boolean;
 }
 
 export type Filter = (c: Candidate, ctx: FilterContext) => Drop | undefined;
@@ -21,12 +26,36 @@ export type Filter = (c: Candidate, ctx: FilterContext) => Drop | undefined;
 const round = (x: number, digits = 2) => Math.round(x * 10 ** digits) / 10 ** digits;
 
 export const modelServed: Filter = (c, { request }) =>
-  c.pod.models.includes(request.model) ? undefined : { reason: 'model-not-served', detail: `serves ${c.pod.models.join(',')}` };
+  c.pod.models.includes(request.model)
+    ? undefined
+    : { reason: 'model-not-served', detail: `serves ${c.pod.models.join(',')}` };
 
-export const healthy: Filter = (c) => (c.healthy ? undefined : { reason: 'unhealthy', detail: 'failing scrapes or requests' });
+export const healthy: Filter = (c) =>
+  c.healthy ? undefined : { reason: 'unhealthy', detail: c.unhealthyReason ?? 'failing scrapes or requests' };
+
+const countable = (x: number) => Number.isFinite(x) && x >= 0;
+
+/**
+ * Last line of defence for numbers from outside (a peer's gossip, a model's parameters): a
+ * negative, NaN or infinite load or prediction would sort before every honest pod.
+ */
+export const plausible: Filter = (c, { predictedMs }) => {
+  if (!countable(predictedMs)) return { reason: 'implausible', detail: `predicted TTFT ${predictedMs}ms` };
+  for (const [name, value] of [
+    ['queued', c.queuedNow],
+    ['running', c.running],
+    ['inFlight', c.inFlight],
+    ['unseenSent', c.unseenSent],
+  ] as const) {
+    if (!countable(value)) return { reason: 'implausible', detail: `${name} ${value}` };
+  }
+  return undefined;
+};
 
 export const fresh: Filter = (c) =>
-  c.ageMs <= c.maxAgeMs ? undefined : { reason: 'stale', detail: `last report ${Math.round(c.ageMs)}ms ago (limit ${c.maxAgeMs}ms)` };
+  c.ageMs <= c.maxAgeMs
+    ? undefined
+    : { reason: 'stale', detail: `last report ${Math.round(c.ageMs)}ms ago (limit ${c.maxAgeMs}ms)` };
 
 export const excludeRules: Filter = (c, { policy, predictedMs }) => {
   for (const rule of policy.exclude) {
@@ -39,8 +68,39 @@ export const excludeRules: Filter = (c, { policy, predictedMs }) => {
   return undefined;
 };
 
-export const withinSlo: Filter = (c, { policy, predictedMs }) =>
-  predictedMs <= policy.sloTtftMs ? undefined : { reason: 'over-slo', detail: `predicted ${Math.round(predictedMs)}ms > SLO ${policy.sloTtftMs}ms` };
+/**
+ * A request that may leave goes to a pod only if the pod answers in time with the policy's
+ * confidence (its q-quantile TTFT is within the SLO): a miss there is a miss overflow would have
+ * avoided. A request that may not leave has nowhere better to go, so the mean decides, as it
+ * always did: the quantile would only make it wait.
+ */
+export const withinSlo: Filter = (c, { policy, predictedMs, quantileMs, mayLeave }) => {
+  if (!mayLeave) {
+    return predictedMs <= policy.sloTtftMs
+      ? undefined
+      : { reason: 'over-slo', detail: `predicted ${Math.round(predictedMs)}ms > SLO ${policy.sloTtftMs}ms` };
+  }
+  if (quantileMs <= policy.sloTtftMs) return undefined;
+  const pct = Math.round(policy.sloAttainment * 1000) / 10;
+  return {
+    reason: 'over-slo',
+    detail: `p${pct} ${Math.round(quantileMs)}ms (mean ${Math.round(predictedMs)}ms) > SLO ${policy.sloTtftMs}ms`,
+  };
+};
+
+/** No hidden queue: past its connection cap a pod is not a candidate (others, overflow or a bounded wait are). */
+export const hasRoom: Filter = (c) =>
+  c.maxInFlight === undefined || c.inFlight < c.maxInFlight
+    ? undefined
+    : { reason: 'at-capacity', detail: `${c.inFlight} requests in flight (limit ${c.maxInFlight})` };
 
 /** Kinference's filter chain, cheapest first. */
-export const DEFAULT_FILTERS: readonly Filter[] = [modelServed, healthy, fresh, excludeRules, withinSlo];
+export const DEFAULT_FILTERS: readonly Filter[] = [
+  modelServed,
+  healthy,
+  fresh,
+  plausible,
+  hasRoom,
+  excludeRules,
+  withinSlo,
+];

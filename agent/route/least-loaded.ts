@@ -8,7 +8,11 @@ function load(c: Candidate): number {
 }
 
 /** The least-loaded fresh, healthy pod serving `model`; ties go to a local pod, then at random. */
-export function leastLoaded(candidates: readonly Candidate[], model: string, rand: () => number): Candidate | undefined {
+export function leastLoaded(
+  candidates: readonly Candidate[],
+  model: string,
+  rand: () => number,
+): Candidate | undefined {
   let best: Candidate[] = [];
   let bestKey = Infinity;
   for (const c of candidates) {

@@ -5,7 +5,9 @@ export interface Scored {
   candidate: Candidate;
   /** Predicted TTFT (ms) including network cost. */
   predictedMs: number;
-  /** Ranking cost (ms): the prediction plus the load term (score.ts). */
+  /** Its q-quantile (q = the policy's attainment), network cost included. */
+  quantileMs: number;
+  /** The strategy's score: lower is better (Kinference's: the prediction plus the load term, score.ts). */
   score: number;
 }
 

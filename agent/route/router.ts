@@ -1,26 +1,31 @@
 // The routing decision for one request: a pure function of candidates, policy and request.
-// Filters drop candidates with a reason, the scorer ranks the rest, the picker chooses; with no
+// Filters drop candidates with a reason; the strategy predicts each one's TTFT, scores the rest and
+// picks; with no
 // candidate left the policy decides between overflow, a bounded wait, and rejection.
 import type { EffectivePolicy, RouteRequest } from '../types.ts';
 import type { Candidate } from './candidate.ts';
 import { DEFAULT_FILTERS, type Drop, type Filter } from './filters.ts';
 import { fastestAmongNearTies, type Picker, type Scored } from './picker.ts';
-import { predictedTtft, predictionPlusLoad, type Cost, type Scorer } from './score.ts';
+import { predictedTtft, predictionPlusLoad, type Predict, type Score } from './score.ts';
 
-/** A routing strategy is data: how to predict, which filters, how to rank, how to pick. */
+/**
+ * A routing strategy is data, in the field's order: predict each candidate's TTFT, drop those a
+ * filter refuses, score the rest, pick one. The bench's baselines are strategies too
+ * (strategies.ts), so every one of them is judged by the same router and explained the same way.
+ */
 export interface Strategy {
-  filters: readonly Filter[];
   /** Predicted TTFT (ms) of this request at the candidate: the SLO filter and explain use it. */
-  predict: Scorer;
-  /** Ranking cost (ms), from the prediction. */
-  cost: Cost;
+  predict: Predict;
+  filters: readonly Filter[];
+  /** Ranks the candidates that passed, from the prediction: lower is better. */
+  score: Score;
   pick: Picker;
 }
 
 export const KINFERENCE_STRATEGY: Strategy = {
-  filters: DEFAULT_FILTERS,
   predict: predictedTtft,
-  cost: predictionPlusLoad(0.3),
+  filters: DEFAULT_FILTERS,
+  score: predictionPlusLoad(0.3),
   pick: fastestAmongNearTies({ absoluteMs: 5, fraction: 0.05 }),
 };
 
@@ -30,19 +35,25 @@ export interface LeaveVerdict {
   reason: string;
   /** Providers in policy order that can serve this model now (breaker closed). */
   providers: readonly string[];
+  /**
+   * Set when leaving is allowed and providers serve the model, but every one's circuit breaker
+   * is open: ms until the first lets a request through again.
+   */
+  breakersOpenMs?: number;
 }
 
 export interface DroppedCandidate extends Drop {
   pod: string;
   where: 'local' | 'peer';
   predictedMs: number;
+  quantileMs: number;
 }
 
 export type Decision =
   | ({ action: 'pod'; chosen: Scored; predictedTtftMs: number } & DecisionBasis)
   | ({ action: 'overflow'; providers: readonly string[] } & DecisionBasis)
   | ({ action: 'wait'; maxWaitMs: number } & DecisionBasis)
-  | ({ action: 'reject'; status: 429 | 503; message: string } & DecisionBasis);
+  | ({ action: 'reject'; status: 429 | 503; message: string; retryAfterMs?: number } & DecisionBasis);
 
 export interface DecisionBasis {
   policy: string;
@@ -55,6 +66,13 @@ export interface DecisionBasis {
 /** `peer/<node>/<pod>` or `local/<pod>`: the name people see in headers and explain. */
 export function candidateName(c: Candidate): string {
   return c.where === 'local' ? `local/${c.pod.name}` : `peer/${c.pod.node}/${c.pod.name}`;
+}
+
+/** The q-quantile of a predicted TTFT: the pod's part scaled by its calibration, the network's as is. */
+export function quantileOf(c: Candidate, predictedMs: number, q: number): number {
+  if (!c.logMargin) return predictedMs;
+  const podMs = predictedMs - c.networkCostMs;
+  return c.networkCostMs + podMs * Math.exp(c.logMargin(q));
 }
 
 export interface DecideInput {
@@ -75,22 +93,24 @@ export function decide(input: DecideInput): Decision {
   const dropped: DroppedCandidate[] = [];
   let servesModel = 0;
 
+  const mayLeave = leave.allowed && leave.providers.length > 0;
   for (const candidate of candidates) {
     const predictedMs = strategy.predict(candidate, request);
+    const quantileMs = quantileOf(candidate, predictedMs, policy.sloAttainment);
     let drop: Drop | undefined;
     for (const filter of strategy.filters) {
-      drop = filter(candidate, { request, policy, predictedMs });
+      drop = filter(candidate, { request, policy, predictedMs, quantileMs, mayLeave });
       if (drop) break;
     }
     if (drop?.reason !== 'model-not-served') servesModel++;
     if (drop) {
       // Pods of other models are noise in explain output; keep only those that could have served.
       if (drop.reason !== 'model-not-served') {
-        dropped.push({ ...drop, pod: candidateName(candidate), where: candidate.where, predictedMs });
+        dropped.push({ ...drop, pod: candidateName(candidate), where: candidate.where, predictedMs, quantileMs });
       }
       continue;
     }
-    scored.push({ candidate, predictedMs, score: strategy.cost(candidate, predictedMs, request) });
+    scored.push({ candidate, predictedMs, quantileMs, score: strategy.score(candidate, predictedMs, request) });
   }
   scored.sort((a, b) => a.score - b.score);
   const basis: DecisionBasis = { policy: policy.name, leave, scored, dropped };
@@ -103,11 +123,26 @@ export function decide(input: DecideInput): Decision {
   // Unknown models are answered 404 by the ingress before routing; here the model exists
   // somewhere (a pod elsewhere, a provider), just nowhere this request may go.
   if (servesModel === 0) {
-    return { action: 'reject', status: 503, message: `no pod serves model ${request.model} and ${leave.reason}`, ...basis };
+    return {
+      action: 'reject',
+      status: 503,
+      message: `no pod serves model ${request.model} and ${leave.reason}`,
+      ...basis,
+    };
   }
 
   const left = policy.waitMaxMs - (input.waitedMs ?? 0);
   if (left > 0) return { action: 'wait', maxWaitMs: left, ...basis };
+  if (leave.allowed && leave.breakersOpenMs !== undefined) {
+    // It would have overflowed: nothing is at fault but the providers, and they say when to retry.
+    return {
+      action: 'reject',
+      status: 503,
+      message: `no pod can answer model ${request.model} within the SLO (${policy.sloTtftMs}ms) and every overflow provider's circuit breaker is open (next trial in ${Math.ceil(leave.breakersOpenMs / 1000)}s)`,
+      retryAfterMs: leave.breakersOpenMs,
+      ...basis,
+    };
+  }
   return {
     action: 'reject',
     status: 429,

@@ -1,20 +1,26 @@
-// Scorers: lower is better, in milliseconds.
+// Predict, then score: the predicted TTFT of a request at a candidate, and the score that ranks
+// candidates from it (lower is better, in milliseconds).
 import { predictWith } from '../predict/predictor.ts';
 import type { RouteRequest } from '../types.ts';
 import type { Candidate } from './candidate.ts';
 
-export type Scorer = (c: Candidate, r: RouteRequest) => number;
-/** Ranks a candidate given its prediction for this request. */
-export type Cost = (c: Candidate, predictedMs: number, r: RouteRequest) => number;
+/** Predicted TTFT (ms) of this request at the candidate. */
+export type Predict = (c: Candidate, r: RouteRequest) => number;
+/** Ranks a candidate given its prediction for this request: lower is better. */
+export type Score = (c: Candidate, predictedMs: number, r: RouteRequest) => number;
 
 /**
  * Predicted TTFT at the pod, counting the requests this agent sent since the pod's last report
  * as queue the pod hasn't shown yet (between scrapes every agent sees the same stale queue, so
  * without this a burst would all land on the one pod that looked idle), plus the network cost.
  */
-export const predictedTtft: Scorer = (c, r) =>
-  predictWith(c.params, { queued: c.queuedNow + c.unseenSent, running: c.running, promptTokens: r.promptTokens, pendingPromptTokens: c.pendingPromptTokens }) +
-  c.networkCostMs;
+export const predictedTtft: Predict = (c, r) =>
+  predictWith(r.kind === 'embeddings' ? (c.embeddingParams ?? c.params) : c.params, {
+    queued: c.queuedNow + c.unseenSent,
+    running: c.running,
+    promptTokens: r.promptTokens,
+    pendingPromptTokens: c.pendingPromptTokens,
+  }) + c.networkCostMs;
 
 /** A pod's TTFT for a typical request when idle: its speed, in ms. */
 const REFERENCE_PROMPT_TOKENS = 256;
@@ -31,6 +37,6 @@ export function unloadedTtft(c: Candidate): number {
  * everywhere and 8–10 SLO points above pure prediction on heterogeneous pods; 0 (pure
  * prediction) lost to least-request on heterogeneous pools.
  */
-export function predictionPlusLoad(weight: number): Cost {
+export function predictionPlusLoad(weight: number): Score {
   return (c, predictedMs) => predictedMs + weight * unloadedTtft(c) * (c.running + c.queuedNow + c.unseenSent);
 }

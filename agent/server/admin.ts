@@ -6,6 +6,7 @@ import type { Metrics } from './metrics.ts';
 import type { Explanation } from './explain.ts';
 import { DASHBOARD_HTML } from './dashboard.ts';
 import { readBoundedBody, RequestError } from './request.ts';
+import { describeUnexpected } from '../../shared/describe-error.ts';
 import type { RequestKind } from '../types.ts';
 
 /** What POST /explain is asked: the body an app would send, and who sends it. */
@@ -31,11 +32,18 @@ export interface AdminDeps {
   metrics: Metrics;
   readiness(): Readiness;
   state(): Promise<unknown>;
-  explain(query: { model: string; tenant?: string; namespace?: string; tags: string[]; promptTokens: number }): Explanation;
+  explain(query: {
+    model: string;
+    tenant?: string;
+    namespace?: string;
+    tags: string[];
+    promptTokens: number;
+  }): Explanation;
   isKnownModel(model: string): boolean;
   /** Throws RequestError for a body the API listener would refuse. */
   explainBody(query: ExplainBodyQuery): object;
   maxBodyBytes: number;
+  log(level: 'error', message: string): void;
 }
 
 export function createAdminApp(deps: AdminDeps): Hono {
@@ -53,14 +61,22 @@ export function createAdminApp(deps: AdminDeps): Hono {
   app.get('/explain', (c) => {
     const model = c.req.query('model');
     if (!model) return errorResponse(400, "query parameter 'model' is required", { param: 'model' });
-    if (!deps.isKnownModel(model)) return errorResponse(404, `The model \`${model}\` does not exist.`, { param: 'model', code: 'model_not_found' });
+    if (!deps.isKnownModel(model))
+      return errorResponse(404, `The model \`${model}\` does not exist.`, { param: 'model', code: 'model_not_found' });
     const promptTokensText = c.req.query('promptTokens') ?? '256';
     const promptTokens = Number(promptTokensText);
     if (!Number.isInteger(promptTokens) || promptTokens < 1) {
-      return errorResponse(400, `'promptTokens' must be a positive integer, found "${promptTokensText}"`, { param: 'promptTokens' });
+      return errorResponse(400, `'promptTokens' must be a positive integer, found "${promptTokensText}"`, {
+        param: 'promptTokens',
+      });
     }
-    const tags = (c.req.query('tags') ?? '').split(',').map((t) => t.trim().toLowerCase()).filter(Boolean);
-    return c.json(deps.explain({ model, tenant: c.req.query('tenant'), namespace: c.req.query('namespace'), tags, promptTokens }));
+    const tags = (c.req.query('tags') ?? '')
+      .split(',')
+      .map((t) => t.trim().toLowerCase())
+      .filter(Boolean);
+    return c.json(
+      deps.explain({ model, tenant: c.req.query('tenant'), namespace: c.req.query('namespace'), tags, promptTokens }),
+    );
   });
   // The request as the API listener would see it: which detectors fired on which JSON path (never
   // the matched text), what could not be read, who the caller is, and the decision.
@@ -69,16 +85,26 @@ export function createAdminApp(deps: AdminDeps): Hono {
     if (!KINDS.includes(kind)) return errorResponse(400, `'api' must be one of ${KINDS.join(', ')}`, { param: 'api' });
     try {
       const body = await readBoundedBody(c.req.raw, deps.maxBodyBytes);
-      return c.json(deps.explainBody({ kind, body, tags: c.req.header('x-kinference-tags') ?? null, namespace: c.req.query('namespace'), tenant: c.req.query('tenant'), ip: c.req.query('ip') }));
+      return c.json(
+        deps.explainBody({
+          kind,
+          body,
+          tags: c.req.header('x-kinference-tags') ?? null,
+          namespace: c.req.query('namespace'),
+          tenant: c.req.query('tenant'),
+          ip: c.req.query('ip'),
+        }),
+      );
     } catch (error) {
-      if (error instanceof RequestError) return errorResponse(error.status, error.message, { param: error.param, code: error.code });
+      if (error instanceof RequestError)
+        return errorResponse(error.status, error.message, { param: error.param, code: error.code });
       throw error;
     }
   });
   app.get('/ui', (c) => c.html(DASHBOARD_HTML));
   app.notFound((c) => errorResponse(404, `no route ${c.req.method} ${c.req.path}`));
   app.onError((error) => {
-    console.error('kinference: unhandled error in the admin listener', error);
+    deps.log('error', `unhandled error in the admin listener: ${describeUnexpected(error)}`);
     return errorResponse(500, 'internal error in the agent');
   });
   return app;

@@ -4,9 +4,20 @@ import { candidateName } from '../route/router.ts';
 
 const ms = (x: number) => Math.round(x * 10) / 10;
 
-export function explainDecision(d: Decision) {
+/**
+ * `sloTtftMs` and `sloAttainment` come from the policy that decided. For every candidate: the mean
+ * predicted TTFT (ranks), its quantile at the policy's attainment (admits requests that may leave)
+ * and the margin, SLO minus quantile (negative: over).
+ */
+export function explainDecision(d: Decision, slo: { sloTtftMs: number; sloAttainment: number }) {
   const target =
-    d.action === 'pod' ? candidateName(d.chosen.candidate) : d.action === 'overflow' ? `overflow/${d.providers[0]}` : d.action === 'wait' ? 'wait' : 'rejected';
+    d.action === 'pod'
+      ? candidateName(d.chosen.candidate)
+      : d.action === 'overflow'
+        ? `overflow/${d.providers[0]}`
+        : d.action === 'wait'
+          ? 'wait'
+          : 'rejected';
   return {
     action: d.action,
     target,
@@ -15,16 +26,30 @@ export function explainDecision(d: Decision) {
     ...(d.action === 'wait' ? { maxWaitMs: d.maxWaitMs } : {}),
     ...(d.action === 'reject' ? { status: d.status, message: d.message } : {}),
     policy: d.policy,
+    slo: {
+      ttftMs: slo.sloTtftMs,
+      attainment: slo.sloAttainment,
+      judgedOn: d.leave.allowed && d.leave.providers.length > 0 ? 'quantile' : 'mean',
+    },
     leave: { allowed: d.leave.allowed, reason: d.leave.reason, providers: d.leave.providers },
     candidates: d.scored.map((s) => ({
       pod: candidateName(s.candidate),
       predictedTtftMs: ms(s.predictedMs),
+      quantileTtftMs: ms(s.quantileMs),
+      marginMs: ms(slo.sloTtftMs - s.quantileMs),
       score: ms(s.score),
       queued: s.candidate.queuedNow,
       running: s.candidate.running,
       inFlight: s.candidate.inFlight,
     })),
-    dropped: d.dropped.map((x) => ({ pod: x.pod, reason: x.reason, detail: x.detail, predictedTtftMs: ms(x.predictedMs) })),
+    dropped: d.dropped.map((x) => ({
+      pod: x.pod,
+      reason: x.reason,
+      detail: x.detail,
+      predictedTtftMs: ms(x.predictedMs),
+      quantileTtftMs: ms(x.quantileMs),
+      marginMs: ms(slo.sloTtftMs - x.quantileMs),
+    })),
   };
 }
 

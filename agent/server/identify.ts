@@ -49,9 +49,13 @@ export function identify(input: IdentifyInput): Claim {
   const claimed = input.trustTenantHeader ? input.headerTenant?.trim() || undefined : undefined;
   if (caller) return { namespace: caller.namespace, claimedTenant: claimed };
   // Static mode has no caller map: the operator chose to trust the claimed tenant.
-  if (input.trustTenantHeader) return claimed ? { namespace: claimed, claimedTenant: claimed } : { namespace: 'default' };
+  if (input.trustTenantHeader)
+    return claimed ? { namespace: claimed, claimedTenant: claimed } : { namespace: 'default' };
   const unidentified: Unidentified = ip
-    ? { code: 'unknown-ip', reason: `no pod known to the cluster has the caller's IP ${ip}; treated as the most restricted tenant` }
+    ? {
+        code: 'unknown-ip',
+        reason: `no pod known to the cluster has the caller's IP ${ip}; treated as the most restricted tenant`,
+      }
     : { code: 'no-address', reason: 'the caller has no address; treated as the most restricted tenant' };
   return { namespace: UNIDENTIFIED, unidentified };
 }

@@ -2,25 +2,21 @@
 // and act until answered — forward to a pod (retrying another before the first byte), overflow
 // to providers, wait for a pod, or reject. Every answer says where it went.
 import { errorResponse, responsesErrorEvent } from '../../shared/openai/errors.ts';
-import { relayStream, readRest } from '../forward/relay.ts';
+import { describeUnexpected } from '../../shared/describe-error.ts';
+import { endOnSignal, relayStream, readRest } from '../forward/relay.ts';
 import { sendToPod, type PodTimeouts } from '../forward/pod.ts';
 import type { Agent as Dispatcher } from 'undici';
 import { estimatePromptTokens } from '../predict/tokens.ts';
 import { candidateName, decide, type Decision, type LeaveVerdict } from '../route/router.ts';
 import type { Candidate } from '../route/candidate.ts';
-import type { EffectivePolicy, RequestKind, RouteRequest } from '../types.ts';
+import type { Scored } from '../route/picker.ts';
+import { API_PATHS, type EffectivePolicy, type RequestKind, type RouteRequest } from '../types.ts';
 import { BoundedLabel, type Metrics } from './metrics.ts';
 import { parseInferenceRequest, readBoundedBody, RequestError, type ParsedRequest } from './request.ts';
 import type { Identity } from './identify.ts';
 import { logLine, onBodyEnd, overflowReason, usageOf, type RequestRecord } from './evidence.ts';
 import { propagatedHeaders, requestIdFor } from '../forward/headers.ts';
-
-export const UPSTREAM_PATHS: Record<RequestKind, string> = {
-  chat: '/v1/chat/completions',
-  completions: '/v1/completions',
-  embeddings: '/v1/embeddings',
-  responses: '/v1/responses',
-};
+import type { Limits } from '../config/load.ts';
 
 /** One request's context along the path: its id, what goes upstream with it, and its record. */
 export interface RequestContext {
@@ -41,9 +37,18 @@ export type OverflowResult =
 export interface RequestPathDeps {
   metrics: Metrics;
   dispatcher: Dispatcher;
-  limits: { maxBodyBytes: number; maxRetries: number; maxWaiting: number; maxLabelValues: number } & { pod: PodTimeouts };
+  limits: {
+    maxBodyBytes: number;
+    maxRetries: number;
+    maxWaiting: number;
+    maxLabelValues: number;
+    maxJsonDepth: number;
+    maxUpstreamBodyBytes: number;
+  } & { pod: PodTimeouts };
   now: () => number;
   rand: () => number;
+  /** Errors of our own on the request path (the agent's logger). */
+  log(level: 'error', message: string): void;
   /** A fresh request id when the client sent none. */
   newRequestId: () => string;
   /** Share of requests (0..1) that write a JSON log line, and where the lines go. */
@@ -58,14 +63,42 @@ export interface RequestPathDeps {
   pool: {
     candidates(): Candidate[];
     /** Bookkeeping for one request sent to a pod; returns hooks for its first byte and end. */
-    begin(c: Candidate, promptTokens: number): { firstByte(ms: number): void; end(ok: boolean): void };
+    begin(
+      c: Candidate,
+      promptTokens: number,
+      kind: RequestKind,
+      stream: boolean,
+    ): { firstByte(ms: number): void; answered(ms: number): void; end(ok: boolean): void };
     /** The pod failed before its first byte: keep it out of decisions for a moment. */
     markFailed(c: Candidate): void;
     /** Resolves at the next change of any candidate (scrape, gossip, a request ending). */
     nextChange(timeoutMs: number, signal: AbortSignal): Promise<'change' | 'timeout' | 'aborted'>;
   };
   /** Tries the providers in order: their answer, or why none answered. */
-  overflow(request: RouteRequest, parsed: ParsedRequest, providers: readonly string[], signal: AbortSignal, headers: Record<string, string>): Promise<OverflowResult>;
+  overflow(
+    request: RouteRequest,
+    parsed: ParsedRequest,
+    providers: readonly string[],
+    signal: AbortSignal,
+    headers: Record<string, string>,
+  ): Promise<OverflowResult>;
+}
+
+/** The request path's limits, from the agent's settings. */
+export function requestPathLimits(limits: Limits): RequestPathDeps['limits'] {
+  return {
+    maxBodyBytes: limits.maxBodyBytes,
+    maxRetries: limits.maxRetries,
+    maxWaiting: limits.maxWaiting,
+    maxLabelValues: limits.maxLabelValues,
+    maxJsonDepth: limits.maxJsonDepth,
+    maxUpstreamBodyBytes: limits.maxUpstreamBodyBytes,
+    pod: {
+      connectMs: limits.podConnectTimeoutMs,
+      responseMs: limits.podResponseTimeoutMs,
+      idleMs: limits.podIdleTimeoutMs,
+    },
+  };
 }
 
 export function withHeaders(response: Response, headers: Record<string, string>): Response {
@@ -77,7 +110,11 @@ export function withHeaders(response: Response, headers: Record<string, string>)
 /** 502 after every pod tried failed before its first byte; says how the last one failed. */
 export function podsFailed(attempts: number, lastError?: string): Response {
   const last = lastError ? `; last: ${lastError}` : '';
-  return errorResponse(502, `the model server failed before answering (tried ${attempts} pod${attempts > 1 ? 's' : ''}${last})`, { code: 'upstream_failed' });
+  return errorResponse(
+    502,
+    `the model server failed before answering (tried ${attempts} pod${attempts > 1 ? 's' : ''}${last})`,
+    { code: 'upstream_failed' },
+  );
 }
 
 function retryAfterSeconds(policy: EffectivePolicy): string {
@@ -89,6 +126,8 @@ export class RequestPath {
   #waiting = 0;
   readonly #modelLabel: BoundedLabel;
   readonly #policyLabel: BoundedLabel;
+  /** Fired at the drain deadline: streams still running end with an error event and [DONE]. */
+  readonly #drainDeadline = new AbortController();
 
   constructor(deps: RequestPathDeps) {
     this.deps = deps;
@@ -109,10 +148,21 @@ export class RequestPath {
     };
   }
 
+  /** The drain deadline passed: end every stream still running, properly. */
+  endStreams(): void {
+    this.#drainDeadline.abort();
+  }
+
   /** A decision now, with no side effect: what /explain shows. */
   explain(request: RouteRequest, identity: Identity): Decision {
     const policy = this.deps.policyFor(identity, request.model);
-    return decide({ request, policy, candidates: this.deps.pool.candidates(), leave: this.deps.leaveVerdict(policy, request), rand: this.deps.rand });
+    return decide({
+      request,
+      policy,
+      candidates: this.deps.pool.candidates(),
+      leave: this.deps.leaveVerdict(policy, request),
+      rand: this.deps.rand,
+    });
   }
 
   /** Runs `serve` for one request with its id, metrics and (sampled) log line; both the
@@ -124,7 +174,18 @@ export class RequestPath {
     const ctx: RequestContext = {
       started,
       upstreamHeaders: propagatedHeaders(req.headers, requestId),
-      record: { time: new Date().toISOString(), requestId, api, tags: [], route: 'rejected', status: 0, outcome: 'error', stream: false, podAttempts: 0, waitedMs: 0 },
+      record: {
+        time: new Date().toISOString(),
+        requestId,
+        api,
+        tags: [],
+        route: 'rejected',
+        status: 0,
+        outcome: 'error',
+        stream: false,
+        podAttempts: 0,
+        waitedMs: 0,
+      },
     };
     metrics.inFlight.inc();
     let response: Response;
@@ -136,7 +197,7 @@ export class RequestPath {
       } else if (req.signal.aborted) {
         response = errorResponse(499, 'client closed the request', { code: 'client_closed' });
       } else {
-        console.error('kinference: unexpected error on the request path', error);
+        this.deps.log('error', `unexpected error on the request path: ${describeUnexpected(error)}`);
         response = errorResponse(500, 'internal error in the agent', { type: 'server_error' });
       }
     } finally {
@@ -145,7 +206,9 @@ export class RequestPath {
     const r = ctx.record;
     r.route = response.headers.get('x-kinference-route') ?? 'rejected';
     r.status = response.status;
-    r.outcome = response.status === 499 ? 'cancelled' : response.ok ? 'ok' : String(response.status);
+    // A client that left before its answer is its own outcome, not the status we could not send.
+    r.outcome =
+      req.signal.aborted || response.status === 499 ? 'cancelled' : response.ok ? 'ok' : String(response.status);
     metrics.requests.inc({
       api,
       route: r.route.split('/')[0],
@@ -154,6 +217,14 @@ export class RequestPath {
       policy: r.policy === undefined ? 'none' : this.#policyLabel.value(r.policy),
     });
     response.headers.set('x-request-id', requestId);
+    if (response.body && response.headers.get('content-type')?.includes('event-stream')) {
+      const body = endOnSignal(
+        response.body,
+        this.#drainDeadline.signal,
+        'the agent is shutting down and its drain deadline passed; the answer is incomplete',
+      );
+      response = new Response(body, { status: response.status, headers: response.headers });
+    }
     const { requestLog } = this.deps;
     if (requestLog.sample <= 0 || this.deps.rand() >= requestLog.sample) return response;
     return onBodyEnd(response, (ok) => {
@@ -172,7 +243,7 @@ export class RequestPath {
     const record = ctx.record;
     // Pods get the client's bytes as they came: no re-serialisation on the hot path.
     const body = await readBoundedBody(req, deps.limits.maxBodyBytes);
-    const parsed = parseInferenceRequest(kind, body);
+    const parsed = parseInferenceRequest(kind, body, deps.limits.maxJsonDepth);
     if (!deps.isKnownModel(parsed.model)) {
       throw new RequestError(404, `The model \`${parsed.model}\` does not exist.`, 'model', 'model_not_found');
     }
@@ -180,7 +251,15 @@ export class RequestPath {
     const tags = deps.classify(req.headers.get('x-kinference-tags'), parsed.body);
     const request = this.routeRequest(parsed, identity, tags);
     const policy = deps.policyFor(identity, parsed.model);
-    Object.assign(record, { model: parsed.model, tenant: identity.tenant, namespace: identity.namespace, policy: policy.name, tags, stream: parsed.stream, promptTokensEstimate: request.promptTokens });
+    Object.assign(record, {
+      model: parsed.model,
+      tenant: identity.tenant,
+      namespace: identity.namespace,
+      policy: policy.name,
+      tags,
+      stream: parsed.stream,
+      promptTokensEstimate: request.promptTokens,
+    });
     const started = deps.now();
     const tried = new Set<string>();
     let podAttempts = 0;
@@ -201,7 +280,8 @@ export class RequestPath {
         podAttempts++;
         record.podAttempts = podAttempts;
         record.predictedTtftMs = Math.round(decision.predictedTtftMs * 10) / 10;
-        const answer = await this.#sendToPod(chosen, parsed, body, request, decision.predictedTtftMs, req.signal, ctx);
+        const slo = { leavable: leave.allowed, started, sloTtftMs: policy.sloTtftMs };
+        const answer = await this.#sendToPod(chosen, parsed, body, request, decision.chosen, slo, req.signal, ctx);
         if (answer) return answer;
         tried.add(chosen.pod.uid);
         if (req.signal.aborted) throw new Error('client gone');
@@ -212,7 +292,8 @@ export class RequestPath {
 
       // Every pod we could try failed before answering: overflow if allowed, else say so (502);
       // waiting for a pod that just failed would only delay the same answer.
-      if (podAttempts > 0 && (decision.action === 'wait' || decision.action === 'reject')) return podsFailed(podAttempts, ctx.lastPodError);
+      if (podAttempts > 0 && (decision.action === 'wait' || decision.action === 'reject'))
+        return podsFailed(podAttempts, ctx.lastPodError);
 
       if (decision.action === 'overflow') {
         const reason = overflowReason(decision.dropped, podAttempts);
@@ -228,6 +309,13 @@ export class RequestPath {
           const provider = result.response.headers.get('x-kinference-route')?.slice('overflow/'.length) ?? 'unknown';
           deps.metrics.overflows.inc({ provider, reason });
           deps.metrics.upstreamTtft.observe({ route: 'overflow', stream: String(parsed.stream) }, ttftMs / 1000);
+          // The provider's answer is in hand at its first byte when streamed: close enough to its TTFT.
+          if (parsed.stream)
+            deps.metrics.sloRequests.inc({
+              route: 'overflow',
+              leavable: 'true',
+              within_slo: String(deps.now() - started <= policy.sloTtftMs),
+            });
           return result.response;
         }
         return errorResponse(result.status, `no pod can answer in time and ${result.message}`, {
@@ -238,16 +326,29 @@ export class RequestPath {
 
       if (decision.action === 'wait') {
         if ((await this.waitForChange(decision.maxWaitMs, req.signal, record)) === 'full') {
-          return errorResponse(429, 'too many requests are already waiting for a pod', { code: 'wait_queue_full', headers: { 'retry-after': retryAfterSeconds(policy) } });
+          return errorResponse(429, 'too many requests are already waiting for a pod', {
+            code: 'wait_queue_full',
+            headers: { 'retry-after': retryAfterSeconds(policy) },
+          });
         }
         waited = true;
         continue;
       }
 
-      if (decision.status === 429) deps.metrics.waits.inc({ outcome: 'timeout' });
+      if (decision.status === 429 || decision.retryAfterMs !== undefined)
+        deps.metrics.waits.inc({ outcome: 'timeout' });
+      const retryAfter =
+        decision.retryAfterMs !== undefined
+          ? String(Math.max(1, Math.ceil(decision.retryAfterMs / 1000)))
+          : retryAfterSeconds(policy);
       return errorResponse(decision.status, decision.message, {
-        code: decision.status === 429 ? 'no_capacity_in_time' : 'no_capacity',
-        headers: { 'retry-after': retryAfterSeconds(policy), 'x-kinference-policy': policy.name },
+        code:
+          decision.retryAfterMs !== undefined
+            ? 'providers_unavailable'
+            : decision.status === 429
+              ? 'no_capacity_in_time'
+              : 'no_capacity',
+        headers: { 'retry-after': retryAfter, 'x-kinference-policy': policy.name },
       });
     }
   }
@@ -256,7 +357,11 @@ export class RequestPath {
    * Waits (at most `maxMs`) for any candidate to change, within the bound on waiting requests:
    * 'full' when that many wait already. Throws when the client leaves. Adds the wait to the record.
    */
-  async waitForChange(maxMs: number, signal: AbortSignal, record: RequestRecord): Promise<'change' | 'timeout' | 'full'> {
+  async waitForChange(
+    maxMs: number,
+    signal: AbortSignal,
+    record: RequestRecord,
+  ): Promise<'change' | 'timeout' | 'full'> {
     const deps = this.deps;
     if (this.#waiting >= deps.limits.maxWaiting) {
       deps.metrics.waits.inc({ outcome: 'full' });
@@ -283,15 +388,25 @@ export class RequestPath {
     parsed: ParsedRequest,
     body: Uint8Array,
     request: RouteRequest,
-    predictedMs: number,
+    admitted: Scored,
+    slo: { leavable: boolean; started: number; sloTtftMs: number },
     signal: AbortSignal,
     ctx: RequestContext,
   ): Promise<Response | undefined> {
     const deps = this.deps;
     const route = candidateName(candidate);
-    const ticket = deps.pool.begin(candidate, request.promptTokens);
+    const predictedMs = admitted.predictedMs;
+    const ticket = deps.pool.begin(candidate, request.promptTokens, request.kind, parsed.stream);
     const headersOut = { ...ctx.upstreamHeaders, ...deps.podAuth(candidate.pod) };
-    const attempt = await sendToPod(deps.dispatcher, candidate.pod.address, UPSTREAM_PATHS[parsed.kind], body, signal, deps.limits.pod, undefined, headersOut);
+    const attempt = await sendToPod(
+      deps.dispatcher,
+      candidate.pod.address,
+      `/v1/${API_PATHS[parsed.kind]}`,
+      body,
+      signal,
+      deps.limits.pod,
+      { wholeAnswer: !parsed.stream, headers: headersOut },
+    );
     const headers = {
       'x-kinference-route': route,
       'x-kinference-predicted-ttft-ms': String(Math.round(predictedMs)),
@@ -304,39 +419,84 @@ export class RequestPath {
         return undefined;
       }
       // The pod refused the request itself (e.g. prompt longer than its context): pass it on.
-      return new Response((attempt.body ?? null) as BodyInit | null, { status: attempt.status ?? 502, headers: { 'content-type': attempt.contentType ?? 'application/json', ...headers } });
+      return new Response((attempt.body ?? null) as BodyInit | null, {
+        status: attempt.status ?? 502,
+        headers: { 'content-type': attempt.contentType ?? 'application/json', ...headers },
+      });
     }
     const routeLabel = candidate.where;
     const streamLabel = String(parsed.stream);
     ctx.record.ttftMs = Math.round(attempt.firstByteMs * 10) / 10;
     // Non-streamed answers arrive whole, so their first byte is the whole answer: recorded under
-    // stream="false" for the operator, never taught to the predictor (that would teach it
-    // generation time as if it were queueing).
+    // stream="false" for the operator.
     deps.metrics.upstreamTtft.observe({ route: routeLabel, stream: streamLabel }, attempt.firstByteMs / 1000);
     if (candidate.where === 'local' && attempt.firstByteMs > 0) {
-      deps.metrics.predictionError.observe({ stream: streamLabel }, Math.abs(predictedMs - attempt.firstByteMs) / attempt.firstByteMs);
+      deps.metrics.predictionError.observe(
+        { stream: streamLabel },
+        Math.abs(predictedMs - attempt.firstByteMs) / attempt.firstByteMs,
+      );
     }
+    // A TTFT exists for streamed requests (first byte) and embeddings (all prefill); a non-streamed
+    // generation's first byte is its whole answer, so it is not counted against the TTFT SLO.
+    const measured = (ms: number) => {
+      if (!parsed.stream && parsed.kind !== 'embeddings') return;
+      deps.metrics.sloRequests.inc({
+        route: routeLabel,
+        leavable: String(slo.leavable),
+        within_slo: String(deps.now() - slo.started <= slo.sloTtftMs),
+      });
+      if (candidate.where === 'local')
+        deps.metrics.admissionCalibration.inc({
+          pod: candidate.pod.name,
+          within_quantile: String(ms <= admitted.quantileMs),
+        });
+    };
     if (parsed.stream) {
       ticket.firstByte(attempt.firstByteMs);
+      measured(attempt.firstByteMs);
       if (candidate.where === 'local') {
         deps.metrics.podTtft.observe({ pod: candidate.pod.name, source: 'measured' }, attempt.firstByteMs / 1000);
         deps.metrics.podTtft.observe({ pod: candidate.pod.name, source: 'predicted' }, predictedMs / 1000);
       }
-      const stream = relayStream(attempt.first, attempt.rest, attempt.abort, attempt.contentType.includes('event-stream'), {
-        onEnd: ({ ok }) => ticket.end(ok),
-        brokenStreamEnd: parsed.kind === 'responses' ? (message) => responsesErrorEvent(message, 'upstream_stream_error') : undefined,
+      const stream = relayStream(
+        attempt.first,
+        attempt.rest,
+        attempt.abort,
+        attempt.contentType.includes('event-stream'),
+        {
+          onEnd: ({ ok }) => ticket.end(ok),
+          brokenStreamEnd:
+            parsed.kind === 'responses'
+              ? (message) => responsesErrorEvent(message, 'upstream_stream_error')
+              : undefined,
+        },
+      );
+      return new Response(stream, {
+        status: attempt.status,
+        headers: { 'content-type': attempt.contentType, 'cache-control': 'no-cache', ...headers },
       });
-      return new Response(stream, { status: attempt.status, headers: { 'content-type': attempt.contentType, 'cache-control': 'no-cache', ...headers } });
     }
     try {
-      const bytes = await readRest(attempt.first, attempt.rest, 64 * 1024 * 1024);
+      const bytes = await readRest(attempt.first, attempt.rest, deps.limits.maxUpstreamBodyBytes);
+      const answerMs = attempt.firstByteMs;
+      ticket.answered(answerMs);
+      measured(answerMs);
       ticket.end(true);
       if (deps.requestLog.sample > 0) Object.assign(ctx.record, usageOf(bytes)); // only read when lines may be written
-      return new Response(bytes as BodyInit, { status: attempt.status, headers: { 'content-type': attempt.contentType, ...headers } });
+      return new Response(bytes as BodyInit, {
+        status: attempt.status,
+        headers: { 'content-type': attempt.contentType, ...headers },
+      });
     } catch (error) {
       ticket.end(false);
+      // Drop the rest of the answer: an unread body would hold its socket (and the dispatcher's
+      // close) forever.
+      attempt.abort();
       if (signal.aborted) throw error;
-      return errorResponse(502, `the model server failed while answering: ${(error as Error).message}`, { code: 'upstream_failed', headers });
+      return errorResponse(502, `the model server failed while answering: ${(error as Error).message}`, {
+        code: 'upstream_failed',
+        headers,
+      });
     }
   }
 }

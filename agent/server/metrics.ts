@@ -18,6 +18,25 @@ export interface MetricsOptions {
   discoveryConnected?: () => boolean;
 }
 
+/** Each pod's prediction as the pool's state shows it: local pods by name, peers' as node/name. */
+export function podPredictionsOf(state: {
+  local: readonly { pod: { name: string }; predictedTtftMs?: number }[];
+  remote: readonly { pod: { node: string; name: string }; predictedTtftMs?: number }[];
+}): PodPrediction[] {
+  return [
+    ...state.local.map((p) => ({
+      pod: p.pod.name,
+      where: 'local' as const,
+      seconds: (p.predictedTtftMs ?? NaN) / 1000,
+    })),
+    ...state.remote.map((p) => ({
+      pod: `${p.pod.node}/${p.pod.name}`,
+      where: 'peer' as const,
+      seconds: (p.predictedTtftMs ?? NaN) / 1000,
+    })),
+  ];
+}
+
 export function createMetrics(options: MetricsOptions = {}) {
   const registry = new Registry();
   if (options.defaultMetrics) collectDefaultMetrics({ register: registry, prefix: 'kinference_' });
@@ -56,6 +75,18 @@ export function createMetrics(options: MetricsOptions = {}) {
       labelNames: ['provider', 'reason'] as const,
       registers: [registry],
     }),
+    sloRequests: new Counter({
+      name: 'kinference_slo_requests_total',
+      help: 'Answered requests whose TTFT could be measured (streamed, embeddings, overflow), by route, whether policy let them leave, and whether their TTFT (from arrival at the agent) met the SLO.',
+      labelNames: ['route', 'leavable', 'within_slo'] as const,
+      registers: [registry],
+    }),
+    admissionCalibration: new Counter({
+      name: 'kinference_admission_calibration_total',
+      help: "Requests served by a local pod whose TTFT could be measured, by whether it was within the predicted quantile (at the policy's attainment) they were admitted on; the within share should sit near that attainment.",
+      labelNames: ['pod', 'within_quantile'] as const,
+      registers: [registry],
+    }),
     retries: new Counter({
       name: 'kinference_retries_total',
       help: 'Requests retried on another pod after a failure before the first byte.',
@@ -75,13 +106,13 @@ export function createMetrics(options: MetricsOptions = {}) {
     }),
     providerRequests: new Counter({
       name: 'kinference_provider_requests_total',
-      help: 'Overflow attempts per provider and outcome (ok|failed|skipped|client_error).',
+      help: 'Overflow attempts per provider and outcome (ok|declined|failed|skipped|client_error).',
       labelNames: ['provider', 'outcome'] as const,
       registers: [registry],
     }),
     scrapes: new Counter({
       name: 'kinference_scrapes_total',
-      help: 'Scrapes of local model servers, by outcome.',
+      help: 'Scrapes of local model servers, by outcome (ok|error|implausible).',
       labelNames: ['outcome'] as const,
       registers: [registry],
     }),

@@ -43,22 +43,37 @@ export async function modelOf(contentType: string, body: Uint8Array): Promise<st
     } catch (error) {
       throw new RequestError(400, `request body is not valid JSON: ${(error as Error).message}`, null, 'invalid_json');
     }
-    model = parsed && typeof parsed === 'object' && !Array.isArray(parsed) ? (parsed as { model?: unknown }).model : undefined;
+    model =
+      parsed && typeof parsed === 'object' && !Array.isArray(parsed)
+        ? (parsed as { model?: unknown }).model
+        : undefined;
   }
-  if (typeof model !== 'string' || model.length === 0) throw new RequestError(400, "'model' is required and must be a non-empty string", 'model', 'invalid_type');
+  if (typeof model !== 'string' || model.length === 0)
+    throw new RequestError(400, "'model' is required and must be a non-empty string", 'model', 'invalid_type');
   return model;
 }
 
-export function handlePassthrough(path: RequestPath, api: string, req: Request, remoteIp: string | undefined): Promise<Response> {
+export function handlePassthrough(
+  path: RequestPath,
+  api: string,
+  req: Request,
+  remoteIp: string | undefined,
+): Promise<Response> {
   return path.serve(api, req, (ctx) => passthrough(path, req, remoteIp, ctx));
 }
 
-async function passthrough(path: RequestPath, req: Request, remoteIp: string | undefined, ctx: RequestContext): Promise<Response> {
+async function passthrough(
+  path: RequestPath,
+  req: Request,
+  remoteIp: string | undefined,
+  ctx: RequestContext,
+): Promise<Response> {
   const deps = path.deps;
   const contentType = req.headers.get('content-type') ?? 'application/json';
   const body = await readBoundedBody(req, deps.limits.maxBodyBytes);
   const model = await modelOf(contentType, body);
-  if (!deps.isKnownModel(model)) throw new RequestError(404, `The model \`${model}\` does not exist.`, 'model', 'model_not_found');
+  if (!deps.isKnownModel(model))
+    throw new RequestError(404, `The model \`${model}\` does not exist.`, 'model', 'model_not_found');
   const identity = deps.identify(req, remoteIp);
   Object.assign(ctx.record, { model, tenant: identity.tenant, namespace: identity.namespace });
   // A request with no usable pod waits for one as long as its policy lets a request that may not
@@ -67,7 +82,11 @@ async function passthrough(path: RequestPath, req: Request, remoteIp: string | u
   const upstreamPath = new URL(req.url).pathname;
   const tried = new Set<string>();
   for (let attempt = 0; ; attempt++) {
-    let candidate = leastLoaded(deps.pool.candidates().filter((c) => !tried.has(c.pod.uid)), model, deps.rand);
+    let candidate = leastLoaded(
+      deps.pool.candidates().filter((c) => !tried.has(c.pod.uid)),
+      model,
+      deps.rand,
+    );
     while (!candidate && attempt === 0 && deps.now() - ctx.started < waitMaxMs) {
       const woke = await path.waitForChange(waitMaxMs - (deps.now() - ctx.started), req.signal, ctx.record);
       if (woke !== 'change') break;
@@ -75,12 +94,25 @@ async function passthrough(path: RequestPath, req: Request, remoteIp: string | u
     }
     if (!candidate) {
       if (attempt > 0) return podsFailed(attempt, ctx.lastPodError);
-      return errorResponse(503, `no pod serving model ${model} became available for ${upstreamPath} within ${waitMaxMs}ms (these requests never leave the cluster)`, { code: 'no_capacity', headers: { 'retry-after': '1' } });
+      return errorResponse(
+        503,
+        `no pod serving model ${model} became available for ${upstreamPath} within ${waitMaxMs}ms (these requests never leave the cluster)`,
+        { code: 'no_capacity', headers: { 'retry-after': '1' } },
+      );
     }
     ctx.record.podAttempts = attempt + 1;
-    const ticket = deps.pool.begin(candidate, 0);
+    // Counted as in flight (load for the next decision); nothing is predicted, so nothing is learned.
+    const ticket = deps.pool.begin(candidate, 0, 'chat', false);
     const headers = { ...ctx.upstreamHeaders, ...deps.podAuth(candidate.pod), 'content-type': contentType };
-    const sent = await sendToPod(deps.dispatcher, candidate.pod.address, upstreamPath, body, req.signal, deps.limits.pod, undefined, headers);
+    const sent = await sendToPod(
+      deps.dispatcher,
+      candidate.pod.address,
+      upstreamPath,
+      body,
+      req.signal,
+      deps.limits.pod,
+      { wholeAnswer: true, headers },
+    );
     const routeHeaders = { 'x-kinference-route': candidateName(candidate) };
     if (!sent.ok) {
       ticket.end(false);
@@ -93,22 +125,34 @@ async function passthrough(path: RequestPath, req: Request, remoteIp: string | u
       }
       if (req.signal.aborted) throw new Error('client gone');
       if (sent.retryable) return podsFailed(attempt + 1, sent.error);
-      return new Response((sent.body ?? null) as BodyInit | null, { status: sent.status ?? 502, headers: { 'content-type': sent.contentType ?? 'application/json', ...routeHeaders } });
+      return new Response((sent.body ?? null) as BodyInit | null, {
+        status: sent.status ?? 502,
+        headers: { 'content-type': sent.contentType ?? 'application/json', ...routeHeaders },
+      });
     }
     ctx.record.ttftMs = Math.round(sent.firstByteMs * 10) / 10;
     if (sent.contentType.includes('event-stream')) {
       ctx.record.stream = true;
       const stream = relayStream(sent.first, sent.rest, sent.abort, true, { onEnd: ({ ok }) => ticket.end(ok) });
-      return new Response(stream, { status: sent.status, headers: { 'content-type': sent.contentType, 'cache-control': 'no-cache', ...routeHeaders } });
+      return new Response(stream, {
+        status: sent.status,
+        headers: { 'content-type': sent.contentType, 'cache-control': 'no-cache', ...routeHeaders },
+      });
     }
     try {
       const bytes = await readRest(sent.first, sent.rest, 64 * 1024 * 1024);
       ticket.end(true);
-      return new Response(bytes as BodyInit, { status: sent.status, headers: { 'content-type': sent.contentType, ...routeHeaders } });
+      return new Response(bytes as BodyInit, {
+        status: sent.status,
+        headers: { 'content-type': sent.contentType, ...routeHeaders },
+      });
     } catch (error) {
       ticket.end(false);
       if (req.signal.aborted) throw error;
-      return errorResponse(502, `the model server failed while answering: ${(error as Error).message}`, { code: 'upstream_failed', headers: routeHeaders });
+      return errorResponse(502, `the model server failed while answering: ${(error as Error).message}`, {
+        code: 'upstream_failed',
+        headers: routeHeaders,
+      });
     }
   }
 }

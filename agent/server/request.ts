@@ -17,7 +17,8 @@ export class RequestError extends Error {
 /** The body as bytes, refusing (413) past `limit` without reading the rest into memory. */
 export async function readBoundedBody(req: Request, limit: number): Promise<Uint8Array> {
   const declared = Number(req.headers.get('content-length') ?? NaN);
-  if (declared > limit) throw new RequestError(413, `request body is ${declared} bytes; the limit is ${limit}`, null, 'body_too_large');
+  if (declared > limit)
+    throw new RequestError(413, `request body is ${declared} bytes; the limit is ${limit}`, null, 'body_too_large');
   if (!req.body) return new Uint8Array();
   const reader = req.body.getReader();
   const chunks: Uint8Array[] = [];
@@ -33,6 +34,33 @@ export async function readBoundedBody(req: Request, limit: number): Promise<Uint
     chunks.push(value);
   }
   return Buffer.concat(chunks);
+}
+
+/** Default for `limits.maxJsonDepth`: real chat bodies (tool schemas included) nest < 20 deep. */
+export const DEFAULT_MAX_JSON_DEPTH = 64;
+
+/**
+ * Deepest array/object nesting in a JSON text, scanning bytes once (no recursion, no parse), so
+ * a hostile body is refused before anything recursive downstream (token estimate, classifier,
+ * JSON.stringify for a provider) can overflow the stack. Stops as soon as `limit` is passed.
+ */
+export function jsonDepthExceeds(bytes: Uint8Array, limit: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < bytes.length; i++) {
+    const c = bytes[i];
+    if (inString) {
+      if (c === 0x5c)
+        i++; // backslash: skip the escaped byte
+      else if (c === 0x22) inString = false;
+      continue;
+    }
+    if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      if (++depth > limit) return true;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return false;
 }
 
 export interface ParsedRequest {
@@ -62,13 +90,27 @@ function checkMessages(messages: unknown): void {
     throw new RequestError(400, "'messages' must be a non-empty array", 'messages', 'invalid_type');
   }
   messages.forEach((m, i) => {
-    if (!m || typeof m !== 'object' || Array.isArray(m)) throw new RequestError(400, `'messages[${i}]' must be an object`, `messages[${i}]`, 'invalid_type');
+    if (!m || typeof m !== 'object' || Array.isArray(m))
+      throw new RequestError(400, `'messages[${i}]' must be an object`, `messages[${i}]`, 'invalid_type');
     const { role, content } = m as Record<string, unknown>;
     if (typeof role !== 'string' || !ROLES.has(role)) {
-      throw new RequestError(400, `'messages[${i}].role' must be one of ${[...ROLES].join(', ')}`, `messages[${i}].role`, 'invalid_value');
+      throw new RequestError(
+        400,
+        `'messages[${i}].role' must be one of ${[...ROLES].join(', ')}`,
+        `messages[${i}].role`,
+        'invalid_value',
+      );
     }
-    if (content !== undefined && content !== null && typeof content !== 'string' && !Array.isArray(content)) {
-      throw new RequestError(400, `'messages[${i}].content' must be a string or an array of content parts`, `messages[${i}].content`, 'invalid_type');
+    const parts =
+      Array.isArray(content) &&
+      content.every((p) => typeof p === 'string' || (p !== null && typeof p === 'object' && !Array.isArray(p)));
+    if (content !== undefined && content !== null && typeof content !== 'string' && !parts) {
+      throw new RequestError(
+        400,
+        `'messages[${i}].content' must be a string or an array of content parts`,
+        `messages[${i}].content`,
+        'invalid_type',
+      );
     }
   });
 }
@@ -76,10 +118,18 @@ function checkMessages(messages: unknown): void {
 function checkPromptLike(body: Record<string, unknown>, param: 'prompt' | 'input'): void {
   const value = body[param];
   const ok =
-    (typeof value === 'string') ||
+    typeof value === 'string' ||
     isTokenArray(value) ||
-    (Array.isArray(value) && value.length > 0 && (value.every((v) => typeof v === 'string') || value.every(isTokenArray)));
-  if (!ok) throw new RequestError(400, `'${param}' must be a string, an array of strings, or token ids`, param, 'invalid_type');
+    (Array.isArray(value) &&
+      value.length > 0 &&
+      (value.every((v) => typeof v === 'string') || value.every(isTokenArray)));
+  if (!ok)
+    throw new RequestError(
+      400,
+      `'${param}' must be a string, an array of strings, or token ids`,
+      param,
+      'invalid_type',
+    );
 }
 
 /** Fields of the Responses API that point at state a model server keeps in its own memory. */
@@ -88,7 +138,12 @@ const STATEFUL_RESPONSES_FIELDS = ['previous_response_id', 'conversation'] as co
 function checkResponsesRequest(body: Record<string, unknown>): void {
   const input = body.input;
   if (typeof input !== 'string' && !(Array.isArray(input) && input.length > 0)) {
-    throw new RequestError(400, "'input' must be a string or a non-empty array of input items", 'input', 'invalid_type');
+    throw new RequestError(
+      400,
+      "'input' must be a string or a non-empty array of input items",
+      'input',
+      'invalid_type',
+    );
   }
   // Refused, not routed: each request goes to whichever pod (or provider) answers soonest, and
   // the state these ids name lives in one model server's memory (vLLM keeps it in-process, and
@@ -108,8 +163,16 @@ function checkResponsesRequest(body: Record<string, unknown>): void {
 }
 
 /** Parses and checks a JSON body for one of the OpenAI routes. Throws RequestError (400). */
-export function parseInferenceRequest(kind: RequestKind, bytes: Uint8Array): ParsedRequest {
-  if (bytes.byteLength === 0) throw new RequestError(400, 'request body is empty; expected a JSON object', null, 'invalid_json');
+export function parseInferenceRequest(
+  kind: RequestKind,
+  bytes: Uint8Array,
+  maxDepth = DEFAULT_MAX_JSON_DEPTH,
+): ParsedRequest {
+  if (bytes.byteLength === 0)
+    throw new RequestError(400, 'request body is empty; expected a JSON object', null, 'invalid_json');
+  if (jsonDepthExceeds(bytes, maxDepth)) {
+    throw new RequestError(400, `request body nests arrays/objects deeper than ${maxDepth} levels`, null, 'too_deep');
+  }
   let body: unknown;
   try {
     body = JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8'));
@@ -134,6 +197,7 @@ export function parseInferenceRequest(kind: RequestKind, bytes: Uint8Array): Par
   checkOptional(b, 'n', positiveInteger, 'a positive integer');
   checkOptional(b, 'temperature', (v) => typeof v === 'number' && v >= 0 && v <= 2, 'a number between 0 and 2');
   checkOptional(b, 'top_p', (v) => typeof v === 'number' && v >= 0 && v <= 1, 'a number between 0 and 1');
-  if (kind === 'embeddings' && b.stream === true) throw new RequestError(400, "embeddings do not support 'stream'", 'stream', 'invalid_value');
+  if (kind === 'embeddings' && b.stream === true)
+    throw new RequestError(400, "embeddings do not support 'stream'", 'stream', 'invalid_value');
   return { kind, body: b, model: b.model, stream: b.stream === true };
 }

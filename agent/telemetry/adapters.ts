@@ -5,7 +5,7 @@
 // vLLM v1/metrics/loggers.py, TGI docs/source/reference/metrics.md, SGLang srt/metrics/collector.py.
 
 import type { Engine, PodLoad } from '../types.ts';
-import { MetricSelector, type MetricPage, type Series } from './promtext.ts';
+import { MetricSelector, type MetricPage, type Series } from './metric-page.ts';
 
 export type LoadResult = { ok: true; load: PodLoad } | { ok: false; error: string };
 
@@ -27,15 +27,24 @@ function missing(engine: Engine, name: string): LoadResult {
 }
 
 /** Copies the defined optional fields onto the load; absent is different from zero. */
-function withOptional(load: PodLoad, extra: {
-  ttft?: { sum: number; count: number };
-  queueTime?: { sum: number; count: number };
-  promptTokens?: number;
-  generationTokens?: number;
-  finished?: number;
-}): PodLoad {
-  if (extra.ttft) { load.ttftSum = extra.ttft.sum; load.ttftCount = extra.ttft.count; }
-  if (extra.queueTime) { load.queueTimeSum = extra.queueTime.sum; load.queueTimeCount = extra.queueTime.count; }
+function withOptional(
+  load: PodLoad,
+  extra: {
+    ttft?: { sum: number; count: number };
+    queueTime?: { sum: number; count: number };
+    promptTokens?: number;
+    generationTokens?: number;
+    finished?: number;
+  },
+): PodLoad {
+  if (extra.ttft) {
+    load.ttftSum = extra.ttft.sum;
+    load.ttftCount = extra.ttft.count;
+  }
+  if (extra.queueTime) {
+    load.queueTimeSum = extra.queueTime.sum;
+    load.queueTimeCount = extra.queueTime.count;
+  }
   if (extra.promptTokens !== undefined) load.promptTokens = extra.promptTokens;
   if (extra.generationTokens !== undefined) load.generationTokens = extra.generationTokens;
   if (extra.finished !== undefined) load.finished = extra.finished;
@@ -61,9 +70,15 @@ export const vllmAdapter: EngineAdapter = {
   engine: 'vllm',
   signature: VLLM.waiting,
   selector: new MetricSelector([
-    VLLM.waiting, VLLM.running, VLLM.kv, VLLM.kvBefore09,
-    ...histogramNames(VLLM.ttft), ...histogramNames(VLLM.queueTime),
-    VLLM.promptTokens, VLLM.generationTokens, VLLM.finished,
+    VLLM.waiting,
+    VLLM.running,
+    VLLM.kv,
+    VLLM.kvBefore09,
+    ...histogramNames(VLLM.ttft),
+    ...histogramNames(VLLM.queueTime),
+    VLLM.promptTokens,
+    VLLM.generationTokens,
+    VLLM.finished,
   ]),
   toLoad(page, at) {
     const waiting = page.sum(VLLM.waiting);
@@ -75,13 +90,16 @@ export const vllmAdapter: EngineAdapter = {
     const kvCache = page.mean(VLLM.kv) ?? page.mean(VLLM.kvBefore09) ?? NaN;
     return {
       ok: true,
-      load: withOptional({ at, engine: 'vllm', waiting, running, kvCache }, {
-        ttft: page.histogram(VLLM.ttft),
-        queueTime: page.histogram(VLLM.queueTime),
-        promptTokens: page.sum(VLLM.promptTokens),
-        generationTokens: page.sum(VLLM.generationTokens),
-        finished: page.sum(VLLM.finished), // over finished_reason (stop, length, abort, …) and engines
-      }),
+      load: withOptional(
+        { at, engine: 'vllm', waiting, running, kvCache },
+        {
+          ttft: page.histogram(VLLM.ttft),
+          queueTime: page.histogram(VLLM.queueTime),
+          promptTokens: page.sum(VLLM.promptTokens),
+          generationTokens: page.sum(VLLM.generationTokens),
+          finished: page.sum(VLLM.finished), // over finished_reason (stop, length, abort, …) and engines
+        },
+      ),
     };
   },
 };
@@ -103,8 +121,13 @@ export const tgiAdapter: EngineAdapter = {
   engine: 'tgi',
   signature: TGI.waiting,
   selector: new MetricSelector([
-    TGI.waiting, TGI.running, ...histogramNames(TGI.queueTime),
-    `${TGI.inputLength}_sum`, `${TGI.generatedTokens}_sum`, TGI.finished, `${TGI.finished}_total`,
+    TGI.waiting,
+    TGI.running,
+    ...histogramNames(TGI.queueTime),
+    `${TGI.inputLength}_sum`,
+    `${TGI.generatedTokens}_sum`,
+    TGI.finished,
+    `${TGI.finished}_total`,
   ]),
   toLoad(page, at) {
     const waiting = page.sum(TGI.waiting);
@@ -113,12 +136,15 @@ export const tgiAdapter: EngineAdapter = {
     if (running === undefined) return missing('tgi', TGI.running);
     return {
       ok: true,
-      load: withOptional({ at, engine: 'tgi', waiting, running, kvCache: NaN }, {
-        queueTime: page.histogram(TGI.queueTime),
-        promptTokens: page.sum(`${TGI.inputLength}_sum`),
-        generationTokens: page.sum(`${TGI.generatedTokens}_sum`),
-        finished: page.sum(TGI.finished) ?? page.sum(`${TGI.finished}_total`),
-      }),
+      load: withOptional(
+        { at, engine: 'tgi', waiting, running, kvCache: NaN },
+        {
+          queueTime: page.histogram(TGI.queueTime),
+          promptTokens: page.sum(`${TGI.inputLength}_sum`),
+          generationTokens: page.sum(`${TGI.generatedTokens}_sum`),
+          finished: page.sum(TGI.finished) ?? page.sum(`${TGI.finished}_total`),
+        },
+      ),
     };
   },
 };
@@ -193,9 +219,14 @@ export const sglangAdapter: EngineAdapter = {
   engine: 'sglang',
   signature: SGLANG.waiting,
   selector: new MetricSelector([
-    SGLANG.waiting, SGLANG.running, SGLANG.kv,
-    ...histogramNames(SGLANG.ttft), ...histogramNames(SGLANG.queueTime),
-    SGLANG.promptTokens, SGLANG.generationTokens, SGLANG.finished,
+    SGLANG.waiting,
+    SGLANG.running,
+    SGLANG.kv,
+    ...histogramNames(SGLANG.ttft),
+    ...histogramNames(SGLANG.queueTime),
+    SGLANG.promptTokens,
+    SGLANG.generationTokens,
+    SGLANG.finished,
   ]),
   toLoad(page, at) {
     const waiting = sumRanks(page, SGLANG.waiting);
@@ -204,13 +235,16 @@ export const sglangAdapter: EngineAdapter = {
     if (running === undefined) return missing('sglang', SGLANG.running);
     return {
       ok: true,
-      load: withOptional({ at, engine: 'sglang', waiting, running, kvCache: meanRanks(page, SGLANG.kv) ?? NaN }, {
-        ttft: histogramRanks(page, SGLANG.ttft),
-        queueTime: histogramRanks(page, SGLANG.queueTime),
-        promptTokens: sumRanks(page, SGLANG.promptTokens),
-        generationTokens: sumRanks(page, SGLANG.generationTokens),
-        finished: sumRanks(page, SGLANG.finished),
-      }),
+      load: withOptional(
+        { at, engine: 'sglang', waiting, running, kvCache: meanRanks(page, SGLANG.kv) ?? NaN },
+        {
+          ttft: histogramRanks(page, SGLANG.ttft),
+          queueTime: histogramRanks(page, SGLANG.queueTime),
+          promptTokens: sumRanks(page, SGLANG.promptTokens),
+          generationTokens: sumRanks(page, SGLANG.generationTokens),
+          finished: sumRanks(page, SGLANG.finished),
+        },
+      ),
     };
   },
 };
@@ -224,7 +258,11 @@ export const ADAPTERS: Readonly<Record<Engine, EngineAdapter>> = {
 };
 
 /** Every adapter's samples: parse an unknown pod's page once with this, detect, then adapt. */
-export const ANY_ENGINE_SELECTOR = MetricSelector.union(vllmAdapter.selector, tgiAdapter.selector, sglangAdapter.selector);
+export const ANY_ENGINE_SELECTOR = MetricSelector.union(
+  vllmAdapter.selector,
+  tgiAdapter.selector,
+  sglangAdapter.selector,
+);
 
 /** The engine whose signature gauge is on the page; undefined when none or several are. */
 export function detectEngine(page: MetricPage): Engine | undefined {
@@ -235,6 +273,7 @@ export function detectEngine(page: MetricPage): Engine | undefined {
 /** Adapt with the given engine, or detect it first. */
 export function toPodLoad(page: MetricPage, at: number, engine?: Engine): LoadResult {
   const chosen = engine ?? detectEngine(page);
-  if (chosen === undefined) return { ok: false, error: 'cannot tell the engine from the page (no vLLM, TGI or SGLang queue gauge)' };
+  if (chosen === undefined)
+    return { ok: false, error: 'cannot tell the engine from the page (no vLLM, TGI or SGLang queue gauge)' };
   return ADAPTERS[chosen].toLoad(page, at);
 }

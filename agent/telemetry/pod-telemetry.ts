@@ -32,8 +32,10 @@ function increase(previous: number | undefined, current: number | undefined): nu
 }
 
 function meanDelta(
-  prevSum: number | undefined, prevCount: number | undefined,
-  sum: number | undefined, count: number | undefined,
+  prevSum: number | undefined,
+  prevCount: number | undefined,
+  sum: number | undefined,
+  count: number | undefined,
 ): MeanDelta | undefined {
   if (prevSum === undefined || prevCount === undefined || sum === undefined || count === undefined) return undefined;
   const reset = count < prevCount || sum < prevSum;
@@ -46,7 +48,12 @@ export function intervalDelta(previous: PodLoad, current: PodLoad): IntervalDelt
   const delta: IntervalDelta = { intervalMs: current.at - previous.at };
   const ttft = meanDelta(previous.ttftSum, previous.ttftCount, current.ttftSum, current.ttftCount);
   if (ttft) delta.ttft = ttft;
-  const queueTime = meanDelta(previous.queueTimeSum, previous.queueTimeCount, current.queueTimeSum, current.queueTimeCount);
+  const queueTime = meanDelta(
+    previous.queueTimeSum,
+    previous.queueTimeCount,
+    current.queueTimeSum,
+    current.queueTimeCount,
+  );
   if (queueTime) delta.queueTime = queueTime;
   const finished = increase(previous.finished, current.finished);
   if (finished !== undefined) delta.finished = finished;
@@ -62,6 +69,7 @@ export class PodTelemetry {
   readonly running: TimeWindow;
   readonly kvCache: TimeWindow;
   #latest: PodLoad | undefined;
+  #previous: PodLoad | undefined;
   #lastDelta: IntervalDelta | undefined;
 
   constructor(windows: Partial<WindowOptions> = {}) {
@@ -72,6 +80,11 @@ export class PodTelemetry {
 
   get latest(): PodLoad | undefined {
     return this.#latest;
+  }
+
+  /** The good scrape before the latest one. */
+  get previous(): PodLoad | undefined {
+    return this.#previous;
   }
 
   /** Change between the last two good scrapes. */
@@ -86,6 +99,7 @@ export class PodTelemetry {
     this.waiting.record(load.at, load.waiting);
     this.running.record(load.at, load.running);
     this.kvCache.record(load.at, load.kvCache);
+    this.#previous = previous;
     this.#latest = load;
     this.#lastDelta = previous === undefined ? undefined : intervalDelta(previous, load);
     return this.#lastDelta;

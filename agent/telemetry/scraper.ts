@@ -9,11 +9,13 @@
 import { gunzip } from 'node:zlib';
 import { promisify } from 'node:util';
 import { Agent, request } from 'undici';
-import type { Engine, Pod, PodLoad } from '../types.ts';
-import { ADAPTERS, ANY_ENGINE_SELECTOR, detectEngine } from './adapters.ts';
+import type { Pod, PodLoad } from '../types.ts';
+import { ADAPTERS, ANY_ENGINE_SELECTOR, detectEngine, toPodLoad } from './adapters.ts';
 import { parsePromText } from './promtext.ts';
 import { PodTelemetry } from './pod-telemetry.ts';
+import { DEFAULT_PLAUSIBILITY, implausibility, type PlausibilityBounds } from './plausible.ts';
 import type { WindowOptions } from './window.ts';
+import { describeError } from '../../shared/describe-error.ts';
 
 const gunzipAsync = promisify(gunzip);
 
@@ -35,6 +37,8 @@ export interface ScraperOptions {
   windows?: Partial<WindowOptions>;
   /** A pod whose last good scrape is older than this many intervals is stale. */
   staleAfterIntervals?: number;
+  /** What a page may say before it is refused as implausible. */
+  plausibility?: PlausibilityBounds;
 }
 
 export interface PodHealth {
@@ -49,13 +53,12 @@ export interface PodHealth {
 }
 
 export type OnLoad = (pod: Pod, load: PodLoad, telemetry: PodTelemetry) => void;
-export type OnError = (pod: Pod, error: string) => void;
+/** `implausible`: the page was read but its numbers cannot be believed (the pod lies or is broken). */
+export type OnError = (pod: Pod, error: string, kind: 'failed' | 'implausible') => void;
 
 interface PodState {
   pod: Pod;
   url: string;
-  /** Configured, or detected on the first good scrape. */
-  engine: Engine | undefined;
   health: PodHealth;
   telemetry: PodTelemetry;
   timer: NodeJS.Timeout | undefined;
@@ -63,7 +66,14 @@ interface PodState {
   removed: boolean;
 }
 
-const DEFAULTS = { intervalMs: 100, timeoutMs: 1000, maxBodyBytes: 8 * 1024 * 1024, staleAfterIntervals: 2 };
+/** A pod whose last good scrape is older than this many intervals is stale: for the scraper and the router alike. */
+export const STALE_AFTER_INTERVALS = 2;
+
+export function staleAfterMs(scrapeIntervalMs: number): number {
+  return STALE_AFTER_INTERVALS * scrapeIntervalMs;
+}
+
+const DEFAULTS = { intervalMs: 100, timeoutMs: 1000, maxBodyBytes: 8 * 1024 * 1024 };
 
 /** Marks an abort as ours (pod removed, scraper stopped) so it is not reported as a pod failure. */
 const CANCELLED = new Error('cancelled');
@@ -76,6 +86,7 @@ export class Scraper {
   readonly #gzip: boolean;
   readonly #windows: Partial<WindowOptions>;
   readonly #staleAfterMs: number;
+  readonly #plausibility: PlausibilityBounds;
   readonly #onLoad: OnLoad;
   readonly #onError: OnError;
   readonly #pods = new Map<string, PodState>();
@@ -84,12 +95,14 @@ export class Scraper {
   constructor(options: ScraperOptions, onLoad: OnLoad, onError: OnError) {
     this.intervalMs = options.intervalMs ?? DEFAULTS.intervalMs;
     this.timeoutMs = options.timeoutMs ?? DEFAULTS.timeoutMs;
-    if (!(this.intervalMs > 0) || !(this.timeoutMs > 0)) throw new Error('scrape interval and timeout must be positive');
+    if (!(this.intervalMs > 0) || !(this.timeoutMs > 0))
+      throw new Error('scrape interval and timeout must be positive');
     this.#now = options.now ?? Date.now;
     this.#maxBodyBytes = options.maxBodyBytes ?? DEFAULTS.maxBodyBytes;
     this.#gzip = options.gzip ?? false;
     this.#windows = options.windows ?? {};
-    this.#staleAfterMs = (options.staleAfterIntervals ?? DEFAULTS.staleAfterIntervals) * this.intervalMs;
+    this.#staleAfterMs = (options.staleAfterIntervals ?? STALE_AFTER_INTERVALS) * this.intervalMs;
+    this.#plausibility = options.plausibility ?? DEFAULT_PLAUSIBILITY;
     this.#onLoad = onLoad;
     this.#onError = onError;
   }
@@ -104,9 +117,8 @@ export class Scraper {
     for (const [uid, state] of this.#pods) {
       const pod = next.get(uid);
       if (pod === undefined || pod.address !== state.pod.address) this.#remove(uid);
-      else if (pod.engine !== undefined && pod.engine !== state.engine) {
-        state.engine = pod.engine; // reconfigured: trust the configuration from the next scrape on
-        state.pod = { ...pod };
+      else if (pod.engine !== undefined && pod.engine !== state.pod.engine) {
+        state.pod = { ...pod }; // reconfigured: trust the configuration from the next scrape on
       }
     }
     for (const pod of pods) {
@@ -114,7 +126,6 @@ export class Scraper {
       const state: PodState = {
         pod: { ...pod },
         url: `http://${pod.address}/metrics`,
-        engine: pod.engine,
         health: { consecutiveFailures: 0, scrapes: 0, parseErrors: 0 },
         telemetry: new PodTelemetry(this.#windows),
         timer: undefined,
@@ -216,7 +227,7 @@ export class Scraper {
       text = await this.#fetch(state.url, agent, controller.signal);
     } catch (err) {
       if (controller.signal.reason === CANCELLED) return;
-      this.#fail(state, controller.signal.reason === timeoutError ? timeoutError.message : describe(err));
+      this.#fail(state, controller.signal.reason === timeoutError ? timeoutError.message : describeError(err));
       return;
     } finally {
       clearTimeout(timer);
@@ -251,7 +262,8 @@ export class Scraper {
     }
     let bytes = Buffer.concat(chunks, size);
     const encoding = String(headers['content-encoding'] ?? 'identity').toLowerCase();
-    if (encoding === 'gzip' || encoding === 'x-gzip') bytes = await gunzipAsync(bytes, { maxOutputLength: this.#maxBodyBytes });
+    if (encoding === 'gzip' || encoding === 'x-gzip')
+      bytes = await gunzipAsync(bytes, { maxOutputLength: this.#maxBodyBytes });
     else if (encoding !== 'identity') throw new Error(`unsupported content-encoding ${encoding}`);
     return bytes.toString('utf8');
   }
@@ -259,23 +271,27 @@ export class Scraper {
   #accept(state: PodState, text: string): void {
     if (state.removed) return;
     const at = this.#now();
-    const page = parsePromText(text, state.engine === undefined ? ANY_ENGINE_SELECTOR : ADAPTERS[state.engine].selector);
-    const engine = state.engine ?? detectEngine(page);
-    if (engine === undefined) {
-      this.#fail(state, page.errors > 0
-        ? `not a metrics page (${page.errors} malformed lines, first: line ${page.diagnostics[0].line}: ${page.diagnostics[0].reason})`
-        : 'cannot tell the engine from the page (no vLLM, TGI or SGLang queue gauge)');
+    const known = state.pod.engine;
+    const page = parsePromText(text, known === undefined ? ANY_ENGINE_SELECTOR : ADAPTERS[known].selector);
+    const engine = known ?? detectEngine(page);
+    if (engine === undefined && page.errors > 0) {
+      this.#fail(
+        state,
+        `not a metrics page (${page.errors} malformed lines, first: line ${page.diagnostics[0].line}: ${page.diagnostics[0].reason})`,
+      );
       return;
     }
-    const result = ADAPTERS[engine].toLoad(page, at);
+    const result = toPodLoad(page, at, engine);
     if (!result.ok) {
       this.#fail(state, page.errors > 0 ? `${result.error} (${page.errors} malformed lines)` : result.error);
       return;
     }
-    if (state.engine === undefined) {
-      state.engine = engine;
-      state.pod = { ...state.pod, engine };
+    const implausible = implausibility(result.load, state.telemetry.latest, this.#plausibility);
+    if (implausible !== undefined) {
+      this.#fail(state, `implausible page: ${implausible}`, 'implausible');
+      return;
     }
+    if (state.pod.engine === undefined) state.pod = { ...state.pod, engine };
     state.health.lastGoodAt = at;
     state.health.consecutiveFailures = 0;
     state.health.parseErrors = page.errors;
@@ -283,32 +299,24 @@ export class Scraper {
     try {
       this.#onLoad(state.pod, result.load, state.telemetry);
     } catch (err) {
-      this.#report(state, `onLoad failed: ${describe(err)}`);
+      this.#report(state, `onLoad failed: ${describeError(err)}`);
     }
   }
 
-  #fail(state: PodState, error: string): void {
+  #fail(state: PodState, error: string, kind: 'failed' | 'implausible' = 'failed'): void {
     if (state.removed) return;
     state.health.consecutiveFailures++;
     state.health.lastError = error;
     // The last numbers no longer describe the pod; don't let windows average them over the outage.
     state.telemetry.markUnknown(this.#now());
-    this.#report(state, error);
+    this.#report(state, error, kind);
   }
 
-  #report(state: PodState, error: string): void {
+  #report(state: PodState, error: string, kind: 'failed' | 'implausible' = 'failed'): void {
     try {
-      this.#onError(state.pod, error);
+      this.#onError(state.pod, error, kind);
     } catch {
       // An error callback that throws has nowhere left to report to; the loop must go on.
     }
   }
-}
-
-function describe(err: unknown): string {
-  if (err instanceof Error) {
-    const code = (err as { code?: unknown }).code;
-    return typeof code === 'string' && !err.message.includes(code) ? `${err.message} (${code})` : err.message;
-  }
-  return String(err);
 }

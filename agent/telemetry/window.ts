@@ -35,7 +35,8 @@ export class TimeWindow {
 
   constructor(options: Partial<WindowOptions> = {}) {
     const { spanMs, bucketMs } = { ...DEFAULT_WINDOW_OPTIONS, ...options };
-    if (!(bucketMs > 0) || !(spanMs >= bucketMs)) throw new Error(`invalid window: span ${spanMs} ms, bucket ${bucketMs} ms`);
+    if (!(bucketMs > 0) || !(spanMs >= bucketMs))
+      throw new Error(`invalid window: span ${spanMs} ms, bucket ${bucketMs} ms`);
     this.spanMs = spanMs;
     this.bucketMs = bucketMs;
     this.#size = Math.ceil(spanMs / bucketMs) + 1; // +1: the bucket in progress

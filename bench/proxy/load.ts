@@ -22,7 +22,12 @@ const url = new URL(values.url!);
 const durationMs = Number(values.duration) * 1000;
 const connections = Number(values.connections);
 const pool = new Pool(url.origin, { connections, keepAliveTimeout: 60_000 });
-const body = JSON.stringify({ model: values.model, messages: [{ role: 'user', content: 'Say ok.' }], max_tokens: 2, stream: values.stream });
+const body = JSON.stringify({
+  model: values.model,
+  messages: [{ role: 'user', content: 'Say ok.' }],
+  max_tokens: 2,
+  stream: values.stream,
+});
 const headers = { 'content-type': 'application/json' };
 
 /** One request; resolves with ms from `since` to the first body byte (streamed) or the end. */
@@ -63,7 +68,14 @@ async function openLoop(ratePerS: number) {
   }
   await Promise.all(pending);
   latencies.sort((a, b) => a - b);
-  return { mode: 'rate', rate: ratePerS, count: latencies.length, errors, p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99) };
+  return {
+    mode: 'rate',
+    rate: ratePerS,
+    count: latencies.length,
+    errors,
+    p50: quantile(latencies, 0.5),
+    p99: quantile(latencies, 0.99),
+  };
 }
 
 async function closedLoop() {

@@ -32,7 +32,8 @@ const server = createServer((req, res) => {
   req.on('data', (c: Buffer) => chunks.push(c));
   req.on('end', () => {
     if (req.method === 'GET') {
-      if (req.url === '/metrics') return void res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' }).end(METRICS);
+      if (req.url === '/metrics')
+        return void res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' }).end(METRICS);
       if (req.url === '/v1/models') return void res.writeHead(200, { 'content-type': 'application/json' }).end(MODELS);
       return void res.writeHead(200).end();
     }

@@ -3,12 +3,122 @@
 // virtual time, exactly as the agent's scraper would see the pods.
 import { TtftPredictor } from '../../agent/predict/predictor.ts';
 import { PodTelemetry } from '../../agent/telemetry/pod-telemetry.ts';
-import type { PodLoad, PredictorParams } from '../../agent/types.ts';
+import { ADAPTERS } from '../../agent/telemetry/adapters.ts';
+import { parsePromText } from '../../agent/telemetry/promtext.ts';
+import type { Engine, PodLoad, PredictorParams } from '../../agent/types.ts';
+import { BUCKETS } from '../../shared/sim/buckets.ts';
 import { VirtualClock } from '../../shared/sim/clock.ts';
 import { SimEngine, type EngineSnapshot, type SeqEvents, type SubmitResult } from '../../shared/sim/engine.ts';
+import { DEFAULT_LATENCY } from '../../shared/sim/latency.ts';
+import { renderMetrics } from '../../shared/sim/metrics.ts';
 import { mulberry32 } from '../../shared/sim/random.ts';
 import type { BenchPod, StrategyFactory } from './strategies.ts';
 import { generateArrivals, generateDirect, type Arrival, type Phase, type PromptMix } from './workload.ts';
+
+/**
+ * What kind of pods a pool has: engine (its metrics format), batch size, how costly prefill and
+ * decode are relative to the simulator's 8B-on-one-GPU default, and whether long prefills are
+ * chunked. The benches run over several so that nothing is tuned to one simulator.
+ */
+export interface PodShape {
+  name: string;
+  engine: Engine;
+  maxSeqs: number;
+  prefillScale: number;
+  decodeScale: number;
+  chunkedPrefill: boolean;
+  /** Not looked at while choosing the agent's constants: reported, never tuned on. */
+  heldOut: boolean;
+  /** Relative pod speeds where a bench lets the shape choose them (bench:peak); default all 1. */
+  speeds?: number[];
+}
+
+export const DEFAULT_SHAPE: PodShape = {
+  name: 'vllm 16 seqs',
+  engine: 'vllm',
+  maxSeqs: 16,
+  prefillScale: 1,
+  decodeScale: 1,
+  chunkedPrefill: true,
+  heldOut: false,
+};
+
+export const POOL_SHAPES: PodShape[] = [
+  DEFAULT_SHAPE,
+  {
+    name: 'vllm 64 seqs, prefill 2x',
+    engine: 'vllm',
+    maxSeqs: 64,
+    prefillScale: 2,
+    decodeScale: 1,
+    chunkedPrefill: true,
+    heldOut: false,
+  },
+  {
+    name: 'vllm 16 seqs, mixed speeds',
+    engine: 'vllm',
+    maxSeqs: 16,
+    prefillScale: 1,
+    decodeScale: 1,
+    chunkedPrefill: true,
+    heldOut: false,
+    speeds: [1, 1, 0.5, 0.25],
+  },
+  {
+    name: 'vllm 4 seqs',
+    engine: 'vllm',
+    maxSeqs: 4,
+    prefillScale: 1,
+    decodeScale: 1,
+    chunkedPrefill: true,
+    heldOut: true,
+  },
+  {
+    name: 'vllm 256 seqs, 0.25x costs',
+    engine: 'vllm',
+    maxSeqs: 256,
+    prefillScale: 0.25,
+    decodeScale: 0.25,
+    chunkedPrefill: true,
+    heldOut: true,
+  },
+  {
+    name: 'vllm 32 seqs, 4x costs',
+    engine: 'vllm',
+    maxSeqs: 32,
+    prefillScale: 4,
+    decodeScale: 4,
+    chunkedPrefill: true,
+    heldOut: true,
+  },
+  {
+    name: 'vllm 16 seqs, no chunked prefill',
+    engine: 'vllm',
+    maxSeqs: 16,
+    prefillScale: 1,
+    decodeScale: 1,
+    chunkedPrefill: false,
+    heldOut: true,
+  },
+  {
+    name: 'tgi 16 seqs',
+    engine: 'tgi',
+    maxSeqs: 16,
+    prefillScale: 1,
+    decodeScale: 1,
+    chunkedPrefill: true,
+    heldOut: true,
+  },
+  {
+    name: 'sglang 32 seqs, decode 2x',
+    engine: 'sglang',
+    maxSeqs: 32,
+    prefillScale: 1,
+    decodeScale: 2,
+    chunkedPrefill: true,
+    heldOut: true,
+  },
+];
 
 export interface Scenario {
   name: string;
@@ -19,6 +129,9 @@ export interface Scenario {
   /** Traffic straight to one pod, as a fraction of that pod's capacity. */
   direct?: { pod: number; load: number };
   seed: number;
+  shape?: PodShape;
+  /** Generates the arrivals instead of `phases` + `mix` (the prefix-sharing workloads). */
+  workload?: (seed: number, capacityPerS: number) => Arrival[];
 }
 
 export interface RunResult {
@@ -30,6 +143,8 @@ export interface RunResult {
   sloAttainment: number;
   /** Mean absolute percentage error of the strategy's TTFT predictions (NaN if it makes none). */
   mape: number;
+  /** Prompt tokens the pods found in their prefix caches, over all prompt tokens (vLLM's hits / queries). */
+  cacheHitRate: number;
   /** ms of real time the run took. */
   wallMs: number;
 }
@@ -42,30 +157,103 @@ interface PendingPrompts {
 }
 
 /** Submits to the engine, keeping `pending` exact: a prompt counts until its first token. */
-function submitTracked(engine: SimEngine, pending: PendingPrompts, a: Arrival, events: SeqEvents = {}): SubmitResult {
+export function submitTracked(
+  engine: SimEngine,
+  pending: PendingPrompts,
+  a: Arrival,
+  events: SeqEvents = {},
+): SubmitResult {
   let waiting = true;
   const prefilled = () => {
     if (!waiting) return;
     waiting = false;
     pending.pendingPromptTokens -= a.promptTokens;
   };
-  const result = engine.submit({ promptTokens: a.promptTokens, maxTokens: a.maxTokens }, {
-    onToken: (at, n) => {
-      if (n === 1) prefilled();
-      events.onToken?.(at, n);
+  const result = engine.submit(
+    { promptTokens: a.promptTokens, maxTokens: a.maxTokens, tokens: a.tokens, outputTokens: a.outputTokens },
+    {
+      onToken: (at, n) => {
+        if (n === 1) prefilled();
+        events.onToken?.(at, n);
+      },
+      onDone: (at, outcome) => {
+        prefilled();
+        events.onDone?.(at, outcome);
+      },
     },
-    onDone: (at, outcome) => {
-      prefilled();
-      events.onDone?.(at, outcome);
-    },
-  });
+  );
   if (result.accepted) pending.pendingPromptTokens += a.promptTokens;
   return result;
 }
-const MAX_SEQS = 16;
+/** One simulated pod per speed, seeded from `seed`, named `<namespace>/pod-<i>`. */
+export function benchPods(
+  clock: VirtualClock,
+  speeds: readonly number[],
+  seed: number,
+  namespace: string,
+  shape?: PodShape,
+): BenchPod[] {
+  return speeds.map((speed, index) => ({
+    index,
+    pod: {
+      uid: `${namespace}/pod-${index}`,
+      name: `pod-${index}`,
+      namespace: 'bench',
+      node: 'bench',
+      address: `sim:${index}`,
+      models: ['m'],
+      engine: shape?.engine ?? 'vllm',
+    },
+    engine: engineFor(clock, speed, seed * 100 + index, shape),
+    speed,
+    inFlight: 0,
+    pendingPromptTokens: 0,
+    telemetry: new PodTelemetry(),
+  }));
+}
 
-function engineFor(clock: VirtualClock, speed: number, seed: number): SimEngine {
-  return new SimEngine({ maxSeqs: MAX_SEQS, speed, seed, maxQueue: 100_000 }, clock);
+export function engineFor(
+  clock: VirtualClock,
+  speed: number,
+  seed: number,
+  shape: PodShape = DEFAULT_SHAPE,
+): SimEngine {
+  const l = DEFAULT_LATENCY;
+  return new SimEngine(
+    {
+      maxSeqs: shape.maxSeqs,
+      speed,
+      seed,
+      maxQueue: 100_000,
+      // Without chunking a prompt is prefilled whole in one step, however long.
+      maxBatchedTokens: shape.chunkedPrefill ? 2048 : 16_384,
+      buckets: BUCKETS[shape.engine],
+      latency: {
+        prefillMsPerToken: l.prefillMsPerToken * shape.prefillScale,
+        stepBaseMs: l.stepBaseMs * shape.decodeScale,
+        decodeMsPerSeq: l.decodeMsPerSeq * shape.decodeScale,
+        decodeMsPerKContext: l.decodeMsPerKContext * shape.decodeScale,
+      },
+    },
+    clock,
+  );
+}
+
+/**
+ * A scrape as the agent sees it: vLLM pods straight from the snapshot (the same numbers, cheaper);
+ * TGI and SGLang through their real /metrics page and the agent's adapter, so what those formats
+ * lack (TGI has no TTFT histogram) is lacking here too.
+ */
+export function scrapeLoad(engine: SimEngine, shape: PodShape): PodLoad {
+  const snapshot = engine.snapshot();
+  if (shape.engine === 'vllm') return loadOf(snapshot);
+  const page = parsePromText(
+    renderMetrics(snapshot, { flavor: shape.engine, modelName: 'm', startedAt: 0 }),
+    ADAPTERS[shape.engine].selector,
+  );
+  const result = ADAPTERS[shape.engine].toLoad(page, snapshot.at);
+  if (!result.ok) throw new Error(`${shape.name}: ${result.error}`);
+  return result.load;
 }
 
 export function loadOf(s: EngineSnapshot): PodLoad {
@@ -92,9 +280,9 @@ function percentile(sorted: number[], q: number): number {
 }
 
 /** Requests per second one speed-1 pod completes when saturated with this mix. */
-export function calibrateCapacity(mix: PromptMix, seed = 99): number {
+export function calibrateCapacity(mix: PromptMix, seed = 99, shape: PodShape = DEFAULT_SHAPE): number {
   const clock = new VirtualClock();
-  const engine = engineFor(clock, 1, seed);
+  const engine = engineFor(clock, 1, seed, shape);
   const work = generateArrivals(seed, [{ ms: 1_000_000, load: 1 }], 1, mix).slice(0, 600);
   for (const a of work) engine.submit({ promptTokens: a.promptTokens, maxTokens: a.maxTokens });
   const end = engine.runUntilIdle();
@@ -102,17 +290,27 @@ export function calibrateCapacity(mix: PromptMix, seed = 99): number {
 }
 
 /** The oracle's model: least squares (RLS without forgetting) on the true queue at arrival. */
-export function fitOracleModel(mix: PromptMix, capacityPerS: number, seed = 7): PredictorParams {
+export function fitOracleModel(
+  mix: PromptMix,
+  capacityPerS: number,
+  seed = 7,
+  shape: PodShape = DEFAULT_SHAPE,
+): PredictorParams {
   const fit = new TtftPredictor({ forgetting: 1, priorVariance: 1e8 });
   for (const load of [0.5, 0.8, 0.95, 1.1]) {
     const clock = new VirtualClock();
-    const engine = engineFor(clock, 1, seed);
+    const engine = engineFor(clock, 1, seed, shape);
     const pending: PendingPrompts = { pendingPromptTokens: 0 };
     for (const a of generateArrivals(seed, [{ ms: 60_000, load }], capacityPerS, mix)) {
       clock.set(a.at);
       engine.advanceTo(a.at);
       const s = engine.snapshot();
-      const features = { queued: s.waiting, running: s.running, promptTokens: a.promptTokens, pendingPromptTokens: pending.pendingPromptTokens };
+      const features = {
+        queued: s.waiting,
+        running: s.running,
+        promptTokens: a.promptTokens,
+        pendingPromptTokens: pending.pendingPromptTokens,
+      };
       submitTracked(engine, pending, a, {
         onToken: (at, n) => {
           if (n === 1) fit.observe(features, at - a.at);
@@ -124,26 +322,38 @@ export function fitOracleModel(mix: PromptMix, capacityPerS: number, seed = 7): 
   return fit.params;
 }
 
-export function runScenario(scenario: Scenario, factory: StrategyFactory, capacityPerPodS: number, oracleModel: PredictorParams): RunResult {
+export function runScenario(
+  scenario: Scenario,
+  factory: StrategyFactory,
+  capacityPerPodS: number,
+  oracleModel: PredictorParams,
+): RunResult {
   const started = performance.now();
   const clock = new VirtualClock();
-  const pods: BenchPod[] = scenario.speeds.map((speed, index) => ({
-    index,
-    pod: { uid: `bench/pod-${index}`, name: `pod-${index}`, namespace: 'bench', node: 'bench', address: `sim:${index}`, models: ['m'], engine: 'vllm' },
-    engine: engineFor(clock, speed, scenario.seed * 100 + index),
-    speed,
-    inFlight: 0,
-    pendingPromptTokens: 0,
-    telemetry: new PodTelemetry(),
-  }));
+  const pods = benchPods(clock, scenario.speeds, scenario.seed, 'bench', scenario.shape);
   const totalCapacity = capacityPerPodS * scenario.speeds.reduce((a, b) => a + b, 0);
-  const arrivals = generateArrivals(scenario.seed, scenario.phases, totalCapacity, scenario.mix);
+  const arrivals = scenario.workload
+    ? scenario.workload(scenario.seed, totalCapacity)
+    : generateArrivals(scenario.seed, scenario.phases, totalCapacity, scenario.mix);
   const end = scenario.phases.reduce((t, p) => t + p.ms, 0);
   const direct = scenario.direct
-    ? generateDirect(scenario.seed + 1, scenario.direct.pod, scenario.direct.load * capacityPerPodS * scenario.speeds[scenario.direct.pod], 0, end)
+    ? generateDirect(
+        scenario.seed + 1,
+        scenario.direct.pod,
+        scenario.direct.load * capacityPerPodS * scenario.speeds[scenario.direct.pod],
+        0,
+        end,
+      )
     : [];
   const events: Arrival[] = [...arrivals, ...direct].sort((a, b) => a.at - b.at);
-  const strategy = factory({ pods, now: () => clock.now(), rand: mulberry32(scenario.seed + 2), sloMs: scenario.sloMs, scrapeIntervalMs: SCRAPE_INTERVAL_MS, oracleModel });
+  const strategy = factory({
+    pods,
+    now: () => clock.now(),
+    rand: mulberry32(scenario.seed + 2),
+    sloMs: scenario.sloMs,
+    scrapeIntervalMs: SCRAPE_INTERVAL_MS,
+    oracleModel,
+  });
 
   const ttfts: number[] = [];
   let apeSum = 0;
@@ -159,7 +369,7 @@ export function runScenario(scenario: Scenario, factory: StrategyFactory, capaci
     while (nextScrape <= a.at) {
       advance(nextScrape);
       for (const p of pods) {
-        const load = loadOf(p.engine.snapshot());
+        const load = scrapeLoad(p.engine, scenario.shape ?? DEFAULT_SHAPE);
         p.telemetry.record(load);
         p.lastLoad = load;
         strategy.scraped?.(p, load);
@@ -195,6 +405,8 @@ export function runScenario(scenario: Scenario, factory: StrategyFactory, capaci
   for (const p of pods) p.engine.runUntilIdle();
 
   const sorted = ttfts.sort((x, y) => x - y);
+  const counters = pods.map((p) => p.engine.snapshot().counters);
+  const queries = counters.reduce((sum, c) => sum + c.prefixQueries, 0);
   const requests = arrivals.length;
   return {
     requests,
@@ -204,6 +416,7 @@ export function runScenario(scenario: Scenario, factory: StrategyFactory, capaci
     p99: percentile(sorted, 0.99),
     sloAttainment: sorted.filter((t) => t <= scenario.sloMs).length / requests,
     mape: apeCount ? apeSum / apeCount : NaN,
+    cacheHitRate: queries > 0 ? counters.reduce((sum, c) => sum + c.prefixHits, 0) / queries : 0,
     wallMs: performance.now() - started,
   };
 }

@@ -2,8 +2,10 @@
 // Baselines reimplement what each system does, from its public description; Kinference is the
 // production pool + predictor + router, unmodified.
 import { PodPool } from '../../agent/pool/pool.ts';
-import { decide } from '../../agent/route/router.ts';
-import type { Candidate } from '../../agent/route/candidate.ts';
+import { decide, type Strategy } from '../../agent/route/router.ts';
+import { STRATEGIES } from '../../agent/route/strategies.ts';
+import { DEFAULT_PREDICTOR } from '../../agent/predict/predictor.ts';
+import type { Candidate, WindowedMetric } from '../../agent/route/candidate.ts';
 import type { EffectivePolicy, Pod, PodLoad, PredictorParams, RouteRequest } from '../../agent/types.ts';
 import type { PodTelemetry } from '../../agent/telemetry/pod-telemetry.ts';
 import type { SimEngine } from '../../shared/sim/engine.ts';
@@ -55,16 +57,55 @@ function randomAmongMin(values: number[], rand: () => number): number {
   return ties[Math.floor(rand() * ties.length)];
 }
 
-/** What a Kubernetes Service (kube-proxy) does, in effect. */
-const roundRobin: StrategyFactory = (ctx) => {
-  let next = 0;
-  return { choose: () => ({ pod: next++ % ctx.pods.length }) };
-};
+/**
+ * A strategy of agent/route run by the production router, over what every realistic baseline
+ * sees: each pod's last scrape and this agent's requests in flight. No filter drops a pod here.
+ */
+const routed =
+  (make: () => Strategy): StrategyFactory =>
+  (ctx) => {
+    const strategy = make();
+    const policy: EffectivePolicy = { ...benchPolicy(ctx.sloMs), sloTtftMs: Infinity, exclude: [] };
+    const stay = { allowed: false, reason: 'bench', providers: [] };
+    return {
+      choose: (a) => {
+        const candidates = ctx.pods.map(scrapedCandidate);
+        const d = decide({ request: benchRequest(a), policy, candidates, leave: stay, rand: ctx.rand, strategy });
+        if (d.action !== 'pod') throw new Error('no pod at all');
+        return { pod: candidates.indexOf(d.chosen.candidate) };
+      },
+    };
+  };
 
-/** Fewest of this agent's own requests in flight (Envoy LEAST_REQUEST with full scan). */
-const leastRequest: StrategyFactory = (ctx) => ({
-  choose: () => ({ pod: randomAmongMin(ctx.pods.map((p) => p.inFlight), ctx.rand) }),
-});
+function scrapedCandidate(p: BenchPod): Candidate {
+  const load = p.lastLoad;
+  return localCandidate(p, {
+    queuedNow: load?.waiting ?? 0,
+    running: load?.running ?? 0,
+    kvCache: Number.isFinite(load?.kvCache) ? (load!.kvCache as number) : 0,
+    params: DEFAULT_PREDICTOR.prior,
+    pendingPromptTokens: 0,
+  });
+}
+
+/** A bench pod as a router candidate: local, always fresh and healthy, with this agent's in-flight count. */
+function localCandidate(
+  p: BenchPod,
+  view: Pick<Candidate, 'queuedNow' | 'running' | 'kvCache' | 'params' | 'pendingPromptTokens'>,
+): Candidate {
+  return {
+    pod: p.pod,
+    where: 'local',
+    ageMs: 0,
+    maxAgeMs: Infinity,
+    healthy: true,
+    average: () => 0,
+    inFlight: p.inFlight,
+    unseenSent: 0,
+    networkCostMs: 0,
+    ...view,
+  };
+}
 
 /**
  * Linkerd's balancer: power of two choices over a peak-EWMA of observed latency (here, TTFT)
@@ -134,33 +175,11 @@ const oracle: StrategyFactory = (ctx) => {
   const stay = { allowed: false, reason: 'bench', providers: [] };
   return {
     choose: (a) => {
-      const candidates: Candidate[] = ctx.pods.map((p) => {
-        const s = p.engine.snapshot();
-        const m = ctx.oracleModel;
-        const slow = 1 / p.speed;
-        return {
-          pod: p.pod,
-          where: 'local',
-          ageMs: 0,
-          maxAgeMs: Infinity,
-          healthy: true,
-          queuedNow: s.waiting,
-          running: s.running,
-          kvCache: s.kvCache,
-          average: (metric) => (metric === 'queued' ? p.telemetry.waiting.average(30_000, ctx.now()) || 0 : 0),
-          params: {
-            base: m.base * slow,
-            perQueued: m.perQueued * slow,
-            perRunning: m.perRunning * slow,
-            perKPromptTokens: m.perKPromptTokens * slow,
-            perKPendingTokens: (m.perKPendingTokens ?? 0) * slow,
-          },
-          inFlight: p.inFlight,
-          unseenSent: 0,
-          pendingPromptTokens: p.pendingPromptTokens,
-          networkCostMs: 0,
-        };
-      });
+      const candidates = ctx.pods.map((p) => ({
+        ...oracleCandidate(p, ctx.oracleModel),
+        average: (metric: WindowedMetric) =>
+          metric === 'queued' ? p.telemetry.waiting.average(30_000, ctx.now()) || 0 : 0,
+      }));
       const request = benchRequest(a);
       let d = decide({ request, policy, candidates, leave: stay, rand: ctx.rand });
       if (d.action !== 'pod') d = decide({ request, policy: fallback, candidates, leave: stay, rand: ctx.rand });
@@ -171,62 +190,98 @@ const oracle: StrategyFactory = (ctx) => {
   };
 };
 
-function benchPolicy(sloMs: number): EffectivePolicy {
+/** A pod as it truly is this instant (true queue, batch and pending prompts; speed-scaled model). */
+export function oracleCandidate(p: BenchPod, model: PredictorParams): Candidate {
+  const s = p.engine.snapshot();
+  const slow = 1 / p.speed;
+  return localCandidate(p, {
+    queuedNow: s.waiting,
+    running: s.running,
+    kvCache: s.kvCache,
+    params: {
+      base: model.base * slow,
+      perQueued: model.perQueued * slow,
+      perRunning: model.perRunning * slow,
+      perKPromptTokens: model.perKPromptTokens * slow,
+      perKPendingTokens: (model.perKPendingTokens ?? 0) * slow,
+    },
+    pendingPromptTokens: p.pendingPromptTokens,
+  });
+}
+
+export function benchPolicy(sloMs: number): EffectivePolicy {
   return {
     name: 'bench',
     sloTtftMs: sloMs,
+    sloAttainment: 0.99,
     exclude: [{ metric: 'queued', above: 2, windowMs: 30_000 }],
     overflow: { providers: [], denyTags: [], denyTenants: [] },
     waitMaxMs: 0,
   };
 }
 
-function benchRequest(a: Arrival): RouteRequest {
-  return { kind: 'chat', model: 'm', tenant: 't', namespace: 't', tags: [], promptTokens: a.promptTokens, stream: true };
+export function benchRequest(a: Arrival): RouteRequest {
+  return {
+    kind: 'chat',
+    model: 'm',
+    tenant: 't',
+    namespace: 't',
+    tags: [],
+    promptTokens: a.promptTokens,
+    stream: true,
+  };
 }
 
-/** Kinference: the production pool (telemetry windows, per-pod predictor) and router. */
-const kinference: StrategyFactory = (ctx) => {
-  const pool = new PodPool({
-    node: 'bench',
-    scrapeIntervalMs: ctx.scrapeIntervalMs,
-    peerMaxAgeMs: 3000,
-    networkCostMs: 0,
-    referenceWindowMs: 30_000,
-    failureCooldownMs: 1000,
-    now: ctx.now,
-  });
-  pool.setLocalPods(ctx.pods.map((p) => p.pod));
-  const indexOf = new Map(ctx.pods.map((p) => [p.pod.uid, p.index]));
-  const policy = benchPolicy(ctx.sloMs);
-  // No overflow and no waiting in this comparison: when every pod is excluded, the request
-  // still goes to the fastest predicted pod, as it would after its bounded wait.
-  const fallback: EffectivePolicy = { ...policy, sloTtftMs: Infinity, exclude: [] };
-  const stay = { allowed: false, reason: 'bench', providers: [] };
-  return {
-    scraped: (p, load) => pool.recordLoad(p.pod.uid, load, p.telemetry),
-    choose: (a) => {
-      const request = benchRequest(a);
-      const candidates = pool.candidates();
-      let d = decide({ request, policy, candidates, leave: stay, rand: ctx.rand });
-      if (d.action !== 'pod') d = decide({ request, policy: fallback, candidates, leave: stay, rand: ctx.rand });
-      if (d.action !== 'pod') throw new Error('no pod at all');
-      const ticket = pool.begin(d.chosen.candidate, a.promptTokens);
-      return {
-        pod: indexOf.get(d.chosen.candidate.pod.uid)!,
-        predictedMs: d.predictedTtftMs,
-        firstToken: (ms) => ticket.firstByte(ms),
-        done: () => ticket.end(true),
-      };
-    },
+/**
+ * Kinference: the production pool (telemetry windows, per-node model scaled per pod) and router. With
+ * `streamed` false every request is non-streamed: the agent measures no TTFT of its own and its
+ * model learns from the pods' TTFT histograms (a non-streamed answer here is never sooner than
+ * the prediction often enough to matter, so the bound it gives is left out).
+ */
+const kinferenceWith =
+  (streamed: boolean): StrategyFactory =>
+  (ctx) => {
+    const pool = new PodPool({
+      node: 'bench',
+      scrapeIntervalMs: ctx.scrapeIntervalMs,
+      peerMaxAgeMs: 3000,
+      networkCostMs: 0,
+      referenceWindowMs: 30_000,
+      failureCooldownMs: 1000,
+      now: ctx.now,
+    });
+    pool.setLocalPods(ctx.pods.map((p) => p.pod));
+    const indexOf = new Map(ctx.pods.map((p) => [p.pod.uid, p.index]));
+    const policy = benchPolicy(ctx.sloMs);
+    // No overflow and no waiting in this comparison: when every pod is excluded, the request
+    // still goes to the fastest predicted pod, as it would after its bounded wait.
+    const fallback: EffectivePolicy = { ...policy, sloTtftMs: Infinity, exclude: [] };
+    const stay = { allowed: false, reason: 'bench', providers: [] };
+    return {
+      scraped: (p, load) => pool.recordLoad(p.pod.uid, load, p.telemetry),
+      choose: (a) => {
+        const request = benchRequest(a);
+        const candidates = pool.candidates();
+        let d = decide({ request, policy, candidates, leave: stay, rand: ctx.rand });
+        if (d.action !== 'pod') d = decide({ request, policy: fallback, candidates, leave: stay, rand: ctx.rand });
+        if (d.action !== 'pod') throw new Error('no pod at all');
+        const ticket = pool.begin(d.chosen.candidate, a.promptTokens, 'chat', streamed);
+        return {
+          pod: indexOf.get(d.chosen.candidate.pod.uid)!,
+          predictedMs: d.predictedTtftMs,
+          firstToken: (ms) => streamed && ticket.firstByte(ms),
+          done: () => ticket.end(true),
+        };
+      },
+    };
   };
-};
 
-export const STRATEGIES: [string, StrategyFactory][] = [
-  ['round-robin', roundRobin],
-  ['least-request', leastRequest],
+export const BENCH_STRATEGIES: [string, StrategyFactory][] = [
+  ['round-robin', routed(STRATEGIES['round-robin'])],
+  ['least-request', routed(STRATEGIES['least-request'])],
   ['peak-EWMA P2C', peakEwma],
   ['queue+KV', queueKv],
-  ['kinference', kinference],
+  ['kinference', kinferenceWith(true)],
+  ['kinference, non-streamed', kinferenceWith(false)],
   ['oracle', oracle],
 ];

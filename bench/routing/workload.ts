@@ -8,6 +8,10 @@ export interface Arrival {
   maxTokens: number;
   /** Index of the pod it goes to directly (traffic the agent never sees); undefined: via the agent. */
   direct?: number;
+  /** The prompt's token ids, for the pods' prefix caches (prefix-workloads.ts); absent: nothing cached. */
+  tokens?: number[];
+  /** The answer's token ids, so the pod caches its blocks too (a next turn resends it). */
+  outputTokens?: number[];
 }
 
 export interface Phase {
@@ -50,10 +54,15 @@ export function generateArrivals(seed: number, phases: Phase[], capacityPerS: nu
 export function generateDirect(seed: number, pod: number, ratePerS: number, fromMs: number, toMs: number): Arrival[] {
   const rand = mulberry32(seed);
   const out: Arrival[] = [];
-  for (let t = fromMs; ; ) {
+  for (let t = fromMs; ;) {
     t += (-Math.log(1 - rand()) / ratePerS) * 1000;
     if (t >= toMs) break;
-    out.push({ at: t, promptTokens: promptTokens(rand, { longShare: 0 }), maxTokens: 32 + Math.floor(rand() * 192), direct: pod });
+    out.push({
+      at: t,
+      promptTokens: promptTokens(rand, { longShare: 0 }),
+      maxTokens: 32 + Math.floor(rand() * 192),
+      direct: pod,
+    });
   }
   return out;
 }

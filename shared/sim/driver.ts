@@ -31,9 +31,12 @@ export class RealtimeDriver {
     if (next === undefined) return;
     // Timers are late by a millisecond or so; the engine keeps its own timeline, so lateness
     // delays delivery a little but never shifts later steps.
-    this.#timer = setTimeout(() => {
-      this.#engine.advanceTo(this.#clock.now());
-      this.#arm();
-    }, Math.max(0, next - this.#clock.now()));
+    this.#timer = setTimeout(
+      () => {
+        this.#engine.advanceTo(this.#clock.now());
+        this.#arm();
+      },
+      Math.max(0, next - this.#clock.now()),
+    );
   }
 }

@@ -15,6 +15,7 @@ import { Histogram, type HistogramSnapshot } from './histogram.ts';
 import { BUCKETS, type BucketLayout, type LatencyHistogram } from './buckets.ts';
 import { DEFAULT_LATENCY, stepDurationMs, type LatencyParams } from './latency.ts';
 import { mulberry32, type Rand } from './random.ts';
+import { chainedBlockHashes, PrefixCache } from './prefix-cache.ts';
 
 export type FinishReason = 'stop' | 'length' | 'abort';
 export type SeqKind = 'generate' | 'embed';
@@ -32,6 +33,8 @@ export interface SimEngineOptions {
   kvCapacityTokens?: number;
   /** KV-cache block size in tokens. Default 16. */
   blockSize?: number;
+  /** Automatic prefix caching (vLLM --enable-prefix-caching) for requests that carry `tokens`. Default true. */
+  prefixCaching?: boolean;
   /** Token budget of one step (vLLM --max-num-batched-tokens). Default 2,048. */
   maxBatchedTokens?: number;
   /** Mean sampled output length when a request gives no max_tokens. Default 128. */
@@ -51,6 +54,16 @@ export interface SimRequest {
   capTokens?: number;
   /** `embed`: a prefill only, no tokens. Default `generate`. */
   kind?: SeqKind;
+  /**
+   * The prompt's token ids. With them, full blocks already cached from an earlier prompt with the
+   * same prefix are not computed again; without them, nothing is cached (every token is prefilled).
+   */
+  tokens?: ArrayLike<number>;
+  /**
+   * The token ids this request will generate (a stand-in model's answer). With them, full blocks
+   * of output are cached too, as vLLM V1 does, so a next turn resending this answer hits them.
+   */
+  outputTokens?: ArrayLike<number>;
 }
 
 export interface SeqOutcome {
@@ -82,8 +95,7 @@ export interface SeqHandle {
 }
 
 export type SubmitResult =
-  | { accepted: true; seq: SeqHandle }
-  | { accepted: false; reason: 'queue-full' | 'too-large'; message: string };
+  { accepted: true; seq: SeqHandle } | { accepted: false; reason: 'queue-full' | 'too-large'; message: string };
 
 export interface EngineCounters {
   received: number;
@@ -91,6 +103,10 @@ export interface EngineCounters {
   promptTokens: number;
   generationTokens: number;
   preemptions: number;
+  /** Prompt tokens looked up in the prefix cache (vLLM's prefix_cache_queries). */
+  prefixQueries: number;
+  /** Of those, tokens found cached and not computed again (vLLM's prefix_cache_hits). */
+  prefixHits: number;
   finished: Record<FinishReason, number>;
 }
 
@@ -111,6 +127,8 @@ export interface EngineSnapshot {
   genThroughput: number;
   /** Total time spent in steps (ms). */
   busyMs: number;
+  /** Blocks cached but held by no running request: reusable, evicted first-released-first when space is short. */
+  prefixCachedBlocks: number;
   counters: EngineCounters;
   histograms: Record<LatencyHistogram, HistogramSnapshot>;
 }
@@ -133,6 +151,12 @@ interface Seq {
   generated: number;
   /** Tokens held in the KV cache. */
   held: number;
+  /** Chained hashes of the prompt's full blocks (empty without token ids or prefix caching). */
+  blockHashes: number[];
+  /** Leading blocks of `held` that are shared prefix-cache blocks rather than this request's own. */
+  sharedBlocks: number;
+  /** Prompt tokens found cached when it was first scheduled. */
+  hitTokens: number;
   /** This step's share: prefill chunk size, or 1 for a decode. */
   chunk: number;
   prefilling: boolean;
@@ -166,11 +190,13 @@ export class SimEngine {
   readonly #windowMs: number;
   readonly #clock: SimClock;
   readonly #rand: Rand;
+  readonly #prefix: PrefixCache | undefined;
 
   #time = 0;
   #nextId = 1;
   #waiting: Seq[] = [];
   #running: Seq[] = [];
+  /** Blocks held by running requests: their own plus the cached blocks they reference (vLLM's usage). */
   #usedBlocks = 0;
   #step: Step | undefined;
   #inAdvance = false;
@@ -187,6 +213,8 @@ export class SimEngine {
     promptTokens: 0,
     generationTokens: 0,
     preemptions: 0,
+    prefixQueries: 0,
+    prefixHits: 0,
     finished: { stop: 0, length: 0, abort: 0 },
   };
   readonly #hist: Record<LatencyHistogram, Histogram>;
@@ -204,11 +232,13 @@ export class SimEngine {
     this.latency = { ...DEFAULT_LATENCY, ...opts.latency };
     this.#clock = clock;
     this.#rand = mulberry32(opts.seed ?? 1);
+    this.#prefix = (opts.prefixCaching ?? true) ? new PrefixCache() : undefined;
     this.#time = clock.now();
     const layout = opts.buckets ?? BUCKETS.vllm;
-    this.#hist = Object.fromEntries(
-      HISTOGRAMS.map((name) => [name, new Histogram(layout[name])]),
-    ) as Record<LatencyHistogram, Histogram>;
+    this.#hist = Object.fromEntries(HISTOGRAMS.map((name) => [name, new Histogram(layout[name])])) as Record<
+      LatencyHistogram,
+      Histogram
+    >;
   }
 
   get speed(): number {
@@ -289,6 +319,10 @@ export class SimEngine {
       computed: 0,
       generated: 0,
       held: 0,
+      blockHashes:
+        this.#prefix && req.tokens && kind === 'generate' ? this.#hashes(req, promptTokens, targetTokens) : [],
+      sharedBlocks: 0,
+      hitTokens: 0,
       chunk: 0,
       prefilling: false,
     };
@@ -350,10 +384,12 @@ export class SimEngine {
       batchMaxTokens,
       genThroughput: this.#tpSum / (this.#windowMs / 1000),
       busyMs: this.#busyMs,
+      prefixCachedBlocks: this.#prefix?.evictable ?? 0,
       counters: { ...c, finished: { ...c.finished } },
-      histograms: Object.fromEntries(
-        HISTOGRAMS.map((name) => [name, this.#hist[name].snapshot()]),
-      ) as Record<LatencyHistogram, HistogramSnapshot>,
+      histograms: Object.fromEntries(HISTOGRAMS.map((name) => [name, this.#hist[name].snapshot()])) as Record<
+        LatencyHistogram,
+        HistogramSnapshot
+      >,
     };
   }
 
@@ -376,9 +412,7 @@ export class SimEngine {
       const seq = this.#running[i];
       const prefilling = isPrefilling(seq);
       if (!prefilling) decodesAhead--;
-      const want = prefilling
-        ? Math.min(seq.prefillTarget - seq.computed, Math.max(1, budget - decodesAhead))
-        : 1;
+      const want = prefilling ? Math.min(seq.prefillTarget - seq.computed, Math.max(1, budget - decodesAhead)) : 1;
       if (!this.#reserve(seq, want)) break; // it was the last in line and got preempted
       seq.chunk = want;
       seq.prefilling = prefilling;
@@ -393,14 +427,17 @@ export class SimEngine {
 
     while (this.#waiting.length > 0 && this.#running.length < this.maxSeqs && budget > 0) {
       const seq = this.#waiting[0];
-      const want = Math.min(seq.prefillTarget - seq.computed, budget);
+      const hit = this.#cachedPrefixBlocks(seq);
+      const want = Math.min(seq.prefillTarget - hit * this.blockSize, budget);
       // First come, first served: the head waits for KV rather than being overtaken.
-      if (this.#blocks(want) > this.numBlocks - this.#usedBlocks) break;
+      if (this.#blocks(hit * this.blockSize + want) > this.numBlocks - this.#usedBlocks) break;
       this.#waiting.shift();
       this.#running.push(seq);
       seq.state = 'running';
+      if (seq.scheduledAt === undefined) seq.hitTokens = hit * this.blockSize;
       seq.scheduledAt ??= at;
-      this.#setHeld(seq, want);
+      this.#acquirePrefix(seq, hit);
+      this.#setHeld(seq, seq.held + want);
       seq.chunk = want;
       seq.prefilling = true;
       budget -= want;
@@ -424,10 +461,15 @@ export class SimEngine {
     let tokens = 0;
     for (const seq of step.work) {
       if (seq.state !== 'running') continue; // aborted during the step
+      if (seq.prefilling) seq.computed += seq.chunk;
+      this.#shareComputedBlocks(seq);
       if (seq.prefilling) {
-        seq.computed += seq.chunk;
         if (seq.computed < seq.prefillTarget) continue;
-        if (seq.generated === 0) this.#counters.promptTokens += seq.promptTokens;
+        if (seq.generated === 0) {
+          this.#counters.promptTokens += seq.promptTokens;
+          this.#counters.prefixQueries += seq.promptTokens;
+          this.#counters.prefixHits += seq.hitTokens;
+        }
         if (seq.kind === 'embed') {
           this.#finish(seq, 'stop', at);
           continue;
@@ -464,7 +506,7 @@ export class SimEngine {
     if (seq.state === 'running') this.#running.splice(this.#running.indexOf(seq), 1);
     else if (seq.state === 'waiting') this.#waiting.splice(this.#waiting.indexOf(seq), 1);
     else return;
-    this.#setHeld(seq, 0);
+    this.#releaseAll(seq);
     seq.state = 'done';
     this.#counters.finished[reason]++;
     if (reason !== 'abort') this.#observeFinished(seq, at);
@@ -518,7 +560,7 @@ export class SimEngine {
   /** vLLM's recompute preemption: drop the KV, requeue at the front, prefill prompt + output again. */
   #preempt(seq: Seq): void {
     this.#running.splice(this.#running.indexOf(seq), 1);
-    this.#setHeld(seq, 0);
+    this.#releaseAll(seq);
     seq.state = 'waiting';
     seq.computed = 0;
     seq.prefillTarget = seq.promptTokens + seq.generated;
@@ -526,9 +568,67 @@ export class SimEngine {
     this.#counters.preemptions++;
   }
 
+  /** Sets the tokens `seq` holds; its own blocks are those past its shared prefix blocks. */
   #setHeld(seq: Seq, tokens: number): void {
     this.#usedBlocks += this.#blocks(tokens) - this.#blocks(seq.held);
     seq.held = tokens;
+    this.#evictForSpace();
+  }
+
+  /**
+   * Full prompt blocks a waiting request would find cached. At least one prompt token is always
+   * computed (the step that produces the first token needs it), as in vLLM.
+   */
+  #cachedPrefixBlocks(seq: Seq): number {
+    if (!this.#prefix || seq.blockHashes.length === 0 || seq.computed > 0) return 0;
+    return this.#prefix.match(seq.blockHashes, Math.floor((seq.promptTokens - 1) / this.blockSize));
+  }
+
+  /** A request being scheduled takes its `hit` cached blocks as already computed. */
+  #acquirePrefix(seq: Seq, hit: number): void {
+    if (hit === 0 || !this.#prefix) return;
+    for (let i = 0; i < hit; i++) this.#usedBlocks += this.#prefix.acquire(seq.blockHashes[i]);
+    seq.sharedBlocks = hit;
+    seq.held = hit * this.blockSize;
+    seq.computed = seq.held;
+  }
+
+  /** Block hashes over the prompt, then over the output when its ids are known. */
+  #hashes(req: SimRequest, promptTokens: number, targetTokens: number): number[] {
+    const tokens = req.tokens!;
+    if (!req.outputTokens || tokens.length < promptTokens)
+      return chainedBlockHashes(tokens, this.blockSize, promptTokens);
+    const all = [...Array.from(tokens).slice(0, promptTokens), ...Array.from(req.outputTokens)];
+    return chainedBlockHashes(all, this.blockSize, promptTokens + targetTokens);
+  }
+
+  /**
+   * Full blocks whose KV `seq` has just computed (at the end of a step, all it holds: prompt
+   * chunks, and each decode's input token) join the cache, for later requests with the same prefix.
+   */
+  #shareComputedBlocks(seq: Seq): void {
+    const prefix = this.#prefix;
+    if (!prefix) return;
+    while (seq.sharedBlocks < seq.blockHashes.length && (seq.sharedBlocks + 1) * this.blockSize <= seq.held) {
+      // Its own block becomes the cached one, or is dropped for a copy already cached.
+      this.#usedBlocks += prefix.acquire(seq.blockHashes[seq.sharedBlocks]) - 1;
+      seq.sharedBlocks++;
+    }
+  }
+
+  /** Frees `seq`'s own blocks and lets go of its cached ones, last block first so it is evicted first. */
+  #releaseAll(seq: Seq): void {
+    this.#usedBlocks -= this.#blocks(seq.held) - seq.sharedBlocks;
+    for (let i = seq.sharedBlocks - 1; i >= 0; i--) this.#usedBlocks -= this.#prefix!.release(seq.blockHashes[i]);
+    seq.sharedBlocks = 0;
+    seq.held = 0;
+  }
+
+  /** Unreferenced cached blocks live in the free space; they go once running requests need it. */
+  #evictForSpace(): void {
+    const prefix = this.#prefix;
+    if (!prefix) return;
+    while (this.#usedBlocks + prefix.evictable > this.numBlocks && prefix.evictOne());
   }
 
   #blocks(tokens: number): number {

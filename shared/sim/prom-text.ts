@@ -94,7 +94,9 @@ export function renderPython(families: readonly Family[], createdAt?: number): s
         let cumulative = 0;
         hist.bounds.forEach((bound, i) => {
           cumulative += hist.counts[i];
-          out.push(`${f.name}_bucket${labelText(sortedPairs(labels, ['le', pythonFloat(bound)]))} ${pythonFloat(cumulative)}`);
+          out.push(
+            `${f.name}_bucket${labelText(sortedPairs(labels, ['le', pythonFloat(bound)]))} ${pythonFloat(cumulative)}`,
+          );
         });
         cumulative += hist.counts[hist.bounds.length];
         out.push(`${f.name}_bucket${labelText(sortedPairs(labels, ['le', '+Inf']))} ${pythonFloat(cumulative)}`);

@@ -27,6 +27,9 @@ export function hashString(text: string): number {
 /** `bytes` random bytes as lowercase hex (ids like vLLM's random_uuid().hex). */
 export function randomHex(rand: Rand, bytes: number): string {
   let out = '';
-  for (let i = 0; i < bytes; i++) out += Math.floor(rand() * 256).toString(16).padStart(2, '0');
+  for (let i = 0; i < bytes; i++)
+    out += Math.floor(rand() * 256)
+      .toString(16)
+      .padStart(2, '0');
   return out;
 }

@@ -1,6 +1,7 @@
 // Validating OpenAI request bodies the way vLLM does, reduced to what the simulator needs. Pure.
 
-import { estimateTokens, isRecord, messagesText } from './text.ts';
+import { isRecord } from '../json.ts';
+import { estimateTokens, messagesText, tokenIds } from './text.ts';
 
 export interface RequestError {
   status: number;
@@ -12,6 +13,8 @@ export interface GenerationSpec {
   kind: 'chat' | 'text' | 'responses';
   model: string;
   promptTokens: number;
+  /** The prompt's token ids: given ids as they are, text through the stand-in tokenizer (`tokenIds`). */
+  tokens: number[];
   /** Exact output length when the client set max_tokens / max_completion_tokens. */
   maxTokens?: number;
   /** What is left of the context window: the most a sampled length may reach. */
@@ -64,23 +67,30 @@ export function parseGeneration(
   if (!model.ok) return model;
 
   let promptTokens: number;
+  let tokens: number[];
   if (kind === 'chat') {
     const messages = body.messages;
     if (!Array.isArray(messages) || messages.length === 0) {
       return fail(400, '`messages` must be a non-empty array.', 'messages');
     }
-    promptTokens = estimateTokens(messagesText(messages));
+    const text = messagesText(messages);
+    promptTokens = estimateTokens(text);
+    tokens = tokenIds(text);
   } else if (kind === 'responses') {
     // The Responses API: `input` is a string or a list of message items; `instructions` is the system text.
     const input = body.input;
-    const text = typeof input === 'string' ? input : Array.isArray(input) && input.length > 0 ? messagesText(input) : undefined;
+    const text =
+      typeof input === 'string' ? input : Array.isArray(input) && input.length > 0 ? messagesText(input) : undefined;
     if (text === undefined) return fail(400, '`input` must be a string or a non-empty list of items.', 'input');
     const instructions = typeof body.instructions === 'string' ? body.instructions : '';
-    promptTokens = estimateTokens(instructions ? `${instructions}\n${text}` : text);
+    const full = instructions ? `${instructions}\n${text}` : text;
+    promptTokens = estimateTokens(full);
+    tokens = tokenIds(full);
   } else {
-    const prompt = promptTokenCount(body.prompt);
+    const prompt = promptTokenIds(body.prompt);
     if (prompt === undefined) return fail(400, '`prompt` must be a string, a list of strings or token ids.', 'prompt');
-    promptTokens = prompt;
+    promptTokens = prompt.length;
+    tokens = prompt;
   }
 
   const stream = body.stream === true;
@@ -115,6 +125,7 @@ export function parseGeneration(
       kind,
       model: model.value,
       promptTokens,
+      tokens,
       maxTokens,
       capTokens: rules.maxModelLen - promptTokens,
       stream,
@@ -142,12 +153,12 @@ export function parseEmbedding(body: Record<string, unknown>, rules: ModelRules)
   return { ok: true, value: { model: model.value, texts, promptTokens } };
 }
 
-/** A completions `prompt`: text, texts (counted together) or token ids. */
-function promptTokenCount(prompt: unknown): number | undefined {
-  if (typeof prompt === 'string') return estimateTokens(prompt);
-  if (isTokenIds(prompt)) return Math.max(1, prompt.length);
+/** A completions `prompt` as token ids: text, texts (joined) or the ids themselves. */
+function promptTokenIds(prompt: unknown): number[] | undefined {
+  if (typeof prompt === 'string') return tokenIds(prompt);
+  if (isTokenIds(prompt)) return prompt;
   if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((p) => typeof p === 'string')) {
-    return estimateTokens(prompt.join('\n'));
+    return tokenIds(prompt.join('\n'));
   }
   return undefined;
 }

@@ -127,7 +127,7 @@ export async function startSim(opts: SimOptions = {}): Promise<SimServer> {
     const resetAtFirstToken = faultNow?.kind === 'reset-after-first-token';
     let text = '';
     const result = engine.submit(
-      { promptTokens: spec.promptTokens, maxTokens: spec.maxTokens, capTokens: spec.capTokens },
+      { promptTokens: spec.promptTokens, tokens: spec.tokens, maxTokens: spec.maxTokens, capTokens: spec.capTokens },
       {
         onToken: (_at, n) => {
           if (res.destroyed || res.writableEnded) return;
@@ -145,8 +145,14 @@ export async function startSim(opts: SimOptions = {}): Promise<SimServer> {
               const opening = responseObject(env, messageId, 'in_progress', undefined, null);
               frames += event('response.created', { response: opening });
               frames += event('response.in_progress', { response: opening });
-              frames += event('response.output_item.added', { output_index: 0, item: responseMessage(messageId, '', 'in_progress') });
-              frames += event('response.content_part.added', { ...textPart, part: { type: 'output_text', text: '', annotations: [] } });
+              frames += event('response.output_item.added', {
+                output_index: 0,
+                item: responseMessage(messageId, '', 'in_progress'),
+              });
+              frames += event('response.content_part.added', {
+                ...textPart,
+                part: { type: 'output_text', text: '', annotations: [] },
+              });
             }
             text += piece;
             frames += event('response.output_text.delta', { ...textPart, delta: piece, logprobs: [] });
@@ -164,13 +170,22 @@ export async function startSim(opts: SimOptions = {}): Promise<SimServer> {
           if (outcome.finishReason === 'abort' || res.destroyed || res.writableEnded) return;
           const u = usage(spec.promptTokens, outcome.outputTokens);
           if (spec.kind === 'responses') {
-            const done = responseObject(env, messageId, 'completed', text, responsesUsage(spec.promptTokens, outcome.outputTokens));
+            const done = responseObject(
+              env,
+              messageId,
+              'completed',
+              text,
+              responsesUsage(spec.promptTokens, outcome.outputTokens),
+            );
             if (!spec.stream) return sendJson(res, 200, done);
             const part = { type: 'output_text', text, annotations: [], logprobs: [] };
             res.end(
               event('response.output_text.done', { ...textPart, text, logprobs: [] }) +
                 event('response.content_part.done', { ...textPart, part }) +
-                event('response.output_item.done', { output_index: 0, item: responseMessage(messageId, text, 'completed') }) +
+                event('response.output_item.done', {
+                  output_index: 0,
+                  item: responseMessage(messageId, text, 'completed'),
+                }) +
                 event('response.completed', { response: done }),
             );
           } else if (spec.stream) {
@@ -194,7 +209,8 @@ export async function startSim(opts: SimOptions = {}): Promise<SimServer> {
       res.flushHeaders();
     }
     if (faultNow?.kind === 'reset-after-headers') {
-      if (spec.stream) res.write('', () => res.socket?.destroy()); // after the headers reach the wire
+      if (spec.stream)
+        res.write('', () => res.socket?.destroy()); // after the headers reach the wire
       else res.socket?.destroy();
     }
   }
@@ -215,25 +231,39 @@ export async function startSim(opts: SimOptions = {}): Promise<SimServer> {
   }
 
   /** A non-generating route: parse (JSON, or multipart for audio), charge the engine, answer. */
-  async function servePooling(route: PoolingRoute, req: IncomingMessage, bytes: Buffer, res: ServerResponse): Promise<void> {
+  async function servePooling(
+    route: PoolingRoute,
+    req: IncomingMessage,
+    bytes: Buffer,
+    res: ServerResponse,
+  ): Promise<void> {
     let result: PoolingResult & { model?: string };
     if (route === 'transcription') {
       const contentType = req.headers['content-type'] ?? '';
-      if (!contentType.startsWith('multipart/form-data')) return sendError(res, { status: 400, message: 'Expected multipart/form-data.', param: null });
+      if (!contentType.startsWith('multipart/form-data'))
+        return sendError(res, { status: 400, message: 'Expected multipart/form-data.', param: null });
       let form: FormData;
       try {
         form = await new Response(new Uint8Array(bytes), { headers: { 'content-type': contentType } }).formData();
       } catch (err) {
-        return sendError(res, { status: 400, message: `Malformed multipart body: ${(err as Error).message}`, param: null });
+        return sendError(res, {
+          status: 400,
+          message: `Malformed multipart body: ${(err as Error).message}`,
+          param: null,
+        });
       }
       result = poolingForm(form);
     } else {
       const body = parseJson(bytes.toString('utf8'));
       if (!body.ok) return sendError(res, body.error);
-      result = { ...poolingJson(route, body.value, String(body.value.model), rules.maxModelLen), model: String(body.value.model) };
+      result = {
+        ...poolingJson(route, body.value, String(body.value.model), rules.maxModelLen),
+        model: String(body.value.model),
+      };
     }
     if (!result.ok) return sendError(res, result);
-    if (!rules.models.includes(result.model ?? '')) return sendError(res, { status: 404, message: `The model \`${result.model}\` does not exist.`, param: 'model' });
+    if (!rules.models.includes(result.model ?? ''))
+      return sendError(res, { status: 404, message: `The model \`${result.model}\` does not exist.`, param: 'model' });
     const { work } = result;
     const ids = () => ({ id: `${route}-${randomHex(rand, 16)}`, created: Math.floor(Date.now() / 1000) });
     if (work.immediate) return sendJson(res, 200, work.answer(ids()));
@@ -274,7 +304,12 @@ export async function startSim(opts: SimOptions = {}): Promise<SimServer> {
     const route = inference[path];
     opts.onRequest?.({ method: req.method ?? '', path, headers: req.headers });
     // Like `vllm serve --api-key`: every route but the probes and /metrics needs the bearer key.
-    if (opts.apiKey !== undefined && path !== '/health' && path !== '/metrics' && req.headers.authorization !== `Bearer ${opts.apiKey}`) {
+    if (
+      opts.apiKey !== undefined &&
+      path !== '/health' &&
+      path !== '/metrics' &&
+      req.headers.authorization !== `Bearer ${opts.apiKey}`
+    ) {
       return sendJson(res, 401, { error: 'Unauthorized' });
     }
     const pooling = POOLING_PATHS[path];

@@ -1,6 +1,7 @@
 // What the simulator says and how it counts: token estimates, generated words, embeddings.
 
 import { hashString, mulberry32, type Rand } from './random.ts';
+import { isRecord } from '../json.ts';
 
 /** Tokens in a text, estimated the way the brief and most routers do: about four characters each. */
 export function estimateTokens(text: string): number {
@@ -23,10 +24,53 @@ export function messagesText(messages: readonly unknown[]): string {
   return parts.join('\n');
 }
 
+/**
+ * Deterministic stand-in token ids for a text: one per 4 characters (so as many as `estimateTokens`
+ * counts), each the hash of its characters. Texts sharing a prefix share the ids of that prefix,
+ * which is what makes the simulator's prefix cache hit on resent histories and system prompts.
+ */
+export function tokenIds(text: string): number[] {
+  const ids: number[] = [];
+  for (let i = 0; i < Math.max(1, Math.ceil(text.length / 4)); i++)
+    ids.push(hashString(text.slice(i * 4, i * 4 + 4)) % 128_000);
+  return ids;
+}
+
 const WORDS = [
-  'the', 'model', 'routes', 'each', 'request', 'to', 'a', 'pod', 'with', 'low', 'latency', 'and',
-  'keeps', 'tokens', 'flowing', 'while', 'queues', 'stay', 'short', 'so', 'every', 'user', 'sees',
-  'fast', 'answers', 'from', 'GPUs', 'on', 'their', 'own', 'cluster', 'when', 'load', 'peaks',
+  'the',
+  'model',
+  'routes',
+  'each',
+  'request',
+  'to',
+  'a',
+  'pod',
+  'with',
+  'low',
+  'latency',
+  'and',
+  'keeps',
+  'tokens',
+  'flowing',
+  'while',
+  'queues',
+  'stay',
+  'short',
+  'so',
+  'every',
+  'user',
+  'sees',
+  'fast',
+  'answers',
+  'from',
+  'GPUs',
+  'on',
+  'their',
+  'own',
+  'cluster',
+  'when',
+  'load',
+  'peaks',
 ];
 
 /** A seeded stream of token texts: words, each after the first led by a space. */
@@ -44,8 +88,4 @@ export function embeddingFor(text: string, dim: number): number[] {
   const v = Array.from({ length: dim }, () => rand() * 2 - 1);
   const norm = Math.hypot(...v) || 1;
   return v.map((x) => x / norm);
-}
-
-export function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
 }

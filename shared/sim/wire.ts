@@ -79,12 +79,7 @@ export function chatChunk(
   return chunk;
 }
 
-export function completionChunk(
-  env: Envelope,
-  text: string,
-  finishReason: string | null,
-  usageNull: boolean,
-) {
+export function completionChunk(env: Envelope, text: string, finishReason: string | null, usageNull: boolean) {
   const choice: Record<string, unknown> = { index: 0, text, logprobs: null, finish_reason: finishReason };
   if (finishReason !== null) choice.stop_reason = null;
   const chunk: Record<string, unknown> = {

@@ -19,7 +19,10 @@ export interface LaunchedBrowser {
 
 export async function launchChromium(): Promise<LaunchedBrowser> {
   if (existsSync(SYSTEM_CHROMIUM)) {
-    const browser = await chromium.launch({ executablePath: SYSTEM_CHROMIUM, args: ['--headless', '--no-sandbox', '--disable-gpu', ...QUIET] });
+    const browser = await chromium.launch({
+      executablePath: SYSTEM_CHROMIUM,
+      args: ['--headless', '--no-sandbox', '--disable-gpu', ...QUIET],
+    });
     return { browser, source: 'system', executablePath: SYSTEM_CHROMIUM };
   }
   const { default: packaged } = await import('@sparticuz/chromium');

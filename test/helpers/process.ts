@@ -14,7 +14,10 @@ export interface AgentProcess {
 
 /** Starts an agent on `configPath` and resolves once it says where it serves. */
 export function runAgent(configPath: string, env: NodeJS.ProcessEnv = process.env): Promise<AgentProcess> {
-  const child = spawn(process.execPath, [MAIN, 'agent', '--config', configPath], { stdio: ['ignore', 'pipe', 'pipe'], env });
+  const child = spawn(process.execPath, [MAIN, 'agent', '--config', configPath], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env,
+  });
   let output = '';
   child.stdout!.on('data', (d) => (output += d));
   child.stderr!.on('data', (d) => (output += d));

@@ -2,6 +2,8 @@
 import { startAgent, type RunningAgent } from '../../agent/agent.ts';
 import { settingsFromObject } from '../../agent/config/load.ts';
 import { startSim, type SimOptions, type SimServer } from '../../shared/sim/server.ts';
+import { waitFor } from './wait.ts';
+export { waitFor };
 
 export const MODEL = 'llama-3-8b';
 
@@ -13,6 +15,8 @@ export interface StackOptions {
   node?: string;
   /** Receives the agent's per-request JSON log lines (config requestLog.sample decides which). */
   requestLog?: (line: string) => void;
+  /** Pods that are not simulators (servers a test writes to misbehave), by host:port. */
+  extraPods?: { name: string; address: string }[];
 }
 
 export interface Stack {
@@ -25,12 +29,28 @@ export interface Stack {
 
 export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const sims: SimServer[] = [];
-  for (const [i, sim] of (options.pods ?? [{}]).entries()) sims.push(await startSim({ models: [MODEL], seed: 10 + i, name: `pod-${i}`, ...sim }));
+  for (const [i, sim] of (options.pods ?? [{}]).entries())
+    sims.push(await startSim({ models: [MODEL], seed: 10 + i, name: `pod-${i}`, ...sim }));
   const settings = settingsFromObject({
     node: options.node ?? 'node-a',
     listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' },
     scrapeInterval: '50ms',
-    pods: sims.map((sim, i) => ({ name: `pod-${i}`, namespace: 'inference', address: new URL(sim.url).host, engine: sim.flavor, models: [MODEL] })),
+    pods: [
+      ...sims.map((sim, i) => ({
+        name: `pod-${i}`,
+        namespace: 'inference',
+        address: new URL(sim.url).host,
+        engine: sim.flavor,
+        models: [MODEL],
+      })),
+      ...(options.extraPods ?? []).map((p) => ({
+        name: p.name,
+        namespace: 'inference',
+        address: p.address,
+        engine: 'vllm',
+        models: [MODEL],
+      })),
+    ],
     ...options.config,
   });
   const agent = await startAgent(settings, { log: () => {}, requestLog: options.requestLog });
@@ -47,20 +67,14 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   };
 }
 
-/** Polls `check` until it holds; fails the test with `what` after `timeoutMs`. */
-export async function waitFor(check: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await check()) return;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
 export function chatBody(content = 'Hello there', extra: Record<string, unknown> = {}): Record<string, unknown> {
   return { model: MODEL, messages: [{ role: 'user', content }], max_tokens: 8, ...extra };
 }
 
 export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> {
-  return fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+  return fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
 }

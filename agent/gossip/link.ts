@@ -1,0 +1,118 @@
+// The agent's gossip, built from its settings: the node itself, our pods' estimates published
+// once a round, and other nodes' pods screened (agent/cluster/peer-pods.ts) before they become
+// candidates. Gossiped pods become candidates only when the cluster vouches for them.
+import type { Counter, Registry } from 'prom-client';
+import type { PeerPodRules } from '../cluster/types.ts';
+import { peerPodScreen, type ScreenedPeers } from '../cluster/peer-pods.ts';
+import type { GossipSettings } from '../config/load.ts';
+import { resolveSecret } from '../config/secrets.ts';
+import type { PodEstimate } from '../types.ts';
+import { registerGossipMetrics } from './metrics.ts';
+import { GossipNode, type GossipStats } from './node.ts';
+
+/** Rejections counted once per pod, address and reason; the memory of them is bounded. */
+const MAX_COUNTED_REJECTIONS = 10_000;
+
+export interface GossipLinkDeps {
+  node: string;
+  settings: GossipSettings;
+  peers: readonly string[];
+  now: () => number;
+  rand: () => number;
+  registry: Registry;
+  /** kinference_peer_pods_rejected_total{reason}. */
+  peerPodsRejected: Pick<Counter<'reason'>, 'inc'>;
+  log(level: 'warn', message: string): void;
+  /** Where our estimates come from and where screened peers' estimates go. */
+  pool: { localEstimates(): PodEstimate[]; setRemote(estimates: readonly PodEstimate[]): void };
+}
+
+export class GossipLink {
+  readonly #deps: GossipLinkDeps;
+  readonly #node: GossipNode;
+  #startedAt = 0;
+  #screen = peerPodScreen(undefined);
+  #rejected: ScreenedPeers<PodEstimate>['rejected'] = [];
+  readonly #counted = new Set<string>();
+  #publishTimer: NodeJS.Timeout | undefined;
+
+  constructor(deps: GossipLinkDeps) {
+    this.#deps = deps;
+    const { settings } = deps;
+    this.#node = new GossipNode({
+      nodeId: deps.node,
+      bind: settings.bind,
+      peers: deps.peers,
+      key: Buffer.from(resolveSecret(settings.key)),
+      intervalMs: settings.intervalMs,
+      fanout: settings.fanout,
+      ttlMs: settings.ttlMs,
+      now: deps.now,
+      rand: deps.rand,
+    });
+    this.#node.onChange(() => this.#screenPeers());
+    registerGossipMetrics(deps.registry, this.#node);
+  }
+
+  async start(): Promise<void> {
+    await this.#node.start();
+    this.#startedAt = this.#deps.now();
+    // Once per gossip round (cheap: the state machine only sends deltas).
+    this.#publishTimer = setInterval(
+      () => this.#node.publishLocal(this.#deps.pool.localEstimates()),
+      this.#deps.settings.intervalMs,
+    );
+    this.#publishTimer.unref();
+  }
+
+  setPeers(peers: readonly string[]): void {
+    this.#node.setPeers(peers);
+  }
+
+  /** New rules from discovery: screen what we hold again. */
+  setPeerPodRules(rules: PeerPodRules | undefined): void {
+    this.#screen = peerPodScreen(rules);
+    this.#screenPeers();
+  }
+
+  /** Gossiped pods the cluster does not vouch for, for /debug/state. */
+  get rejected(): ScreenedPeers<PodEstimate>['rejected'] {
+    return this.#rejected;
+  }
+
+  stats(): GossipStats {
+    return this.#node.stats();
+  }
+
+  /**
+   * A new agent (a rollout's surge) is ready once it has heard a peer, so it routes with the
+   * cluster's view from its first request; alone in the cluster, one TTL of silence is enough.
+   */
+  readiness(peersKnown: boolean): { ok: boolean; detail?: string } {
+    if (!peersKnown) return { ok: true };
+    const heard = this.#node.stats().received.datagrams > 0;
+    return heard || this.#deps.now() - this.#startedAt >= this.#deps.settings.ttlMs
+      ? { ok: true }
+      : { ok: false, detail: 'no gossip heard yet' };
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.#publishTimer);
+    await this.#node.stop();
+  }
+
+  #screenPeers(): void {
+    const { accepted, rejected } = this.#screen(this.#node.remoteEstimates());
+    for (const r of rejected) {
+      // Counted once per pod, address and reason, not on every gossip round that repeats it.
+      const key = `${r.uid}\u0000${r.address}\u0000${r.reason}`;
+      if (this.#counted.has(key)) continue;
+      if (this.#counted.size >= MAX_COUNTED_REJECTIONS) this.#counted.clear();
+      this.#counted.add(key);
+      this.#deps.peerPodsRejected.inc({ reason: r.reason });
+      this.#deps.log('warn', `gossiped pod ${r.uid} at ${r.address} from ${r.origin} is not routable: ${r.reason}`);
+    }
+    this.#rejected = rejected;
+    this.#deps.pool.setRemote(accepted);
+  }
+}

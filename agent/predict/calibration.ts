@@ -1,0 +1,142 @@
+// How far to trust a prediction: the empirical distribution of log(measured / predicted) TTFT,
+// per pod and for the whole node model, over a recent window. The router admits a pod for a
+// request that may leave only when predicted · exp(margin(q)) — the q-quantile of its TTFT — is
+// within the SLO; the mean prediction still ranks.
+//
+// Why log ratios: prediction error is multiplicative (a pod twice as loaded is off by twice the
+// milliseconds), so one distribution of ratios serves an idle pod and a queued one. Why an
+// empirical quantile over a window and not a fitted normal: the error is skewed (a request that
+// lands behind a long prefill is late by a lot, never early by as much) and its shape changes
+// with load; the window follows that change without a model of it.
+//
+// Two regimes, each with its own distributions: a request that finds requests queued ahead of it
+// at the pod, and one that does not. The error of the first is several times wider (the wait for
+// a batch slot depends on when running requests finish, which no scrape shows), and it is the
+// one that decides admission near the SLO; mixed with calm requests' errors its quantile would
+// be understated exactly at the peak.
+//
+// Widening, so that little evidence means "uncertain", never "fast":
+//   - a pod with fewer observations than the quantile needs (about 2/(1-q): 200 for 99%) takes
+//     at least the node's margin and a cold margin (×3), fading out linearly as evidence comes;
+//   - a shift in load shows first in the most recent errors: when their mean sits above the
+//     window's, the difference is added (the window alone would answer for the old load).
+
+interface Residuals {
+  values: Float64Array;
+  count: number;
+  next: number;
+  /** Sorted copy of the window, rebuilt lazily after an observation. */
+  sorted: Float64Array | undefined;
+}
+
+export interface CalibrationOptions {
+  /** Recent observations kept per pod (and for the node). */
+  window: number;
+  /** Observations whose mean is compared with the window's to detect a shift. */
+  recent: number;
+  /** Log margin of a pod, and of a node, about which nothing is known yet (log 3: three times the mean). */
+  coldLogMargin: number;
+  /** Fewest observations before a pod's own quantile is trusted fully, whatever q. */
+  minWarmObservations: number;
+}
+
+export const DEFAULT_CALIBRATION: CalibrationOptions = {
+  window: 256,
+  recent: 16,
+  coldLogMargin: Math.log(3),
+  minWarmObservations: 32,
+};
+
+/** Whether requests stood queued ahead of this one at the pod when it was sent. */
+export type Regime = 'free' | 'queued';
+
+/** Key for the node-wide distribution (every local pod's observations). */
+const NODE = '\u0000node';
+const key = (uid: string, regime: Regime) => `${uid}\u0000${regime}`;
+
+function quantileOf(r: Residuals, q: number): number {
+  const n = Math.min(r.count, r.values.length);
+  if (!r.sorted) r.sorted = r.values.slice(0, n).sort();
+  // The rank that estimates the q-quantile without bias toward the middle: ceil(q·(n+1)).
+  const rank = Math.min(n, Math.max(1, Math.ceil(q * (n + 1))));
+  return r.sorted[rank - 1];
+}
+
+function meanOf(r: Residuals, last: number): number {
+  const size = r.values.length;
+  const n = Math.min(r.count, size, last);
+  let sum = 0;
+  for (let i = 1; i <= n; i++) sum += r.values[(r.next - i + size) % size];
+  return sum / n;
+}
+
+export class Calibration {
+  readonly options: CalibrationOptions;
+  readonly #residuals = new Map<string, Residuals>();
+
+  constructor(options: Partial<CalibrationOptions> = {}) {
+    this.options = { ...DEFAULT_CALIBRATION, ...options };
+  }
+
+  /** One measured TTFT against the prediction the request was admitted on. */
+  observe(uid: string, predictedMs: number, measuredMs: number, regime: Regime = 'free'): void {
+    if (!(predictedMs > 0) || !(measuredMs > 0) || !Number.isFinite(predictedMs) || !Number.isFinite(measuredMs))
+      return;
+    const logRatio = Math.log(measuredMs / predictedMs);
+    this.#push(key(uid, regime), logRatio);
+    this.#push(key(NODE, regime), logRatio);
+  }
+
+  forget(uid: string): void {
+    this.#residuals.delete(key(uid, 'free'));
+    this.#residuals.delete(key(uid, 'queued'));
+  }
+
+  /**
+   * Log margin such that predicted · exp(margin) is the q-quantile of the pod's TTFT. `uid`
+   * undefined (a peer's pod, whose model this agent does not feed) gets the node's margin.
+   */
+  margin(uid: string | undefined, q: number, regime: Regime = 'free'): number {
+    const needed = Math.max(this.options.minWarmObservations, Math.ceil(2 / (1 - q)));
+    const cold = this.options.coldLogMargin;
+    // The cold margin is a floor while evidence is thin, not an addition: a cold start must still
+    // admit idle pods, or no request would ever reach them to teach the calibration.
+    const blend = (r: Residuals, floor: number) => {
+      const own = this.#own(r, q);
+      const w = Math.min(1, r.count / needed);
+      return w * own + (1 - w) * Math.max(own, floor);
+    };
+    const node = this.#residuals.get(key(NODE, regime));
+    const nodeMargin = node ? blend(node, cold) : cold;
+    if (uid === undefined) return nodeMargin;
+    const pod = this.#residuals.get(key(uid, regime));
+    return pod ? blend(pod, Math.max(nodeMargin, cold)) : Math.max(nodeMargin, cold);
+  }
+
+  stats(uid: string, regime: Regime = 'free'): { observations: number; recentBias: number } {
+    const r = this.#residuals.get(key(uid, regime));
+    return { observations: r?.count ?? 0, recentBias: r ? this.#shift(r) : 0 };
+  }
+
+  /** The window's q-quantile, raised by a recent shift. */
+  #own(r: Residuals, q: number): number {
+    return quantileOf(r, q) + this.#shift(r);
+  }
+
+  #shift(r: Residuals): number {
+    if (r.count < 2 * this.options.recent) return 0;
+    return Math.max(0, meanOf(r, this.options.recent) - meanOf(r, r.values.length));
+  }
+
+  #push(key: string, value: number): void {
+    let r = this.#residuals.get(key);
+    if (!r) {
+      r = { values: new Float64Array(this.options.window), count: 0, next: 0, sorted: undefined };
+      this.#residuals.set(key, r);
+    }
+    r.values[r.next] = value;
+    r.next = (r.next + 1) % r.values.length;
+    r.count++;
+    r.sorted = undefined;
+  }
+}

@@ -1,0 +1,104 @@
+// Where the agent's model of its own pods learns: the per-node TTFT model (and embeddings' own,
+// all prefill), and the calibration of its errors. The pool calls it with what it measured;
+// everything here is pure and time comes in as arguments.
+import type { IntervalDelta } from '../telemetry/pod-telemetry.ts';
+import type { PodLoad, PredictorParams, RequestKind } from '../types.ts';
+import { Calibration, type Regime } from './calibration.ts';
+import { NodeModel } from './node-model.ts';
+import type { Features, PredictorOptions } from './predictor.ts';
+
+/** Own measurements younger than this are the teacher; older, the pod's TTFT histogram is. */
+const OWN_OBSERVATIONS_FRESH_MS = 5000;
+
+/** Calibration keeps the errors of requests that found a queue apart from those that did not. */
+export const regimeOf = (queuedAhead: number): Regime => (queuedAhead > 0 ? 'queued' : 'free');
+
+export class Learner {
+  readonly #model: NodeModel;
+  /** Embeddings are all prefill: their own model, taught by their whole answer time. */
+  readonly #embeddings: NodeModel;
+  readonly #calibration = new Calibration();
+  /** When this agent last measured a TTFT at each pod. */
+  readonly #lastOwnObservationAt = new Map<string, number>();
+
+  constructor(predictor?: Partial<PredictorOptions>) {
+    this.#model = new NodeModel(predictor);
+    this.#embeddings = new NodeModel(predictor);
+  }
+
+  forget(uid: string): void {
+    this.#model.forget(uid);
+    this.#embeddings.forget(uid);
+    this.#calibration.forget(uid);
+    this.#lastOwnObservationAt.delete(uid);
+  }
+
+  params(uid: string): PredictorParams {
+    return this.#model.params(uid);
+  }
+
+  embeddingParams(uid: string): PredictorParams {
+    return this.#embeddings.params(uid);
+  }
+
+  /** Log-margin over the mean for quantile q; `uid` undefined: the node's (a peer's pod). */
+  logMargin(uid: string | undefined, q: number, queuedAhead: number): number {
+    return this.#calibration.margin(uid, q, regimeOf(queuedAhead));
+  }
+
+  predict(uid: string, kind: RequestKind, features: Features): number {
+    return this.#modelFor(kind).predict(uid, features);
+  }
+
+  /** A TTFT measured on a request sent on prediction `predictedMs` (an embedding's whole answer counts). */
+  observeTtft(uid: string, kind: RequestKind, features: Features, predictedMs: number, ms: number, now: number): void {
+    this.#lastOwnObservationAt.set(uid, now);
+    this.#calibration.observe(uid, predictedMs, ms, regimeOf(features.queued));
+    this.#modelFor(kind).observe(uid, features, ms);
+  }
+
+  /**
+   * A non-streamed generation's answer time also holds its decode, which the agent cannot
+   * separate; the pod's own TTFT histogram teaches the mean for it (observeScrape). But the
+   * answer bounds the TTFT: one that came sooner than the predicted TTFT proves the prediction
+   * too high, so it is learned as an (upper-bound) TTFT. Without this, a fast pod serving only
+   * non-streamed requests keeps the prior's idle cost per queued request and is throttled far
+   * below its capacity. Not fed to calibration: not a measured TTFT.
+   */
+  observeAnswer(uid: string, kind: RequestKind, features: Features, predictedMs: number, ms: number): void {
+    if (ms < predictedMs) this.#modelFor(kind).observe(uid, features, ms);
+  }
+
+  /**
+   * No streamed requests of our own to learn from lately (other agents' or direct traffic is all
+   * this pod gets): learn from the pod's own TTFT histogram instead, with the state at the
+   * previous scrape as the features those requests met. Coarser, so only as a fallback.
+   */
+  observeScrape(uid: string, previous: PodLoad | undefined, load: PodLoad, delta: IntervalDelta | undefined): void {
+    const lastOwn = this.#lastOwnObservationAt.get(uid) ?? -Infinity;
+    if (!previous || !delta?.ttft || delta.ttft.count <= 0 || load.at - lastOwn <= OWN_OBSERVATIONS_FRESH_MS) return;
+    const promptTokens = delta.promptTokens !== undefined ? delta.promptTokens / delta.ttft.count : 256;
+    this.#model.observe(
+      uid,
+      { queued: previous.waiting, running: previous.running, promptTokens },
+      delta.ttft.mean * 1000,
+    );
+  }
+
+  /** For /debug/state. */
+  stats(uid: string) {
+    const regime = (r: Regime) => ({
+      ...this.#calibration.stats(uid, r),
+      logMargin99: this.#calibration.margin(uid, 0.99, r),
+    });
+    return {
+      predictor: { params: this.#model.params(uid), ...this.#model.stats(uid) },
+      embeddingsPredictor: { params: this.#embeddings.params(uid), ...this.#embeddings.stats(uid) },
+      calibration: { free: regime('free'), queued: regime('queued') },
+    };
+  }
+
+  #modelFor(kind: RequestKind): NodeModel {
+    return kind === 'embeddings' ? this.#embeddings : this.#model;
+  }
+}

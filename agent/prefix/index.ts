@@ -1,0 +1,190 @@
+// The agent's approximate prefix index: which prompt blocks each pod probably still has cached.
+// Pure (no I/O, no clock): the request path records what it sent where, the scrape path tells it
+// what each pod can still hold, and the router asks how many of a prompt's tokens a pod has cached.
+//
+// Two views of the same entries:
+//   - per pod, an LRU (lru-cache, bounded by `maxBlocksPerPod`) of block hash → the pod's write
+//     counter when recorded; it bounds memory and drops what was recorded longest ago;
+//   - one map block hash → the pods holding it, so a lookup over many candidates touches only
+//     the pods holding the prompt's first block (as llm-d's indexer does), not every candidate.
+// A pod's live blocks of one prompt always form a prefix: `record` writes a prompt's last block
+// first, so its earlier blocks are more recent in the LRU and carry a stamp at least as new. So
+// the longest cached prefix is found by binary search, ~log2(blocks) probes per pod.
+//
+// Ageing: a pod's cache keeps unreferenced blocks in the free part of its KV cache and evicts the
+// least recently used as new prompt tokens are computed. So an entry is still expected cached while
+// the blocks the pod has computed since it was recorded (its prompt tokens computed, i.e. vLLM's
+// prefix_cache_queries − prefix_cache_hits, over the block size) fit in its free blocks
+// (capacity × (1 − KV usage)). A counter that goes back means the server restarted: all is gone.
+
+import { LRUCache } from 'lru-cache';
+import { BLOCK_TOKENS } from './blocks.ts';
+
+export interface PrefixIndexOptions {
+  /** Most blocks remembered per pod (100,000 blocks ≈ 1.6 M tokens at 16 tokens a block). */
+  maxBlocksPerPod?: number;
+  /** Tokens per block; the block hashes must have been made with the same size. */
+  blockTokens?: number;
+}
+
+/** What the pod's last scrape says about its cache; all cumulative counters as scraped. */
+export interface PodCacheState {
+  /** KV-cache capacity in blocks of `blockTokens` (vLLM: num_gpu_blocks × block_size / blockTokens). */
+  capacityBlocks: number;
+  /** KV-cache usage 0..1 (blocks held by running requests; NaN when unknown: treated as 0). */
+  kvUsage: number;
+  /** Prompt tokens the pod computed itself so far: prefix-cache queries − hits, or prompt tokens without them. */
+  computedTokens: number;
+}
+
+export interface PrefixIndexMemory {
+  pods: number;
+  /** Entries over all pods. */
+  blocks: number;
+  /** Distinct block hashes across pods. */
+  distinctBlocks: number;
+}
+
+interface PodState {
+  readonly id: string;
+  readonly blocks: LRUCache<number, number>;
+  /** Blocks the pod has computed, from its counters: the clock entries are aged by. */
+  written: number;
+  /** Blocks the pod can hold beyond its running requests; Infinity until its first scrape. */
+  holdBlocks: number;
+  computedTokens: number;
+}
+
+export class PrefixIndex {
+  readonly maxBlocksPerPod: number;
+  readonly blockTokens: number;
+  readonly #pods = new Map<string, PodState>();
+  /** Block hash → the pods holding it (usually one or two: an array is smaller than a Set). */
+  readonly #holders = new Map<number, PodState[]>();
+
+  constructor(opts: PrefixIndexOptions = {}) {
+    this.maxBlocksPerPod = positiveInt(opts.maxBlocksPerPod ?? 100_000, 'maxBlocksPerPod');
+    this.blockTokens = positiveInt(opts.blockTokens ?? BLOCK_TOKENS, 'blockTokens');
+  }
+
+  /** `blocks` (a prompt's chained hashes, in order) were just sent to `podId`. */
+  record(podId: string, blocks: readonly number[]): void {
+    if (blocks.length === 0) return;
+    const pod = this.#pod(podId);
+    // Last block first, so the prompt's first blocks are the most recent and evicted last:
+    // the chain stays matchable from its start, as on the server.
+    for (let i = blocks.length - 1; i >= 0; i--) {
+      const hash = blocks[i];
+      if (!pod.blocks.has(hash)) this.#addHolder(hash, pod);
+      pod.blocks.set(hash, pod.written);
+    }
+  }
+
+  /** Tokens of the prompt whose `blocks` `podId` is expected to have cached: its leading live blocks. */
+  expectedCachedTokens(podId: string, blocks: readonly number[]): number {
+    const pod = this.#pods.get(podId);
+    return pod ? this.#livePrefix(pod, blocks) * this.blockTokens : 0;
+  }
+
+  /** Expected cached tokens for every pod holding at least the prompt's first block (absent = 0). */
+  cachedTokensByPod(blocks: readonly number[]): Map<string, number> {
+    const result = new Map<string, number>();
+    if (blocks.length === 0) return result;
+    for (const pod of this.#holders.get(blocks[0]) ?? []) {
+      const n = this.#livePrefix(pod, blocks);
+      if (n > 0) result.set(pod.id, n * this.blockTokens);
+    }
+    return result;
+  }
+
+  /** Ages `podId`'s entries by what its last scrape says it can still hold. */
+  observe(podId: string, state: PodCacheState): void {
+    const pod = this.#pods.get(podId);
+    if (!pod) return;
+    if (state.computedTokens < pod.computedTokens) {
+      // The counters went back: a restarted server has an empty cache.
+      pod.blocks.clear();
+      pod.written = 0;
+    } else {
+      pod.written += (state.computedTokens - pod.computedTokens) / this.blockTokens;
+    }
+    pod.computedTokens = state.computedTokens;
+    const usage = Number.isFinite(state.kvUsage) ? Math.min(1, Math.max(0, state.kvUsage)) : 0;
+    pod.holdBlocks = Math.max(0, state.capacityBlocks) * (1 - usage);
+  }
+
+  /** Drops everything about `podId` (it left, or restarted). */
+  forget(podId: string): void {
+    const pod = this.#pods.get(podId);
+    if (!pod) return;
+    pod.blocks.clear();
+    this.#pods.delete(podId);
+  }
+
+  memory(): PrefixIndexMemory {
+    let blocks = 0;
+    for (const pod of this.#pods.values()) blocks += pod.blocks.size;
+    return { pods: this.#pods.size, blocks, distinctBlocks: this.#holders.size };
+  }
+
+  /** How many leading `blocks` `pod` still holds: binary search, relying on the prefix property. */
+  #livePrefix(pod: PodState, blocks: readonly number[]): number {
+    if (blocks.length === 0 || !this.#alive(pod, blocks[0])) return 0;
+    let lo = 1; // known live
+    let hi = blocks.length; // upper bound
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >>> 1;
+      if (this.#alive(pod, blocks[mid - 1])) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo;
+  }
+
+  #alive(pod: PodState, hash: number): boolean {
+    const stamp = pod.blocks.peek(hash);
+    return stamp !== undefined && pod.written - stamp <= pod.holdBlocks;
+  }
+
+  #pod(podId: string): PodState {
+    let pod = this.#pods.get(podId);
+    if (!pod) {
+      const state: PodState = {
+        id: podId,
+        // maxSize rather than max: lru-cache preallocates `max` slots up front, which would cost
+        // every pod the full bound even when it holds a handful of blocks.
+        blocks: new LRUCache<number, number>({
+          maxSize: this.maxBlocksPerPod,
+          sizeCalculation: () => 1,
+          dispose: (_stamp, hash, reason) => {
+            if (reason !== 'set') this.#removeHolder(hash, state);
+          },
+        }),
+        written: 0,
+        holdBlocks: Infinity,
+        computedTokens: 0,
+      };
+      pod = state;
+      this.#pods.set(podId, pod);
+    }
+    return pod;
+  }
+
+  #addHolder(hash: number, pod: PodState): void {
+    const holders = this.#holders.get(hash);
+    if (holders) holders.push(pod);
+    else this.#holders.set(hash, [pod]);
+  }
+
+  #removeHolder(hash: number, pod: PodState): void {
+    const holders = this.#holders.get(hash);
+    if (!holders) return;
+    const i = holders.indexOf(pod);
+    if (i >= 0) holders.splice(i, 1);
+    if (holders.length === 0) this.#holders.delete(hash);
+  }
+}
+
+function positiveInt(n: number, name: string): number {
+  if (!Number.isInteger(n) || n < 1) throw new RangeError(`${name} must be a positive integer`);
+  return n;
+}

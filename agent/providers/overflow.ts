@@ -1,0 +1,152 @@
+// The overflow side of the agent, built from the providers' settings: which of a policy's
+// providers may take a request now (the leave verdict), sending through them in order, and what
+// their failure means for the client (502 vs 503). Providers are rebuilt when their settings change.
+import type { Counter } from 'prom-client';
+import { mayLeave } from '../policy/resolve.ts';
+import type { LeaveVerdict } from '../route/router.ts';
+import type { ParsedRequest } from '../server/request.ts';
+import type { OverflowResult } from '../server/inference.ts';
+import { withHeaders } from '../server/inference.ts';
+import type { EffectivePolicy, RouteRequest } from '../types.ts';
+import { BreakerSet } from './breaker.ts';
+import { tryProviders, type Attempt } from './chain.ts';
+import { createProvider } from './index.ts';
+import type { ProviderSettings } from './types.ts';
+import type { ClosableProvider } from './upstream.ts';
+
+export interface OverflowDeps {
+  limits: { maxBodyBytes: number; idleTimeoutMs: number };
+  now: () => number;
+  /** kinference_provider_requests_total{provider,outcome}. */
+  providerRequests: Pick<Counter<'provider' | 'outcome'>, 'inc'>;
+  log(level: 'warn', message: string): void;
+}
+
+/** The provider metric's outcome: an answered 4xx is the client's error, not an ok. */
+export function attemptOutcome(a: Attempt): string {
+  if (a.outcome !== 'answered') return a.outcome;
+  return a.status && a.status >= 400 ? 'client_error' : 'ok';
+}
+
+export function describeAttempts(attempts: readonly Attempt[]): string {
+  return attempts
+    .map(
+      (a) =>
+        `${a.provider}: ${a.outcome}${a.reason ? ` (${a.reason}${a.status ? ` ${a.status}` : ''})` : ''}${a.message ? `: ${a.message}` : ''}`,
+    )
+    .join(', ');
+}
+
+/** Reached and answered badly (5xx, garbage) is a bad gateway; reached none is unavailability. */
+export function failureStatus(attempts: readonly Attempt[]): 502 | 503 {
+  return attempts.some((a) => a.outcome === 'failed' && (a.reason === 'status' || a.reason === 'protocol')) ? 502 : 503;
+}
+
+export class Overflow {
+  readonly breakers = new BreakerSet();
+  readonly #deps: OverflowDeps;
+  #settings: readonly ProviderSettings[] | undefined;
+  #providers = new Map<string, ClosableProvider>();
+
+  constructor(deps: OverflowDeps) {
+    this.#deps = deps;
+  }
+
+  /** New settings (a new array from discovery) rebuild every provider; the old ones close. */
+  setProviders(settings: readonly ProviderSettings[]): void {
+    if (settings === this.#settings) return;
+    this.#settings = settings;
+    const old = this.#providers;
+    this.#providers = new Map(settings.map((p) => [p.name, createProvider(p, { limits: this.#deps.limits })]));
+    for (const p of old.values()) void p.close().catch(() => {});
+  }
+
+  models(): string[] {
+    return [...this.#providers.values()].flatMap((p) => p.models);
+  }
+
+  serves(model: string): boolean {
+    return [...this.#providers.values()].some((p) => p.models.includes(model));
+  }
+
+  /** The policy's verdict, narrowed to the providers that can take this request now. */
+  leaveVerdict(policy: EffectivePolicy, request: RouteRequest): LeaveVerdict {
+    const verdict = mayLeave(policy, request);
+    if (!verdict.allowed) return { ...verdict, providers: [] };
+    const at = this.#deps.now();
+    const named = policy.overflow.providers;
+    const serving = named.filter((name) => this.#providers.get(name)?.supports(request.kind, request.model));
+    if (serving.length === 0) {
+      // Say why when the policy's providers can never take this kind of request (Bedrock and
+      // /v1/responses), rather than "may overflow" on a request that then gets 429.
+      const refusals = named
+        .map((name) => this.#providers.get(name)?.refusal?.(request.kind))
+        .filter((r): r is string => r !== undefined);
+      if (refusals.length > 0 && refusals.length === named.length)
+        return { allowed: false, reason: refusals.join('; '), providers: [] };
+      return { ...verdict, providers: [] };
+    }
+    const usable = serving.filter((name) => this.breakers.get(name).state(at) !== 'open');
+    if (usable.length > 0) return { ...verdict, providers: usable };
+    const breakersOpenMs = Math.min(...serving.map((name) => this.breakers.get(name).retryInMs(at)));
+    return {
+      ...verdict,
+      reason: `${verdict.reason}, but every provider's circuit breaker is open`,
+      providers: [],
+      breakersOpenMs,
+    };
+  }
+
+  /** Tries the named providers in order: the first answer, or why none answered. */
+  async send(
+    request: RouteRequest,
+    parsed: ParsedRequest,
+    names: readonly string[],
+    signal: AbortSignal,
+    headers: Record<string, string>,
+  ): Promise<OverflowResult> {
+    const { now, providerRequests, log } = this.#deps;
+    const chain = names.map((n) => this.#providers.get(n)).filter((p): p is ClosableProvider => p !== undefined);
+    const result = await tryProviders(
+      chain,
+      { kind: request.kind, model: request.model, body: parsed.body, signal, headers },
+      {
+        breakers: this.breakers,
+        now,
+        onAttempt: (a) => providerRequests.inc({ provider: a.provider, outcome: attemptOutcome(a) }),
+      },
+    );
+    if (result.ok)
+      return {
+        ok: true,
+        response: withHeaders(result.response, { 'x-kinference-route': `overflow/${result.provider}` }),
+      };
+    const summary = describeAttempts(result.attempts);
+    log('warn', `overflow failed: ${summary}`);
+    return {
+      ok: false,
+      status: failureStatus(result.attempts),
+      message: `every overflow provider failed (${summary})`,
+    };
+  }
+
+  /** For /debug/state: each provider with its breaker. */
+  state(): {
+    name: string;
+    kind: string;
+    models: readonly string[];
+    breaker: ReturnType<ReturnType<BreakerSet['get']>['snapshot']>;
+  }[] {
+    const at = this.#deps.now();
+    return [...this.#providers.values()].map((p) => ({
+      name: p.name,
+      kind: p.kind,
+      models: p.models,
+      breaker: this.breakers.get(p.name).snapshot(at),
+    }));
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.#providers.values()].map((p) => p.close().catch(() => {})));
+  }
+}

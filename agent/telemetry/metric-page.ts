@@ -1,0 +1,252 @@
+// A parsed metrics page and what to read from it: the selector that says which samples the parser
+// keeps (promtext.ts), and the page the adapters query. Pure data and lookups.
+
+export type Labels = Readonly<Record<string, string>>;
+
+export interface Series {
+  readonly labels: Labels;
+  readonly value: number;
+  /** As written: integer ms in the Prometheus format, seconds in OpenMetrics. Rarely present. */
+  readonly timestamp?: number;
+}
+
+export type MetricType =
+  'counter' | 'gauge' | 'histogram' | 'summary' | 'untyped' | 'unknown' | 'info' | 'stateset' | 'gaugehistogram';
+
+/** Label subset that must match exactly, or a predicate. */
+export type LabelMatch = Readonly<Record<string, string>> | ((labels: Labels) => boolean);
+
+export interface Diagnostic {
+  /** 1-based line number. */
+  line: number;
+  reason: string;
+}
+
+export interface HistogramTotals {
+  sum: number;
+  count: number;
+  /** Cumulative counts by upper bound, ascending; only when `_bucket` samples were selected. */
+  buckets?: { le: number; count: number }[];
+}
+
+const SUFFIXES = ['_bucket', '_sum', '_count', '_total', '_created', '_info', '_gcount', '_gsum'];
+
+/** Strings grouped by length, so a name in the page is compared in place without slicing it. */
+class ByLength {
+  readonly #table: (string[] | undefined)[] = [];
+
+  add(name: string): void {
+    const bucket = (this.#table[name.length] ??= []);
+    if (!bucket.includes(name)) bucket.push(name);
+  }
+
+  /** The stored string equal to `text[start, end)`, if any. */
+  find(text: string, start: number, end: number): string | undefined {
+    const bucket = this.#table[end - start];
+    if (bucket === undefined) return undefined;
+    for (const name of bucket) if (text.startsWith(name, start)) return name;
+    return undefined;
+  }
+
+  *[Symbol.iterator](): IterableIterator<string> {
+    for (const bucket of this.#table) if (bucket) yield* bucket;
+  }
+}
+
+/**
+ * Which sample names to read. Names are sample names as they appear on the line
+ * (`vllm:time_to_first_token_seconds_sum`, `vllm:prompt_tokens_total`), so one selector works for
+ * the Prometheus and OpenMetrics variants alike. Prefixes select every name that starts with them.
+ */
+export class MetricSelector {
+  readonly #names = new ByLength();
+  readonly #prefixes: readonly string[];
+  /** Family names (suffix stripped) whose TYPE lines are worth recording. */
+  readonly #families = new ByLength();
+
+  constructor(names: Iterable<string>, prefixes: Iterable<string> = []) {
+    this.#prefixes = [...new Set(prefixes)];
+    for (const name of names) {
+      this.#names.add(name);
+      this.#families.add(name);
+      for (const suffix of SUFFIXES) {
+        if (name.endsWith(suffix)) this.#families.add(name.slice(0, -suffix.length));
+      }
+    }
+  }
+
+  /** Every sample on the page. */
+  static everything(): MetricSelector {
+    return new MetricSelector([], ['']);
+  }
+
+  /** The union of several selectors (e.g. every engine's, for detection). */
+  static union(...selectors: MetricSelector[]): MetricSelector {
+    return new MetricSelector(
+      selectors.flatMap((s) => [...s.#names]),
+      selectors.flatMap((s) => s.#prefixes),
+    );
+  }
+
+  names(): string[] {
+    return [...this.#names];
+  }
+
+  wants(name: string): boolean {
+    return this.nameAt(name, 0, name.length) !== undefined;
+  }
+
+  /**
+   * The wanted name equal to `text[start, end)`, or undefined. Rejecting costs no allocation, and
+   * a wanted exact name comes back as the selector's own string, so pages share it.
+   */
+  nameAt(text: string, start: number, end: number): string | undefined {
+    const known = this.#names.find(text, start, end);
+    if (known !== undefined) return known;
+    for (const prefix of this.#prefixes) {
+      if (prefix.length <= end - start && text.startsWith(prefix, start)) return text.slice(start, end);
+    }
+    return undefined;
+  }
+
+  /** Whether a TYPE line for the family at `text[start, end)` is worth keeping. */
+  wantsFamilyAt(text: string, start: number, end: number): boolean {
+    if (this.#families.find(text, start, end) !== undefined) return true;
+    for (const prefix of this.#prefixes) {
+      if (prefix.length <= end - start && text.startsWith(prefix, start)) return true;
+    }
+    return false;
+  }
+}
+
+const NONE: readonly Series[] = Object.freeze([]);
+
+/** A parsed page: the selected series by sample name, plus what went wrong reading it. */
+export class MetricPage {
+  readonly #samples: ReadonlyMap<string, readonly Series[]>;
+  readonly #types: ReadonlyMap<string, MetricType>;
+  /** Malformed lines (of those read: unwanted lines are only checked up to their name). */
+  readonly errors: number;
+  /** The first few errors, for logs. */
+  readonly diagnostics: readonly Diagnostic[];
+  readonly lines: number;
+  /** An OpenMetrics `# EOF` was seen. */
+  readonly eof: boolean;
+
+  constructor(
+    samples: ReadonlyMap<string, readonly Series[]>,
+    types: ReadonlyMap<string, MetricType>,
+    report: { errors: number; diagnostics: readonly Diagnostic[]; lines: number; eof: boolean },
+  ) {
+    this.#samples = samples;
+    this.#types = types;
+    this.errors = report.errors;
+    this.diagnostics = report.diagnostics;
+    this.lines = report.lines;
+    this.eof = report.eof;
+  }
+
+  names(): IterableIterator<string> {
+    return this.#samples.keys();
+  }
+
+  has(name: string): boolean {
+    return this.#samples.has(name);
+  }
+
+  /** TYPE of a family (`vllm:time_to_first_token_seconds`), when it was declared and selected. */
+  type(family: string): MetricType | undefined {
+    return this.#types.get(family);
+  }
+
+  series(name: string, where?: LabelMatch): readonly Series[] {
+    const all = this.#samples.get(name) ?? NONE;
+    return where === undefined ? all : all.filter((s) => labelsMatch(s.labels, where));
+  }
+
+  first(name: string, where?: LabelMatch): Series | undefined {
+    for (const s of this.#samples.get(name) ?? NONE) if (where === undefined || labelsMatch(s.labels, where)) return s;
+    return undefined;
+  }
+
+  /** Sum over matching series; undefined when none match (absent is not zero). */
+  sum(name: string, where?: LabelMatch): number | undefined {
+    let total: number | undefined;
+    for (const s of this.#samples.get(name) ?? NONE) {
+      if (where === undefined || labelsMatch(s.labels, where)) total = (total ?? 0) + s.value;
+    }
+    return total;
+  }
+
+  max(name: string, where?: LabelMatch): number | undefined {
+    let best: number | undefined;
+    for (const s of this.#samples.get(name) ?? NONE) {
+      if ((where === undefined || labelsMatch(s.labels, where)) && (best === undefined || s.value > best))
+        best = s.value;
+    }
+    return best;
+  }
+
+  mean(name: string, where?: LabelMatch): number | undefined {
+    let total = 0;
+    let n = 0;
+    for (const s of this.#samples.get(name) ?? NONE) {
+      if (where === undefined || labelsMatch(s.labels, where)) {
+        total += s.value;
+        n++;
+      }
+    }
+    return n === 0 ? undefined : total / n;
+  }
+
+  /**
+   * A histogram's (or summary's) `_sum` and `_count` summed over matching series, e.g. across
+   * vLLM's `engine` label. Undefined unless both were selected and present.
+   */
+  histogram(family: string, where?: LabelMatch): HistogramTotals | undefined {
+    const sum = this.sum(`${family}_sum`, where);
+    const count = this.sum(`${family}_count`, where);
+    if (sum === undefined || count === undefined) return undefined;
+    const bucketSeries = this.series(`${family}_bucket`, where);
+    if (bucketSeries.length === 0) return { sum, count };
+    const byLe = new Map<number, number>();
+    for (const s of bucketSeries) {
+      const le = parseFloatToken(s.labels.le ?? '');
+      if (le !== undefined) byLe.set(le, (byLe.get(le) ?? 0) + s.value);
+    }
+    const buckets = [...byLe].sort((a, b) => a[0] - b[0]).map(([le, n]) => ({ le, count: n }));
+    return { sum, count, buckets };
+  }
+}
+
+export function labelsMatch(labels: Labels, where: LabelMatch): boolean {
+  if (typeof where === 'function') return where(labels);
+  for (const key in where) if (labels[key] !== where[key]) return false;
+  return true;
+}
+
+/** Go float syntax as Prometheus writes it; undefined when it is not a number. */
+export function parseFloatToken(token: string): number | undefined {
+  if (token.length === 0) return undefined;
+  const n = Number(token);
+  if (!Number.isNaN(n)) {
+    // Number() accepts things Go does not (hex integers, binary, octal); no exporter writes them.
+    return n;
+  }
+  switch (token.toLowerCase()) {
+    case 'nan':
+    case '+nan':
+    case '-nan':
+      return NaN;
+    case 'inf':
+    case '+inf':
+    case 'infinity':
+    case '+infinity':
+      return Infinity;
+    case '-inf':
+    case '-infinity':
+      return -Infinity;
+    default:
+      return undefined;
+  }
+}

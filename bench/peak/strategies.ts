@@ -1,0 +1,159 @@
+// The admission strategies compared by `npm run bench:peak`. All but the oracle are the production
+// pool (scraped telemetry, learned model, calibration) and router; they differ only in the rule
+// that sends a request that may leave to the provider.
+import { PodPool } from '../../agent/pool/pool.ts';
+import type { Candidate } from '../../agent/route/candidate.ts';
+import { decide, type Decision, type LeaveVerdict } from '../../agent/route/router.ts';
+import { TtftPredictor } from '../../agent/predict/predictor.ts';
+import type { EffectivePolicy, RouteRequest } from '../../agent/types.ts';
+import { VirtualClock } from '../../shared/sim/clock.ts';
+import { engineFor, fitOracleModel, submitTracked, type PodShape } from '../routing/harness.ts';
+import { generateArrivals, type PromptMix } from '../routing/workload.ts';
+import { oracleCandidate } from '../routing/strategies.ts';
+import type { PeakAction, PeakArrival, PeakContext, PeakStrategyFactory } from './harness.ts';
+
+export const ATTAINMENT = 0.99;
+const LEAVE: LeaveVerdict = { allowed: true, reason: 'bench', providers: ['hosted'] };
+const STAY: LeaveVerdict = { allowed: false, reason: 'bench: may not leave', providers: [] };
+
+function policyFor(ctx: PeakContext, rule: 'slo' | 'queue'): EffectivePolicy {
+  return {
+    name: 'bench',
+    // The queue rule alone: no SLO filter, only "bypass a pod averaging over 2 queued".
+    sloTtftMs: rule === 'queue' ? Infinity : ctx.scenario.sloMs,
+    sloAttainment: ATTAINMENT,
+    exclude: rule === 'queue' ? [{ metric: 'queued', above: 2, windowMs: 30_000 }] : [],
+    overflow: { providers: ['hosted'], denyTags: [], denyTenants: [] },
+    waitMaxMs: ctx.scenario.waitMs,
+  };
+}
+
+function request(a: PeakArrival): RouteRequest {
+  return {
+    kind: 'chat',
+    model: 'm',
+    tenant: 't',
+    namespace: 't',
+    tags: [],
+    promptTokens: a.promptTokens,
+    stream: true,
+  };
+}
+
+function toAction(
+  d: Decision,
+  pods: PeakContext['pods'],
+  onPod: (c: Candidate) => Partial<Extract<PeakAction, { action: 'pod' }>>,
+): PeakAction {
+  if (d.action === 'pod') {
+    const c = d.chosen.candidate;
+    return {
+      action: 'pod',
+      pod: pods.findIndex((p) => p.pod.uid === c.pod.uid),
+      quantileMs: d.chosen.quantileMs,
+      ...onPod(c),
+    };
+  }
+  if (d.action === 'overflow') return { action: 'overflow' };
+  return { action: d.action };
+}
+
+/** The production pool and router; `mean` hides the calibration (a quantile equal to the mean, as before). */
+function agent(rule: 'mean' | 'calibrated' | 'queue'): PeakStrategyFactory {
+  return (ctx) => {
+    const pool = new PodPool({
+      node: 'bench',
+      scrapeIntervalMs: 100,
+      peerMaxAgeMs: 3000,
+      networkCostMs: 0,
+      referenceWindowMs: 30_000,
+      failureCooldownMs: 1000,
+      now: ctx.now,
+    });
+    pool.setLocalPods(ctx.pods.map((p) => p.pod));
+    const policy = policyFor(ctx, rule === 'queue' ? 'queue' : 'slo');
+    return {
+      scraped: (p, load) => pool.recordLoad(p.pod.uid, load, p.telemetry),
+      decide: (a, waitedMs) => {
+        let candidates = pool.candidates();
+        if (rule === 'mean') candidates = candidates.map((c) => ({ ...c, logMargin: undefined }));
+        const d = decide({
+          request: request(a),
+          policy,
+          candidates,
+          leave: a.mayLeave ? LEAVE : STAY,
+          waitedMs,
+          rand: ctx.rand,
+        });
+        return toAction(d, ctx.pods, (c) => {
+          const ticket = pool.begin(c, a.promptTokens);
+          return { firstToken: (ms) => ticket.firstByte(ms), done: () => ticket.end(true) };
+        });
+      },
+    };
+  };
+}
+
+/**
+ * Perfect information: each pod's true queue, batch, pending prompt tokens and speed at the instant
+ * of decision, the TTFT model fitted offline on that truth, and the q-quantile of that model's
+ * error measured offline. The best admission a predictor can do without seeing the future.
+ */
+const oracle: PeakStrategyFactory = (ctx) => {
+  const policy = policyFor(ctx, 'slo');
+  return {
+    scraped: () => {},
+    decide: (a, waitedMs) => {
+      const candidates = ctx.pods.map((p) => ({
+        ...oracleCandidate(p, ctx.oracle.params),
+        logMargin: () => ctx.oracle.logMargin,
+      }));
+      return toAction(
+        decide({ request: request(a), policy, candidates, leave: a.mayLeave ? LEAVE : STAY, waitedMs, rand: ctx.rand }),
+        ctx.pods,
+        () => ({}),
+      );
+    },
+  };
+};
+
+/** The oracle's model for a shape, and the q-quantile of its error on the true state (offline). */
+export function fitOracle(
+  shape: PodShape,
+  mix: PromptMix,
+  capacityPerS: number,
+  q = ATTAINMENT,
+): PeakContext['oracle'] {
+  const params = fitOracleModel(mix, capacityPerS, 7, shape);
+  const fit = new TtftPredictor({ prior: params });
+  const errors: number[] = [];
+  for (const load of [0.5, 0.8, 0.95, 1.1]) {
+    const clock = new VirtualClock();
+    const engine = engineFor(clock, 1, 8, shape);
+    const pending = { pendingPromptTokens: 0 };
+    for (const a of generateArrivals(8, [{ ms: 30_000, load }], capacityPerS, mix)) {
+      clock.set(a.at);
+      engine.advanceTo(a.at);
+      const s = engine.snapshot();
+      const predicted = fit.predict({
+        queued: s.waiting,
+        running: s.running,
+        promptTokens: a.promptTokens,
+        pendingPromptTokens: pending.pendingPromptTokens,
+      });
+      submitTracked(engine, pending, a, {
+        onToken: (at, n) => n === 1 && errors.push(Math.log((at - a.at) / predicted)),
+      });
+    }
+    engine.runUntilIdle();
+  }
+  errors.sort((x, y) => x - y);
+  return { params, logMargin: errors[Math.min(errors.length - 1, Math.ceil(q * errors.length) - 1)] };
+}
+
+export const PEAK_STRATEGIES: [string, PeakStrategyFactory][] = [
+  ['mean admission', agent('mean')],
+  ['calibrated', agent('calibrated')],
+  ['queue > 2 overflow', agent('queue')],
+  ['oracle', oracle],
+];

@@ -1,0 +1,95 @@
+// The agent's prefix index: memory per pod at 100,000 cached blocks, and the lookup a routing
+// decision makes over 1,000 candidates (one walk over the prompt's blocks for all pods, versus
+// probing each candidate). Run: npm run bench:prefix
+import { Bench } from 'tinybench';
+import { promptBlocks, renderPrompt } from '../agent/prefix/blocks.ts';
+import { PrefixIndex } from '../agent/prefix/index.ts';
+import { mulberry32 } from '../shared/sim/random.ts';
+
+const gc = (globalThis as { gc?: () => void }).gc;
+if (!gc) throw new Error('run with --expose-gc');
+
+/** Distinct prompts of `blocks` blocks each: a seeded text, so hashes are realistic and unshared. */
+function promptOf(seed: number, blocks: number): number[] {
+  const rand = mulberry32(seed);
+  let text = '';
+  while (text.length < blocks * 64) text += rand().toString(36).slice(2);
+  return promptBlocks(text.slice(0, blocks * 64));
+}
+
+function heapUsed(): number {
+  gc!();
+  gc!();
+  return process.memoryUsage().heapUsed;
+}
+
+// Memory: pods each filled with 100,000 blocks (1,000 prompts of 100 blocks ≈ 1,600 tokens).
+const BLOCKS_PER_POD = 100_000;
+const memoryRows = [];
+for (const pods of [1, 4]) {
+  const prompts = Array.from({ length: (pods * BLOCKS_PER_POD) / 100 }, (_, i) => promptOf(i + 1, 100));
+  const before = heapUsed();
+  const index = new PrefixIndex({ maxBlocksPerPod: BLOCKS_PER_POD });
+  prompts.forEach((p, i) => index.record(`pod-${i % pods}`, p));
+  const bytes = heapUsed() - before;
+  const m = index.memory();
+  memoryRows.push({
+    pods,
+    blocks: m.blocks,
+    'MB total': (bytes / 1e6).toFixed(1),
+    'MB per pod': (bytes / pods / 1e6).toFixed(1),
+    'bytes per block': (bytes / m.blocks).toFixed(0),
+  });
+  // Keep `index` reachable until measured.
+  if (m.blocks === 0) throw new Error('nothing recorded');
+}
+console.log('index memory (heap delta after GC, hashes precomputed)');
+console.table(memoryRows);
+
+// Lookup at 1,000 candidates: every pod holds 20 conversations of its own (realistic), a shared
+// system prompt of 32 blocks sits on 100 pods, and this request's 256-block prompt (≈ 4k tokens:
+// the system prompt then a long history) on 3 of them.
+const CANDIDATES = 1000;
+const index = new PrefixIndex();
+const system = promptOf(1_000_000, 32);
+const request = [...system, ...promptOf(2_000_000, 224)];
+for (let p = 0; p < CANDIDATES; p++) {
+  for (let c = 0; c < 20; c++) index.record(`pod-${p}`, promptOf(p * 100 + c + 10, 64));
+  if (p % 10 === 0) index.record(`pod-${p}`, system);
+  if (p < 3) index.record(`pod-${p}`, request.slice(0, 200 + 20 * p));
+}
+const everywhere = new PrefixIndex();
+for (let p = 0; p < CANDIDATES; p++) everywhere.record(`pod-${p}`, request);
+const ids = Array.from({ length: CANDIDATES }, (_, p) => `pod-${p}`);
+const text = 'x'.repeat(request.length * 64);
+const body = {
+  model: 'm',
+  messages: [
+    { role: 'system', content: text.slice(0, 2048) },
+    { role: 'user', content: text.slice(2048) },
+  ],
+};
+
+const bench = new Bench({ time: 500 });
+bench.add('render + hash a 16 KB chat prompt (256 blocks), once per request', () => {
+  promptBlocks(renderPrompt(body));
+});
+bench.add('lookup for 1,000 candidates: one walk (prefix on 3, system prompt on 100)', () => {
+  index.cachedTokensByPod(request);
+});
+bench.add('lookup for 1,000 candidates: probe each candidate (same index)', () => {
+  for (const id of ids) index.expectedCachedTokens(id, request);
+});
+bench.add('worst case: the whole 256-block prompt on all 1,000 pods (one walk)', () => {
+  everywhere.cachedTokensByPod(request);
+});
+bench.add('record a 256-block prompt for one pod', () => {
+  index.record('pod-7', request);
+});
+await bench.run();
+console.table(
+  bench.tasks.map((task) => {
+    const r = task.result;
+    return { task: task.name, 'µs/op': r.state === 'completed' ? (r.latency.mean * 1000).toFixed(2) : r.state };
+  }),
+);

@@ -1,0 +1,104 @@
+// `npm run bench:routing-prefix`: the prefix-sharing workloads (multi-turn chat, shared system
+// prompt, and a no-sharing control) against the same simulated vLLM pods, with prefix caching on,
+// for every routing strategy plus the GIE profile with its prefix-cache scorer. Reports TTFT,
+// SLO attainment and the cache hit rate the pods achieved. Writes bench/results/routing-prefix.json.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { fitOracleModel, runScenario, type RunResult, type Scenario } from './routing/harness.ts';
+import { BENCH_STRATEGIES } from './routing/strategies.ts';
+import {
+  calibrateWorkload,
+  gieWithPrefix,
+  kinferencePrefixPreview,
+  multiTurnChat,
+  noSharing,
+  sharedSystemPrompt,
+} from './routing/prefix-workloads.ts';
+import type { Arrival } from './routing/workload.ts';
+
+const MINUTE = 60_000;
+const SEEDS = Number(process.env.SEEDS ?? 3);
+const LOAD = Number(process.env.LOAD ?? 0.8);
+type Generator = (seed: number, ms: number, ratePerS: number) => Arrival[];
+
+// The control uses the multi-turn seed: the same arrivals, sizes and times, only nothing repeats.
+const WORKLOADS: { name: string; generate: Generator; sloMs: number; seed: number }[] = [
+  { name: 'multi-turn chat', generate: multiTurnChat, sloMs: 1000, seed: 21 },
+  { name: 'shared system prompt', generate: sharedSystemPrompt, sloMs: 1000, seed: 22 },
+  { name: 'no sharing (control)', generate: noSharing, sloMs: 1000, seed: 21 },
+];
+const strategies = [
+  ...BENCH_STRATEGIES.filter(([name]) => name !== 'peak-EWMA P2C'),
+  ['GIE queue+KV+prefix', gieWithPrefix] as const,
+  ['kinference+prefix (preview)', kinferencePrefixPreview] as const,
+];
+
+const only = process.argv[2];
+const results: Record<string, Record<string, RunResult>> = {};
+const started = performance.now();
+for (const w of WORKLOADS) {
+  if (only && !w.name.includes(only)) continue;
+  const capacity = calibrateWorkload(w.generate);
+  // The oracle's TTFT model, fitted on the short-prompt mix: it knows queues, not caches.
+  const oracle = fitOracleModel({ longShare: 0 }, capacity);
+  const durationMs = 5 * MINUTE;
+  console.error(`${w.name}: ${capacity.toFixed(2)} req/s per pod with nothing cached; offered ${LOAD * 100}% of that`);
+  results[w.name] = {};
+  for (const [name, factory] of strategies) {
+    const runs = Array.from({ length: SEEDS }, (_, i) => {
+      const scenario: Scenario = {
+        name: w.name,
+        speeds: [1, 1, 1, 1],
+        phases: [{ ms: durationMs, load: LOAD }],
+        mix: { longShare: 0 },
+        sloMs: w.sloMs,
+        seed: w.seed + 1000 * i,
+        workload: (seed, total) => w.generate(seed, durationMs, LOAD * total),
+      };
+      return runScenario(scenario, factory, capacity, oracle);
+    });
+    const avg = (f: (r: RunResult) => number) => runs.reduce((s, r) => s + f(r), 0) / runs.length;
+    const r: RunResult = {
+      requests: avg((x) => x.requests),
+      rejected: avg((x) => x.rejected),
+      p50: avg((x) => x.p50),
+      p90: avg((x) => x.p90),
+      p99: avg((x) => x.p99),
+      sloAttainment: avg((x) => x.sloAttainment),
+      mape: avg((x) => x.mape),
+      cacheHitRate: avg((x) => x.cacheHitRate),
+      wallMs: runs.reduce((s, x) => s + x.wallMs, 0),
+    };
+    results[w.name][name] = r;
+    console.error(
+      `${w.name.padEnd(22)} ${name.padEnd(28)} p50 ${r.p50.toFixed(0).padStart(6)} p90 ${r.p90.toFixed(0).padStart(6)} SLO ${(r.sloAttainment * 100).toFixed(1).padStart(5)}% hit ${(r.cacheHitRate * 100).toFixed(1).padStart(5)}%  (${r.wallMs.toFixed(0)} ms)`,
+    );
+  }
+}
+
+const pct = (x: number) => `${(x * 100).toFixed(1)}%`;
+const lines = [
+  `Mean of ${SEEDS} seeds per cell; 4 pods, ${LOAD * 100}% of the prefix-blind capacity, 5 minutes; TTFT in ms.`,
+  '',
+  '| workload (SLO) | strategy | requests | TTFT p50 | p90 | p99 | SLO attainment | cache hit rate |',
+  '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |',
+];
+for (const w of WORKLOADS) {
+  for (const [strategy, r] of Object.entries(results[w.name] ?? {})) {
+    lines.push(
+      `| ${w.name} (${w.sloMs} ms) | ${strategy} | ${r.requests.toFixed(0)} | ${r.p50.toFixed(0)} | ${r.p90.toFixed(0)} | ${r.p99.toFixed(0)} | ${pct(r.sloAttainment)} | ${pct(r.cacheHitRate)} |`,
+    );
+  }
+}
+console.log(lines.join('\n'));
+console.log(`\ntotal ${((performance.now() - started) / 1000).toFixed(1)} s`);
+if (!only) {
+  mkdirSync('bench/results', { recursive: true });
+  writeFileSync(
+    `bench/results/routing-prefix-${LOAD}.json`,
+    JSON.stringify(
+      { date: new Date().toISOString(), node: process.version, seeds: SEEDS, load: LOAD, results },
+      null,
+      2,
+    ),
+  );
+}

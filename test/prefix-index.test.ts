@@ -1,0 +1,132 @@
+// The agent's approximate prefix index: stable block hashes of the rendered prompt, per-pod LRU
+// bounds, ageing by the pod's computed tokens and KV usage, and the many-candidate lookup.
+
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { promptBlocks, renderPrompt } from '../agent/prefix/blocks.ts';
+import { PrefixIndex } from '../agent/prefix/index.ts';
+
+const SYSTEM = 'You are a careful assistant for the finance team. Answer briefly and cite sources. '.repeat(8);
+
+function chat(turns: string[]): Record<string, unknown> {
+  return {
+    model: 'm',
+    messages: [
+      { role: 'system', content: SYSTEM },
+      ...turns.map((content, i) => ({ role: i % 2 ? 'assistant' : 'user', content })),
+    ],
+  };
+}
+
+const blocksOf = (body: Record<string, unknown>) => promptBlocks(renderPrompt(body));
+
+describe('prompt blocks', () => {
+  test('the same body always hashes the same; a resent history keeps its blocks as a prefix', () => {
+    const turn1 = blocksOf(chat(['What is our Q3 exposure to rates?']));
+    assert.deepEqual(blocksOf(chat(['What is our Q3 exposure to rates?'])), turn1);
+    // Known value: a change to the hashing would silently invalidate every pod's index across a rollout.
+    assert.deepEqual(promptBlocks('x'.repeat(128)), [3687425588574231, 833333116083414]);
+    assert.ok(turn1.every((h) => Number.isSafeInteger(h) && h >= 0));
+    const turn2 = blocksOf(chat(['What is our Q3 exposure to rates?', 'About 4% of the book.', 'And Q4?']));
+    assert.ok(turn2.length > turn1.length);
+    // Every full block of turn 1 before the point where turn 2 diverges is shared.
+    const common = Math.floor(renderPrompt(chat(['What is our Q3 exposure to rates?'])).length / 64);
+    assert.deepEqual(turn2.slice(0, common), turn1.slice(0, common));
+  });
+
+  test('a difference early in the prompt changes every later block (the chain)', () => {
+    const a = promptBlocks('A' + 'x'.repeat(200));
+    const b = promptBlocks('B' + 'x'.repeat(200));
+    assert.equal(a.length, 3);
+    for (let i = 0; i < 3; i++) assert.notEqual(a[i], b[i]);
+    assert.equal(promptBlocks('short').length, 0, 'a partial block is never cached');
+    assert.deepEqual(
+      promptBlocks('x'.repeat(640), 64, 2),
+      promptBlocks('x'.repeat(640)).slice(0, 2),
+      'bounded, same hashes',
+    );
+  });
+
+  test('rendering covers chat parts, tool calls, completions prompts, token ids and Responses input', () => {
+    const parts = renderPrompt({
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'hello' }, { type: 'image_url' }] }],
+    });
+    assert.equal(parts, '<|user|>hello\n');
+    const tool = renderPrompt({
+      messages: [{ role: 'assistant', content: null, tool_calls: [{ function: { name: 'f', arguments: '{"a":1}' } }] }],
+    });
+    assert.equal(tool, '<|assistant|>f{"a":1}\n');
+    assert.equal(renderPrompt({ prompt: 'plain' }), 'plain');
+    assert.equal(renderPrompt({ prompt: [1, 2] }).length, 8, 'a token id counts as four characters');
+    assert.equal(renderPrompt({ instructions: 'sys', input: 'hi' }), 'sys\nhi');
+    assert.equal(renderPrompt({ messages: 'not a list' }), '');
+  });
+});
+
+describe('prefix index', () => {
+  const prompt = promptBlocks('p'.repeat(64 * 10));
+
+  test('expected cached tokens are the leading blocks recorded for that pod', () => {
+    const index = new PrefixIndex();
+    index.record('a', prompt.slice(0, 6));
+    assert.equal(index.expectedCachedTokens('a', prompt), 6 * 16);
+    assert.equal(index.expectedCachedTokens('b', prompt), 0);
+    assert.deepEqual([...index.cachedTokensByPod(prompt)], [['a', 96]]);
+    index.record('b', prompt);
+    assert.deepEqual(Object.fromEntries(index.cachedTokensByPod(prompt)), { a: 96, b: 160 });
+    // A gap stops the match: only a chain from the first block counts.
+    index.record('c', [prompt[0], prompt[1], prompt[3], prompt[4]]);
+    assert.equal(index.expectedCachedTokens('c', prompt), 2 * 16);
+    assert.equal(index.cachedTokensByPod(prompt).get('c'), 2 * 16);
+  });
+
+  test('bounded per pod: the oldest records go first, the first blocks of a prompt last', () => {
+    const index = new PrefixIndex({ maxBlocksPerPod: 12 });
+    const other = promptBlocks('q'.repeat(64 * 10));
+    index.record('a', prompt);
+    index.record('a', other);
+    assert.deepEqual(index.memory(), { pods: 1, blocks: 12, distinctBlocks: 12 });
+    // 8 of `prompt`'s blocks were evicted, its last ones first: its first 2 remain.
+    assert.equal(index.expectedCachedTokens('a', prompt), 2 * 16);
+    assert.equal(index.expectedCachedTokens('a', other), 10 * 16);
+    index.forget('a');
+    assert.deepEqual(index.memory(), { pods: 0, blocks: 0, distinctBlocks: 0 });
+    assert.equal(index.cachedTokensByPod(other).size, 0);
+  });
+
+  test('ageing: entries lapse once the pod has computed more blocks than its free KV holds', () => {
+    const index = new PrefixIndex();
+    index.record('a', prompt);
+    index.observe('a', { capacityBlocks: 1000, kvUsage: 0.5, computedTokens: 0 });
+    assert.equal(index.expectedCachedTokens('a', prompt), 160);
+    // 400 blocks computed since: within the 500 free blocks.
+    index.observe('a', { capacityBlocks: 1000, kvUsage: 0.5, computedTokens: 400 * 16 });
+    assert.equal(index.expectedCachedTokens('a', prompt), 160);
+    // The batch grows to 70% of the KV: only 300 blocks are free, fewer than were written since.
+    index.observe('a', { capacityBlocks: 1000, kvUsage: 0.7, computedTokens: 400 * 16 });
+    assert.equal(index.expectedCachedTokens('a', prompt), 0);
+    assert.equal(index.cachedTokensByPod(prompt).size, 0);
+    // A prompt sent again now is fresh.
+    index.record('a', prompt);
+    assert.equal(index.expectedCachedTokens('a', prompt), 160);
+  });
+
+  test('a counter that goes back (the server restarted) empties the pod', () => {
+    const index = new PrefixIndex();
+    index.observe('a', { capacityBlocks: 1000, kvUsage: 0, computedTokens: 0 }); // unknown pod: ignored
+    index.record('a', prompt);
+    index.observe('a', { capacityBlocks: 1000, kvUsage: NaN, computedTokens: 5000 });
+    assert.equal(index.expectedCachedTokens('a', prompt), 160);
+    index.observe('a', { capacityBlocks: 1000, kvUsage: NaN, computedTokens: 10 });
+    assert.equal(index.expectedCachedTokens('a', prompt), 0);
+    assert.equal(index.memory().blocks, 0);
+  });
+
+  test('re-recording refreshes an entry without duplicating its holder', () => {
+    const index = new PrefixIndex();
+    index.record('a', prompt);
+    index.record('a', prompt);
+    assert.deepEqual(index.memory(), { pods: 1, blocks: 10, distinctBlocks: 10 });
+    assert.throws(() => new PrefixIndex({ maxBlocksPerPod: 0 }), RangeError);
+  });
+});
