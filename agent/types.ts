@@ -86,6 +86,8 @@ export interface RouteRequest {
   tags: readonly string[];
   promptTokens: number;
   stream: boolean;
+  /** The most the answer may take (max_tokens / max_completion_tokens / max_output_tokens), when the client set it. */
+  maxTokens?: number;
 }
 
 export type RequestKind = 'chat' | 'completions' | 'embeddings' | 'responses';

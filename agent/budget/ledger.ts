@@ -181,23 +181,9 @@ export class BudgetLedger {
    * pending, in this origin's counters, so peers see it before it settles.
    */
   reserve(tenant: string, provider: string, tokens: number, limits: readonly BudgetLimit[]): Admission {
+    const refusal = this.check(tenant, provider, tokens, limits);
+    if (refusal) return refusal;
     const now = this.#o.now();
-    const applicable = limits.filter((l) => l.provider === undefined || l.provider === provider);
-    if (applicable.length > 0 && !this.warm) {
-      const retryAfterMs = this.#startedAt + this.#o.warmupMs - now;
-      return {
-        ok: false,
-        reason: 'warming',
-        scope: scopeName(applicable[0]),
-        retryAfterMs,
-        message: 'this agent has just started and has not yet heard what the cluster spent',
-      };
-    }
-    this.#pruneRecent(now);
-    for (const limit of applicable) {
-      const refusal = this.#refusal(tenant, provider, tokens, limit, now);
-      if (refusal) return refusal;
-    }
     const epochs = epochsAt(now);
     for (const window of BUDGET_WINDOWS) {
       this.#bump({ tenant, window, epoch: epochs[window], provider }, 0, 0, tokens, 1, now);
@@ -208,6 +194,32 @@ export class BudgetLedger {
     if (streak && now - streak.last <= this.#activeMs) streak.last = now;
     else this.#streaks.set(tenant, { since: now, last: now });
     return { ok: true, reservation };
+  }
+
+  /** Why reserve() would refuse now (undefined: it would admit); changes nothing that counts. */
+  check(
+    tenant: string,
+    provider: string,
+    tokens: number,
+    limits: readonly BudgetLimit[],
+  ): Extract<Admission, { ok: false }> | undefined {
+    const now = this.#o.now();
+    const applicable = limits.filter((l) => l.provider === undefined || l.provider === provider);
+    if (applicable.length > 0 && !this.warm) {
+      return {
+        ok: false,
+        reason: 'warming',
+        scope: scopeName(applicable[0]),
+        retryAfterMs: this.#startedAt + this.#o.warmupMs - now,
+        message: 'this agent has just started and has not yet heard what the cluster spent',
+      };
+    }
+    this.#pruneRecent(now);
+    for (const limit of applicable) {
+      const refusal = this.#refusal(tenant, provider, tokens, limit, now);
+      if (refusal) return refusal;
+    }
+    return undefined;
   }
 
   /** The provider answered: count what it reports instead of the estimate. Idempotent. */
@@ -340,7 +352,13 @@ export class BudgetLedger {
 
   // --- internals ---------------------------------------------------------------------------
 
-  #refusal(tenant: string, provider: string, tokens: number, limit: BudgetLimit, now: number): Admission | undefined {
+  #refusal(
+    tenant: string,
+    provider: string,
+    tokens: number,
+    limit: BudgetLimit,
+    now: number,
+  ): Extract<Admission, { ok: false }> | undefined {
     const epoch = epochOf(limit.window, now);
     const used = this.#used(tenant, limit, epoch, now);
     const scope = scopeName(limit);

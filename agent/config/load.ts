@@ -27,6 +27,8 @@ export interface Limits {
   drainTimeoutMs: number;
   scrapeTimeoutMs: number;
   maxWaiting: number;
+  /** Completion tokens an overflow reserves against its tenant's budget when the client set no max_tokens. */
+  budgetCompletionEstimate: number;
   classifyMaxChars: number;
   classifyMaxDepth: number;
   classifyMaxValues: number;
@@ -90,6 +92,7 @@ export const DEFAULT_LIMITS: Limits = {
   drainTimeoutMs: 25_000,
   scrapeTimeoutMs: 1_000,
   maxWaiting: 1_000,
+  budgetCompletionEstimate: 1_024,
   classifyMaxChars: DEFAULT_SCAN_LIMITS.maxChars,
   classifyMaxDepth: DEFAULT_SCAN_LIMITS.maxDepth,
   classifyMaxValues: DEFAULT_SCAN_LIMITS.maxNodes,
@@ -263,6 +266,7 @@ export function settingsFromObject(
         ? parseDuration(limits.scrapeTimeout)
         : Math.max(DEFAULT_LIMITS.scrapeTimeoutMs, scrapeIntervalMs),
       maxWaiting: limits.maxWaiting ?? DEFAULT_LIMITS.maxWaiting,
+      budgetCompletionEstimate: limits.budgetCompletionEstimate ?? DEFAULT_LIMITS.budgetCompletionEstimate,
       classifyMaxChars: limits.classifyMaxChars ?? DEFAULT_LIMITS.classifyMaxChars,
       classifyMaxDepth: limits.classifyMaxDepth ?? DEFAULT_LIMITS.classifyMaxDepth,
       classifyMaxValues: limits.classifyMaxValues ?? DEFAULT_LIMITS.classifyMaxValues,

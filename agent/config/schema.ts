@@ -39,6 +39,7 @@ const Limits = Type.Object(
     scrapeTimeout: Type.Optional(DurationString),
     /** Requests waiting for a pod at once; beyond it new waiters get 429 at once. */
     maxWaiting: Type.Optional(Type.Integer({ minimum: 0 })),
+    budgetCompletionEstimate: Type.Optional(Type.Integer({ minimum: 0 })),
     /** Classification reads at most this many characters of a body; the rest makes it `unscanned`. */
     classifyMaxChars: Type.Optional(Type.Integer({ minimum: 1024 })),
     /** Deepest JSON nesting classification reads; deeper values make the request `unscanned`. */

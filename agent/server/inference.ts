@@ -81,6 +81,7 @@ export interface RequestPathDeps {
     providers: readonly string[],
     signal: AbortSignal,
     headers: Record<string, string>,
+    policy: EffectivePolicy,
   ): Promise<OverflowResult>;
 }
 
@@ -126,6 +127,7 @@ export class RequestPath {
   #waiting = 0;
   readonly #modelLabel: BoundedLabel;
   readonly #policyLabel: BoundedLabel;
+  readonly #tenantLabel: BoundedLabel;
   /** Fired at the drain deadline: streams still running end with an error event and [DONE]. */
   readonly #drainDeadline = new AbortController();
 
@@ -133,6 +135,7 @@ export class RequestPath {
     this.deps = deps;
     this.#modelLabel = new BoundedLabel(deps.limits.maxLabelValues);
     this.#policyLabel = new BoundedLabel(deps.limits.maxLabelValues);
+    this.#tenantLabel = new BoundedLabel(deps.limits.maxLabelValues);
   }
 
   /** The routing input for a parsed request (also used by /explain). */
@@ -145,6 +148,7 @@ export class RequestPath {
       tags,
       promptTokens: estimatePromptTokens(parsed.kind === 'responses' ? responsesPromptView(parsed.body) : parsed.body),
       stream: parsed.stream,
+      ...maxTokensOf(parsed.body),
     };
   }
 
@@ -300,7 +304,14 @@ export class RequestPath {
         record.overflowReason = reason;
         delete record.predictedTtftMs;
         const sent = deps.now();
-        const result = await deps.overflow(request, parsed, decision.providers, req.signal, ctx.upstreamHeaders);
+        const result = await deps.overflow(
+          request,
+          parsed,
+          decision.providers,
+          req.signal,
+          ctx.upstreamHeaders,
+          policy,
+        );
         if (result.ok) {
           // Time to the provider's answer as the client sees it: headers for a stream (the chain
           // reads a Bedrock stream's first event first), the whole JSON otherwise.
@@ -337,6 +348,21 @@ export class RequestPath {
 
       if (decision.status === 429 || decision.retryAfterMs !== undefined)
         deps.metrics.waits.inc({ outcome: 'timeout' });
+      if (leave.budget && decision.status === 429) {
+        // Waited for a pod because the tenant's overflow budget kept it here: say when it refills.
+        deps.metrics.budgetRefusals.inc({
+          tenant: this.#tenantLabel.value(request.tenant),
+          reason: leave.budget.reason,
+        });
+        return errorResponse(429, `${decision.message}; ${leave.budget.message}`, {
+          code: 'overflow_budget_exhausted',
+          headers: {
+            'retry-after': String(Math.max(1, Math.ceil(leave.budget.retryAfterMs / 1000))),
+            'x-kinference-budget': leave.budget.scope,
+            'x-kinference-policy': policy.name,
+          },
+        });
+      }
       const retryAfter =
         decision.retryAfterMs !== undefined
           ? String(Math.max(1, Math.ceil(decision.retryAfterMs / 1000)))
@@ -499,6 +525,15 @@ export class RequestPath {
       });
     }
   }
+}
+
+/** The most the answer may take, as the client capped it (the overflow budget reserves it). */
+function maxTokensOf(body: Record<string, unknown>): { maxTokens?: number } {
+  for (const key of ['max_completion_tokens', 'max_tokens', 'max_output_tokens']) {
+    const v = body[key];
+    if (typeof v === 'number' && Number.isInteger(v) && v >= 0) return { maxTokens: v };
+  }
+  return {};
 }
 
 /** A Responses body seen as chat messages, for the prompt-size estimate: instructions + input items. */

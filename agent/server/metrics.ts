@@ -75,6 +75,12 @@ export function createMetrics(options: MetricsOptions = {}) {
       labelNames: ['provider', 'reason'] as const,
       registers: [registry],
     }),
+    budgetRefusals: new Counter({
+      name: 'kinference_overflow_budget_refusals_total',
+      help: "Requests answered 429 because their tenant's overflow budget kept them in the cluster and no pod freed in time, by tenant (bounded) and reason (exhausted|share|warming).",
+      labelNames: ['tenant', 'reason'] as const,
+      registers: [registry],
+    }),
     sloRequests: new Counter({
       name: 'kinference_slo_requests_total',
       help: 'Answered requests whose TTFT could be measured (streamed, embeddings, overflow), by route, whether policy let them leave, and whether their TTFT (from arrival at the agent) met the SLO.',
