@@ -110,6 +110,8 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     defaultMetrics: true,
     podPredictions: () => podPredictionsOf(pool.debugState()),
     discoveryConnected: () => discovery.status().connected,
+    waiting: () => requestPath.waiting.depth(),
+    maxTenantLabels: limits.maxLabelValues,
   });
   const discovery =
     deps.discovery ??

@@ -17,6 +17,8 @@ import type { Identity } from './identify.ts';
 import { logLine, onBodyEnd, overflowReason, usageOf, type RequestRecord } from './evidence.ts';
 import { propagatedHeaders, requestIdFor } from '../forward/headers.ts';
 import type { Limits } from '../config/load.ts';
+import { WaitingRoom } from '../admission/waiting.ts';
+import { DEFAULT_PRIORITY, PRIORITY_HEADER, priorityOf, type Priority } from '../budget/limits.ts';
 
 /** One request's context along the path: its id, what goes upstream with it, and its record. */
 export interface RequestContext {
@@ -124,7 +126,8 @@ function retryAfterSeconds(policy: EffectivePolicy): string {
 
 export class RequestPath {
   readonly deps: RequestPathDeps;
-  #waiting = 0;
+  /** Requests waiting for a pod, woken in order (priority, fair across tenants, FCFS within one). */
+  readonly waiting: WaitingRoom;
   readonly #modelLabel: BoundedLabel;
   readonly #policyLabel: BoundedLabel;
   readonly #tenantLabel: BoundedLabel;
@@ -136,6 +139,11 @@ export class RequestPath {
     this.#modelLabel = new BoundedLabel(deps.limits.maxLabelValues);
     this.#policyLabel = new BoundedLabel(deps.limits.maxLabelValues);
     this.#tenantLabel = new BoundedLabel(deps.limits.maxLabelValues);
+    this.waiting = new WaitingRoom({
+      maxWaiting: deps.limits.maxWaiting,
+      now: deps.now,
+      nextChange: (ms, signal) => deps.pool.nextChange(ms, signal),
+    });
   }
 
   /** The routing input for a parsed request (also used by /explain). */
@@ -268,6 +276,14 @@ export class RequestPath {
     const tried = new Set<string>();
     let podAttempts = 0;
     let waited = false;
+    const priority = priorityOf(policy.priority ?? DEFAULT_PRIORITY, req.headers.get(PRIORITY_HEADER) ?? undefined);
+    /** Whether a change in the pool lets this request act now: a pod for it, or it may leave. */
+    const canAct = () => {
+      const leave = deps.leaveVerdict(policy, request);
+      const candidates = deps.pool.candidates().filter((c) => !tried.has(c.pod.uid));
+      const d = decide({ request, policy, candidates, leave, waitedMs: deps.now() - started, rand: deps.rand });
+      return d.action === 'pod' || d.action === 'overflow';
+    };
 
     for (;;) {
       const leave = deps.leaveVerdict(policy, request);
@@ -336,8 +352,18 @@ export class RequestPath {
       }
 
       if (decision.action === 'wait') {
-        if ((await this.waitForChange(decision.maxWaitMs, req.signal, record)) === 'full') {
-          return errorResponse(429, 'too many requests are already waiting for a pod', {
+        const woke = await this.waitInLine(
+          { tenant: request.tenant, priority, maxMs: decision.maxWaitMs },
+          canAct,
+          req.signal,
+          record,
+        );
+        if (woke === 'full' || woke === 'shed') {
+          const message =
+            woke === 'full'
+              ? 'too many requests are already waiting for a pod'
+              : 'too many requests are waiting for a pod and this one has a lower priority than those that arrived';
+          return errorResponse(429, message, {
             code: 'wait_queue_full',
             headers: { 'retry-after': retryAfterSeconds(policy) },
           });
@@ -380,32 +406,34 @@ export class RequestPath {
   }
 
   /**
-   * Waits (at most `maxMs`) for any candidate to change, within the bound on waiting requests:
-   * 'full' when that many wait already. Throws when the client leaves. Adds the wait to the record.
+   * Waits (at most `maxMs`) in line for a pod: 'turn' when the pool changed and this request is
+   * the first in order that `canAct`; 'full' at once when the bound on waiting requests is
+   * reached by its class or higher; 'shed' when a higher class took its place. Throws when the
+   * client leaves. Adds the wait to the record.
    */
-  async waitForChange(
-    maxMs: number,
+  async waitInLine(
+    who: { tenant: string; priority: Priority; maxMs: number },
+    canAct: () => boolean,
     signal: AbortSignal,
     record: RequestRecord,
-  ): Promise<'change' | 'timeout' | 'full'> {
+  ): Promise<'turn' | 'timeout' | 'full' | 'shed'> {
     const deps = this.deps;
-    if (this.#waiting >= deps.limits.maxWaiting) {
-      deps.metrics.waits.inc({ outcome: 'full' });
-      return 'full';
-    }
-    this.#waiting++;
     const waitStarted = deps.now();
+    let woke: Awaited<ReturnType<WaitingRoom['wait']>>;
     try {
-      const woke = await deps.pool.nextChange(maxMs, signal);
-      record.waitedMs = Math.round(record.waitedMs + deps.now() - waitStarted);
-      if (woke === 'aborted') {
-        deps.metrics.waits.inc({ outcome: 'cancelled' });
-        throw new Error('client gone');
-      }
-      return woke;
+      woke = await this.waiting.wait(
+        { tenant: who.tenant, priority: who.priority, deadline: waitStarted + who.maxMs },
+        canAct,
+        signal,
+      );
+    } catch (error) {
+      deps.metrics.waits.inc({ outcome: 'cancelled' });
+      throw error;
     } finally {
-      this.#waiting--;
+      record.waitedMs = Math.round(record.waitedMs + deps.now() - waitStarted);
     }
+    if (woke === 'full' || woke === 'shed') deps.metrics.waits.inc({ outcome: woke });
+    return woke;
   }
 
   /** One attempt at one pod. Undefined: it failed before the first byte and another may be tried. */

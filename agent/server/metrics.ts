@@ -16,6 +16,10 @@ export interface MetricsOptions {
   podPredictions?: () => PodPrediction[];
   /** Read at scrape time: is discovery connected to its source now? */
   discoveryConnected?: () => boolean;
+  /** Read at scrape time: requests waiting for a pod, by priority class and by tenant (bounded). */
+  waiting?: () => { byPriority: Record<string, number>; byTenant: ReadonlyMap<string, number> };
+  /** Most tenant label values on the waiting gauge; the rest add up under `other`. */
+  maxTenantLabels?: number;
 }
 
 /** Each pod's prediction as the pool's state shows it: local pods by name, peers' as node/name. */
@@ -100,7 +104,7 @@ export function createMetrics(options: MetricsOptions = {}) {
     }),
     waits: new Counter({
       name: 'kinference_waits_total',
-      help: 'Requests that waited for a pod, by how the wait ended (pod|timeout|cancelled|full).',
+      help: 'Requests that waited for a pod, by how the wait ended (pod|timeout|cancelled|full|shed: a higher priority took its place).',
       labelNames: ['outcome'] as const,
       registers: [registry],
     }),
@@ -131,6 +135,31 @@ export function createMetrics(options: MetricsOptions = {}) {
         if (!options.podPredictions) return;
         this.reset(); // pods that left take their series with them
         for (const p of options.podPredictions()) this.set({ pod: p.pod, where: p.where }, p.seconds);
+      },
+    }),
+    waitingRequests: new Gauge({
+      name: 'kinference_waiting_requests',
+      help: 'Requests waiting for a pod now, by priority class (critical|standard|sheddable).',
+      labelNames: ['priority'] as const,
+      registers: [registry],
+      collect() {
+        if (!options.waiting) return;
+        for (const [priority, n] of Object.entries(options.waiting().byPriority)) this.set({ priority }, n);
+      },
+    }),
+    waitingByTenant: new Gauge({
+      name: 'kinference_waiting_requests_by_tenant',
+      help: 'Requests waiting for a pod now, by tenant (the most waiting first; past the label bound: other).',
+      labelNames: ['tenant'] as const,
+      registers: [registry],
+      collect() {
+        if (!options.waiting) return;
+        this.reset(); // tenants no longer waiting take their series with them
+        const sorted = [...options.waiting().byTenant].sort((a, b) => b[1] - a[1]);
+        const bound = options.maxTenantLabels ?? 100;
+        for (const [tenant, n] of sorted.slice(0, bound)) this.set({ tenant }, n);
+        const rest = sorted.slice(bound).reduce((sum, [, n]) => sum + n, 0);
+        if (rest > 0) this.set({ tenant: 'other' }, rest);
       },
     }),
     inFlight: new Gauge({
