@@ -97,6 +97,7 @@ function overflowBudgetFor(settings: AgentSettings, now: () => number): Overflow
     ledger,
     completionEstimate: settings.limits.budgetCompletionEstimate,
     maxUsageBodyBytes: settings.limits.maxUpstreamBodyBytes,
+    maxShownTenants: settings.limits.maxLabelValues,
   });
 }
 
@@ -111,6 +112,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     podPredictions: () => podPredictionsOf(pool.debugState()),
     discoveryConnected: () => discovery.status().connected,
     waiting: () => requestPath.waiting.depth(),
+    budgetUsage: () => budget.usage(),
     maxTenantLabels: limits.maxLabelValues,
   });
   const discovery =
@@ -124,12 +126,13 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     windowSpanMs: MAX_EXCLUDE_WINDOW_MS,
   });
   const callers = new Callers({ settings, metrics, log });
+  const budget = overflowBudgetFor(settings, now);
   const overflow = new Overflow({
     limits: { maxBodyBytes: limits.maxUpstreamBodyBytes, idleTimeoutMs: limits.providerIdleTimeoutMs },
     now,
     providerRequests: metrics.providerRequests,
     log,
-    budget: overflowBudgetFor(settings, now),
+    budget,
   });
   let snapshot: ClusterSnapshot = {
     pods: [],

@@ -85,6 +85,30 @@ describe('overflow budgets through a running agent', () => {
     const settledFits = Math.floor((TOKEN_BUDGET - estimate) / 9) + 1;
     assert.ok(settledFits > Math.floor(TOKEN_BUDGET / estimate), 'the check can tell settling from not settling');
     assert.equal(answered, settledFits);
+
+    // Visible: the gauges and /explain show the same usage and that nothing of it remains for one more.
+    const metrics = await (await fetch(`${stack.admin}/metrics`)).text();
+    const used = Number(
+      /kinference_overflow_budget_used\{tenant="tokens",window="minute",unit="tokens"\} (\d+)/.exec(metrics)?.[1],
+    );
+    assert.equal(used, reported);
+    assert.match(
+      metrics,
+      new RegExp(
+        `kinference_overflow_budget_remaining\\{tenant="tokens",window="minute",unit="tokens"\\} ${TOKEN_BUDGET - reported}\n`,
+      ),
+    );
+    assert.match(metrics, /kinference_overflow_budget_refusals_total\{tenant="tokens",reason="exhausted"\} 1\n/);
+    const explained = (await (
+      await fetch(`${stack.admin}/explain?model=${MODEL}&tenant=tokens&namespace=tokens&promptTokens=10`)
+    ).json()) as {
+      budget: { scope: string; usedTokens: number; remainingTokens: number }[];
+      leave: { allowed: boolean; budget?: { scope: string; reason: string } };
+    };
+    assert.deepEqual(
+      explained.budget.map((b) => [b.scope, b.usedTokens, b.remainingTokens]),
+      [['minute', reported, TOKEN_BUDGET - reported]],
+    );
   });
 
   it('gives the budget back when a provider fails and the next one takes the request', async () => {

@@ -15,11 +15,15 @@ export interface OverflowBudgetOptions {
   completionEstimate: number;
   /** Most bytes of a non-streamed answer read for its usage; a larger answer settles at the estimate. */
   maxUsageBodyBytes: number;
+  /** Most tenants whose budget the metrics show (the label bound); later tenants are enforced, not shown. */
+  maxShownTenants: number;
 }
 
 export class OverflowBudget {
   readonly ledger: BudgetLedger;
   readonly #o: OverflowBudgetOptions;
+  /** Tenants that overflowed under a budget, with its limits: what the usage gauges show. */
+  readonly #shown = new Map<string, readonly BudgetLimit[]>();
 
   constructor(options: OverflowBudgetOptions) {
     this.#o = options;
@@ -39,7 +43,14 @@ export class OverflowBudget {
 
   reserve(request: RouteRequest, provider: string, limits: readonly BudgetLimit[]): Reservation | undefined {
     const admission = this.ledger.reserve(request.tenant, provider, this.estimate(request), limits);
+    if (this.#shown.has(request.tenant) || this.#shown.size < this.#o.maxShownTenants)
+      this.#shown.set(request.tenant, limits);
     return admission.ok ? admission.reservation : undefined;
+  }
+
+  /** Usage and what remains per shown tenant and limit, as this agent sees the cluster now (metrics). */
+  usage(): { tenant: string; states: ReturnType<BudgetLedger['state']> }[] {
+    return [...this.#shown].map(([tenant, limits]) => ({ tenant, states: this.ledger.state(tenant, limits) }));
   }
 
   /**

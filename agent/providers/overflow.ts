@@ -162,6 +162,21 @@ export class Overflow {
     };
   }
 
+  /** The tenant's overflow budget as this agent sees the cluster now, per limit (explain, metrics); undefined: no budget. */
+  budgetState(tenant: string, policy: EffectivePolicy) {
+    const limits = policy.budget ?? [];
+    if (!this.#deps.budget || limits.length === 0) return undefined;
+    return this.#deps.budget.ledger.state(tenant, limits).map((s) => ({
+      scope: s.scope,
+      limit: { ...s.limit },
+      usedTokens: s.usedTokens,
+      usedRequests: s.usedRequests,
+      ...(s.remainingTokens !== undefined ? { remainingTokens: s.remainingTokens } : {}),
+      ...(s.remainingRequests !== undefined ? { remainingRequests: s.remainingRequests } : {}),
+      resetsAt: new Date(s.resetsAt).toISOString(),
+    }));
+  }
+
   /** For /debug/state: each provider with its breaker. */
   state(): {
     name: string;

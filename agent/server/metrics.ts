@@ -18,6 +18,17 @@ export interface MetricsOptions {
   discoveryConnected?: () => boolean;
   /** Read at scrape time: requests waiting for a pod, by priority class and by tenant (bounded). */
   waiting?: () => { byPriority: Record<string, number>; byTenant: ReadonlyMap<string, number> };
+  /** Read at scrape time: each budgeted tenant's usage and remaining budget per limit. */
+  budgetUsage?: () => {
+    tenant: string;
+    states: {
+      scope: string;
+      usedTokens: number;
+      usedRequests: number;
+      remainingTokens?: number;
+      remainingRequests?: number;
+    }[];
+  }[];
   /** Most tenant label values on the waiting gauge; the rest add up under `other`. */
   maxTenantLabels?: number;
 }
@@ -160,6 +171,38 @@ export function createMetrics(options: MetricsOptions = {}) {
         for (const [tenant, n] of sorted.slice(0, bound)) this.set({ tenant }, n);
         const rest = sorted.slice(bound).reduce((sum, [, n]) => sum + n, 0);
         if (rest > 0) this.set({ tenant: 'other' }, rest);
+      },
+    }),
+    budgetUsed: new Gauge({
+      name: 'kinference_overflow_budget_used',
+      help: "Overflow a tenant used in the current window of each of its budget's limits (window: minute|hour|day, /provider when scoped), cluster-wide as this agent sees it, by unit (tokens|requests). Tenants bounded by limits.maxLabelValues.",
+      labelNames: ['tenant', 'window', 'unit'] as const,
+      registers: [registry],
+      collect() {
+        if (!options.budgetUsage) return;
+        this.reset();
+        for (const { tenant, states } of options.budgetUsage())
+          for (const s of states) {
+            this.set({ tenant, window: s.scope, unit: 'tokens' }, s.usedTokens);
+            this.set({ tenant, window: s.scope, unit: 'requests' }, s.usedRequests);
+          }
+      },
+    }),
+    budgetRemaining: new Gauge({
+      name: 'kinference_overflow_budget_remaining',
+      help: "What is left of a tenant's overflow budget in the current window, per limit and unit (only units the limit bounds).",
+      labelNames: ['tenant', 'window', 'unit'] as const,
+      registers: [registry],
+      collect() {
+        if (!options.budgetUsage) return;
+        this.reset();
+        for (const { tenant, states } of options.budgetUsage())
+          for (const s of states) {
+            if (s.remainingTokens !== undefined)
+              this.set({ tenant, window: s.scope, unit: 'tokens' }, s.remainingTokens);
+            if (s.remainingRequests !== undefined)
+              this.set({ tenant, window: s.scope, unit: 'requests' }, s.remainingRequests);
+          }
       },
     }),
     inFlight: new Gauge({
