@@ -13,6 +13,8 @@ import { parseHostPort } from './gossip/node.ts';
 import { MAX_EXCLUDE_WINDOW_MS } from './policy/schema.ts';
 import { PodPool } from './pool/pool.ts';
 import { Overflow } from './providers/overflow.ts';
+import { BudgetLedger, DEFAULT_LEDGER_LIMITS } from './budget/ledger.ts';
+import { OverflowBudget } from './budget/spend.ts';
 import { createAdminApp } from './server/admin.ts';
 import { adminViews } from './server/admin-views.ts';
 import { createApiApp } from './server/api.ts';
@@ -81,6 +83,25 @@ function poolFor(settings: AgentSettings, now: () => number): PodPool {
   });
 }
 
+/** Every start is a new ledger origin (see agent/budget/ledger.ts: restarts neither reset nor double-count). */
+function overflowBudgetFor(settings: AgentSettings, now: () => number): OverflowBudget {
+  const ledger = new BudgetLedger({
+    origin: `${settings.node}#${randomUUID()}`,
+    convergenceMs: 1000,
+    now,
+    ...DEFAULT_LEDGER_LIMITS,
+  });
+  // Budget counters do not ride on gossip yet: this agent enforces on its own count, and there is
+  // no cluster to wait to hear from.
+  ledger.markSynced();
+  return new OverflowBudget({
+    ledger,
+    completionEstimate: settings.limits.budgetCompletionEstimate,
+    maxUsageBodyBytes: settings.limits.maxUpstreamBodyBytes,
+    maxShownTenants: settings.limits.maxLabelValues,
+  });
+}
+
 export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}): Promise<RunningAgent> {
   const now = deps.now ?? (() => performance.timeOrigin + performance.now());
   const rand = deps.rand ?? Math.random;
@@ -91,6 +112,9 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     defaultMetrics: true,
     podPredictions: () => podPredictionsOf(pool.debugState(), limits.maxLabelValues),
     discoveryConnected: () => discovery.status().connected,
+    waiting: () => requestPath.waiting.depth(),
+    budgetUsage: () => budget.usage(),
+    maxTenantLabels: limits.maxLabelValues,
   });
   const discovery =
     deps.discovery ??
@@ -103,11 +127,13 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     windowSpanMs: MAX_EXCLUDE_WINDOW_MS,
   });
   const callers = new Callers({ settings, metrics, log });
+  const budget = overflowBudgetFor(settings, now);
   const overflow = new Overflow({
     limits: { maxBodyBytes: limits.maxUpstreamBodyBytes, idleTimeoutMs: limits.providerIdleTimeoutMs },
     now,
     providerRequests: metrics.providerRequests,
     log,
+    budget,
   });
   let snapshot: ClusterSnapshot = {
     pods: [],
@@ -174,7 +200,8 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     policyFor: (who, model) => callers.policyFor(who, model),
     leaveVerdict: (policy, request) => overflow.leaveVerdict(policy, request),
     pool,
-    overflow: (request, parsed, names, signal, headers) => overflow.send(request, parsed, names, signal, headers),
+    overflow: (request, parsed, names, signal, headers, policy) =>
+      overflow.send(request, parsed, names, signal, headers, policy),
   });
 
   const drain = new Drain();

@@ -1,6 +1,8 @@
 // The core data the agent's parts exchange. Plain data only: the pure core (classify, policy, predict, route)
 // and the I/O shells (server, telemetry, forward, providers, gossip, cluster) exchange these.
 
+import type { BudgetLimit, PriorityPolicy } from './budget/limits.ts';
+
 export type Engine = 'vllm' | 'tgi' | 'sglang';
 export const ENGINES: readonly Engine[] = ['vllm', 'tgi', 'sglang'];
 
@@ -84,6 +86,8 @@ export interface RouteRequest {
   tags: readonly string[];
   promptTokens: number;
   stream: boolean;
+  /** The most the answer may take (max_tokens / max_completion_tokens / max_output_tokens), when the client set it. */
+  maxTokens?: number;
 }
 
 export type RequestKind = 'chat' | 'completions' | 'embeddings' | 'responses';
@@ -114,4 +118,8 @@ export interface EffectivePolicy {
   exclude: ExcludeRule[];
   overflow: { providers: string[]; denyTags: string[]; denyTenants: string[] };
   waitMaxMs: number;
+  /** Overflow limits per tenant (the policy's and the floor's; each holds). Absent: none. */
+  budget?: readonly BudgetLimit[];
+  /** Waiting order; absent: standard, header ignored. */
+  priority?: PriorityPolicy;
 }

@@ -181,6 +181,8 @@ describe('dashboard', () => {
     // (The state column is not checked: under a loaded test machine a scrape may be late.)
     for (const row of pods) assert.match(row[6], /\d+ ms/);
     assert.equal(await page.textContent('#peers tbody'), 'gossip is off on this agent');
+    assert.equal(await page.textContent('#budget tbody'), 'no tenant has overflowed under a budget yet');
+    assert.match((await page.textContent('#waiting')) ?? '', /^critical 0, standard 0, sheddable 0$/);
   });
 
   it('shows SLO attainment and calibration from the series issue 9 exports, as their /metrics says', async () => {

@@ -12,6 +12,16 @@ interface BodyEvidence {
     findings: { detector: string; tag: string; path: string }[];
     unscanned: { reason: string; path: string }[];
   };
+  /** The tenant's overflow budget per limit (only under a budget), and who waits for a pod by class. */
+  budget?: {
+    scope: string;
+    usedTokens: number;
+    usedRequests: number;
+    remainingTokens?: number;
+    remainingRequests?: number;
+    resetsAt: string;
+  }[];
+  waiting?: Record<string, number>;
 }
 
 export function formatExplanation(e: Explanation & BodyEvidence): string {
@@ -35,6 +45,21 @@ export function formatExplanation(e: Explanation & BodyEvidence): string {
     `slo:      TTFT ${e.slo.ttftMs} ms at ${pct}; judged on the ${e.slo.judgedOn === 'quantile' ? `${pct} quantile (the request may leave)` : 'mean (the request may not leave)'}`,
     `overflow: ${e.leave.allowed ? 'allowed' : 'not allowed'} — ${e.leave.reason}`,
   );
+  for (const b of e.budget ?? []) {
+    const left = [
+      b.remainingTokens !== undefined ? `${b.remainingTokens} tokens` : undefined,
+      b.remainingRequests !== undefined ? `${b.remainingRequests} requests` : undefined,
+    ].filter((x) => x !== undefined);
+    lines.push(
+      `budget:   ${b.scope.padEnd(16)} used ${b.usedTokens} tokens, ${b.usedRequests} requests; left ${left.join(', ')}; refills ${b.resetsAt}`,
+    );
+  }
+  if (e.waiting)
+    lines.push(
+      `waiting:  ${Object.entries(e.waiting)
+        .map(([k, n]) => `${k} ${n}`)
+        .join(', ')}`,
+    );
   const numbers = (x: { predictedTtftMs: number; quantileTtftMs: number; marginMs: number }) =>
     `mean ${String(x.predictedTtftMs).padStart(7)} ms  ${pct} ${String(x.quantileTtftMs).padStart(7)} ms  margin ${String(x.marginMs).padStart(7)} ms`;
   if (e.candidates.length) {

@@ -29,6 +29,8 @@ export interface Limits {
   scrapeTimeoutMs: number;
   maxWaiting: number;
   peerShortlist: number;
+  /** Completion tokens an overflow reserves against its tenant's budget when the client set no max_tokens. */
+  budgetCompletionEstimate: number;
   classifyMaxChars: number;
   classifyMaxDepth: number;
   classifyMaxValues: number;
@@ -93,6 +95,7 @@ export const DEFAULT_LIMITS: Limits = {
   scrapeTimeoutMs: 1_000,
   maxWaiting: 1_000,
   peerShortlist: DEFAULT_PEER_SHORTLIST,
+  budgetCompletionEstimate: 1_024,
   classifyMaxChars: DEFAULT_SCAN_LIMITS.maxChars,
   classifyMaxDepth: DEFAULT_SCAN_LIMITS.maxDepth,
   classifyMaxValues: DEFAULT_SCAN_LIMITS.maxNodes,
@@ -267,6 +270,7 @@ export function settingsFromObject(
         : Math.max(DEFAULT_LIMITS.scrapeTimeoutMs, scrapeIntervalMs),
       maxWaiting: limits.maxWaiting ?? DEFAULT_LIMITS.maxWaiting,
       peerShortlist: limits.peerShortlist ?? DEFAULT_LIMITS.peerShortlist,
+      budgetCompletionEstimate: limits.budgetCompletionEstimate ?? DEFAULT_LIMITS.budgetCompletionEstimate,
       classifyMaxChars: limits.classifyMaxChars ?? DEFAULT_LIMITS.classifyMaxChars,
       classifyMaxDepth: limits.classifyMaxDepth ?? DEFAULT_LIMITS.classifyMaxDepth,
       classifyMaxValues: limits.classifyMaxValues ?? DEFAULT_LIMITS.classifyMaxValues,

@@ -41,6 +41,8 @@ const Limits = Type.Object(
     maxWaiting: Type.Optional(Type.Integer({ minimum: 0 })),
     /** Peers' pods a decision considers per model: the fastest predicted when gossip last changed them. */
     peerShortlist: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000 })),
+    /** Completion tokens an overflow reserves against its tenant's budget when the client set no max_tokens. */
+    budgetCompletionEstimate: Type.Optional(Type.Integer({ minimum: 0 })),
     /** Classification reads at most this many characters of a body; the rest makes it `unscanned`. */
     classifyMaxChars: Type.Optional(Type.Integer({ minimum: 1024 })),
     /** Deepest JSON nesting classification reads; deeper values make the request `unscanned`. */

@@ -5,6 +5,7 @@ import type { EffectivePolicy } from '../types.ts';
 import { parseDuration } from '../config/duration.ts';
 import { policyKey, type InferencePolicy } from './schema.ts';
 import type { PolicySetIssue } from './resolve.ts';
+import { budgetLoosenings, type BudgetLimit } from '../budget/limits.ts';
 
 /** A policy that leaves `overflow.deny.tags` out still keeps pii, and what could not be read, on the cluster. */
 export const DEFAULT_DENY_TAGS: readonly string[] = ['pii', 'unscanned'];
@@ -16,6 +17,8 @@ export interface Floor {
   overflowAllowed: boolean;
   /** May a caller whose namespace is unknown follow the cluster-wide policy (else: never leaves)? */
   unidentifiedMayLeave: boolean;
+  /** The most any tenant may overflow (every setter's limits hold); empty: no cap. */
+  overflowBudget: readonly BudgetLimit[];
   /** The cluster-wide policies that set it (empty: the built-in floor), for messages. */
   sources: readonly string[];
 }
@@ -25,6 +28,7 @@ export const BUILTIN_FLOOR: Floor = deepFreeze({
   denyTenants: [],
   overflowAllowed: true,
   unidentifiedMayLeave: false,
+  overflowBudget: [],
   sources: [],
 });
 
@@ -37,6 +41,7 @@ export function floorOf(policies: readonly InferencePolicy[]): Floor {
   let maxSloTtftMs: number | undefined;
   let overflowAllowed = true;
   let unidentifiedMayLeave = true;
+  const overflowBudget: BudgetLimit[] = [];
   for (const policy of setters) {
     const g = policy.spec.guardrails!;
     for (const t of g.deny?.tags ?? DEFAULT_DENY_TAGS) tags.add(t);
@@ -44,6 +49,7 @@ export function floorOf(policies: readonly InferencePolicy[]): Floor {
     if (g.maxSloTtft !== undefined) maxSloTtftMs = Math.min(maxSloTtftMs ?? Infinity, parseDuration(g.maxSloTtft));
     if (g.overflow === 'deny') overflowAllowed = false;
     if (g.unidentifiedCallers !== 'policy') unidentifiedMayLeave = false;
+    overflowBudget.push(...(g.overflowBudget?.limits ?? []));
   }
   return deepFreeze({
     denyTags: [...tags].sort(),
@@ -51,6 +57,7 @@ export function floorOf(policies: readonly InferencePolicy[]): Floor {
     maxSloTtftMs,
     overflowAllowed,
     unidentifiedMayLeave,
+    overflowBudget,
     sources: setters.map(policyKey),
   });
 }
@@ -98,6 +105,13 @@ export function guardrailViolations(policy: InferencePolicy, floor: Floor): Poli
       message: `${floorName(floor)} forbids overflow; a namespace policy may not list providers`,
     });
   }
+  for (const loosening of budgetLoosenings(spec.overflow?.budget?.limits ?? [], floor.overflowBudget)) {
+    issues.push({
+      severity: 'error',
+      path: 'spec.overflow.budget',
+      message: `${loosening} (${floorName(floor)}); a namespace policy may only set tighter limits`,
+    });
+  }
   return issues.map((issue) => ({ ...issue, index: -1 }));
 }
 
@@ -107,9 +121,14 @@ export function applyFloor(policy: EffectivePolicy, floor: Floor): EffectivePoli
   const tenants = floor.denyTenants.filter((t) => !policy.overflow.denyTenants.includes(t));
   const capSlo = floor.maxSloTtftMs !== undefined && policy.sloTtftMs > floor.maxSloTtftMs;
   const dropProviders = !floor.overflowAllowed && policy.overflow.providers.length > 0;
-  if (tags.length === 0 && tenants.length === 0 && !capSlo && !dropProviders) return policy;
+  const capBudget = floor.overflowBudget.some((cap) => !policy.budget?.includes(cap));
+  if (tags.length === 0 && tenants.length === 0 && !capSlo && !dropProviders && !capBudget) return policy;
   return deepFreeze({
     ...policy,
+    // Floor limits are added once (they are the same objects), so applying the floor twice is a no-op.
+    ...(capBudget
+      ? { budget: [...(policy.budget ?? []), ...floor.overflowBudget.filter((cap) => !policy.budget?.includes(cap))] }
+      : {}),
     exclude: policy.exclude.map((rule) => ({ ...rule })),
     sloTtftMs: capSlo ? floor.maxSloTtftMs! : policy.sloTtftMs,
     overflow: {

@@ -112,6 +112,10 @@ export function effectiveOf(policy: InferencePolicy): EffectivePolicy {
       denyTenants: [...(spec.overflow?.deny?.tenants ?? [])],
     },
     waitMaxMs: spec.wait?.max !== undefined ? parseDuration(spec.wait.max) : DEFAULT_WAIT_MAX_MS,
+    ...(spec.overflow?.budget ? { budget: spec.overflow.budget.limits.map((limit) => ({ ...limit })) } : {}),
+    ...(spec.priority
+      ? { priority: { class: spec.priority.class ?? 'standard', header: [...(spec.priority.header ?? [])] } }
+      : {}),
   };
 }
 

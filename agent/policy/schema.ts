@@ -1,9 +1,10 @@
 // The InferencePolicy model: ONE TypeBox schema from which the agent's validator and the CRD's
 // OpenAPI v3 schema are both derived, so `policy check`, the agent and the API server agree.
 import { isDuration, parseDuration } from '../config/duration.ts';
+import { BUDGET_WINDOWS, duplicateScopes, PRIORITIES } from '../budget/limits.ts';
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
-import { dotPath, isRecord, pointerSegments } from '../../shared/json.ts';
+import { dotPath, formatPath, isRecord, pointerSegments } from '../../shared/json.ts';
 
 export const API_GROUP = 'kinference.io';
 export const API_VERSION = 'kinference.io/v1alpha1';
@@ -67,6 +68,85 @@ const TagList = (description: string) =>
     description,
   });
 
+const MAX_BUDGET_COUNT = 1e15; // far above any real budget, below 2^53 so sums stay exact
+
+export const BudgetLimitSchema = Type.Object(
+  {
+    window: Type.Union(
+      BUDGET_WINDOWS.map((w) => Type.Literal(w)),
+      { description: 'Calendar window (UTC) the limit counts over: minute, hour or day.' },
+    ),
+    tokens: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_BUDGET_COUNT,
+        expected: 'an integer ≥ 0',
+        description:
+          'Most overflowed tokens (prompt + completion, as the provider reports them) per tenant in the window.',
+      }),
+    ),
+    requests: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_BUDGET_COUNT,
+        expected: 'an integer ≥ 0',
+        description: 'Most overflowed requests per tenant in the window.',
+      }),
+    ),
+    provider: Type.Optional(Name('Count only overflow to this provider; absent: every provider.')),
+  },
+  {
+    ...strict,
+    description:
+      'One limit on overflow per tenant and window; a tenant with no budget left does not leave the cluster.',
+    'x-kubernetes-validations': [
+      { rule: 'has(self.tokens) || has(self.requests)', message: 'a limit needs tokens, requests or both' },
+    ],
+  },
+);
+
+export const OverflowBudgetSchema = Type.Object(
+  {
+    limits: Type.Array(BudgetLimitSchema, {
+      minItems: 1,
+      maxItems: 12,
+      expected: 'a non-empty list of limits',
+      description: 'Every limit holds at once.',
+    }),
+  },
+  {
+    ...strict,
+    description: 'Cluster-wide limits on what each tenant may overflow, enforced on the sum over every agent.',
+  },
+);
+
+const PriorityClass = (description: string) =>
+  Type.Union(
+    PRIORITIES.map((p) => Type.Literal(p)),
+    { description },
+  );
+
+export const PrioritySchema = Type.Object(
+  {
+    class: Type.Optional(
+      PriorityClass('The class of requests that claim none: critical, standard or sheddable. Absent: standard.'),
+    ),
+    header: Type.Optional(
+      Type.Array(PriorityClass('A class callers may claim.'), {
+        maxItems: 3,
+        expected: 'a list of critical, standard, sheddable',
+        description:
+          'Classes a caller may claim with the x-kinference-priority header; absent or empty: the header is ignored.',
+      }),
+    ),
+  },
+  {
+    ...strict,
+    description:
+      'Order among waiting requests: critical before standard before sheddable; sheddable is refused first when waiting is full.',
+  },
+);
+
 /** The platform floor: only in a cluster-wide policy; every other policy and annotation inherits it and may only tighten it. */
 export const GuardrailsSchema = Type.Object(
   {
@@ -92,6 +172,16 @@ export const GuardrailsSchema = Type.Object(
       Type.Union([Type.Literal('allow'), Type.Literal('deny')], {
         description: 'deny: no request leaves the cluster, whatever any policy lists. Absent: allow.',
       }),
+    ),
+    overflowBudget: Type.Optional(
+      Type.Object(
+        { limits: OverflowBudgetSchema.properties.limits },
+        {
+          ...strict,
+          description:
+            'The most any tenant may overflow: applies to every tenant, and a namespace policy may only set tighter limits.',
+        },
+      ),
     ),
     unidentifiedCallers: Type.Optional(
       Type.Union([Type.Literal('local'), Type.Literal('policy')], {
@@ -179,6 +269,7 @@ export const InferencePolicySpecSchema = Type.Object(
               { ...strict, description: 'Conditions under which a request may not leave.' },
             ),
           ),
+          budget: Type.Optional(OverflowBudgetSchema),
         },
         { ...strict, description: 'Whether and where a request may leave the cluster when no pod can take it.' },
       ),
@@ -189,6 +280,7 @@ export const InferencePolicySpecSchema = Type.Object(
         { ...strict, description: 'Bounded local wait.' },
       ),
     ),
+    priority: Type.Optional(PrioritySchema),
     guardrails: Type.Optional(GuardrailsSchema),
   },
   { ...strict, description: 'Which requests this policy covers and how they are routed.' },
@@ -342,7 +434,15 @@ export const MAX_EXCLUDE_WINDOW_MS = 5 * 60_000;
 
 function semanticErrors(doc: unknown): PolicyError[] {
   const errors: PolicyError[] = [];
-  const exclude = isRecord(doc) && isRecord(doc.spec) ? doc.spec.exclude : undefined;
+  const spec = isRecord(doc) && isRecord(doc.spec) ? doc.spec : undefined;
+  if (isRecord(spec?.overflow) && isRecord(spec.overflow.budget))
+    errors.push(...limitErrors(spec.overflow.budget.limits, ['spec', 'overflow', 'budget', 'limits']));
+  if (isRecord(spec?.guardrails) && isRecord(spec.guardrails.overflowBudget)) {
+    errors.push(
+      ...limitErrors(spec.guardrails.overflowBudget.limits, ['spec', 'guardrails', 'overflowBudget', 'limits']),
+    );
+  }
+  const exclude = spec?.exclude;
   if (!Array.isArray(exclude)) return errors;
   exclude.forEach((rule: unknown, i) => {
     if (isRecord(rule) && rule.metric === 'kvCache' && typeof rule.above === 'number' && rule.above > 1) {
@@ -366,6 +466,29 @@ function semanticErrors(doc: unknown): PolicyError[] {
       });
     }
   });
+  return errors;
+}
+
+/** A limit must bound something, and one scope (window + provider) may have only one limit. */
+function limitErrors(limits: unknown, at: (string | number)[]): PolicyError[] {
+  if (!Array.isArray(limits)) return [];
+  const errors: PolicyError[] = [];
+  limits.forEach((limit: unknown, i) => {
+    if (isRecord(limit) && limit.tokens === undefined && limit.requests === undefined) {
+      errors.push({ path: formatPath([...at, i]), at: [...at, i], message: 'expected tokens, requests or both' });
+    }
+  });
+  const scoped = limits.filter(
+    (l): l is { window: 'minute'; provider?: string } => isRecord(l) && typeof l.window === 'string',
+  );
+  for (const i of duplicateScopes(scoped)) {
+    const index = limits.indexOf(scoped[i]);
+    errors.push({
+      path: formatPath([...at, index]),
+      at: [...at, index],
+      message: 'expected one limit per window and provider, found a second',
+    });
+  }
   return errors;
 }
 

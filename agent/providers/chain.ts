@@ -16,7 +16,7 @@ export interface Attempt {
   provider: string;
   outcome: 'answered' | 'declined' | 'failed' | 'skipped';
   /** Why it was skipped, declined or failed. */
-  reason?: 'unsupported' | 'breaker-open' | 'status' | FailureReason | 'error';
+  reason?: 'unsupported' | 'breaker-open' | 'budget' | 'status' | FailureReason | 'error';
   /** HTTP status of the provider's answer, when there was one. */
   status?: number;
   /** Safe to show: never holds credentials. */
@@ -25,20 +25,28 @@ export interface Attempt {
   ms?: number;
 }
 
-export interface ChainOptions {
+/** Overflow budget held for one attempt: given back when that provider does not answer. */
+export interface BudgetHold {
+  release(): void;
+}
+
+export interface ChainOptions<H extends BudgetHold = BudgetHold> {
   breakers: Pick<BreakerSet, 'get'>;
   now: () => number;
   onAttempt?: (attempt: Attempt) => void;
+  /** Holds the request's budget for this provider before it is asked; undefined: the budget refuses it (skipped). */
+  reserve?: (provider: string) => H | undefined;
 }
 
-export type ChainResult =
-  { ok: true; provider: string; response: Response; attempts: Attempt[] } | { ok: false; attempts: Attempt[] };
+export type ChainResult<H extends BudgetHold = BudgetHold> =
+  | { ok: true; provider: string; response: Response; attempts: Attempt[]; hold?: H }
+  | { ok: false; attempts: Attempt[] };
 
-export async function tryProviders(
+export async function tryProviders<H extends BudgetHold = BudgetHold>(
   providers: readonly Provider[],
   call: ProviderCall,
-  opts: ChainOptions,
-): Promise<ChainResult> {
+  opts: ChainOptions<H>,
+): Promise<ChainResult<H>> {
   const attempts: Attempt[] = [];
   /** The latest "can't take this request" answer: the reply when nobody takes it. */
   let declined: { provider: string; response: Response } | undefined;
@@ -55,7 +63,13 @@ export async function tryProviders(
     }
     const breaker = opts.breakers.get(provider.name);
     const started = opts.now();
+    const hold = opts.reserve?.(provider.name);
+    if (opts.reserve && !hold) {
+      record({ provider: provider.name, outcome: 'skipped', reason: 'budget' });
+      continue;
+    }
     if (!breaker.allow(started)) {
+      hold?.release();
       record({ provider: provider.name, outcome: 'skipped', reason: 'breaker-open' });
       continue;
     }
@@ -64,6 +78,7 @@ export async function tryProviders(
     try {
       response = await provider.send(call);
     } catch (err) {
+      hold?.release();
       const reason: Attempt['reason'] = err instanceof ProviderError ? err.reason : 'error';
       const message = err instanceof ProviderError ? err.message : `provider ${provider.name}: request failed`;
       if (call.signal.aborted) {
@@ -84,6 +99,7 @@ export async function tryProviders(
     }
 
     if (isProviderFault(response.status)) {
+      hold?.release();
       breaker.onFailure(opts.now());
       record({
         provider: provider.name,
@@ -97,6 +113,7 @@ export async function tryProviders(
     }
     breaker.onSuccess(); // it answered: healthy, whatever it thought of the request
     if (declinesRequest(response.status)) {
+      hold?.release(); // it did no work: the next provider (or none) holds the budget
       await declined?.response.body?.cancel().catch(() => {});
       declined = { provider: provider.name, response };
       record({ provider: provider.name, outcome: 'declined', status: response.status, ms: opts.now() - started });
@@ -104,7 +121,7 @@ export async function tryProviders(
     }
     await declined?.response.body?.cancel().catch(() => {});
     record({ provider: provider.name, outcome: 'answered', status: response.status, ms: opts.now() - started });
-    return { ok: true, provider: provider.name, response, attempts };
+    return { ok: true, provider: provider.name, response, attempts, ...(hold ? { hold } : {}) };
   }
   if (declined !== undefined && !call.signal.aborted) return { ok: true, ...declined, attempts };
   await declined?.response.body?.cancel().catch(() => {});

@@ -13,6 +13,7 @@ import { tryProviders, type Attempt } from './chain.ts';
 import { createProvider } from './index.ts';
 import type { ProviderSettings } from './types.ts';
 import type { ClosableProvider } from './upstream.ts';
+import type { OverflowBudget } from '../budget/spend.ts';
 
 export interface OverflowDeps {
   limits: { maxBodyBytes: number; idleTimeoutMs: number };
@@ -20,6 +21,8 @@ export interface OverflowDeps {
   /** kinference_provider_requests_total{provider,outcome}. */
   providerRequests: Pick<Counter<'provider' | 'outcome'>, 'inc'>;
   log(level: 'warn', message: string): void;
+  /** Per-tenant overflow budgets (policy `overflow.budget`); absent: overflow is not counted. */
+  budget?: OverflowBudget;
 }
 
 /** The provider metric's outcome: an answered 4xx is the client's error, not an ok. */
@@ -87,7 +90,7 @@ export class Overflow {
       return { ...verdict, providers: [] };
     }
     const usable = serving.filter((name) => this.breakers.get(name).state(at) !== 'open');
-    if (usable.length > 0) return { ...verdict, providers: usable };
+    if (usable.length > 0) return this.#withinBudget(policy, request, { ...verdict, providers: usable });
     const breakersOpenMs = Math.min(...serving.map((name) => this.breakers.get(name).retryInMs(at)));
     return {
       ...verdict,
@@ -97,15 +100,43 @@ export class Overflow {
     };
   }
 
-  /** Tries the named providers in order: the first answer, or why none answered. */
+  /** The providers the tenant's budget admits now; none: the request may not leave (the budget says why). */
+  #withinBudget(policy: EffectivePolicy, request: RouteRequest, verdict: LeaveVerdict): LeaveVerdict {
+    const { budget } = this.#deps;
+    const limits = policy.budget ?? [];
+    if (!budget || limits.length === 0) return verdict;
+    const refusals = verdict.providers.map((name) => budget.refusal(request, name, limits));
+    const admitted = verdict.providers.filter((_, i) => refusals[i] === undefined);
+    if (admitted.length > 0) return { ...verdict, providers: admitted };
+    // Every provider refused: the soonest any refills is when asking again can succeed.
+    const first = refusals.filter((r) => r !== undefined).reduce((a, b) => (b.retryAfterMs < a.retryAfterMs ? b : a));
+    return {
+      allowed: false,
+      reason: first.message,
+      providers: [],
+      budget: { scope: first.scope, reason: first.reason, retryAfterMs: first.retryAfterMs, message: first.message },
+    };
+  }
+
+  /** Tries the named providers in order: the first answer, or why none answered. Budgeted
+   *  overflow reserves before each provider is asked and settles from the answer's usage. */
   async send(
     request: RouteRequest,
     parsed: ParsedRequest,
     names: readonly string[],
     signal: AbortSignal,
     headers: Record<string, string>,
+    policy?: EffectivePolicy,
   ): Promise<OverflowResult> {
-    const { now, providerRequests, log } = this.#deps;
+    const { now, providerRequests, log, budget } = this.#deps;
+    const limits = policy?.budget ?? [];
+    const reserve =
+      budget && limits.length > 0
+        ? (provider: string) => {
+            const reservation = budget.reserve(request, provider, limits);
+            return reservation && { reservation, release: () => budget.ledger.release(reservation) };
+          }
+        : undefined;
     const chain = names.map((n) => this.#providers.get(n)).filter((p): p is ClosableProvider => p !== undefined);
     const result = await tryProviders(
       chain,
@@ -114,13 +145,14 @@ export class Overflow {
         breakers: this.breakers,
         now,
         onAttempt: (a) => providerRequests.inc({ provider: a.provider, outcome: attemptOutcome(a) }),
+        reserve,
       },
     );
-    if (result.ok)
-      return {
-        ok: true,
-        response: withHeaders(result.response, { 'x-kinference-route': `overflow/${result.provider}` }),
-      };
+    if (result.ok) {
+      const response = withHeaders(result.response, { 'x-kinference-route': `overflow/${result.provider}` });
+      const held = result.hold?.reservation;
+      return { ok: true, response: budget && held ? budget.settleOnBody(response, held) : response };
+    }
     const summary = describeAttempts(result.attempts);
     log('warn', `overflow failed: ${summary}`);
     return {
@@ -128,6 +160,21 @@ export class Overflow {
       status: failureStatus(result.attempts),
       message: `every overflow provider failed (${summary})`,
     };
+  }
+
+  /** The tenant's overflow budget as this agent sees the cluster now, per limit (explain, metrics); undefined: no budget. */
+  budgetState(tenant: string, policy: EffectivePolicy) {
+    const limits = policy.budget ?? [];
+    if (!this.#deps.budget || limits.length === 0) return undefined;
+    return this.#deps.budget.ledger.state(tenant, limits).map((s) => ({
+      scope: s.scope,
+      limit: { ...s.limit },
+      usedTokens: s.usedTokens,
+      usedRequests: s.usedRequests,
+      ...(s.remainingTokens !== undefined ? { remainingTokens: s.remainingTokens } : {}),
+      ...(s.remainingRequests !== undefined ? { remainingRequests: s.remainingRequests } : {}),
+      resetsAt: new Date(s.resetsAt).toISOString(),
+    }));
   }
 
   /** For /debug/state: each provider with its breaker. */

@@ -40,6 +40,8 @@ export interface LeaveVerdict {
    * is open: ms until the first lets a request through again.
    */
   breakersOpenMs?: number;
+  /** Set when the tenant's overflow budget is what keeps the request in the cluster (not allowed). */
+  budget?: { scope: string; reason: string; retryAfterMs: number; message: string };
 }
 
 export interface DroppedCandidate extends Drop {

@@ -5,7 +5,7 @@ import type { GossipLink } from '../gossip/link.ts';
 import type { PodPool } from '../pool/pool.ts';
 import type { Overflow } from '../providers/overflow.ts';
 import type { PodHealth } from '../telemetry/scraper.ts';
-import type { RouteRequest } from '../types.ts';
+import type { EffectivePolicy, RouteRequest } from '../types.ts';
 import type { AdminDeps, ExplainBodyQuery, Readiness } from './admin.ts';
 import type { Callers } from './caller.ts';
 import { explainDecision } from './explain.ts';
@@ -97,7 +97,13 @@ export function adminViews(deps: AdminViewsDeps): Pick<AdminDeps, 'readiness' | 
       promptTokens: q.promptTokens,
       stream: true,
     };
-    return explainDecision(requestPath.explain(request, who), callers.policyFor(who, q.model));
+    const policy = callers.policyFor(who, q.model);
+    return { ...explainDecision(requestPath.explain(request, who), policy), ...budgetAndWaiting(who.tenant, policy) };
+  };
+  /** The tenant's overflow budget per limit, and how many wait for a pod now by class. */
+  const budgetAndWaiting = (tenant: string, policy: EffectivePolicy) => {
+    const budget = deps.overflow.budgetState(tenant, policy);
+    return { ...(budget ? { budget } : {}), waiting: requestPath.waiting.depth().byPriority };
   };
   const explainBody = (q: ExplainBodyQuery) => {
     const parsed = parseInferenceRequest(q.kind, q.body);
@@ -107,8 +113,10 @@ export function adminViews(deps: AdminViewsDeps): Pick<AdminDeps, 'readiness' | 
       q.ip !== undefined ? callers.identityOf(q.tenant ?? null, q.ip) : callers.named(q.namespace, q.tenant);
     const c = callers.classify(q.tags, parsed.body);
     const decision = requestPath.explain(requestPath.routeRequest(parsed, who, c.tags), who);
+    const policy = callers.policyFor(who, parsed.model);
     return {
-      ...explainDecision(decision, callers.policyFor(who, parsed.model)),
+      ...explainDecision(decision, policy),
+      ...budgetAndWaiting(who.tenant, policy),
       caller: {
         namespace: who.namespace,
         tenant: who.tenant,

@@ -54,6 +54,10 @@ export const DASHBOARD_HTML = `<!doctype html>
     <div id="overflow-chart"></div>
     <table id="overflow"><thead><tr><th>provider</th><th>why no pod</th><th class="n">requests</th><th class="n">share of overflow</th></tr></thead><tbody></tbody></table>
   </div>
+  <div class="card" id="budget-card">
+    <h2>Overflow spend per tenant against its budget (this window) — waiting now: <span id="waiting">–</span></h2>
+    <table id="budget"><thead><tr><th>tenant</th><th>window</th><th>unit</th><th class="n">used</th><th class="n">budget</th><th>share used</th></tr></thead><tbody></tbody></table>
+  </div>
   <div class="card">
     <h2>Providers and circuit breakers</h2>
     <table id="providers"><thead><tr><th>provider</th><th>kind</th><th>breaker</th><th class="n">failures in a row</th><th class="n">ok</th><th class="n">failed</th><th class="n">skipped</th></tr></thead><tbody></tbody></table>
@@ -292,6 +296,27 @@ function renderState(s, samples) {
   for (const o of origins) peers.append(row([o.origin, num(String(o.pods)), num(fmt(o.ageMs, 0) + ' ms ago')]));
 }
 
+// Spend per tenant: kinference_overflow_budget_used against used + remaining, per limit and unit.
+function renderBudget(samples) {
+  const waiting = sumBy(samples, 'kinference_waiting_requests', (l) => l.priority);
+  document.getElementById('waiting').textContent = [...waiting].map(([p, n]) => p + ' ' + n).join(', ') || '–';
+  const remaining = new Map(series(samples, 'kinference_overflow_budget_remaining').map((s) => [s.labels.tenant + '|' + s.labels.window + '|' + s.labels.unit, s.value]));
+  const body = document.querySelector('#budget tbody');
+  body.replaceChildren();
+  for (const s of series(samples, 'kinference_overflow_budget_used')) {
+    const left = remaining.get(s.labels.tenant + '|' + s.labels.window + '|' + s.labels.unit);
+    if (left === undefined) continue; // a unit this limit does not bound
+    const limit = s.value + left;
+    const share = limit > 0 ? s.value / limit : 1;
+    const bar = el('td');
+    const fill = el('div');
+    fill.style.cssText = 'height:10px;background:' + (share >= 1 ? '#c0392b' : '#2e86de') + ';width:' + Math.round(Math.min(1, share) * 120) + 'px';
+    bar.append(fill);
+    body.append(row([s.labels.tenant, s.labels.window, s.labels.unit, num(fmt(s.value, 0)), num(fmt(limit, 0)), bar]));
+  }
+  if (body.children.length === 0) body.append(row(['no tenant has overflowed under a budget yet', '', '', '', '', '']));
+}
+
 async function refresh() {
   try {
     const [metricsText, state] = await Promise.all([fetch('/metrics').then((r) => r.text()), fetch('/debug/state').then((r) => r.json())]);
@@ -303,6 +328,7 @@ async function refresh() {
     renderAttainment(samples);
     renderTtft(samples);
     renderOverflow(samples);
+    renderBudget(samples);
     document.body.dataset.polls = String(Number(document.body.dataset.polls ?? 0) + 1);
   } catch (e) { document.getElementById('status').textContent = 'cannot reach the agent: ' + e; }
 }

@@ -31,7 +31,12 @@ export function explainDecision(d: Decision, slo: { sloTtftMs: number; sloAttain
       attainment: slo.sloAttainment,
       judgedOn: d.leave.allowed && d.leave.providers.length > 0 ? 'quantile' : 'mean',
     },
-    leave: { allowed: d.leave.allowed, reason: d.leave.reason, providers: d.leave.providers },
+    leave: {
+      allowed: d.leave.allowed,
+      reason: d.leave.reason,
+      providers: d.leave.providers,
+      ...(d.leave.budget ? { budget: d.leave.budget } : {}),
+    },
     candidates: d.scored.map((s) => ({
       pod: candidateName(s.candidate),
       predictedTtftMs: ms(s.predictedMs),

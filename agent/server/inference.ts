@@ -18,6 +18,8 @@ import type { Identity } from './identify.ts';
 import { logLine, onBodyEnd, overflowReason, usageOf, type RequestRecord } from './evidence.ts';
 import { propagatedHeaders, requestIdFor } from '../forward/headers.ts';
 import type { Limits } from '../config/load.ts';
+import { WaitingRoom } from '../admission/waiting.ts';
+import { DEFAULT_PRIORITY, PRIORITY_HEADER, priorityOf, type Priority } from '../budget/limits.ts';
 
 /** One request's context along the path: its id, what goes upstream with it, and its record. */
 export interface RequestContext {
@@ -83,6 +85,7 @@ export interface RequestPathDeps {
     providers: readonly string[],
     signal: AbortSignal,
     headers: Record<string, string>,
+    policy: EffectivePolicy,
   ): Promise<OverflowResult>;
 }
 
@@ -125,9 +128,11 @@ function retryAfterSeconds(policy: EffectivePolicy): string {
 
 export class RequestPath {
   readonly deps: RequestPathDeps;
-  #waiting = 0;
+  /** Requests waiting for a pod, woken in order (priority, fair across tenants, FCFS within one). */
+  readonly waiting: WaitingRoom;
   readonly #modelLabel: BoundedLabel;
   readonly #policyLabel: BoundedLabel;
+  readonly #tenantLabel: BoundedLabel;
   /** Fired at the drain deadline: streams still running end with an error event and [DONE]. */
   readonly #drainDeadline = new AbortController();
 
@@ -135,6 +140,12 @@ export class RequestPath {
     this.deps = deps;
     this.#modelLabel = new BoundedLabel(deps.limits.maxLabelValues);
     this.#policyLabel = new BoundedLabel(deps.limits.maxLabelValues);
+    this.#tenantLabel = new BoundedLabel(deps.limits.maxLabelValues);
+    this.waiting = new WaitingRoom({
+      maxWaiting: deps.limits.maxWaiting,
+      now: deps.now,
+      nextChange: (ms, signal) => deps.pool.nextChange(ms, signal),
+    });
   }
 
   /** The routing input for a parsed request (also used by /explain). */
@@ -147,6 +158,7 @@ export class RequestPath {
       tags,
       promptTokens: estimatePromptTokens(parsed.kind === 'responses' ? responsesPromptView(parsed.body) : parsed.body),
       stream: parsed.stream,
+      ...maxTokensOf(parsed.body),
     };
   }
 
@@ -275,6 +287,14 @@ export class RequestPath {
     const tried = new Set<string>();
     let podAttempts = 0;
     let waited = false;
+    const priority = priorityOf(policy.priority ?? DEFAULT_PRIORITY, req.headers.get(PRIORITY_HEADER) ?? undefined);
+    /** Whether a change in the pool lets this request act now: a pod for it, or it may leave. */
+    const canAct = () => {
+      const leave = deps.leaveVerdict(policy, request);
+      const candidates = deps.pool.candidates(request.model).filter((c) => !tried.has(c.pod.uid));
+      const d = decide({ request, policy, candidates, leave, waitedMs: deps.now() - started, rand: deps.rand });
+      return d.action === 'pod' || d.action === 'overflow';
+    };
 
     for (;;) {
       const leave = deps.leaveVerdict(policy, request);
@@ -311,7 +331,14 @@ export class RequestPath {
         record.overflowReason = reason;
         delete record.predictedTtftMs;
         const sent = deps.now();
-        const result = await deps.overflow(request, parsed, decision.providers, req.signal, ctx.upstreamHeaders);
+        const result = await deps.overflow(
+          request,
+          parsed,
+          decision.providers,
+          req.signal,
+          ctx.upstreamHeaders,
+          policy,
+        );
         if (result.ok) {
           // Time to the provider's answer as the client sees it: headers for a stream (the chain
           // reads a Bedrock stream's first event first), the whole JSON otherwise.
@@ -336,8 +363,18 @@ export class RequestPath {
       }
 
       if (decision.action === 'wait') {
-        if ((await this.waitForChange(decision.maxWaitMs, req.signal, record)) === 'full') {
-          return errorResponse(429, 'too many requests are already waiting for a pod', {
+        const woke = await this.waitInLine(
+          { tenant: request.tenant, priority, maxMs: decision.maxWaitMs },
+          canAct,
+          req.signal,
+          record,
+        );
+        if (woke === 'full' || woke === 'shed') {
+          const message =
+            woke === 'full'
+              ? 'too many requests are already waiting for a pod'
+              : 'too many requests are waiting for a pod and this one has a lower priority than those that arrived';
+          return errorResponse(429, message, {
             code: 'wait_queue_full',
             headers: { 'retry-after': retryAfterSeconds(policy) },
           });
@@ -348,6 +385,21 @@ export class RequestPath {
 
       if (decision.status === 429 || decision.retryAfterMs !== undefined)
         deps.metrics.waits.inc({ outcome: 'timeout' });
+      if (leave.budget && decision.status === 429) {
+        // Waited for a pod because the tenant's overflow budget kept it here: say when it refills.
+        deps.metrics.budgetRefusals.inc({
+          tenant: this.#tenantLabel.value(request.tenant),
+          reason: leave.budget.reason,
+        });
+        return errorResponse(429, `${decision.message}; ${leave.budget.message}`, {
+          code: 'overflow_budget_exhausted',
+          headers: {
+            'retry-after': String(Math.max(1, Math.ceil(leave.budget.retryAfterMs / 1000))),
+            'x-kinference-budget': leave.budget.scope,
+            'x-kinference-policy': policy.name,
+          },
+        });
+      }
       const retryAfter =
         decision.retryAfterMs !== undefined
           ? String(Math.max(1, Math.ceil(decision.retryAfterMs / 1000)))
@@ -365,32 +417,34 @@ export class RequestPath {
   }
 
   /**
-   * Waits (at most `maxMs`) for any candidate to change, within the bound on waiting requests:
-   * 'full' when that many wait already. Throws when the client leaves. Adds the wait to the record.
+   * Waits (at most `maxMs`) in line for a pod: 'turn' when the pool changed and this request is
+   * the first in order that `canAct`; 'full' at once when the bound on waiting requests is
+   * reached by its class or higher; 'shed' when a higher class took its place. Throws when the
+   * client leaves. Adds the wait to the record.
    */
-  async waitForChange(
-    maxMs: number,
+  async waitInLine(
+    who: { tenant: string; priority: Priority; maxMs: number },
+    canAct: () => boolean,
     signal: AbortSignal,
     record: RequestRecord,
-  ): Promise<'change' | 'timeout' | 'full'> {
+  ): Promise<'turn' | 'timeout' | 'full' | 'shed'> {
     const deps = this.deps;
-    if (this.#waiting >= deps.limits.maxWaiting) {
-      deps.metrics.waits.inc({ outcome: 'full' });
-      return 'full';
-    }
-    this.#waiting++;
     const waitStarted = deps.now();
+    let woke: Awaited<ReturnType<WaitingRoom['wait']>>;
     try {
-      const woke = await deps.pool.nextChange(maxMs, signal);
-      record.waitedMs = Math.round(record.waitedMs + deps.now() - waitStarted);
-      if (woke === 'aborted') {
-        deps.metrics.waits.inc({ outcome: 'cancelled' });
-        throw new Error('client gone');
-      }
-      return woke;
+      woke = await this.waiting.wait(
+        { tenant: who.tenant, priority: who.priority, deadline: waitStarted + who.maxMs },
+        canAct,
+        signal,
+      );
+    } catch (error) {
+      deps.metrics.waits.inc({ outcome: 'cancelled' });
+      throw error;
     } finally {
-      this.#waiting--;
+      record.waitedMs = Math.round(record.waitedMs + deps.now() - waitStarted);
     }
+    if (woke === 'full' || woke === 'shed') deps.metrics.waits.inc({ outcome: woke });
+    return woke;
   }
 
   /** One attempt at one pod. Undefined: it failed before the first byte and another may be tried. */
@@ -510,6 +564,15 @@ export class RequestPath {
       });
     }
   }
+}
+
+/** The most the answer may take, as the client capped it (the overflow budget reserves it). */
+function maxTokensOf(body: Record<string, unknown>): { maxTokens?: number } {
+  for (const key of ['max_completion_tokens', 'max_tokens', 'max_output_tokens']) {
+    const v = body[key];
+    if (typeof v === 'number' && Number.isInteger(v) && v >= 0) return { maxTokens: v };
+  }
+  return {};
 }
 
 /** A Responses body seen as chat messages, for the prompt-size estimate: instructions + input items. */

@@ -21,6 +21,21 @@ export interface MetricsOptions {
   podPredictions?: () => PodPredictions;
   /** Read at scrape time: is discovery connected to its source now? */
   discoveryConnected?: () => boolean;
+  /** Read at scrape time: requests waiting for a pod, by priority class and by tenant (bounded). */
+  waiting?: () => { byPriority: Record<string, number>; byTenant: ReadonlyMap<string, number> };
+  /** Read at scrape time: each budgeted tenant's usage and remaining budget per limit. */
+  budgetUsage?: () => {
+    tenant: string;
+    states: {
+      scope: string;
+      usedTokens: number;
+      usedRequests: number;
+      remainingTokens?: number;
+      remainingRequests?: number;
+    }[];
+  }[];
+  /** Most tenant label values on the waiting gauge; the rest add up under `other`. */
+  maxTenantLabels?: number;
 }
 
 /**
@@ -93,6 +108,12 @@ export function createMetrics(options: MetricsOptions = {}) {
       labelNames: ['provider', 'reason'] as const,
       registers: [registry],
     }),
+    budgetRefusals: new Counter({
+      name: 'kinference_overflow_budget_refusals_total',
+      help: "Requests answered 429 because their tenant's overflow budget kept them in the cluster and no pod freed in time, by tenant (bounded) and reason (exhausted|share|warming).",
+      labelNames: ['tenant', 'reason'] as const,
+      registers: [registry],
+    }),
     sloRequests: new Counter({
       name: 'kinference_slo_requests_total',
       help: 'Answered requests whose TTFT could be measured (streamed, embeddings, overflow), by route, whether policy let them leave, and whether their TTFT (from arrival at the agent) met the SLO.',
@@ -112,7 +133,7 @@ export function createMetrics(options: MetricsOptions = {}) {
     }),
     waits: new Counter({
       name: 'kinference_waits_total',
-      help: 'Requests that waited for a pod, by how the wait ended (pod|timeout|cancelled|full).',
+      help: 'Requests that waited for a pod, by how the wait ended (pod|timeout|cancelled|full|shed: a higher priority took its place).',
       labelNames: ['outcome'] as const,
       registers: [registry],
     }),
@@ -155,6 +176,63 @@ export function createMetrics(options: MetricsOptions = {}) {
       collect() {
         this.reset();
         for (const n of peerNodes) this.set({ node: n.node }, n.seconds);
+      },
+    }),
+    waitingRequests: new Gauge({
+      name: 'kinference_waiting_requests',
+      help: 'Requests waiting for a pod now, by priority class (critical|standard|sheddable).',
+      labelNames: ['priority'] as const,
+      registers: [registry],
+      collect() {
+        if (!options.waiting) return;
+        for (const [priority, n] of Object.entries(options.waiting().byPriority)) this.set({ priority }, n);
+      },
+    }),
+    waitingByTenant: new Gauge({
+      name: 'kinference_waiting_requests_by_tenant',
+      help: 'Requests waiting for a pod now, by tenant (the most waiting first; past the label bound: other).',
+      labelNames: ['tenant'] as const,
+      registers: [registry],
+      collect() {
+        if (!options.waiting) return;
+        this.reset(); // tenants no longer waiting take their series with them
+        const sorted = [...options.waiting().byTenant].sort((a, b) => b[1] - a[1]);
+        const bound = options.maxTenantLabels ?? 100;
+        for (const [tenant, n] of sorted.slice(0, bound)) this.set({ tenant }, n);
+        const rest = sorted.slice(bound).reduce((sum, [, n]) => sum + n, 0);
+        if (rest > 0) this.set({ tenant: 'other' }, rest);
+      },
+    }),
+    budgetUsed: new Gauge({
+      name: 'kinference_overflow_budget_used',
+      help: "Overflow a tenant used in the current window of each of its budget's limits (window: minute|hour|day, /provider when scoped), cluster-wide as this agent sees it, by unit (tokens|requests). Tenants bounded by limits.maxLabelValues.",
+      labelNames: ['tenant', 'window', 'unit'] as const,
+      registers: [registry],
+      collect() {
+        if (!options.budgetUsage) return;
+        this.reset();
+        for (const { tenant, states } of options.budgetUsage())
+          for (const s of states) {
+            this.set({ tenant, window: s.scope, unit: 'tokens' }, s.usedTokens);
+            this.set({ tenant, window: s.scope, unit: 'requests' }, s.usedRequests);
+          }
+      },
+    }),
+    budgetRemaining: new Gauge({
+      name: 'kinference_overflow_budget_remaining',
+      help: "What is left of a tenant's overflow budget in the current window, per limit and unit (only units the limit bounds).",
+      labelNames: ['tenant', 'window', 'unit'] as const,
+      registers: [registry],
+      collect() {
+        if (!options.budgetUsage) return;
+        this.reset();
+        for (const { tenant, states } of options.budgetUsage())
+          for (const s of states) {
+            if (s.remainingTokens !== undefined)
+              this.set({ tenant, window: s.scope, unit: 'tokens' }, s.remainingTokens);
+            if (s.remainingRequests !== undefined)
+              this.set({ tenant, window: s.scope, unit: 'requests' }, s.remainingRequests);
+          }
       },
     }),
     inFlight: new Gauge({

@@ -91,8 +91,13 @@ async function passthrough(
       deps.rand,
     );
     while (!candidate && attempt === 0 && deps.now() - ctx.started < waitMaxMs) {
-      const woke = await path.waitForChange(waitMaxMs - (deps.now() - ctx.started), req.signal, ctx.record);
-      if (woke !== 'change') break;
+      const woke = await path.waitInLine(
+        { tenant: identity.tenant, priority: 'standard', maxMs: waitMaxMs - (deps.now() - ctx.started) },
+        () => leastLoaded(deps.pool.candidates(model), model, deps.rand) !== undefined,
+        req.signal,
+        ctx.record,
+      );
+      if (woke !== 'turn') break;
       candidate = leastLoaded(deps.pool.candidates(model), model, deps.rand);
     }
     if (!candidate) {

@@ -1,0 +1,87 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { BudgetLedger, type Admission, type Reservation } from '../agent/budget/ledger.ts';
+import { applyBudgetDeltas, budgetDeltasFor, budgetDigest } from '../agent/budget/exchange.ts';
+import { BudgetWireError, decodeBudgetGossip, encodeBudgetGossip } from '../agent/budget/wire.ts';
+import type { BudgetLimit } from '../agent/budget/limits.ts';
+
+const T0 = Date.UTC(2026, 0, 15, 10, 0, 30);
+const LIMITS: BudgetLimit[] = [{ window: 'hour', tokens: 1_000_000 }];
+
+function ledger(origin: string, now: () => number): BudgetLedger {
+  return new BudgetLedger({
+    origin,
+    now,
+    convergenceMs: 2000,
+    warmupMs: 0,
+    pendingTtlMs: 60_000,
+    maxCounters: 10_000,
+    maxOrigins: 100,
+  });
+}
+
+function reserved(a: Admission): Reservation {
+  assert.ok(a.ok);
+  return a.reservation;
+}
+
+/** A asks B (digest), B answers with deltas: both through the real encoding. */
+function exchange(asker: BudgetLedger, answerer: BudgetLedger, maxCounters = 1000): number {
+  const ask = decodeBudgetGossip(encodeBudgetGossip({ digest: budgetDigest(asker), deltas: [] }));
+  const bytes = encodeBudgetGossip({ deltas: budgetDeltasFor(answerer, ask.digest!, maxCounters) });
+  applyBudgetDeltas(asker, decodeBudgetGossip(bytes).deltas);
+  return bytes.length;
+}
+
+test('counters travel through the protobuf encoding unchanged, and a cut delta continues where it stopped', () => {
+  let t = T0;
+  const now = () => t;
+  const a = ledger('node-a#1', now);
+  const b = ledger('node-b#1', now);
+  for (let i = 0; i < 20; i++) {
+    t += 50;
+    a.settle(reserved(a.reserve(`tenant-${i % 5}`, i % 2 ? 'bedrock' : 'databricks', 700, LIMITS)), 650 + i);
+  }
+  a.reserve('tenant-0', 'bedrock', 4000, LIMITS); // pending
+  exchange(b, a, 7); // a datagram's worth only
+  assert.ok(b.versions().get('node-a#1')! < a.versions().get('node-a#1')!);
+  while (b.versions().get('node-a#1')! < a.versions().get('node-a#1')!) exchange(b, a, 7);
+  for (const tenant of ['tenant-0', 'tenant-1', 'tenant-4']) {
+    for (const window of ['minute', 'hour', 'day'] as const)
+      assert.deepEqual(b.spent(tenant, window), a.spent(tenant, window));
+    assert.deepEqual(b.state(tenant, LIMITS), a.state(tenant, LIMITS));
+  }
+  assert.deepEqual(b.deltaSince('node-a#1', 0), a.deltaSince('node-a#1', 0), 'every field, the change time included');
+});
+
+test('malformed messages are errors, never crashes or silent garbage', () => {
+  assert.throws(() => decodeBudgetGossip(Uint8Array.of(0x0a, 0xff, 0xff)), BudgetWireError);
+  const counter = {
+    tenant: 't',
+    provider: 'p',
+    window: 'hour' as const,
+    epoch: 1,
+    tokens: 1,
+    requests: 1,
+    pendingTokens: 0,
+    pendingRequests: 0,
+    version: 5,
+    changedAt: 3_600_000,
+  };
+  const outside = encodeBudgetGossip({ deltas: [{ origin: 'x#1', from: 0, to: 3, counters: [counter] }] });
+  assert.throws(() => decodeBudgetGossip(outside), /outside its versions/);
+  const backwards = encodeBudgetGossip({ deltas: [{ origin: 'x#1', from: 4, to: 3, counters: [] }] });
+  assert.throws(() => decodeBudgetGossip(backwards), /backwards/);
+  const noOrigin = encodeBudgetGossip({ deltas: [{ origin: '', from: 0, to: 5, counters: [counter] }] });
+  assert.throws(() => decodeBudgetGossip(noOrigin), /origin/);
+});
+
+test("one agent's counters for a tenant on one provider take a few dozen bytes", () => {
+  const t = T0;
+  const a = ledger('node-a#1764560000000', () => t);
+  const b = ledger('node-b#1764560000000', () => t);
+  a.settle(reserved(a.reserve('team-batch', 'bedrock', 1500, LIMITS)), 1432);
+  const bytes = exchange(b, a);
+  // minute, hour and day counters + origin name + two names: 112 bytes when written; the bound guards against a format regression.
+  assert.ok(bytes <= 128, `${bytes} bytes`);
+});
