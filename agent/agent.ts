@@ -76,6 +76,7 @@ function poolFor(settings: AgentSettings, now: () => number): PodPool {
     referenceWindowMs: 30_000,
     failureCooldownMs: 1000,
     maxInFlightPerPod: settings.limits.maxConnectionsPerPod,
+    prefixBlocksPerPod: settings.limits.prefixBlocksPerPod,
     now,
   });
 }

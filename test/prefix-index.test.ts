@@ -113,13 +113,23 @@ describe('prefix index', () => {
 
   test('a counter that goes back (the server restarted) empties the pod', () => {
     const index = new PrefixIndex();
-    index.observe('a', { capacityBlocks: 1000, kvUsage: 0, computedTokens: 0 }); // unknown pod: ignored
+    index.observe('a', { capacityBlocks: 1000, kvUsage: 0, computedTokens: 0 }); // first scrape: the baseline
     index.record('a', prompt);
     index.observe('a', { capacityBlocks: 1000, kvUsage: NaN, computedTokens: 5000 });
     assert.equal(index.expectedCachedTokens('a', prompt), 160);
     index.observe('a', { capacityBlocks: 1000, kvUsage: NaN, computedTokens: 10 });
     assert.equal(index.expectedCachedTokens('a', prompt), 0);
     assert.equal(index.memory().blocks, 0);
+  });
+
+  test("a pod's first scrape is the baseline: what it computed before does not age later records", () => {
+    const index = new PrefixIndex();
+    index.observe('a', { capacityBlocks: 100, kvUsage: 0, computedTokens: 1_000_000 });
+    index.record('a', prompt);
+    index.observe('a', { capacityBlocks: 100, kvUsage: 0, computedTokens: 1_000_000 + 50 * 16 });
+    assert.equal(index.expectedCachedTokens('a', prompt), 160);
+    index.observe('a', { capacityBlocks: 100, kvUsage: 0, computedTokens: 1_000_000 + 101 * 16 });
+    assert.equal(index.expectedCachedTokens('a', prompt), 0);
   });
 
   test('re-recording refreshes an entry without duplicating its holder', () => {

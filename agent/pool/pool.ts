@@ -7,7 +7,8 @@ import type { PredictorOptions } from '../predict/predictor.ts';
 import type { Candidate, WindowedMetric } from '../route/candidate.ts';
 import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
 import { staleAfterMs } from '../telemetry/scraper.ts';
-import { predictedTtft } from '../route/score.ts';
+import { predictedTtft, uncachedPromptTokens } from '../route/score.ts';
+import { PrefixIndex } from '../prefix/index.ts';
 import type { Pod, PodEstimate, PodLoad, RequestKind, RouteRequest } from '../types.ts';
 
 export interface PoolOptions {
@@ -24,6 +25,8 @@ export interface PoolOptions {
   maxInFlightPerPod?: number;
   now: () => number;
   predictor?: Partial<PredictorOptions>;
+  /** Bound of the prefix index: prompt blocks remembered per local pod. */
+  prefixBlocksPerPod?: number;
 }
 
 interface LocalPod {
@@ -39,6 +42,8 @@ interface LocalPod {
   implausible: string | undefined;
   /** Counts scrapes: a request answered in the epoch it was sent in leaves `unseenSent` at once. */
   epoch: number;
+  /** Prompt tokens the pod computed (not served from cache) since we know it: the prefix index's clock. */
+  computedTokens: number;
 }
 
 interface PeerTraffic {
@@ -76,6 +81,8 @@ export class PodPool {
   readonly #local = new Map<string, LocalPod>();
   /** The model of the local pods, and where it learns. */
   readonly #learner: Learner;
+  /** Which prompt blocks each local pod probably still caches, from what this agent sent it. */
+  readonly #prefix: PrefixIndex;
   #remote: PodEstimate[] = [];
   readonly #peerTraffic = new Map<string, PeerTraffic>();
   readonly #waiters = new Set<Waiter>();
@@ -83,10 +90,13 @@ export class PodPool {
   /** Bumped when pods come or go (local discovery, gossip), not on every scrape. */
   #podsVersion = 0;
   #models: { version: number; models: ReadonlySet<string> } = { version: -1, models: new Set() };
+  /** Expected cached tokens per local pod for the last prompt looked up (the dashboard shows them). */
+  #lastLookup: ReadonlyMap<string, number> = new Map();
 
   constructor(options: PoolOptions) {
     this.options = options;
     this.#learner = new Learner(options.predictor);
+    this.#prefix = new PrefixIndex({ maxBlocksPerPod: options.prefixBlocksPerPod });
   }
 
   /** Bumped on every change (a scrape, a gossip update, a request ending). */
@@ -116,6 +126,7 @@ export class PodPool {
       if (next.has(uid)) continue;
       this.#local.delete(uid);
       this.#learner.forget(uid);
+      this.#prefix.forget(uid);
     }
     for (const pod of pods) {
       const existing = this.#local.get(pod.uid);
@@ -130,6 +141,7 @@ export class PodPool {
           unhealthyUntil: 0,
           implausible: undefined,
           epoch: 0,
+          computedTokens: 0,
         });
       }
     }
@@ -148,6 +160,16 @@ export class PodPool {
     local.unseenSent = 0;
     local.epoch++;
     this.#learner.observeScrape(uid, telemetry.previous, load, telemetry.lastDelta);
+    // Age the prefix index by what the pod computed since and what its free KV can still hold.
+    const delta = telemetry.lastDelta;
+    local.computedTokens += delta?.computedPromptTokens ?? delta?.promptTokens ?? 0;
+    if (load.kvCapacityTokens !== undefined) {
+      this.#prefix.observe(uid, {
+        capacityBlocks: load.kvCapacityTokens / this.#prefix.blockTokens,
+        kvUsage: load.kvCache,
+        computedTokens: local.computedTokens,
+      });
+    }
     this.#changed();
   }
 
@@ -179,9 +201,12 @@ export class PodPool {
     this.#changed();
   }
 
-  candidates(): Candidate[] {
+  /** Every pod as a router candidate; with a request's `promptBlocks`, each local one's expected cached tokens. */
+  candidates(promptBlocks?: readonly number[]): Candidate[] {
     const now = this.options.now();
     const out: Candidate[] = [];
+    const cached = promptBlocks?.length ? this.#prefix.cachedTokensByPod(promptBlocks) : undefined;
+    if (cached) this.#lastLookup = cached;
     for (const local of this.#local.values()) {
       const telemetry = local.telemetry;
       const load = telemetry?.latest;
@@ -210,6 +235,7 @@ export class PodPool {
         unseenSent: local.unseenSent,
         pendingPromptTokens: local.pendingPromptTokens,
         networkCostMs: 0,
+        expectedCachedTokens: cached?.get(local.pod.uid) ?? 0,
       });
     }
     for (const estimate of this.#remote) {
@@ -236,6 +262,9 @@ export class PodPool {
         unseenSent: traffic?.unseenSent ?? 0,
         pendingPromptTokens: traffic?.pendingPromptTokens ?? 0,
         networkCostMs: this.options.networkCostMs,
+        // No prefix estimate for peers' pods: a conversation reaches one agent per client
+        // connection, and a per-pod summary in gossip would cost bandwidth for rare wins.
+        expectedCachedTokens: 0,
       });
     }
     return out;
@@ -267,9 +296,17 @@ export class PodPool {
   /**
    * Request bookkeeping for one request sent to `c`. `firstByte` is the first token of a streamed
    * request; `answered` the whole answer of a non-streamed one. Returns the mean prediction the
-   * request was sent on (what calibration measures against).
+   * request was sent on (what calibration measures against). Prediction, learning and the pending
+   * count use the prompt tokens `c` has not cached; `promptBlocks` (local pods) join its prefix index.
    */
-  begin(c: Candidate, promptTokens: number, kind: RequestKind = 'chat', stream = true): PodTicket {
+  begin(
+    c: Candidate,
+    wholePromptTokens: number,
+    kind: RequestKind = 'chat',
+    stream = true,
+    promptBlocks?: readonly number[],
+  ): PodTicket {
+    const promptTokens = uncachedPromptTokens(wholePromptTokens, c.expectedCachedTokens);
     const features = {
       queued: c.queuedNow + c.unseenSent,
       running: c.running,
@@ -279,6 +316,7 @@ export class PodPool {
     const local = c.where === 'local' ? this.#local.get(c.pod.uid) : undefined;
     const traffic = c.where === 'peer' ? this.#trafficFor(c.pod.uid) : undefined;
     const counters = local ?? traffic!;
+    if (local && promptBlocks?.length) this.#prefix.record(local.pod.uid, promptBlocks);
     const predictedMs = local ? this.#learner.predict(local.pod.uid, kind, features) : NaN;
     const epoch = counters.epoch;
     counters.inFlight++;
@@ -358,6 +396,7 @@ export class PodPool {
     const predicted = new Map(this.candidates().map((c) => [c.pod.uid, predictedTtft(c, REFERENCE_REQUEST)]));
     return {
       referencePromptTokens: REFERENCE_REQUEST.promptTokens,
+      prefixIndex: this.#prefix.memory(),
       local: [...this.#local.values()].map((l) => ({
         pod: l.pod,
         load: l.telemetry?.latest,
@@ -368,6 +407,10 @@ export class PodPool {
         healthy: now >= l.unhealthyUntil && l.implausible === undefined,
         unhealthyReason: l.implausible ?? (now < l.unhealthyUntil ? 'failed a request before its first byte' : null),
         predictedTtftMs: predicted.get(l.pod.uid),
+        prefix: {
+          blocks: this.#prefix.podBlocks(l.pod.uid),
+          lastRequestCachedTokens: this.#lastLookup.get(l.pod.uid) ?? 0,
+        },
         ...this.#learner.stats(l.pod.uid),
       })),
       remote: this.#remote.map((e) => ({

@@ -7,6 +7,7 @@ import { endOnSignal, relayStream, readRest } from '../forward/relay.ts';
 import { sendToPod, type PodTimeouts } from '../forward/pod.ts';
 import type { Agent as Dispatcher } from 'undici';
 import { estimatePromptTokens } from '../predict/tokens.ts';
+import { BLOCK_TOKENS, CHARS_PER_TOKEN, promptBlocks, renderPrompt } from '../prefix/blocks.ts';
 import { candidateName, decide, type Decision, type LeaveVerdict } from '../route/router.ts';
 import type { Candidate } from '../route/candidate.ts';
 import type { Scored } from '../route/picker.ts';
@@ -43,6 +44,8 @@ export interface RequestPathDeps {
     maxWaiting: number;
     maxLabelValues: number;
     maxJsonDepth: number;
+    /** Prompt blocks hashed per request for the prefix index. */
+    prefixMaxBlocks: number;
     maxUpstreamBodyBytes: number;
   } & { pod: PodTimeouts };
   now: () => number;
@@ -61,13 +64,14 @@ export interface RequestPathDeps {
   policyFor(identity: Identity, model: string): EffectivePolicy;
   leaveVerdict(policy: EffectivePolicy, request: RouteRequest): LeaveVerdict;
   pool: {
-    candidates(): Candidate[];
+    candidates(promptBlocks?: readonly number[]): Candidate[];
     /** Bookkeeping for one request sent to a pod; returns hooks for its first byte and end. */
     begin(
       c: Candidate,
       promptTokens: number,
       kind: RequestKind,
       stream: boolean,
+      promptBlocks?: readonly number[],
     ): { firstByte(ms: number): void; answered(ms: number): void; end(ok: boolean): void };
     /** The pod failed before its first byte: keep it out of decisions for a moment. */
     markFailed(c: Candidate): void;
@@ -92,6 +96,7 @@ export function requestPathLimits(limits: Limits): RequestPathDeps['limits'] {
     maxWaiting: limits.maxWaiting,
     maxLabelValues: limits.maxLabelValues,
     maxJsonDepth: limits.maxJsonDepth,
+    prefixMaxBlocks: limits.prefixMaxBlocks,
     maxUpstreamBodyBytes: limits.maxUpstreamBodyBytes,
     pod: {
       connectMs: limits.podConnectTimeoutMs,
@@ -145,6 +150,16 @@ export class RequestPath {
       tags,
       promptTokens: estimatePromptTokens(parsed.kind === 'responses' ? responsesPromptView(parsed.body) : parsed.body),
       stream: parsed.stream,
+      // Embeddings are not prefix-cached by the engines; everything else is matched on its rendered prompt.
+      ...(parsed.kind === 'embeddings'
+        ? {}
+        : {
+            promptBlocks: promptBlocks(
+              renderPrompt(parsed.body),
+              BLOCK_TOKENS * CHARS_PER_TOKEN,
+              this.deps.limits.prefixMaxBlocks,
+            ),
+          }),
     };
   }
 
@@ -159,7 +174,7 @@ export class RequestPath {
     return decide({
       request,
       policy,
-      candidates: this.deps.pool.candidates(),
+      candidates: this.deps.pool.candidates(request.promptBlocks),
       leave: this.deps.leaveVerdict(policy, request),
       rand: this.deps.rand,
     });
@@ -267,7 +282,7 @@ export class RequestPath {
 
     for (;;) {
       const leave = deps.leaveVerdict(policy, request);
-      const candidates = deps.pool.candidates().filter((c) => !tried.has(c.pod.uid));
+      const candidates = deps.pool.candidates(request.promptBlocks).filter((c) => !tried.has(c.pod.uid));
       const decision = decide({ request, policy, candidates, leave, waitedMs: deps.now() - started, rand: deps.rand });
       for (const d of decision.dropped) deps.metrics.dropped.inc({ reason: d.reason });
 
@@ -396,7 +411,7 @@ export class RequestPath {
     const deps = this.deps;
     const route = candidateName(candidate);
     const predictedMs = admitted.predictedMs;
-    const ticket = deps.pool.begin(candidate, request.promptTokens, request.kind, parsed.stream);
+    const ticket = deps.pool.begin(candidate, request.promptTokens, request.kind, parsed.stream, request.promptBlocks);
     const headersOut = { ...ctx.upstreamHeaders, ...deps.podAuth(candidate.pod) };
     const attempt = await sendToPod(
       deps.dispatcher,
