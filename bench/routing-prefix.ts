@@ -1,14 +1,14 @@
 // `npm run bench:routing-prefix`: the prefix-sharing workloads (multi-turn chat, shared system
 // prompt, and a no-sharing control) against the same simulated vLLM pods, with prefix caching on,
-// for every routing strategy plus the GIE profile with its prefix-cache scorer. Reports TTFT,
+// for every routing strategy plus Kinference's prefix-blind self and the GIE profile with its
+// prefix-cache scorer. Reports TTFT,
 // SLO attainment and the cache hit rate the pods achieved. Writes bench/results/routing-prefix.json.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fitOracleModel, runScenario, type RunResult, type Scenario } from './routing/harness.ts';
-import { BENCH_STRATEGIES } from './routing/strategies.ts';
+import { BENCH_STRATEGIES, kinferencePrefixBlind } from './routing/strategies.ts';
 import {
   calibrateWorkload,
   gieWithPrefix,
-  kinferencePrefixPreview,
   multiTurnChat,
   noSharing,
   sharedSystemPrompt,
@@ -28,8 +28,8 @@ const WORKLOADS: { name: string; generate: Generator; sloMs: number; seed: numbe
 ];
 const strategies = [
   ...BENCH_STRATEGIES.filter(([name]) => name !== 'peak-EWMA P2C'),
+  ['kinference, prefix-blind', kinferencePrefixBlind] as const,
   ['GIE queue+KV+prefix', gieWithPrefix] as const,
-  ['kinference+prefix (preview)', kinferencePrefixPreview] as const,
 ];
 
 const only = process.argv[2];
@@ -88,6 +88,24 @@ for (const w of WORKLOADS) {
       `| ${w.name} (${w.sloMs} ms) | ${strategy} | ${r.requests.toFixed(0)} | ${r.p50.toFixed(0)} | ${r.p90.toFixed(0)} | ${r.p99.toFixed(0)} | ${pct(r.sloAttainment)} | ${pct(r.cacheHitRate)} |`,
     );
   }
+}
+// The issue's yardsticks: Kinference's p90 against the GIE profile and its own prefix-blind self.
+lines.push(
+  '',
+  '| workload | p90 vs GIE | p90 vs prefix-blind | attainment vs prefix-blind (points) |',
+  '| --- | ---: | ---: | ---: |',
+);
+for (const w of WORKLOADS) {
+  const r = results[w.name];
+  const k = r?.['kinference'];
+  const gie = r?.['GIE queue+KV+prefix'];
+  const blind = r?.['kinference, prefix-blind'];
+  if (!k || !gie || !blind) continue;
+  const change = (x: number, base: number) => `${x <= base ? '−' : '+'}${Math.abs((x / base - 1) * 100).toFixed(0)}%`;
+  const points = (k.sloAttainment - blind.sloAttainment) * 100;
+  lines.push(
+    `| ${w.name} | ${change(k.p90, gie.p90)} | ${change(k.p90, blind.p90)} | ${points >= 0 ? '+' : '−'}${Math.abs(points).toFixed(1)} |`,
+  );
 }
 console.log(lines.join('\n'));
 console.log(`\ntotal ${((performance.now() - started) / 1000).toFixed(1)} s`);
