@@ -18,6 +18,8 @@ import type { Arrival } from './routing/workload.ts';
 const MINUTE = 60_000;
 const SEEDS = Number(process.env.SEEDS ?? 3);
 const LOAD = Number(process.env.LOAD ?? 0.8);
+// Pod speeds (relative); SPEEDS=1,1,0.5,0.25 is bench:routing's heterogeneous pool.
+const SPEEDS = (process.env.SPEEDS ?? '1,1,1,1').split(',').map(Number);
 type Generator = (seed: number, ms: number, ratePerS: number) => Arrival[];
 
 // The control uses the multi-turn seed: the same arrivals, sizes and times, only nothing repeats.
@@ -47,7 +49,7 @@ for (const w of WORKLOADS) {
     const runs = Array.from({ length: SEEDS }, (_, i) => {
       const scenario: Scenario = {
         name: w.name,
-        speeds: [1, 1, 1, 1],
+        speeds: SPEEDS,
         phases: [{ ms: durationMs, load: LOAD }],
         mix: { longShare: 0 },
         sloMs: w.sloMs,
@@ -77,7 +79,7 @@ for (const w of WORKLOADS) {
 
 const pct = (x: number) => `${(x * 100).toFixed(1)}%`;
 const lines = [
-  `Mean of ${SEEDS} seeds per cell; 4 pods, ${LOAD * 100}% of the prefix-blind capacity, 5 minutes; TTFT in ms.`,
+  `Mean of ${SEEDS} seeds per cell; 4 pods (speeds ${SPEEDS.join(', ')}), ${LOAD * 100}% of the prefix-blind capacity, 5 minutes; TTFT in ms.`,
   '',
   '| workload (SLO) | strategy | requests | TTFT p50 | p90 | p99 | SLO attainment | cache hit rate |',
   '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |',
@@ -112,7 +114,7 @@ console.log(`\ntotal ${((performance.now() - started) / 1000).toFixed(1)} s`);
 if (!only) {
   mkdirSync('bench/results', { recursive: true });
   writeFileSync(
-    `bench/results/routing-prefix-${LOAD}.json`,
+    `bench/results/routing-prefix-${LOAD}${process.env.SPEEDS ? `-speeds-${SPEEDS.join('_')}` : ''}.json`,
     JSON.stringify(
       { date: new Date().toISOString(), node: process.version, seeds: SEEDS, load: LOAD, results },
       null,
