@@ -72,6 +72,16 @@ describe('a conversation and the prefix cache', () => {
       for (const [pod, tokens] of Object.entries(cached)) if (pod !== first) assert.equal(tokens, 0);
       assert.equal(await send(turn2(c)), first, `conversation ${c}: ${JSON.stringify(e.candidates)}`);
     }
+    // Four turn-2s sent where ~6,000 tokens each were expected cached: the agent counts them.
+    const metrics = await (await fetch(`${stack.admin}/metrics`)).text();
+    const expected = Number(/^kinference_prefix_tokens_total\{kind="expected_cached"\} (\d+)$/m.exec(metrics)?.[1]);
+    assert.ok(
+      expected >= 4 * 5900,
+      metrics
+        .split('\n')
+        .filter((l) => l.includes('prefix'))
+        .join('\n'),
+    );
   });
 
   it('sends turn 2 elsewhere when the pod holding turn 1 is saturated', async () => {

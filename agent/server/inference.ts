@@ -412,6 +412,9 @@ export class RequestPath {
     const route = candidateName(candidate);
     const predictedMs = admitted.predictedMs;
     const ticket = deps.pool.begin(candidate, request.promptTokens, request.kind, parsed.stream, request.promptBlocks);
+    deps.metrics.prefixTokens.inc({ kind: 'prompt' }, request.promptTokens);
+    const cached = Math.min(candidate.expectedCachedTokens ?? 0, request.promptTokens);
+    if (cached > 0) deps.metrics.prefixTokens.inc({ kind: 'expected_cached' }, cached);
     const headersOut = { ...ctx.upstreamHeaders, ...deps.podAuth(candidate.pod) };
     const attempt = await sendToPod(
       deps.dispatcher,
