@@ -79,6 +79,7 @@ function poolFor(settings: AgentSettings, now: () => number): PodPool {
     failureCooldownMs: 1000,
     maxInFlightPerPod: settings.limits.maxConnectionsPerPod,
     peerShortlist: settings.limits.peerShortlist,
+    prefixBlocksPerPod: settings.limits.prefixBlocksPerPod,
     now,
   });
 }

@@ -44,6 +44,14 @@ export interface PodLoad {
   promptTokens?: number;
   generationTokens?: number;
   finished?: number;
+  /** Cumulative prompt tokens looked up in the prefix cache, and of those found cached (vLLM's
+   *  prefix_cache_queries/hits). */
+  prefixCacheQueries?: number;
+  prefixCacheHits?: number;
+  /** Share of recent prompt tokens served from the prefix cache (SGLang's cache_hit_rate, 0..1). */
+  prefixCacheHitRate?: number;
+  /** KV-cache capacity in tokens (vLLM: num_gpu_blocks × block_size; SGLang: max_total_num_tokens). */
+  kvCapacityTokens?: number;
 }
 
 /**
@@ -88,6 +96,8 @@ export interface RouteRequest {
   stream: boolean;
   /** The most the answer may take (max_tokens / max_completion_tokens / max_output_tokens), when the client set it. */
   maxTokens?: number;
+  /** Chained hashes of the prompt's blocks (agent/prefix/blocks.ts), computed once per request. */
+  promptBlocks?: readonly number[];
 }
 
 export type RequestKind = 'chat' | 'completions' | 'embeddings' | 'responses';

@@ -1,14 +1,14 @@
 // `npm run bench:routing-prefix`: the prefix-sharing workloads (multi-turn chat, shared system
 // prompt, and a no-sharing control) against the same simulated vLLM pods, with prefix caching on,
-// for every routing strategy plus the GIE profile with its prefix-cache scorer. Reports TTFT,
+// for every routing strategy plus Kinference's prefix-blind self and the GIE profile with its
+// prefix-cache scorer. Reports TTFT,
 // SLO attainment and the cache hit rate the pods achieved. Writes bench/results/routing-prefix.json.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fitOracleModel, runScenario, type RunResult, type Scenario } from './routing/harness.ts';
-import { BENCH_STRATEGIES } from './routing/strategies.ts';
+import { BENCH_STRATEGIES, kinferencePrefixBlind } from './routing/strategies.ts';
 import {
   calibrateWorkload,
   gieWithPrefix,
-  kinferencePrefixPreview,
   multiTurnChat,
   noSharing,
   sharedSystemPrompt,
@@ -18,6 +18,8 @@ import type { Arrival } from './routing/workload.ts';
 const MINUTE = 60_000;
 const SEEDS = Number(process.env.SEEDS ?? 3);
 const LOAD = Number(process.env.LOAD ?? 0.8);
+// Pod speeds (relative); SPEEDS=1,1,0.5,0.25 is bench:routing's heterogeneous pool.
+const SPEEDS = (process.env.SPEEDS ?? '1,1,1,1').split(',').map(Number);
 type Generator = (seed: number, ms: number, ratePerS: number) => Arrival[];
 
 // The control uses the multi-turn seed: the same arrivals, sizes and times, only nothing repeats.
@@ -28,8 +30,8 @@ const WORKLOADS: { name: string; generate: Generator; sloMs: number; seed: numbe
 ];
 const strategies = [
   ...BENCH_STRATEGIES.filter(([name]) => name !== 'peak-EWMA P2C'),
+  ['kinference, prefix-blind', kinferencePrefixBlind] as const,
   ['GIE queue+KV+prefix', gieWithPrefix] as const,
-  ['kinference+prefix (preview)', kinferencePrefixPreview] as const,
 ];
 
 const only = process.argv[2];
@@ -47,7 +49,7 @@ for (const w of WORKLOADS) {
     const runs = Array.from({ length: SEEDS }, (_, i) => {
       const scenario: Scenario = {
         name: w.name,
-        speeds: [1, 1, 1, 1],
+        speeds: SPEEDS,
         phases: [{ ms: durationMs, load: LOAD }],
         mix: { longShare: 0 },
         sloMs: w.sloMs,
@@ -77,7 +79,7 @@ for (const w of WORKLOADS) {
 
 const pct = (x: number) => `${(x * 100).toFixed(1)}%`;
 const lines = [
-  `Mean of ${SEEDS} seeds per cell; 4 pods, ${LOAD * 100}% of the prefix-blind capacity, 5 minutes; TTFT in ms.`,
+  `Mean of ${SEEDS} seeds per cell; 4 pods (speeds ${SPEEDS.join(', ')}), ${LOAD * 100}% of the prefix-blind capacity, 5 minutes; TTFT in ms.`,
   '',
   '| workload (SLO) | strategy | requests | TTFT p50 | p90 | p99 | SLO attainment | cache hit rate |',
   '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |',
@@ -89,12 +91,30 @@ for (const w of WORKLOADS) {
     );
   }
 }
+// The issue's yardsticks: Kinference's p90 against the GIE profile and its own prefix-blind self.
+lines.push(
+  '',
+  '| workload | p90 vs GIE | p90 vs prefix-blind | attainment vs prefix-blind (points) |',
+  '| --- | ---: | ---: | ---: |',
+);
+for (const w of WORKLOADS) {
+  const r = results[w.name];
+  const k = r?.['kinference'];
+  const gie = r?.['GIE queue+KV+prefix'];
+  const blind = r?.['kinference, prefix-blind'];
+  if (!k || !gie || !blind) continue;
+  const change = (x: number, base: number) => `${x <= base ? '−' : '+'}${Math.abs((x / base - 1) * 100).toFixed(0)}%`;
+  const points = (k.sloAttainment - blind.sloAttainment) * 100;
+  lines.push(
+    `| ${w.name} | ${change(k.p90, gie.p90)} | ${change(k.p90, blind.p90)} | ${points >= 0 ? '+' : '−'}${Math.abs(points).toFixed(1)} |`,
+  );
+}
 console.log(lines.join('\n'));
 console.log(`\ntotal ${((performance.now() - started) / 1000).toFixed(1)} s`);
 if (!only) {
   mkdirSync('bench/results', { recursive: true });
   writeFileSync(
-    `bench/results/routing-prefix-${LOAD}.json`,
+    `bench/results/routing-prefix-${LOAD}${process.env.SPEEDS ? `-speeds-${SPEEDS.join('_')}` : ''}.json`,
     JSON.stringify(
       { date: new Date().toISOString(), node: process.version, seeds: SEEDS, load: LOAD, results },
       null,

@@ -3,6 +3,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { PodPool } from '../agent/pool/pool.ts';
+import { promptBlocks } from '../agent/prefix/blocks.ts';
+import { predictedTtft } from '../agent/route/score.ts';
 import { decide } from '../agent/route/router.ts';
 import { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
 import type { EffectivePolicy, Pod, PodLoad } from '../agent/types.ts';
@@ -366,4 +368,98 @@ test('local estimates gossip the reference-window average of the queue and our o
   assert.ok(a.queued > 0 && a.queued < 4, String(a.queued));
   assert.equal(a.origin, 'n');
   assert.deepEqual(a.params, p.candidates().find((c) => c.pod.name === 'a')!.params);
+});
+
+test('the prefix index: a prompt sent to a pod is expected cached there (only there), and a request pays for its uncached tokens', () => {
+  const now = { t: 1000 };
+  const p = pool(now);
+  const blocks = promptBlocks('x'.repeat(64 * 100)); // 100 blocks = 1,600 tokens
+  const a = p.candidates(undefined, blocks).find((c) => c.pod.name === 'a')!;
+  assert.equal(a.expectedCachedTokens, 0);
+  p.begin(a, 1700, 'chat', true, blocks).end(true);
+  const [ca, cb] = ['a', 'b'].map((n) => p.candidates(undefined, blocks).find((c) => c.pod.name === n)!);
+  assert.equal(ca.expectedCachedTokens, 1600);
+  assert.equal(cb.expectedCachedTokens, 0);
+  const request = {
+    kind: 'chat',
+    model: 'm',
+    tenant: '',
+    namespace: '',
+    tags: [],
+    promptTokens: 1700,
+    stream: true,
+  } as const;
+  // Same load, same model: the holder's prediction is lower by the prefill of 1,600 tokens.
+  const saved = predictedTtft(cb, request) - predictedTtft(ca, request);
+  assert.ok(Math.abs(saved - (ca.params.perKPromptTokens * 1600) / 1000) < 1e-9, String(saved));
+  // What the pod must still compute (100 tokens) is what stands pending in front of later requests.
+  p.begin(ca, 1700, 'chat', true, blocks);
+  assert.equal(p.candidates().find((c) => c.pod.name === 'a')!.pendingPromptTokens, 100);
+  // A pod that leaves takes its entries with it.
+  p.setLocalPods([pod('b')]);
+  p.setLocalPods([pod('a'), pod('b')]);
+  assert.equal(p.candidates(undefined, blocks).find((c) => c.pod.name === 'a')!.expectedCachedTokens, 0);
+});
+
+test('the prefix index ages by what the pod computed (prefix-cache counters) beyond its free KV', () => {
+  const now = { t: 1000 };
+  const p = new PodPool({
+    node: 'n',
+    scrapeIntervalMs: 100,
+    peerMaxAgeMs: 3000,
+    networkCostMs: 2,
+    referenceWindowMs: 30_000,
+    failureCooldownMs: 1000,
+    now: () => now.t,
+  });
+  p.setLocalPods([pod('a')]);
+  const cache = { kvCapacityTokens: 16 * 1000, kvCache: 0.5 }; // 500 free blocks
+  const t = scrape(p, 'a', { at: 1000, waiting: 0, running: 0, ...cache, prefixCacheQueries: 1e6, prefixCacheHits: 0 });
+  const blocks = promptBlocks('y'.repeat(64 * 10));
+  p.begin(p.candidates(undefined, blocks)[0], 200, 'chat', true, blocks).end(true);
+  // 400 blocks computed since (queries − hits): still fits the 500 free blocks.
+  scrape(
+    p,
+    'a',
+    { at: 1100, waiting: 0, running: 0, ...cache, prefixCacheQueries: 1e6 + 16 * 900, prefixCacheHits: 16 * 500 },
+    t,
+  );
+  assert.equal(p.candidates(undefined, blocks)[0].expectedCachedTokens, 160);
+  scrape(
+    p,
+    'a',
+    { at: 1200, waiting: 0, running: 0, ...cache, prefixCacheQueries: 1e6 + 16 * 1001, prefixCacheHits: 16 * 500 },
+    t,
+  );
+  assert.equal(p.candidates(undefined, blocks)[0].expectedCachedTokens, 0);
+});
+
+test('the scrape path learns from the tokens the pod computed, not those its cache served', () => {
+  // Ten 2,000-token prompts with a 100 ms TTFT each; with prefix-cache counters, 1,900 of each came
+  // from the cache. Learned against 100 computed tokens the TTFT is slow for them (the model goes
+  // up); against the whole prompts it is fast (the model goes down, and long prompts look cheap).
+  const learnedAfter = (counters: Partial<PodLoad>[]) => {
+    const p = new PodPool({
+      node: 'n',
+      scrapeIntervalMs: 100,
+      peerMaxAgeMs: 3000,
+      networkCostMs: 2,
+      referenceWindowMs: 30_000,
+      failureCooldownMs: 1000,
+      now: () => 1000,
+    });
+    p.setLocalPods([pod('a')]);
+    const before = p.candidates()[0].params.perKPromptTokens;
+    const base = { waiting: 0, running: 0, kvCache: 0.1 };
+    const t = scrape(p, 'a', { at: 1000, ...base, ttftSum: 0, ttftCount: 0, promptTokens: 0, ...counters[0] });
+    scrape(p, 'a', { at: 1100, ...base, ttftSum: 1, ttftCount: 10, promptTokens: 20_000, ...counters[1] }, t);
+    return p.candidates()[0].params.perKPromptTokens - before;
+  };
+  assert.ok(
+    learnedAfter([
+      { prefixCacheQueries: 0, prefixCacheHits: 0 },
+      { prefixCacheQueries: 20_000, prefixCacheHits: 19_000 },
+    ]) > 0,
+  );
+  assert.ok(learnedAfter([{}, {}]) < 0);
 });

@@ -113,13 +113,23 @@ describe('prefix index', () => {
 
   test('a counter that goes back (the server restarted) empties the pod', () => {
     const index = new PrefixIndex();
-    index.observe('a', { capacityBlocks: 1000, kvUsage: 0, computedTokens: 0 }); // unknown pod: ignored
+    index.observe('a', { capacityBlocks: 1000, kvUsage: 0, computedTokens: 0 }); // first scrape: the baseline
     index.record('a', prompt);
     index.observe('a', { capacityBlocks: 1000, kvUsage: NaN, computedTokens: 5000 });
     assert.equal(index.expectedCachedTokens('a', prompt), 160);
     index.observe('a', { capacityBlocks: 1000, kvUsage: NaN, computedTokens: 10 });
     assert.equal(index.expectedCachedTokens('a', prompt), 0);
     assert.equal(index.memory().blocks, 0);
+  });
+
+  test("a pod's first scrape is the baseline: what it computed before does not age later records", () => {
+    const index = new PrefixIndex();
+    index.observe('a', { capacityBlocks: 100, kvUsage: 0, computedTokens: 1_000_000 });
+    index.record('a', prompt);
+    index.observe('a', { capacityBlocks: 100, kvUsage: 0, computedTokens: 1_000_000 + 50 * 16 });
+    assert.equal(index.expectedCachedTokens('a', prompt), 160);
+    index.observe('a', { capacityBlocks: 100, kvUsage: 0, computedTokens: 1_000_000 + 101 * 16 });
+    assert.equal(index.expectedCachedTokens('a', prompt), 0);
   });
 
   test('re-recording refreshes an entry without duplicating its holder', () => {
@@ -129,4 +139,26 @@ describe('prefix index', () => {
     assert.deepEqual(index.memory(), { pods: 1, blocks: 10, distinctBlocks: 10 });
     assert.throws(() => new PrefixIndex({ maxBlocksPerPod: 0 }), RangeError);
   });
+});
+
+test('the all-pods lookup agrees with asking each pod, across prefixes, shared system prompts and ageing', () => {
+  const index = new PrefixIndex({ maxBlocksPerPod: 400 });
+  const request = promptBlocks('r'.repeat(64 * 60));
+  const system = request.slice(0, 12);
+  const other = promptBlocks('o'.repeat(64 * 30));
+  for (let p = 0; p < 40; p++) {
+    const id = `pod-${p}`;
+    index.observe(id, { capacityBlocks: 200, kvUsage: 0, computedTokens: 0 });
+    if (p % 3 === 0) index.record(id, system);
+    if (p % 7 === 0) index.record(id, request.slice(0, 5 + p));
+    if (p % 5 === 0) index.record(id, other);
+    // Some pods computed enough since to lose part of it.
+    if (p % 4 === 0) index.observe(id, { capacityBlocks: 200, kvUsage: (p % 8) / 10, computedTokens: 16 * 150 });
+  }
+  const all = index.cachedTokensByPod(request);
+  for (let p = 0; p < 40; p++) {
+    const id = `pod-${p}`;
+    assert.equal(all.get(id) ?? 0, index.expectedCachedTokens(id, request), id);
+  }
+  assert.ok([...all.values()].some((t) => t > system.length * 16)); // some hold more than the system prompt
 });

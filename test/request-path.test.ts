@@ -90,6 +90,7 @@ function requestPath(f: Fakes) {
       maxBodyBytes: 1 << 20,
       maxRetries: 1,
       maxWaiting: 10,
+      prefixMaxBlocks: 256,
       maxLabelValues: 10,
       maxJsonDepth: 16,
       maxUpstreamBodyBytes: 1 << 20,

@@ -10,6 +10,7 @@ import {
   toPodLoad,
   type LoadResult,
 } from '../agent/telemetry/adapters.ts';
+import { intervalDelta } from '../agent/telemetry/pod-telemetry.ts';
 import type { Engine, PodLoad } from '../agent/types.ts';
 
 const fixture = (name: string) => readFileSync(new URL(`./fixtures/metrics/${name}`, import.meta.url), 'utf8');
@@ -38,6 +39,7 @@ test('vLLM: sums queues across engines, averages KV use, reads TTFT, queue time 
     promptTokens: 2_222_221,
     generationTokens: 802_467,
     finished: 1668,
+    kvCapacityTokens: 2 * 27_910 * 16, // cache_config_info: num_gpu_blocks × block_size, per engine
   });
 });
 
@@ -53,6 +55,7 @@ test('vLLM before 0.9: gpu_cache_usage_perc, no engine label, no queue-time hist
     promptTokens: 52211,
     generationTokens: 18230,
     finished: 100,
+    kvCapacityTokens: 7281 * 16,
   });
 });
 
@@ -151,4 +154,45 @@ test('a minimal vLLM page leaves the optional fields out and KV unknown', () => 
     ADAPTERS.vllm.toLoad(parsePromText('vllm:num_requests_waiting 0\nvllm:num_requests_running 0\n'), 1),
   );
   assert.deepEqual(result, { at: 1, engine: 'vllm', waiting: 0, running: 0, kvCache: NaN });
+});
+
+test("vLLM's prefix-cache counters: summed over engines; the interval's computed tokens are queries − hits", () => {
+  const page = (queries: number, hits: number) =>
+    [
+      'vllm:num_requests_waiting{engine="0"} 0',
+      'vllm:num_requests_running{engine="0"} 1',
+      'vllm:prompt_tokens_total{engine="0"} 100',
+      `vllm:prefix_cache_queries_total{engine="0"} ${queries}`,
+      `vllm:prefix_cache_queries_total{engine="1"} ${queries}`,
+      `vllm:prefix_cache_hits_total{engine="0"} ${hits}`,
+      `vllm:prefix_cache_hits_total{engine="1"} ${hits}`,
+      '',
+    ].join('\n');
+  const before = load(ADAPTERS.vllm.toLoad(parsePromText(page(782_548, 289_543), ADAPTERS.vllm.selector), 0));
+  assert.equal(before.prefixCacheQueries, 2 * 782_548);
+  assert.equal(before.prefixCacheHits, 2 * 289_543);
+  assert.equal(before.kvCapacityTokens, undefined); // no cache_config_info: unknown, not 0
+  const after = load(ADAPTERS.vllm.toLoad(parsePromText(page(783_548, 290_343), ADAPTERS.vllm.selector), 1000));
+  assert.equal(intervalDelta(before, after).computedPromptTokens, 2 * (1000 - 800));
+});
+
+test("SGLang's cache_hit_rate and max_total_num_tokens: the interval's computed tokens are prompt × (1 − rate)", () => {
+  const page = (prompt: number, rate: number) =>
+    [
+      'sglang:num_queue_reqs{tp_rank="0"} 0',
+      'sglang:num_running_reqs{tp_rank="0"} 1',
+      `sglang:prompt_tokens_total{tp_rank="0"} ${prompt}`,
+      `sglang:cache_hit_rate{tp_rank="0"} ${rate}`,
+      `sglang:cache_hit_rate{tp_rank="1"} ${rate}`,
+      'sglang:max_total_num_tokens{tp_rank="0"} 131072',
+      'sglang:max_total_num_tokens{tp_rank="1"} 131072',
+      '',
+    ].join('\n');
+  const before = load(ADAPTERS.sglang.toLoad(parsePromText(page(1000, 0.25), ADAPTERS.sglang.selector), 0));
+  assert.equal(before.prefixCacheHitRate, 0.25);
+  assert.equal(before.kvCapacityTokens, 131_072); // tensor-parallel ranks share one pool
+  const after = load(ADAPTERS.sglang.toLoad(parsePromText(page(3000, 0.75), ADAPTERS.sglang.selector), 1000));
+  assert.equal(intervalDelta(before, after).computedPromptTokens, 2000 * 0.25);
+  const outOfRange = load(ADAPTERS.sglang.toLoad(parsePromText(page(3000, 1.5), ADAPTERS.sglang.selector), 1000));
+  assert.equal(outOfRange.prefixCacheHitRate, undefined);
 });

@@ -15,6 +15,8 @@ import { compileDetectors, type DetectorSpec } from '../classify/custom.ts';
 import { cidrBlockList } from '../cluster/peer-pods.ts';
 import { parseHostPort } from '../gossip/node.ts';
 import { DEFAULT_SCAN_LIMITS } from '../classify/walk.ts';
+import { DEFAULT_PREFIX_MAX_BLOCKS } from '../prefix/blocks.ts';
+import { DEFAULT_MAX_BLOCKS_PER_POD } from '../prefix/index.ts';
 import { AgentConfigSchema, type AgentConfigFile } from './schema.ts';
 import { providerListProblems, providerSettings } from './providers.ts';
 import { dotPath } from '../../shared/json.ts';
@@ -40,6 +42,8 @@ export interface Limits {
   maxUpstreamBodyBytes: number;
   providerIdleTimeoutMs: number;
   scrapeFailureLogIntervalMs: number;
+  prefixMaxBlocks: number;
+  prefixBlocksPerPod: number;
 }
 
 /** The key sent to matching model-server pods: `pod` (NAME or NAMESPACE/NAME) beats `namespace` beats neither. */
@@ -105,6 +109,8 @@ export const DEFAULT_LIMITS: Limits = {
   maxUpstreamBodyBytes: 32 * 1024 * 1024,
   providerIdleTimeoutMs: 60_000,
   scrapeFailureLogIntervalMs: 30_000,
+  prefixMaxBlocks: DEFAULT_PREFIX_MAX_BLOCKS,
+  prefixBlocksPerPod: DEFAULT_MAX_BLOCKS_PER_POD,
 };
 
 export class ConfigError extends Error {
@@ -284,6 +290,8 @@ export function settingsFromObject(
       scrapeFailureLogIntervalMs: limits.scrapeFailureLogInterval
         ? parseDuration(limits.scrapeFailureLogInterval)
         : DEFAULT_LIMITS.scrapeFailureLogIntervalMs,
+      prefixMaxBlocks: limits.prefixMaxBlocks ?? DEFAULT_LIMITS.prefixMaxBlocks,
+      prefixBlocksPerPod: limits.prefixBlocksPerPod ?? DEFAULT_LIMITS.prefixBlocksPerPod,
     },
     kubernetes: file.kubernetes ?? {},
     logLevel: file.logLevel ?? 'info',

@@ -61,6 +61,10 @@ const Limits = Type.Object(
     providerIdleTimeout: Type.Optional(DurationString),
     /** At most one log line per pod per interval about failing scrapes. */
     scrapeFailureLogInterval: Type.Optional(DurationString),
+    /** Prompt blocks (64 characters each) hashed per request for the prefix index; the rest is not matched. */
+    prefixMaxBlocks: Type.Optional(Type.Integer({ minimum: 1, maximum: 65_536 })),
+    /** Prompt blocks the prefix index remembers per local pod (~190 bytes each). */
+    prefixBlocksPerPod: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000_000 })),
   },
   { additionalProperties: false },
 );

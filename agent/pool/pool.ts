@@ -7,7 +7,8 @@ import type { PredictorOptions } from '../predict/predictor.ts';
 import type { Candidate, WindowedMetric } from '../route/candidate.ts';
 import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
 import { staleAfterMs } from '../telemetry/scraper.ts';
-import { predictedTtft } from '../route/score.ts';
+import { predictedTtft, uncachedPromptTokens } from '../route/score.ts';
+import { PrefixIndex } from '../prefix/index.ts';
 import type { Pod, PodEstimate, PodLoad, RequestKind, RouteRequest } from '../types.ts';
 
 export interface PoolOptions {
@@ -29,6 +30,8 @@ export interface PoolOptions {
    * changed them (default 32). Keeps a decision's cost flat however many pods the cluster has.
    */
   peerShortlist?: number;
+  /** Bound of the prefix index: prompt blocks remembered per local pod. */
+  prefixBlocksPerPod?: number;
 }
 
 /** Default for `PoolOptions.peerShortlist`. */
@@ -47,6 +50,8 @@ interface LocalPod {
   implausible: string | undefined;
   /** Counts scrapes: a request answered in the epoch it was sent in leaves `unseenSent` at once. */
   epoch: number;
+  /** Prompt tokens the pod computed (not served from cache) since we know it: the prefix index's clock. */
+  computedTokens: number;
 }
 
 interface PeerTraffic {
@@ -84,6 +89,8 @@ export class PodPool {
   readonly #local = new Map<string, LocalPod>();
   /** The model of the local pods, and where it learns. */
   readonly #learner: Learner;
+  /** Which prompt blocks each local pod probably still caches, from what this agent sent it. */
+  readonly #prefix: PrefixIndex;
   #remote: PodEstimate[] = [];
   /** Candidate indexes by model, rebuilt when pods come or go (never per request). */
   #localByModel = new Map<string, LocalPod[]>();
@@ -94,10 +101,13 @@ export class PodPool {
   /** Bumped when pods come or go (local discovery, gossip), not on every scrape. */
   #podsVersion = 0;
   #models: { version: number; models: ReadonlySet<string> } = { version: -1, models: new Set() };
+  /** Expected cached tokens per local pod for the last prompt looked up (the dashboard shows them). */
+  #lastLookup: ReadonlyMap<string, number> = new Map();
 
   constructor(options: PoolOptions) {
     this.options = options;
     this.#learner = new Learner(options.predictor);
+    this.#prefix = new PrefixIndex({ maxBlocksPerPod: options.prefixBlocksPerPod });
   }
 
   /** Bumped on every change (a scrape, a gossip update, a request ending). */
@@ -127,6 +137,7 @@ export class PodPool {
       if (next.has(uid)) continue;
       this.#local.delete(uid);
       this.#learner.forget(uid);
+      this.#prefix.forget(uid);
     }
     for (const pod of pods) {
       const existing = this.#local.get(pod.uid);
@@ -141,6 +152,7 @@ export class PodPool {
           unhealthyUntil: 0,
           implausible: undefined,
           epoch: 0,
+          computedTokens: 0,
         });
       }
     }
@@ -167,6 +179,16 @@ export class PodPool {
     local.unseenSent = 0;
     local.epoch++;
     this.#learner.observeScrape(uid, telemetry.previous, load, telemetry.lastDelta);
+    // Age the prefix index by what the pod computed since and what its free KV can still hold.
+    const delta = telemetry.lastDelta;
+    local.computedTokens += delta?.computedPromptTokens ?? delta?.promptTokens ?? 0;
+    if (load.kvCapacityTokens !== undefined) {
+      this.#prefix.observe(uid, {
+        capacityBlocks: load.kvCapacityTokens / this.#prefix.blockTokens,
+        kvUsage: load.kvCache,
+        computedTokens: local.computedTokens,
+      });
+    }
     this.#changed();
   }
 
@@ -227,19 +249,22 @@ export class PodPool {
   /**
    * Router candidates: with a model, the local pods serving it and that model's peer shortlist
    * (what a request decides over, at a cost independent of the cluster's size); without one,
-   * every known pod (state views).
+   * every known pod (state views). With a request's `promptBlocks`, each local pod's expected
+   * cached tokens (one index lookup for all pods).
    */
-  candidates(model?: string): Candidate[] {
+  candidates(model?: string, promptBlocks?: readonly number[]): Candidate[] {
     const now = this.options.now();
     const out: Candidate[] = [];
+    const cached = promptBlocks?.length ? this.#prefix.cachedTokensByPod(promptBlocks) : undefined;
+    if (cached) this.#lastLookup = cached;
     const locals = model === undefined ? this.#local.values() : (this.#localByModel.get(model) ?? []);
-    for (const local of locals) out.push(this.#localCandidate(local, now));
+    for (const local of locals) out.push(this.#localCandidate(local, now, cached?.get(local.pod.uid) ?? 0));
     const peers = model === undefined ? this.#remote : (this.#peersByModel.get(model) ?? []);
     for (const estimate of peers) out.push(this.#peerCandidate(estimate, now));
     return out;
   }
 
-  #localCandidate(local: LocalPod, now: number): Candidate {
+  #localCandidate(local: LocalPod, now: number, expectedCachedTokens = 0): Candidate {
     const telemetry = local.telemetry;
     const load = telemetry?.latest;
     return {
@@ -267,6 +292,7 @@ export class PodPool {
       unseenSent: local.unseenSent,
       pendingPromptTokens: local.pendingPromptTokens,
       networkCostMs: 0,
+      expectedCachedTokens,
     };
   }
 
@@ -293,6 +319,9 @@ export class PodPool {
       unseenSent: traffic?.unseenSent ?? 0,
       pendingPromptTokens: traffic?.pendingPromptTokens ?? 0,
       networkCostMs: this.options.networkCostMs,
+      // No prefix estimate for peers' pods: a conversation reaches one agent per client
+      // connection, and a per-pod summary in gossip would cost bandwidth for rare wins.
+      expectedCachedTokens: 0,
     };
   }
 
@@ -322,9 +351,17 @@ export class PodPool {
   /**
    * Request bookkeeping for one request sent to `c`. `firstByte` is the first token of a streamed
    * request; `answered` the whole answer of a non-streamed one. Returns the mean prediction the
-   * request was sent on (what calibration measures against).
+   * request was sent on (what calibration measures against). Prediction, learning and the pending
+   * count use the prompt tokens `c` has not cached; `promptBlocks` (local pods) join its prefix index.
    */
-  begin(c: Candidate, promptTokens: number, kind: RequestKind = 'chat', stream = true): PodTicket {
+  begin(
+    c: Candidate,
+    wholePromptTokens: number,
+    kind: RequestKind = 'chat',
+    stream = true,
+    promptBlocks?: readonly number[],
+  ): PodTicket {
+    const promptTokens = uncachedPromptTokens(wholePromptTokens, c.expectedCachedTokens);
     const features = {
       queued: c.queuedNow + c.unseenSent,
       running: c.running,
@@ -334,6 +371,7 @@ export class PodPool {
     const local = c.where === 'local' ? this.#local.get(c.pod.uid) : undefined;
     const traffic = c.where === 'peer' ? this.#trafficFor(c.pod.uid) : undefined;
     const counters = local ?? traffic!;
+    if (local && promptBlocks?.length) this.#prefix.record(local.pod.uid, promptBlocks);
     const predictedMs = local ? this.#learner.predict(local.pod.uid, kind, features) : NaN;
     const epoch = counters.epoch;
     counters.inFlight++;
@@ -421,6 +459,7 @@ export class PodPool {
         : this.#remote.toSorted((a, b) => predicted.get(a.pod.uid)! - predicted.get(b.pod.uid)!).slice(0, maxPeerPods);
     return {
       referencePromptTokens: REFERENCE_REQUEST.promptTokens,
+      prefixIndex: this.#prefix.memory(),
       local: [...this.#local.values()].map((l) => ({
         pod: l.pod,
         load: l.telemetry?.latest,
@@ -431,6 +470,10 @@ export class PodPool {
         healthy: now >= l.unhealthyUntil && l.implausible === undefined,
         unhealthyReason: l.implausible ?? (now < l.unhealthyUntil ? 'failed a request before its first byte' : null),
         predictedTtftMs: predicted.get(l.pod.uid),
+        prefix: {
+          blocks: this.#prefix.podBlocks(l.pod.uid),
+          lastRequestCachedTokens: this.#lastLookup.get(l.pod.uid) ?? 0,
+        },
         ...this.#learner.stats(l.pod.uid),
       })),
       remoteKnown: this.#remote.length,

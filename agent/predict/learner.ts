@@ -77,7 +77,10 @@ export class Learner {
   observeScrape(uid: string, previous: PodLoad | undefined, load: PodLoad, delta: IntervalDelta | undefined): void {
     const lastOwn = this.#lastOwnObservationAt.get(uid) ?? -Infinity;
     if (!previous || !delta?.ttft || delta.ttft.count <= 0 || load.at - lastOwn <= OWN_OBSERVATIONS_FRESH_MS) return;
-    const promptTokens = delta.promptTokens !== undefined ? delta.promptTokens / delta.ttft.count : 256;
+    // Tokens the pod computed, not those its prefix cache served: cache hits make TTFTs short, and
+    // learning them against whole prompts would teach that long prompts are cheap.
+    const computed = delta.computedPromptTokens ?? delta.promptTokens;
+    const promptTokens = computed !== undefined ? Math.max(1, computed / delta.ttft.count) : 256;
     this.#model.observe(
       uid,
       { queued: previous.waiting, running: previous.running, promptTokens },

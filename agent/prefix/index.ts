@@ -20,8 +20,15 @@
 import { LRUCache } from 'lru-cache';
 import { BLOCK_TOKENS } from './blocks.ts';
 
+/**
+ * The index holds only this agent's own pods (peers' pods get no prefix estimate), a handful per
+ * node, at ~190 bytes a block (bench/prefix.bench.ts): 32,768 blocks is ~6 MB a pod, and more
+ * than a sim pod's whole KV cache (4,096 blocks); on a larger pod the oldest records go first.
+ */
+export const DEFAULT_MAX_BLOCKS_PER_POD = 32_768;
+
 export interface PrefixIndexOptions {
-  /** Most blocks remembered per pod (100,000 blocks ≈ 1.6 M tokens at 16 tokens a block). */
+  /** Most blocks remembered per pod (default 32,768 ≈ 524k tokens at 16 tokens a block, ~6 MB). */
   maxBlocksPerPod?: number;
   /** Tokens per block; the block hashes must have been made with the same size. */
   blockTokens?: number;
@@ -63,7 +70,7 @@ export class PrefixIndex {
   readonly #holders = new Map<number, PodState[]>();
 
   constructor(opts: PrefixIndexOptions = {}) {
-    this.maxBlocksPerPod = positiveInt(opts.maxBlocksPerPod ?? 100_000, 'maxBlocksPerPod');
+    this.maxBlocksPerPod = positiveInt(opts.maxBlocksPerPod ?? DEFAULT_MAX_BLOCKS_PER_POD, 'maxBlocksPerPod');
     this.blockTokens = positiveInt(opts.blockTokens ?? BLOCK_TOKENS, 'blockTokens');
   }
 
@@ -99,8 +106,9 @@ export class PrefixIndex {
 
   /** Ages `podId`'s entries by what its last scrape says it can still hold. */
   observe(podId: string, state: PodCacheState): void {
-    const pod = this.#pods.get(podId);
-    if (!pod) return;
+    // Known from its first scrape on, so the tokens it computed before we sent it anything
+    // set the baseline instead of ageing our first records.
+    const pod = this.#pod(podId);
     if (state.computedTokens < pod.computedTokens) {
       // The counters went back: a restarted server has an empty cache.
       pod.blocks.clear();
@@ -119,6 +127,11 @@ export class PrefixIndex {
     if (!pod) return;
     pod.blocks.clear();
     this.#pods.delete(podId);
+  }
+
+  /** Blocks remembered for `podId`. */
+  podBlocks(podId: string): number {
+    return this.#pods.get(podId)?.blocks.size ?? 0;
   }
 
   memory(): PrefixIndexMemory {

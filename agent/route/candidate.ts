@@ -37,4 +37,10 @@ export interface Candidate {
   pendingPromptTokens: number;
   /** Added latency for reaching the pod (0 for local pods). */
   networkCostMs: number;
+  /**
+   * Of this request's prompt, the tokens the pod is expected to hold in its prefix cache (the
+   * agent's prefix index, agent/prefix/). Absent or 0: none; always 0 for peers' pods, whose
+   * caches gossip does not describe.
+   */
+  expectedCachedTokens?: number;
 }

@@ -10,7 +10,7 @@ export type Predict = (c: Candidate, r: RouteRequest) => number;
 export type Score = (c: Candidate, predictedMs: number, r: RouteRequest) => number;
 
 /**
- * Predicted TTFT at the pod, counting the requests this agent sent since the pod's last report
+ * Predicted TTFT at the pod for the prompt tokens it has not cached, counting the requests this agent sent since the pod's last report
  * as queue the pod hasn't shown yet (between scrapes every agent sees the same stale queue, so
  * without this a burst would all land on the one pod that looked idle), plus the network cost.
  */
@@ -18,9 +18,18 @@ export const predictedTtft: Predict = (c, r) =>
   predictWith(r.kind === 'embeddings' ? (c.embeddingParams ?? c.params) : c.params, {
     queued: c.queuedNow + c.unseenSent,
     running: c.running,
-    promptTokens: r.promptTokens,
+    promptTokens: uncachedPromptTokens(r.promptTokens, c.expectedCachedTokens),
     pendingPromptTokens: c.pendingPromptTokens,
   }) + c.networkCostMs;
+
+/**
+ * The prompt tokens the pod must compute: a cached prefix costs no prefill. At least 1, as the
+ * engine always computes the last token. The model's perKPromptTokens prices these alone, so a
+ * pod holding the prefix wins exactly when the prefill it saves outweighs its queue.
+ */
+export function uncachedPromptTokens(promptTokens: number, cachedTokens = 0): number {
+  return cachedTokens > 0 ? Math.max(1, promptTokens - cachedTokens) : promptTokens;
+}
 
 /** A pod's TTFT for a typical request when idle: its speed, in ms. */
 const REFERENCE_PROMPT_TOKENS = 256;

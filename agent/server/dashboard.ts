@@ -66,7 +66,7 @@ export const DASHBOARD_HTML = `<!doctype html>
   </div>
   <div class="card wide">
     <h2>Pods</h2>
-    <table id="pods"><thead><tr><th>pod</th><th>where</th><th>models</th><th>queued (now / 30 s avg)</th><th>running</th><th>KV</th><th>predicted TTFT (256-token prompt)</th><th>in flight</th><th>state</th></tr></thead><tbody></tbody></table>
+    <table id="pods"><thead><tr><th>pod</th><th>where</th><th>models</th><th>queued (now / 30 s avg)</th><th>running</th><th>KV</th><th>predicted TTFT (256-token prompt)</th><th title="expected prefix-cached tokens of the last prompt routed; prompt blocks the agent remembers for the pod">cached (last prompt · blocks)</th><th>in flight</th><th>state</th></tr></thead><tbody></tbody></table>
   </div>
   <div class="card wide">
     <h2>Peers (gossip origins)</h2>
@@ -285,10 +285,10 @@ function renderState(s, samples) {
     const ttft = p.predictedTtftMs;
     const bar = el('span', undefined, 'bar'); bar.style.width = Math.min(120, ttft / 10) + 'px';
     const ttftCell = el('td'); ttftCell.append(bar, ' ' + fmt(ttft, 0) + ' ms');
-    body.append(row([p.pod.name, 'local', p.pod.models.join(', '), fmt(l.waiting, 0) + ' / ' + fmt(p.queuedAvg30s, 2), fmt(l.running, 0), fmt((l.kvCache ?? NaN) * 100, 0) + '%', ttftCell, String(p.inFlight), el('td', p.healthy && p.ageMs < 1000 ? 'ok' : 'stale/unhealthy', p.healthy && p.ageMs < 1000 ? 'ok' : 'bad')]));
+    body.append(row([p.pod.name, 'local', p.pod.models.join(', '), fmt(l.waiting, 0) + ' / ' + fmt(p.queuedAvg30s, 2), fmt(l.running, 0), fmt((l.kvCache ?? NaN) * 100, 0) + '%', ttftCell, fmt(p.prefix.lastRequestCachedTokens, 0) + ' · ' + fmt(p.prefix.blocks, 0), String(p.inFlight), el('td', p.healthy && p.ageMs < 1000 ? 'ok' : 'stale/unhealthy', p.healthy && p.ageMs < 1000 ? 'ok' : 'bad')]));
   }
   for (const p of s.pods.remote) {
-    body.append(row([p.pod.name, 'peer ' + p.origin, p.pod.models.join(', '), fmt(p.queuedNow, 0) + ' / ' + fmt(p.queued, 2), fmt(p.running, 0), fmt(p.kvCache * 100, 0) + '%', fmt(p.predictedTtftMs, 0) + ' ms', String(p.traffic ? p.traffic.inFlight : 0), el('td', 'age ' + fmt(p.ageMs, 0) + ' ms')]));
+    body.append(row([p.pod.name, 'peer ' + p.origin, p.pod.models.join(', '), fmt(p.queuedNow, 0) + ' / ' + fmt(p.queued, 2), fmt(p.running, 0), fmt(p.kvCache * 100, 0) + '%', fmt(p.predictedTtftMs, 0) + ' ms', '—', String(p.traffic ? p.traffic.inFlight : 0), el('td', 'age ' + fmt(p.ageMs, 0) + ' ms')]));
   }
   const peers = document.querySelector('#peers tbody'); peers.replaceChildren();
   const origins = s.gossip?.origins ?? [];

@@ -43,6 +43,7 @@ export function explainDecision(d: Decision, slo: { sloTtftMs: number; sloAttain
       quantileTtftMs: ms(s.quantileMs),
       marginMs: ms(slo.sloTtftMs - s.quantileMs),
       score: ms(s.score),
+      expectedCachedTokens: s.candidate.expectedCachedTokens ?? 0,
       queued: s.candidate.queuedNow,
       running: s.candidate.running,
       inFlight: s.candidate.inFlight,

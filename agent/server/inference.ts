@@ -8,6 +8,7 @@ import { sendToPod, type PodTimeouts } from '../forward/pod.ts';
 import type { Agent as Dispatcher } from 'undici';
 import type { Readable } from 'node:stream';
 import { estimatePromptTokens } from '../predict/tokens.ts';
+import { BLOCK_TOKENS, CHARS_PER_TOKEN, promptBlocks, renderPrompt } from '../prefix/blocks.ts';
 import { candidateName, decide, type Decision, type LeaveVerdict } from '../route/router.ts';
 import type { Candidate } from '../route/candidate.ts';
 import type { Scored } from '../route/picker.ts';
@@ -46,6 +47,8 @@ export interface RequestPathDeps {
     maxWaiting: number;
     maxLabelValues: number;
     maxJsonDepth: number;
+    /** Prompt blocks hashed per request for the prefix index. */
+    prefixMaxBlocks: number;
     maxUpstreamBodyBytes: number;
   } & { pod: PodTimeouts };
   now: () => number;
@@ -64,14 +67,18 @@ export interface RequestPathDeps {
   policyFor(identity: Identity, model: string): EffectivePolicy;
   leaveVerdict(policy: EffectivePolicy, request: RouteRequest): LeaveVerdict;
   pool: {
-    /** The candidates for a request for `model` (local pods serving it, its peer shortlist). */
-    candidates(model: string): Candidate[];
+    /**
+     * The candidates for a request for `model` (local pods serving it, its peer shortlist), with
+     * each local pod's expected cached tokens of `promptBlocks`.
+     */
+    candidates(model: string, promptBlocks?: readonly number[]): Candidate[];
     /** Bookkeeping for one request sent to a pod; returns hooks for its first byte and end. */
     begin(
       c: Candidate,
       promptTokens: number,
       kind: RequestKind,
       stream: boolean,
+      promptBlocks?: readonly number[],
     ): { firstByte(ms: number): void; answered(ms: number): void; end(ok: boolean): void };
     /** The pod failed before its first byte: keep it out of decisions for a moment. */
     markFailed(c: Candidate): void;
@@ -97,6 +104,7 @@ export function requestPathLimits(limits: Limits): RequestPathDeps['limits'] {
     maxWaiting: limits.maxWaiting,
     maxLabelValues: limits.maxLabelValues,
     maxJsonDepth: limits.maxJsonDepth,
+    prefixMaxBlocks: limits.prefixMaxBlocks,
     maxUpstreamBodyBytes: limits.maxUpstreamBodyBytes,
     pod: {
       connectMs: limits.podConnectTimeoutMs,
@@ -159,6 +167,16 @@ export class RequestPath {
       promptTokens: estimatePromptTokens(parsed.kind === 'responses' ? responsesPromptView(parsed.body) : parsed.body),
       stream: parsed.stream,
       ...maxTokensOf(parsed.body),
+      // Embeddings are not prefix-cached by the engines; everything else is matched on its rendered prompt.
+      ...(parsed.kind === 'embeddings'
+        ? {}
+        : {
+            promptBlocks: promptBlocks(
+              renderPrompt(parsed.body),
+              BLOCK_TOKENS * CHARS_PER_TOKEN,
+              this.deps.limits.prefixMaxBlocks,
+            ),
+          }),
     };
   }
 
@@ -173,7 +191,7 @@ export class RequestPath {
     return decide({
       request,
       policy,
-      candidates: this.deps.pool.candidates(request.model),
+      candidates: this.deps.pool.candidates(request.model, request.promptBlocks),
       leave: this.deps.leaveVerdict(policy, request),
       rand: this.deps.rand,
     });
@@ -291,14 +309,14 @@ export class RequestPath {
     /** Whether a change in the pool lets this request act now: a pod for it, or it may leave. */
     const canAct = () => {
       const leave = deps.leaveVerdict(policy, request);
-      const candidates = deps.pool.candidates(request.model).filter((c) => !tried.has(c.pod.uid));
+      const candidates = deps.pool.candidates(request.model, request.promptBlocks).filter((c) => !tried.has(c.pod.uid));
       const d = decide({ request, policy, candidates, leave, waitedMs: deps.now() - started, rand: deps.rand });
       return d.action === 'pod' || d.action === 'overflow';
     };
 
     for (;;) {
       const leave = deps.leaveVerdict(policy, request);
-      const candidates = deps.pool.candidates(request.model).filter((c) => !tried.has(c.pod.uid));
+      const candidates = deps.pool.candidates(request.model, request.promptBlocks).filter((c) => !tried.has(c.pod.uid));
       const decision = decide({ request, policy, candidates, leave, waitedMs: deps.now() - started, rand: deps.rand });
       for (const d of decision.dropped) deps.metrics.dropped.inc({ reason: d.reason });
 
@@ -461,7 +479,10 @@ export class RequestPath {
     const deps = this.deps;
     const route = candidateName(candidate);
     const predictedMs = admitted.predictedMs;
-    const ticket = deps.pool.begin(candidate, request.promptTokens, request.kind, parsed.stream);
+    const ticket = deps.pool.begin(candidate, request.promptTokens, request.kind, parsed.stream, request.promptBlocks);
+    deps.metrics.prefixTokens.inc({ kind: 'prompt' }, request.promptTokens);
+    const cached = Math.min(candidate.expectedCachedTokens ?? 0, request.promptTokens);
+    if (cached > 0) deps.metrics.prefixTokens.inc({ kind: 'expected_cached' }, cached);
     const headersOut = { ...ctx.upstreamHeaders, ...deps.podAuth(candidate.pod) };
     const attempt = await sendToPod(
       deps.dispatcher,

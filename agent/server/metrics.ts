@@ -126,6 +126,12 @@ export function createMetrics(options: MetricsOptions = {}) {
       labelNames: ['pod', 'within_quantile'] as const,
       registers: [registry],
     }),
+    prefixTokens: new Counter({
+      name: 'kinference_prefix_tokens_total',
+      help: 'Estimated prompt tokens sent to pods (kind="prompt"), and of those expected in the pod\'s prefix cache (kind="expected_cached").',
+      labelNames: ['kind'] as const,
+      registers: [registry],
+    }),
     retries: new Counter({
       name: 'kinference_retries_total',
       help: 'Requests retried on another pod after a failure before the first byte.',

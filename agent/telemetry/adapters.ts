@@ -35,6 +35,10 @@ function withOptional(
     promptTokens?: number;
     generationTokens?: number;
     finished?: number;
+    prefixCacheQueries?: number;
+    prefixCacheHits?: number;
+    prefixCacheHitRate?: number;
+    kvCapacityTokens?: number;
   },
 ): PodLoad {
   if (extra.ttft) {
@@ -48,6 +52,14 @@ function withOptional(
   if (extra.promptTokens !== undefined) load.promptTokens = extra.promptTokens;
   if (extra.generationTokens !== undefined) load.generationTokens = extra.generationTokens;
   if (extra.finished !== undefined) load.finished = extra.finished;
+  if (extra.prefixCacheQueries !== undefined && extra.prefixCacheHits !== undefined) {
+    load.prefixCacheQueries = extra.prefixCacheQueries;
+    load.prefixCacheHits = extra.prefixCacheHits;
+  }
+  const rate = extra.prefixCacheHitRate;
+  if (rate !== undefined && rate >= 0 && rate <= 1) load.prefixCacheHitRate = rate;
+  if (extra.kvCapacityTokens !== undefined && extra.kvCapacityTokens > 0)
+    load.kvCapacityTokens = extra.kvCapacityTokens;
   return load;
 }
 
@@ -64,7 +76,20 @@ const VLLM = {
   promptTokens: 'vllm:prompt_tokens_total',
   generationTokens: 'vllm:generation_tokens_total',
   finished: 'vllm:request_success_total',
+  prefixQueries: 'vllm:prefix_cache_queries_total',
+  prefixHits: 'vllm:prefix_cache_hits_total',
+  cacheConfig: 'vllm:cache_config_info',
 } as const;
+
+/** KV capacity in tokens: each engine's num_gpu_blocks × block_size, summed (labels of an info gauge). */
+function vllmKvCapacity(page: MetricPage): number | undefined {
+  let total: number | undefined;
+  for (const s of page.series(VLLM.cacheConfig)) {
+    const tokens = Number(s.labels.num_gpu_blocks) * Number(s.labels.block_size);
+    if (Number.isFinite(tokens)) total = (total ?? 0) + tokens;
+  }
+  return total;
+}
 
 export const vllmAdapter: EngineAdapter = {
   engine: 'vllm',
@@ -79,6 +104,9 @@ export const vllmAdapter: EngineAdapter = {
     VLLM.promptTokens,
     VLLM.generationTokens,
     VLLM.finished,
+    VLLM.prefixQueries,
+    VLLM.prefixHits,
+    VLLM.cacheConfig,
   ]),
   toLoad(page, at) {
     const waiting = page.sum(VLLM.waiting);
@@ -98,6 +126,9 @@ export const vllmAdapter: EngineAdapter = {
           promptTokens: page.sum(VLLM.promptTokens),
           generationTokens: page.sum(VLLM.generationTokens),
           finished: page.sum(VLLM.finished), // over finished_reason (stop, length, abort, …) and engines
+          prefixCacheQueries: page.sum(VLLM.prefixQueries),
+          prefixCacheHits: page.sum(VLLM.prefixHits),
+          kvCapacityTokens: vllmKvCapacity(page),
         },
       ),
     };
@@ -163,6 +194,8 @@ const SGLANG = {
   promptTokens: 'sglang:prompt_tokens_total',
   generationTokens: 'sglang:generation_tokens_total',
   finished: 'sglang:num_requests_total',
+  cacheHitRate: 'sglang:cache_hit_rate',
+  kvCapacity: 'sglang:max_total_num_tokens',
 } as const;
 
 function rankOf(series: Series, label: string): number {
@@ -227,6 +260,8 @@ export const sglangAdapter: EngineAdapter = {
     SGLANG.promptTokens,
     SGLANG.generationTokens,
     SGLANG.finished,
+    SGLANG.cacheHitRate,
+    SGLANG.kvCapacity,
   ]),
   toLoad(page, at) {
     const waiting = sumRanks(page, SGLANG.waiting);
@@ -243,6 +278,10 @@ export const sglangAdapter: EngineAdapter = {
           promptTokens: sumRanks(page, SGLANG.promptTokens),
           generationTokens: sumRanks(page, SGLANG.generationTokens),
           finished: sumRanks(page, SGLANG.finished),
+          // A ratio, not counters: the interval's hits are estimated from it (pod-telemetry.ts).
+          prefixCacheHitRate: meanRanks(page, SGLANG.cacheHitRate),
+          // Tensor-parallel ranks share one pool: one per data-parallel group, summed.
+          kvCapacityTokens: sumRanks(page, SGLANG.kvCapacity),
         },
       ),
     };

@@ -22,6 +22,9 @@ export interface IntervalDelta {
   queueTime?: MeanDelta;
   finished?: number;
   promptTokens?: number;
+  /** Prompt tokens the pod computed (not served from its prefix cache): vLLM's queries − hits,
+   *  SGLang's prompt tokens × (1 − cache_hit_rate); absent without prefix-cache metrics. */
+  computedPromptTokens?: number;
   generationTokens?: number;
 }
 
@@ -59,6 +62,11 @@ export function intervalDelta(previous: PodLoad, current: PodLoad): IntervalDelt
   if (finished !== undefined) delta.finished = finished;
   const promptTokens = increase(previous.promptTokens, current.promptTokens);
   if (promptTokens !== undefined) delta.promptTokens = promptTokens;
+  const queries = increase(previous.prefixCacheQueries, current.prefixCacheQueries);
+  const hits = increase(previous.prefixCacheHits, current.prefixCacheHits);
+  if (queries !== undefined && hits !== undefined) delta.computedPromptTokens = Math.max(0, queries - hits);
+  else if (promptTokens !== undefined && current.prefixCacheHitRate !== undefined)
+    delta.computedPromptTokens = promptTokens * (1 - current.prefixCacheHitRate);
   const generationTokens = increase(previous.generationTokens, current.generationTokens);
   if (generationTokens !== undefined) delta.generationTokens = generationTokens;
   return delta;

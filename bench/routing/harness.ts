@@ -271,6 +271,10 @@ export function loadOf(s: EngineSnapshot): PodLoad {
     promptTokens: s.counters.promptTokens,
     generationTokens: s.counters.generationTokens,
     finished: finished.stop + finished.length + finished.abort,
+    // vllm:prefix_cache_queries/hits_total and cache_config_info, as the vLLM adapter reads them.
+    prefixCacheQueries: s.counters.prefixQueries,
+    prefixCacheHits: s.counters.prefixHits,
+    kvCapacityTokens: s.kvCapacityTokens,
   };
 }
 

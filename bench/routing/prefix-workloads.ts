@@ -11,11 +11,8 @@ import { PrefixIndex } from '../../agent/prefix/index.ts';
 import { VirtualClock } from '../../shared/sim/clock.ts';
 import { SimEngine } from '../../shared/sim/engine.ts';
 import { mulberry32, type Rand } from '../../shared/sim/random.ts';
-import { PodPool } from '../../agent/pool/pool.ts';
-import { decide } from '../../agent/route/router.ts';
-import type { EffectivePolicy } from '../../agent/types.ts';
-import { benchPolicy, benchRequest, type BenchStrategy, type StrategyFactory } from './strategies.ts';
-import type { Arrival } from './workload.ts';
+import type { BenchStrategy, StrategyFactory } from './strategies.ts';
+import { promptTextOf, type Arrival } from './workload.ts';
 
 const VOCAB = 128_000;
 
@@ -139,17 +136,6 @@ export function calibrateWorkload(
 }
 
 /**
- * Text a client would have sent for these token ids, 4 characters per id, so the agent's
- * character-based blocks (agent/prefix/blocks.ts) line up with the pods' 16-token blocks. Real
- * tokenizers don't align like this; here the router-side index is as accurate as it can be.
- */
-function textOf(tokens: readonly number[]): string {
-  let text = '';
-  for (const id of tokens) text += id.toString(36).padStart(4, '0');
-  return text;
-}
-
-/**
  * The Gateway API Inference Extension's default scheduling profile with its prefix-cache scorer:
  * queue scorer (min–max normalised waiting requests), KV-cache-utilisation scorer (1 − usage) and
  * prefix-cache scorer (share of the prompt's blocks the router last sent to that pod, from its own
@@ -160,7 +146,7 @@ export const gieWithPrefix: StrategyFactory = (ctx): BenchStrategy => {
   const index = new PrefixIndex();
   return {
     choose: (a) => {
-      const blocks = promptBlocks(textOf(a.tokens ?? []));
+      const blocks = promptBlocks(promptTextOf(a.tokens ?? []));
       const cached = index.cachedTokensByPod(blocks);
       const loads = ctx.pods.map((p) => p.lastLoad);
       const queues = loads.map((l) => l?.waiting ?? 0);
@@ -178,72 +164,6 @@ export const gieWithPrefix: StrategyFactory = (ctx): BenchStrategy => {
       const pod = ties[Math.floor(ctx.rand() * ties.length)];
       index.record(ctx.pods[pod].pod.uid, blocks);
       return { pod };
-    },
-  };
-};
-
-/**
- * A preview of phase B with the production pool and router unmodified: each candidate's
- * prediction is shifted by the prefill its expected cached tokens save (perKPromptTokens × cached,
- * carried in the candidate's networkCostMs, which the router adds to the prediction and nothing
- * else), the pool learns from the uncached tokens it sent, and the scraped prompt-token counter is
- * read net of vLLM's prefix-cache hits, as phase B's telemetry will read it. The prefix index is
- * aged by each pod's scraped KV usage and computed tokens.
- */
-export const kinferencePrefixPreview: StrategyFactory = (ctx): BenchStrategy => {
-  const pool = new PodPool({
-    node: 'bench',
-    scrapeIntervalMs: ctx.scrapeIntervalMs,
-    peerMaxAgeMs: 3000,
-    networkCostMs: 0,
-    referenceWindowMs: 30_000,
-    failureCooldownMs: 1000,
-    now: ctx.now,
-  });
-  pool.setLocalPods(ctx.pods.map((p) => p.pod));
-  const index = new PrefixIndex();
-  const indexOf = new Map(ctx.pods.map((p) => [p.pod.uid, p.index]));
-  const policy = benchPolicy(ctx.sloMs);
-  const fallback: EffectivePolicy = { ...policy, sloTtftMs: Infinity, exclude: [] };
-  const stay = { allowed: false, reason: 'bench', providers: [] };
-  return {
-    scraped: (p, load) => {
-      // What /metrics says: vllm:prefix_cache_hits_total and the cache_config_info block count.
-      const s = p.engine.snapshot();
-      const computed = s.counters.prefixQueries - s.counters.prefixHits;
-      pool.recordLoad(
-        p.pod.uid,
-        { ...load, promptTokens: (load.promptTokens ?? 0) - s.counters.prefixHits },
-        p.telemetry,
-      );
-      index.observe(p.pod.uid, {
-        capacityBlocks: s.kvCapacityTokens / index.blockTokens,
-        kvUsage: load.kvCache,
-        computedTokens: computed,
-      });
-    },
-    choose: (a) => {
-      const blocks = promptBlocks(textOf(a.tokens ?? []));
-      const cachedByPod = index.cachedTokensByPod(blocks);
-      const uncachedFor = (uid: string) =>
-        Math.max(1, a.promptTokens - Math.min(a.promptTokens - 1, cachedByPod.get(uid) ?? 0));
-      const candidates = pool.candidates().map((c) => ({
-        ...c,
-        networkCostMs: c.networkCostMs - (c.params.perKPromptTokens * (a.promptTokens - uncachedFor(c.pod.uid))) / 1000,
-      }));
-      const request = benchRequest(a);
-      let d = decide({ request, policy, candidates, leave: stay, rand: ctx.rand });
-      if (d.action !== 'pod') d = decide({ request, policy: fallback, candidates, leave: stay, rand: ctx.rand });
-      if (d.action !== 'pod') throw new Error('no pod at all');
-      const chosen = d.chosen.candidate;
-      const ticket = pool.begin(chosen, uncachedFor(chosen.pod.uid));
-      index.record(chosen.pod.uid, blocks);
-      return {
-        pod: indexOf.get(chosen.pod.uid)!,
-        predictedMs: d.predictedTtftMs,
-        firstToken: (ms) => ticket.firstByte(ms),
-        done: () => ticket.end(true),
-      };
     },
   };
 };

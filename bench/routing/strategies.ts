@@ -9,7 +9,8 @@ import type { Candidate, WindowedMetric } from '../../agent/route/candidate.ts';
 import type { EffectivePolicy, Pod, PodLoad, PredictorParams, RouteRequest } from '../../agent/types.ts';
 import type { PodTelemetry } from '../../agent/telemetry/pod-telemetry.ts';
 import type { SimEngine } from '../../shared/sim/engine.ts';
-import type { Arrival } from './workload.ts';
+import { DEFAULT_PREFIX_MAX_BLOCKS, promptBlocks } from '../../agent/prefix/blocks.ts';
+import { promptTextOf, type Arrival } from './workload.ts';
 
 export interface BenchPod {
   index: number;
@@ -229,7 +230,15 @@ export function benchRequest(a: Arrival): RouteRequest {
     tags: [],
     promptTokens: a.promptTokens,
     stream: true,
+    // As the agent computes them from the request's text (the production default cap of 256 blocks).
+    ...(a.tokens ? { promptBlocks: promptBlocks(promptTextOf(a.tokens), undefined, DEFAULT_PREFIX_MAX_BLOCKS) } : {}),
   };
+}
+
+/** The telemetry of an agent before prefix-cache awareness: no prefix counters, no KV capacity. */
+function prefixBlind(load: PodLoad): PodLoad {
+  const { prefixCacheQueries: _q, prefixCacheHits: _h, kvCapacityTokens: _c, ...rest } = load;
+  return rest;
 }
 
 /**
@@ -239,7 +248,7 @@ export function benchRequest(a: Arrival): RouteRequest {
  * the prediction often enough to matter, so the bound it gives is left out).
  */
 const kinferenceWith =
-  (streamed: boolean): StrategyFactory =>
+  (streamed: boolean, prefixAware = true): StrategyFactory =>
   (ctx) => {
     const pool = new PodPool({
       node: 'bench',
@@ -258,14 +267,15 @@ const kinferenceWith =
     const fallback: EffectivePolicy = { ...policy, sloTtftMs: Infinity, exclude: [] };
     const stay = { allowed: false, reason: 'bench', providers: [] };
     return {
-      scraped: (p, load) => pool.recordLoad(p.pod.uid, load, p.telemetry),
+      scraped: (p, load) => pool.recordLoad(p.pod.uid, prefixAware ? load : prefixBlind(load), p.telemetry),
       choose: (a) => {
-        const request = benchRequest(a);
-        const candidates = pool.candidates();
+        const { promptBlocks: blocks, ...blind } = benchRequest(a);
+        const request: RouteRequest = prefixAware && blocks ? { ...blind, promptBlocks: blocks } : blind;
+        const candidates = pool.candidates(request.model, request.promptBlocks);
         let d = decide({ request, policy, candidates, leave: stay, rand: ctx.rand });
         if (d.action !== 'pod') d = decide({ request, policy: fallback, candidates, leave: stay, rand: ctx.rand });
         if (d.action !== 'pod') throw new Error('no pod at all');
-        const ticket = pool.begin(d.chosen.candidate, a.promptTokens, 'chat', streamed);
+        const ticket = pool.begin(d.chosen.candidate, a.promptTokens, 'chat', streamed, request.promptBlocks);
         return {
           pod: indexOf.get(d.chosen.candidate.pod.uid)!,
           predictedMs: d.predictedTtftMs,
@@ -275,6 +285,9 @@ const kinferenceWith =
       },
     };
   };
+
+/** Kinference as it was before it knew prefix caches (bench:routing-prefix compares against it). */
+export const kinferencePrefixBlind: StrategyFactory = kinferenceWith(true, false);
 
 export const BENCH_STRATEGIES: [string, StrategyFactory][] = [
   ['round-robin', routed(STRATEGIES['round-robin'])],

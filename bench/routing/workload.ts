@@ -2,6 +2,17 @@
 // strategy, so differences between strategies are the strategies' and not the dice's.
 import { mulberry32 } from '../../shared/sim/random.ts';
 
+/**
+ * Text a client would have sent for these token ids, 4 characters per id, so the agent's
+ * character-based blocks (agent/prefix/blocks.ts) line up with the pods' 16-token blocks. Real
+ * tokenizers don't align like this; here the router-side index is as accurate as it can be.
+ */
+export function promptTextOf(tokens: readonly number[]): string {
+  let text = '';
+  for (const id of tokens) text += id.toString(36).padStart(4, '0');
+  return text;
+}
+
 export interface Arrival {
   at: number;
   promptTokens: number;
