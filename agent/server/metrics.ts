@@ -73,14 +73,16 @@ export function createMetrics(options: MetricsOptions = {}) {
   // Read by the pod gauge's collect, written out by the peer-node gauge's (registered after it):
   // one read of the pool per scrape for both.
   let peerNodes: PodPredictions['peerNodes'] = [];
+  /** A plain counter on this agent's registry (most metrics here are just that). */
+  const counter = <L extends string>(name: string, help: string, labelNames: readonly L[] = []) =>
+    new Counter<L>({ name, help, labelNames, registers: [registry] });
   const m = {
     registry,
-    requests: new Counter({
-      name: 'kinference_requests_total',
-      help: 'Requests handled, by API, route taken (local|peer|overflow|rejected), outcome, model and policy (bounded: "other" past limits.maxLabelValues, "none" before either is known).',
-      labelNames: ['api', 'route', 'outcome', 'model', 'policy'] as const,
-      registers: [registry],
-    }),
+    requests: counter(
+      'kinference_requests_total',
+      'Requests handled, by API, route taken (local|peer|overflow|rejected), outcome, model and policy (bounded: "other" past limits.maxLabelValues, "none" before either is known).',
+      ['api', 'route', 'outcome', 'model', 'policy'],
+    ),
     upstreamTtft: new Histogram({
       name: 'kinference_upstream_ttft_seconds',
       help: 'Time from sending a request upstream to its first byte, by route (local|peer|overflow) and stream (true: the first token; false: the whole answer, which arrives at once).',
@@ -102,65 +104,52 @@ export function createMetrics(options: MetricsOptions = {}) {
       buckets: TTFT_BUCKETS,
       registers: [registry],
     }),
-    overflows: new Counter({
-      name: 'kinference_overflow_total',
-      help: 'Requests answered by a provider, by provider and why no pod took them (over-slo|excluded|stale|unhealthy|no-pod|pods-failed|…).',
-      labelNames: ['provider', 'reason'] as const,
-      registers: [registry],
-    }),
-    budgetRefusals: new Counter({
-      name: 'kinference_overflow_budget_refusals_total',
-      help: "Requests answered 429 because their tenant's overflow budget kept them in the cluster and no pod freed in time, by tenant (bounded) and reason (exhausted|share|warming).",
-      labelNames: ['tenant', 'reason'] as const,
-      registers: [registry],
-    }),
-    sloRequests: new Counter({
-      name: 'kinference_slo_requests_total',
-      help: 'Answered requests whose TTFT could be measured (streamed, embeddings, overflow), by route, whether policy let them leave, and whether their TTFT (from arrival at the agent) met the SLO.',
-      labelNames: ['route', 'leavable', 'within_slo'] as const,
-      registers: [registry],
-    }),
-    admissionCalibration: new Counter({
-      name: 'kinference_admission_calibration_total',
-      help: "Requests served by a local pod whose TTFT could be measured, by whether it was within the predicted quantile (at the policy's attainment) they were admitted on; the within share should sit near that attainment.",
-      labelNames: ['pod', 'within_quantile'] as const,
-      registers: [registry],
-    }),
+    overflows: counter(
+      'kinference_overflow_total',
+      'Requests answered by a provider, by provider and why no pod took them (over-slo|excluded|stale|unhealthy|no-pod|pods-failed|…).',
+      ['provider', 'reason'],
+    ),
+    budgetRefusals: counter(
+      'kinference_overflow_budget_refusals_total',
+      "Requests answered 429 because their tenant's overflow budget kept them in the cluster and no pod freed in time, by tenant (bounded) and reason (exhausted|share|warming).",
+      ['tenant', 'reason'],
+    ),
+    sloRequests: counter(
+      'kinference_slo_requests_total',
+      'Answered requests whose TTFT could be measured (streamed, embeddings, overflow), by route, whether policy let them leave, and whether their TTFT (from arrival at the agent) met the SLO.',
+      ['route', 'leavable', 'within_slo'],
+    ),
+    admissionCalibration: counter(
+      'kinference_admission_calibration_total',
+      "Requests served by a local pod whose TTFT could be measured, by whether it was within the predicted quantile (at the policy's attainment) they were admitted on; the within share should sit near that attainment.",
+      ['pod', 'within_quantile'],
+    ),
     prefixTokens: new Counter({
       name: 'kinference_prefix_tokens_total',
       help: 'Estimated prompt tokens sent to pods (kind="prompt"), and of those expected in the pod\'s prefix cache (kind="expected_cached").',
       labelNames: ['kind'] as const,
       registers: [registry],
     }),
-    retries: new Counter({
-      name: 'kinference_retries_total',
-      help: 'Requests retried on another pod after a failure before the first byte.',
-      registers: [registry],
-    }),
-    waits: new Counter({
-      name: 'kinference_waits_total',
-      help: 'Requests that waited for a pod, by how the wait ended (pod|timeout|cancelled|full|shed: a higher priority took its place).',
-      labelNames: ['outcome'] as const,
-      registers: [registry],
-    }),
-    dropped: new Counter({
-      name: 'kinference_candidates_dropped_total',
-      help: 'Candidate pods dropped by a routing filter, by reason.',
-      labelNames: ['reason'] as const,
-      registers: [registry],
-    }),
-    providerRequests: new Counter({
-      name: 'kinference_provider_requests_total',
-      help: 'Overflow attempts per provider and outcome (ok|declined|failed|skipped|client_error).',
-      labelNames: ['provider', 'outcome'] as const,
-      registers: [registry],
-    }),
-    scrapes: new Counter({
-      name: 'kinference_scrapes_total',
-      help: 'Scrapes of local model servers, by outcome (ok|error|implausible).',
-      labelNames: ['outcome'] as const,
-      registers: [registry],
-    }),
+    retries: counter(
+      'kinference_retries_total',
+      'Requests retried on another pod after a failure before the first byte.',
+    ),
+    waits: counter(
+      'kinference_waits_total',
+      'Requests that waited for a pod, by how the wait ended (pod|timeout|cancelled|full|shed: a higher priority took its place).',
+      ['outcome'],
+    ),
+    dropped: counter('kinference_candidates_dropped_total', 'Candidate pods dropped by a routing filter, by reason.', [
+      'reason',
+    ]),
+    providerRequests: counter(
+      'kinference_provider_requests_total',
+      'Overflow attempts per provider and outcome (ok|declined|failed|skipped|client_error).',
+      ['provider', 'outcome'],
+    ),
+    scrapes: counter('kinference_scrapes_total', 'Scrapes of local model servers, by outcome (ok|error|implausible).', [
+      'outcome',
+    ]),
     podPredictedTtft: new Gauge({
       name: 'kinference_pod_predicted_ttft_seconds',
       help: 'Predicted TTFT of a 256-token prompt at each local pod, now (peers: kinference_peer_node_predicted_ttft_seconds).',
@@ -246,37 +235,30 @@ export function createMetrics(options: MetricsOptions = {}) {
       help: 'Requests being served now.',
       registers: [registry],
     }),
-    policyReloads: new Counter({
-      name: 'kinference_policy_reloads_total',
-      help: 'Policy (config) reloads, by outcome (ok|rejected).',
-      labelNames: ['outcome'] as const,
-      registers: [registry],
-    }),
+    policyReloads: counter('kinference_policy_reloads_total', 'Policy (config) reloads, by outcome (ok|rejected).', [
+      'outcome',
+    ]),
     // Data boundary (agent/classify, agent/server/identify.ts, peer validation).
-    classified: new Counter({
-      name: 'kinference_classified_total',
-      help: 'Requests a detector tagged, by detector (email|card|ssn|iban|phone|<custom name>|unscanned) and the tag it added.',
-      labelNames: ['detector', 'tag'] as const,
-      registers: [registry],
-    }),
-    unidentified: new Counter({
-      name: 'kinference_unidentified_callers_total',
-      help: 'Requests whose caller namespace could not be established (treated as the most restricted tenant), by reason.',
-      labelNames: ['reason'] as const,
-      registers: [registry],
-    }),
-    peerPodsRejected: new Counter({
-      name: 'kinference_peer_pods_rejected_total',
-      help: 'Gossiped pods not routable: address or namespace the cluster does not confirm, or estimates out of bounds.',
-      labelNames: ['reason'] as const,
-      registers: [registry],
-    }),
-    policiesRejected: new Counter({
-      name: 'kinference_policies_rejected_total',
-      help: 'Policies kept out at load, by reason (invalid|guardrail).',
-      labelNames: ['reason'] as const,
-      registers: [registry],
-    }),
+    classified: counter(
+      'kinference_classified_total',
+      'Requests a detector tagged, by detector (email|card|ssn|iban|phone|<custom name>|unscanned) and the tag it added.',
+      ['detector', 'tag'],
+    ),
+    unidentified: counter(
+      'kinference_unidentified_callers_total',
+      'Requests whose caller namespace could not be established (treated as the most restricted tenant), by reason.',
+      ['reason'],
+    ),
+    peerPodsRejected: counter(
+      'kinference_peer_pods_rejected_total',
+      'Gossiped pods not routable: address or namespace the cluster does not confirm, or estimates out of bounds.',
+      ['reason'],
+    ),
+    policiesRejected: counter(
+      'kinference_policies_rejected_total',
+      'Policies kept out at load, by reason (invalid|guardrail).',
+      ['reason'],
+    ),
     discoveryConnected: new Gauge({
       name: 'kinference_discovery_connected',
       help: '1 while discovery is connected to its source (Kubernetes API); 0 while serving the last known view.',
