@@ -1,7 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { parse } from 'yaml';
-import { validatePolicy, type InferencePolicy, type InferencePolicySpec } from '../agent/policy/schema.ts';
+import type { InferencePolicy, InferencePolicySpec } from '../agent/policy/schema.ts';
+import { validatePolicy } from '../agent/policy/validate.ts';
 import { compilePolicies } from '../agent/policy/resolve.ts';
 import { priorityOf } from '../agent/budget/limits.ts';
 

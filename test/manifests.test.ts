@@ -28,7 +28,7 @@ import { parseDuration } from '../agent/config/duration.ts';
 import { settingsFromObject } from '../agent/config/load.ts';
 import { checkNamespaceAnnotations } from '../agent/policy/annotations.ts';
 import { checkPolicySet } from '../agent/policy/resolve.ts';
-import { loadPolicies } from '../agent/policy/schema.ts';
+import { loadPolicies } from '../agent/policy/validate.ts';
 
 const ROOT = new URL('..', import.meta.url).pathname;
 const MANIFESTS = join(ROOT, 'manifests');

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { parse } from 'yaml';
 import { CustomResourceDefinition } from 'kubernetes-models/apiextensions.k8s.io/v1/CustomResourceDefinition';
-import { loadPolicies, validatePolicy, type PolicyError } from '../agent/policy/schema.ts';
+import { loadPolicies, validatePolicy, type PolicyError } from '../agent/policy/validate.ts';
 import { CRD_FILE, inferencePolicyOpenAPISchema, renderCrd, renderCrdYaml } from '../agent/policy/crd.ts';
 
 // The InferencePolicy example of the team's interface contract (the README's policy reference), as written there.
@@ -257,7 +257,7 @@ test(`${CRD_FILE} is the current rendering (run: npx node agent/policy/render-cr
 });
 
 test('an exclusion window longer than the history the agent keeps (5m) is an error, not a silent clamp', async () => {
-  const { validatePolicy } = await import('../agent/policy/schema.ts');
+  const { validatePolicy } = await import('../agent/policy/validate.ts');
   const result = validatePolicy({
     metadata: { name: 'p', namespace: 'ns' },
     spec: { exclude: [{ metric: 'queued', above: 2, window: '10m' }] },

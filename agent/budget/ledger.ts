@@ -26,31 +26,24 @@
 // Enforcement, reserve before and settle after: a request may overflow when, for every limit
 // that applies, the cluster's usage (settled + pending, as this replica sees it) plus its
 // estimate stays within the limit, and this agent's recent admissions stay within its share of
-// what remains (see #shareOk). settle() replaces the estimate with the provider's usage;
+// what remains (see share-rule.ts). settle() replaces the estimate with the provider's usage;
 // release() drops it when nothing was sent. The worst-case overshoot is what agents admit
 // during one convergence interval without seeing each other: (N − 1) × remaining on the sum
 // alone. The share rule (1/k per interval among k known spenders) and the slow start (a new
 // spender begins at 1/N and doubles per interval) bound what N blind agents admit together by
 // what remained (README: "Overflow budgets and priority"; bench:budget measures it).
+//
+// Seams: window arithmetic in epochs.ts, the per-origin counters and their merge in
+// counter-store.ts, the share rule and slow start in share-rule.ts; this file is the admission
+// API (reserve, check, settle, release) that ties them together.
 import { WINDOW_MS, BUDGET_WINDOWS, type BudgetLimit, type BudgetWindow, scopeName } from './limits.ts';
+import { CounterStore, type Counter } from './counter-store.ts';
+import { epochOf, epochsAt } from './epochs.ts';
+import { ShareRule } from './share-rule.ts';
 
-export interface CounterKey {
-  tenant: string;
-  window: BudgetWindow;
-  epoch: number;
-  provider: string;
-}
-
-export interface Counter extends CounterKey {
-  tokens: number;
-  requests: number;
-  pendingTokens: number;
-  pendingRequests: number;
-  /** Origin version at which this counter last changed. */
-  version: number;
-  /** Origin's wall clock (ms) at that change: who is spending right now (the share rule). */
-  changedAt: number;
-}
+// Re-exported so importers keep taking the ledger's model from one place.
+export type { Counter, CounterKey } from './counter-store.ts';
+export { epochOf } from './epochs.ts';
 
 export interface LedgerOptions {
   /** This agent instance: node or pod name plus an incarnation unique to this start. */
@@ -113,56 +106,30 @@ export interface LimitState {
   resetsAt: number;
 }
 
-interface OriginState {
-  version: number;
-  /** Local time of the last news from the origin (our own: always now). */
-  heardAt: number;
-  counters: Map<string, Counter>;
-}
-
-interface RecentAdmission {
-  at: number;
-  reservation: Reservation;
-}
-
-/** Counter key: window and epoch first so prune() can test without parsing. */
-function keyOf(k: CounterKey): string {
-  return `${k.window}\u0000${k.epoch}\u0000${k.tenant}\u0000${k.provider}`;
-}
-
-/** An origin whose counter changed this many convergence intervals ago still counts as spending (a steady spender refreshes well within it). */
-const SPENDER_ACTIVE_INTERVALS = 4;
-
-function scopeKey(tenant: string, window: BudgetWindow, epoch: number): string {
-  return `${tenant}\u0000${window}\u0000${epoch}`;
-}
-
-export function epochOf(window: BudgetWindow, at: number): number {
-  return Math.floor(at / WINDOW_MS[window]);
-}
-
 export class BudgetLedger {
   readonly origin: string;
   readonly #o: LedgerOptions;
-  readonly #origins = new Map<string, OriginState>();
-  /** tenant+window+epoch → every origin's counters for it (per provider): what a check sums. */
-  readonly #scopes = new Map<string, Map<string, { origin: string; counter: Counter }>>();
-  #recent: RecentAdmission[] = [];
-  /** Per tenant: since when this agent has been spending without a pause (the slow start), and its last admission. */
-  readonly #streaks = new Map<string, { since: number; last: number }>();
+  readonly #store: CounterStore;
+  readonly #share: ShareRule;
   readonly #startedAt: number;
   #synced = false;
-  #counters = 0;
-  /** Counters or origins dropped because a bound was reached, or malformed input. */
-  dropped = 0;
-  /** Grows on every change this replica takes (own or merged): a digest cached at one revision is still exact. */
-  revision = 0;
 
   constructor(options: LedgerOptions) {
     this.#o = options;
     this.origin = options.origin;
     this.#startedAt = options.now();
-    this.#origins.set(this.origin, { version: 0, heardAt: this.#startedAt, counters: new Map() });
+    this.#store = new CounterStore(options, this.#startedAt);
+    this.#share = new ShareRule(options);
+  }
+
+  /** Counters or origins dropped because a bound was reached, or malformed input. */
+  get dropped(): number {
+    return this.#store.dropped;
+  }
+
+  /** Grows on every change this replica takes (own or merged): a digest cached at one revision is still exact. */
+  get revision(): number {
+    return this.#store.revision;
   }
 
   /** The agent has exchanged state with a peer: it now sees what the cluster counted. */
@@ -186,13 +153,10 @@ export class BudgetLedger {
     const now = this.#o.now();
     const epochs = epochsAt(now);
     for (const window of BUDGET_WINDOWS) {
-      this.#bump({ tenant, window, epoch: epochs[window], provider }, 0, 0, tokens, 1, now);
+      this.#store.bump({ tenant, window, epoch: epochs[window], provider }, 0, 0, tokens, 1, now);
     }
     const reservation: Reservation = { tenant, provider, tokens, epochs, done: false };
-    this.#recent.push({ at: now, reservation });
-    const streak = this.#streaks.get(tenant);
-    if (streak && now - streak.last <= this.#activeMs) streak.last = now;
-    else this.#streaks.set(tenant, { since: now, last: now });
+    this.#share.admitted(reservation, now);
     return { ok: true, reservation };
   }
 
@@ -214,9 +178,9 @@ export class BudgetLedger {
         message: 'this agent has just started and has not yet heard what the cluster spent',
       };
     }
-    this.#pruneRecent(now);
+    this.#share.pruneRecent(now);
     for (const limit of applicable) {
-      const refusal = this.#refusal(tenant, provider, tokens, limit, now);
+      const refusal = this.#refusal(tenant, tokens, limit, now);
       if (refusal) return refusal;
     }
     return undefined;
@@ -237,7 +201,7 @@ export class BudgetLedger {
     const now = this.#o.now();
     return limits.map((limit) => {
       const epoch = epochOf(limit.window, now);
-      const used = this.#used(tenant, limit, epoch, now);
+      const used = this.#store.used(tenant, limit, epoch, now);
       return {
         limit,
         scope: scopeName(limit),
@@ -254,21 +218,19 @@ export class BudgetLedger {
   /** Settled usage of one tenant in the current window, every origin and provider (metrics, dashboard). */
   spent(tenant: string, window: BudgetWindow): { tokens: number; requests: number } {
     const now = this.#o.now();
-    return this.#used(tenant, { window }, epochOf(window, now), now, false);
+    return this.#store.used(tenant, { window }, epochOf(window, now), now, false);
   }
 
   // --- replication -------------------------------------------------------------------------
 
   /** Origin → highest version held: what to put in a digest. */
   versions(): Map<string, number> {
-    return new Map([...this.#origins].map(([origin, s]) => [origin, s.version]));
+    return this.#store.versions();
   }
 
   /** An origin's counters changed after `since`, oldest change first: a prefix is gap-free. */
   deltaSince(origin: string, since: number): Counter[] {
-    const state = this.#origins.get(origin);
-    if (!state || state.version <= since) return [];
-    return [...state.counters.values()].filter((c) => c.version > since).sort((a, b) => a.version - b.version);
+    return this.#store.deltaSince(origin, since);
   }
 
   /**
@@ -278,89 +240,36 @@ export class BudgetLedger {
    * again: it is refused (false), and the next exchange asks from where we are.
    */
   merge(origin: string, from: number, to: number, counters: readonly Counter[]): boolean {
-    if (origin === this.origin) return false;
-    const now = this.#o.now();
-    let state = this.#origins.get(origin);
-    if ((state?.version ?? 0) < from) return false;
-    if (!state) {
-      if (this.#origins.size >= this.#o.maxOrigins) {
-        this.dropped += counters.length;
-        return false;
-      }
-      state = { version: 0, heardAt: now, counters: new Map() };
-      this.#origins.set(origin, state);
-    }
-    state.heardAt = now;
-    state.version = Math.max(state.version, to);
-    for (const counter of counters) {
-      // Ended windows are gone everywhere; a window more than one ahead is a broken clock or a lie.
-      if (
-        !validCounter(counter) ||
-        counter.version <= from ||
-        counter.version > to ||
-        counter.epoch < epochOf(counter.window, now) ||
-        counter.epoch > epochOf(counter.window, now) + 1
-      ) {
-        this.dropped++;
-        continue;
-      }
-      const key = keyOf(counter);
-      const held = state.counters.get(key);
-      if (held && held.version >= counter.version) continue;
-      if (!held && this.#counters >= this.#o.maxCounters) {
-        this.dropped++;
-        continue;
-      }
-      this.revision++;
-      if (held) Object.assign(held, counter);
-      else this.#add(origin, state, key, { ...counter });
-    }
-    return true;
+    return this.#store.merge(origin, from, to, counters, this.#o.now());
   }
 
   /** The origin is alive (a gossip heartbeat without budget news). */
   heard(origin: string): void {
-    const state = this.#origins.get(origin);
-    if (state) state.heardAt = this.#o.now();
+    this.#store.heard(origin, this.#o.now());
   }
 
   /** Drop counters of ended windows, and origins with nothing left. Call once per gossip round. */
   prune(): void {
     const now = this.#o.now();
-    const current = epochsAt(now);
-    for (const [origin, state] of this.#origins) {
-      for (const [key, counter] of state.counters) {
-        if (counter.epoch < current[counter.window]) {
-          state.counters.delete(key);
-          this.#counters--;
-          const scope = scopeKey(counter.tenant, counter.window, counter.epoch);
-          const entries = this.#scopes.get(scope);
-          entries?.delete(`${origin}\u0000${counter.provider}`);
-          if (entries?.size === 0) this.#scopes.delete(scope);
-        }
-      }
-      if (origin !== this.origin && state.counters.size === 0) this.#origins.delete(origin);
-    }
-    for (const [tenant, streak] of this.#streaks) if (now - streak.last > this.#activeMs) this.#streaks.delete(tenant);
-    this.#pruneRecent(now);
+    this.#store.pruneEnded(now);
+    this.#share.prune(now);
   }
 
   /** Counters and origins held (bounded memory, for /debug/state). */
   get size(): { origins: number; counters: number } {
-    return { origins: this.#origins.size, counters: this.#counters };
+    return this.#store.size;
   }
 
   // --- internals ---------------------------------------------------------------------------
 
   #refusal(
     tenant: string,
-    provider: string,
     tokens: number,
     limit: BudgetLimit,
     now: number,
   ): Extract<Admission, { ok: false }> | undefined {
     const epoch = epochOf(limit.window, now);
-    const used = this.#used(tenant, limit, epoch, now);
+    const used = this.#store.used(tenant, limit, epoch, now);
     const scope = scopeName(limit);
     const resetsIn = (epoch + 1) * WINDOW_MS[limit.window] - now;
     const over =
@@ -375,7 +284,17 @@ export class BudgetLedger {
         message: `tenant ${tenant} has used ${used.tokens} tokens and ${used.requests} requests of its ${scope} overflow budget (${describeLimit(limit)})`,
       };
     }
-    if (this.#o.shareRule !== false && !this.#shareOk(tenant, provider, tokens, limit, epoch, used, now)) {
+    if (
+      this.#o.shareRule !== false &&
+      !this.#share.allows(
+        tenant,
+        tokens,
+        limit,
+        used,
+        this.#store.otherSpenders(tenant, limit, epoch, now, this.#share.activeMs),
+        now,
+      )
+    ) {
       return {
         ok: false,
         reason: 'share',
@@ -387,78 +306,6 @@ export class BudgetLedger {
     return undefined;
   }
 
-  /**
-   * The share rule: k origins are spending this tenant's budget right now (changed within the
-   * last few convergence intervals, this one included), so in any convergence interval this agent
-   * admits at most 1/k of what remained before it. While every spender knows the others, they
-   * together admit at most what remained: no overshoot from not yet seeing each other's last
-   * admissions. Only a spender that no one has heard from yet can overshoot (see the README).
-   */
-  #shareOk(
-    tenant: string,
-    provider: string,
-    tokens: number,
-    limit: BudgetLimit,
-    epoch: number,
-    used: { tokens: number; requests: number },
-    now: number,
-  ): boolean {
-    const k = 1 + this.#otherSpenders(tenant, limit, epoch, now);
-    // Slow start: an agent that starts spending cannot know who else just started (their news
-    // is not here yet). It begins at 1/(agents alive) of what remains and doubles its share each
-    // convergence interval, by when it hears of those that started with it. If all N start at
-    // once blind, together they admit at most what remained in the first interval.
-    const streak = this.#streaks.get(tenant);
-    const intervals =
-      streak && now - streak.last <= this.#activeMs ? Math.floor((now - streak.since) / this.#o.convergenceMs) : 0;
-    const share = Math.min(1 / k, 2 ** Math.min(intervals, 30) / Math.max(1, this.#o.agents?.() ?? 1));
-    if (share >= 1) return true;
-    let mineTokens = 0;
-    let mineRequests = 0;
-    for (const { reservation: r } of this.#recent) {
-      if (r.tenant === tenant && (limit.provider === undefined || r.provider === limit.provider)) {
-        mineTokens += r.tokens;
-        mineRequests++;
-      }
-    }
-    // What remained before this interval's own admissions (own usage is exact in `used`).
-    const tokensOk =
-      limit.tokens === undefined || mineTokens + tokens <= (limit.tokens - used.tokens + mineTokens) * share;
-    const requestsOk =
-      limit.requests === undefined || mineRequests + 1 <= (limit.requests - used.requests + mineRequests) * share;
-    return tokensOk && requestsOk;
-  }
-
-  #otherSpenders(tenant: string, limit: BudgetLimit, epoch: number, now: number): number {
-    const spenders = new Set<string>();
-    for (const { origin, counter: c } of this.#scopes.get(scopeKey(tenant, limit.window, epoch))?.values() ?? []) {
-      if (origin === this.origin || (limit.provider !== undefined && c.provider !== limit.provider)) continue;
-      if (now - c.changedAt <= this.#activeMs) spenders.add(origin);
-    }
-    return spenders.size;
-  }
-
-  #used(
-    tenant: string,
-    limit: Pick<BudgetLimit, 'window' | 'provider'>,
-    epoch: number,
-    now: number,
-    withPending = true,
-  ): { tokens: number; requests: number } {
-    let tokens = 0;
-    let requests = 0;
-    for (const { origin, counter: c } of this.#scopes.get(scopeKey(tenant, limit.window, epoch))?.values() ?? []) {
-      if (limit.provider !== undefined && c.provider !== limit.provider) continue;
-      tokens += c.tokens;
-      requests += c.requests;
-      if (withPending && (origin === this.origin || now - this.#origins.get(origin)!.heardAt <= this.#o.pendingTtlMs)) {
-        tokens += c.pendingTokens;
-        requests += c.pendingRequests;
-      }
-    }
-    return { tokens, requests };
-  }
-
   #finish(reservation: Reservation, tokens: number, requests: number): void {
     if (reservation.done) return;
     reservation.done = true;
@@ -467,7 +314,7 @@ export class BudgetLedger {
       const epoch = reservation.epochs[window];
       // The window ended while the request ran: its counters are gone everywhere, so is the spend.
       if (epoch < epochOf(window, now)) continue;
-      this.#bump(
+      this.#store.bump(
         { tenant: reservation.tenant, window, epoch, provider: reservation.provider },
         tokens,
         requests,
@@ -476,61 +323,8 @@ export class BudgetLedger {
         now,
       );
     }
-    // A released reservation spent nothing: it no longer uses this agent's share either.
-    if (requests === 0) this.#recent = this.#recent.filter((r) => r.reservation !== reservation);
+    if (requests === 0) this.#share.released(reservation);
   }
-
-  #bump(
-    key: CounterKey,
-    tokens: number,
-    requests: number,
-    pendingTokens: number,
-    pendingRequests: number,
-    now: number,
-  ): void {
-    const own = this.#origins.get(this.origin)!;
-    own.heardAt = now;
-    const id = keyOf(key);
-    let counter = own.counters.get(id);
-    if (!counter) {
-      // Own counters are never dropped for the bound: they are the only copy of what we spent.
-      counter = { ...key, tokens: 0, requests: 0, pendingTokens: 0, pendingRequests: 0, version: 0, changedAt: now };
-      this.#add(this.origin, own, id, counter);
-    }
-    counter.tokens += tokens;
-    counter.requests += requests;
-    counter.pendingTokens = Math.max(0, counter.pendingTokens + pendingTokens);
-    counter.pendingRequests = Math.max(0, counter.pendingRequests + pendingRequests);
-    counter.version = ++own.version;
-    this.revision++;
-    counter.changedAt = now;
-  }
-
-  #add(origin: string, state: OriginState, key: string, counter: Counter): void {
-    state.counters.set(key, counter);
-    this.#counters++;
-    const scope = scopeKey(counter.tenant, counter.window, counter.epoch);
-    let entries = this.#scopes.get(scope);
-    if (!entries) {
-      entries = new Map();
-      this.#scopes.set(scope, entries);
-    }
-    entries.set(`${origin}\u0000${counter.provider}`, { origin, counter });
-  }
-
-  get #activeMs(): number {
-    return SPENDER_ACTIVE_INTERVALS * this.#o.convergenceMs;
-  }
-
-  #pruneRecent(now: number): void {
-    if (this.#recent.length > 0 && now - this.#recent[0].at > this.#o.convergenceMs) {
-      this.#recent = this.#recent.filter((r) => now - r.at <= this.#o.convergenceMs);
-    }
-  }
-}
-
-function epochsAt(now: number): Record<BudgetWindow, number> {
-  return { minute: epochOf('minute', now), hour: epochOf('hour', now), day: epochOf('day', now) };
 }
 
 function describeLimit(limit: BudgetLimit): string {
@@ -540,27 +334,4 @@ function describeLimit(limit: BudgetLimit): string {
   ]
     .filter(Boolean)
     .join(', ');
-}
-
-const MAX_NAME = 253;
-
-function validCounter(c: Counter): boolean {
-  const count = (n: number) => Number.isSafeInteger(n) && n >= 0;
-  return (
-    (BUDGET_WINDOWS as readonly string[]).includes(c.window) &&
-    typeof c.tenant === 'string' &&
-    c.tenant.length > 0 &&
-    c.tenant.length <= MAX_NAME &&
-    typeof c.provider === 'string' &&
-    c.provider.length > 0 &&
-    c.provider.length <= MAX_NAME &&
-    count(c.epoch) &&
-    count(c.changedAt) &&
-    count(c.tokens) &&
-    count(c.requests) &&
-    count(c.pendingTokens) &&
-    count(c.pendingRequests) &&
-    count(c.version) &&
-    c.version > 0
-  );
 }

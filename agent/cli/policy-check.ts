@@ -10,14 +10,8 @@
 // All policies of all files form one set, checked for duplicates and ambiguous ties.
 import { readFile } from 'node:fs/promises';
 import { LineCounter, parseAllDocuments, type Document } from 'yaml';
-import {
-  API_VERSION,
-  KIND,
-  describeDoc,
-  validatePolicy,
-  type InferencePolicy,
-  type PolicyError,
-} from '../policy/schema.ts';
+import { API_VERSION, KIND, type InferencePolicy } from '../policy/schema.ts';
+import { describeDoc, validatePolicy, type PolicyError } from '../policy/validate.ts';
 import { formatPath, isRecord } from '../../shared/json.ts';
 import { checkNamespaceAnnotations } from '../policy/annotations.ts';
 import { checkPolicySet } from '../policy/resolve.ts';

@@ -8,7 +8,7 @@ import type { Pod } from '../types.ts';
 import type { ProviderSettings } from '../providers/types.ts';
 import { parseDuration } from './duration.ts';
 import type { SecretRef } from './secrets.ts';
-import { loadPolicies } from '../policy/schema.ts';
+import { loadPolicies } from '../policy/validate.ts';
 import { compilePolicies } from '../policy/resolve.ts';
 import { isIP } from 'node:net';
 import { compileDetectors, type DetectorSpec } from '../classify/custom.ts';

@@ -2,7 +2,8 @@
 // manifests/crd/inferencepolicies.kinference.io.yaml is this rendering (a test keeps them equal).
 import { stringify } from 'yaml';
 import type { TSchema } from '@sinclair/typebox';
-import { API_GROUP, InferencePolicySpecSchema, KIND, literalValues, PolicyStatusSchema } from './schema.ts';
+import { API_GROUP, InferencePolicySpecSchema, KIND, PolicyStatusSchema } from './schema.ts';
+import { literalValues } from './validation-messages.ts';
 
 export const CRD_NAME = `inferencepolicies.${API_GROUP}`;
 export const CRD_FILE = `manifests/crd/${CRD_NAME}.yaml`;

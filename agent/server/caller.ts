@@ -6,7 +6,7 @@ import { classifyRequest, UNSCANNED_TAG, type Classification } from '../classify
 import { compileDetectors, type CustomDetector, type DetectorSpec } from '../classify/custom.ts';
 import type { AgentSettings } from '../config/load.ts';
 import { compilePolicies, type CompiledPolicies } from '../policy/resolve.ts';
-import { loadPolicies } from '../policy/schema.ts';
+import { loadPolicies } from '../policy/validate.ts';
 import type { EffectivePolicy } from '../types.ts';
 import { identify, restrictUnidentified, type Identity } from './identify.ts';
 import type { Metrics } from './metrics.ts';

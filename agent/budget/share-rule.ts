@@ -1,0 +1,104 @@
+// The budget ledger's share rule and slow start: how much of what remains this agent may admit
+// per convergence interval, so agents that cannot yet see each other's latest admissions
+// together stay within the budget (see ledger.ts). Pure: time comes in as `now`.
+import type { BudgetLimit } from './limits.ts';
+import type { Reservation } from './ledger.ts';
+
+/** An origin whose counter changed this many convergence intervals ago still counts as spending (a steady spender refreshes well within it). */
+const SPENDER_ACTIVE_INTERVALS = 4;
+
+export interface ShareRuleOptions {
+  /** How long until a change is known to every agent: the interval a share is measured over. */
+  convergenceMs: number;
+  /** Agents alive in the cluster now (gossip membership), for the slow start; default 1 (no slow start). */
+  agents?: () => number;
+}
+
+interface RecentAdmission {
+  at: number;
+  reservation: Reservation;
+}
+
+export class ShareRule {
+  readonly #o: ShareRuleOptions;
+  /** This agent's admissions within the last convergence interval. */
+  #recent: RecentAdmission[] = [];
+  /** Per tenant: since when this agent has been spending without a pause (the slow start), and its last admission. */
+  readonly #streaks = new Map<string, { since: number; last: number }>();
+
+  constructor(options: ShareRuleOptions) {
+    this.#o = options;
+  }
+
+  /** How recently a counter must have changed for its origin to count as spending. */
+  get activeMs(): number {
+    return SPENDER_ACTIVE_INTERVALS * this.#o.convergenceMs;
+  }
+
+  /** This agent admitted `reservation`: it uses this interval's share and extends the tenant's streak. */
+  admitted(reservation: Reservation, now: number): void {
+    this.#recent.push({ at: now, reservation });
+    const streak = this.#streaks.get(reservation.tenant);
+    if (streak && now - streak.last <= this.activeMs) streak.last = now;
+    else this.#streaks.set(reservation.tenant, { since: now, last: now });
+  }
+
+  /** A released reservation spent nothing: it no longer uses this agent's share either. */
+  released(reservation: Reservation): void {
+    this.#recent = this.#recent.filter((r) => r.reservation !== reservation);
+  }
+
+  /**
+   * The share rule: k origins are spending this tenant's budget right now (changed within the
+   * last few convergence intervals, this one included), so in any convergence interval this agent
+   * admits at most 1/k of what remained before it. While every spender knows the others, they
+   * together admit at most what remained: no overshoot from not yet seeing each other's last
+   * admissions. Only a spender that no one has heard from yet can overshoot (see the README).
+   */
+  allows(
+    tenant: string,
+    tokens: number,
+    limit: BudgetLimit,
+    used: { tokens: number; requests: number },
+    otherSpenders: number,
+    now: number,
+  ): boolean {
+    const k = 1 + otherSpenders;
+    // Slow start: an agent that starts spending cannot know who else just started (their news
+    // is not here yet). It begins at 1/(agents alive) of what remains and doubles its share each
+    // convergence interval, by when it hears of those that started with it. If all N start at
+    // once blind, together they admit at most what remained in the first interval.
+    const streak = this.#streaks.get(tenant);
+    const intervals =
+      streak && now - streak.last <= this.activeMs ? Math.floor((now - streak.since) / this.#o.convergenceMs) : 0;
+    const share = Math.min(1 / k, 2 ** Math.min(intervals, 30) / Math.max(1, this.#o.agents?.() ?? 1));
+    if (share >= 1) return true;
+    let mineTokens = 0;
+    let mineRequests = 0;
+    for (const { reservation: r } of this.#recent) {
+      if (r.tenant === tenant && (limit.provider === undefined || r.provider === limit.provider)) {
+        mineTokens += r.tokens;
+        mineRequests++;
+      }
+    }
+    // What remained before this interval's own admissions (own usage is exact in `used`).
+    const tokensOk =
+      limit.tokens === undefined || mineTokens + tokens <= (limit.tokens - used.tokens + mineTokens) * share;
+    const requestsOk =
+      limit.requests === undefined || mineRequests + 1 <= (limit.requests - used.requests + mineRequests) * share;
+    return tokensOk && requestsOk;
+  }
+
+  /** Forget admissions older than one convergence interval: they no longer use this interval's share. */
+  pruneRecent(now: number): void {
+    if (this.#recent.length > 0 && now - this.#recent[0].at > this.#o.convergenceMs) {
+      this.#recent = this.#recent.filter((r) => now - r.at <= this.#o.convergenceMs);
+    }
+  }
+
+  /** Drop ended streaks and old admissions. */
+  prune(now: number): void {
+    for (const [tenant, streak] of this.#streaks) if (now - streak.last > this.activeMs) this.#streaks.delete(tenant);
+    this.pruneRecent(now);
+  }
+}
