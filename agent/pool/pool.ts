@@ -1,88 +1,27 @@
 // The agent's live view of every pod it may route to: its own node's pods (scraped telemetry and
 // a predictor learned from the TTFTs it measures) and other nodes' pods (gossiped estimates).
 // It turns that view into router candidates, keeps per-pod request bookkeeping, and wakes
-// requests waiting for a pod whenever something changes.
+// requests waiting for a pod whenever something changes. Its parts live beside it: the records
+// (pod-records, peer-traffic), candidate building, the per-model indexes, tickets, the debug view.
 import { Learner } from '../predict/learner.ts';
-import type { PredictorOptions } from '../predict/predictor.ts';
-import type { Candidate, WindowedMetric } from '../route/candidate.ts';
+import type { Candidate } from '../route/candidate.ts';
 import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
-import { staleAfterMs } from '../telemetry/scraper.ts';
 import { predictedTtft, uncachedPromptTokens } from '../route/score.ts';
 import { PrefixIndex } from '../prefix/index.ts';
-import type { Pod, PodEstimate, PodLoad, RequestKind, RouteRequest } from '../types.ts';
+import type { Pod, PodEstimate, PodLoad, RequestKind } from '../types.ts';
+import { localCandidate, peerCandidate } from './candidates.ts';
+import { poolDebugState } from './debug-state.ts';
+import { indexByModel, peerShortlists } from './model-index.ts';
+import { DEFAULT_PEER_SHORTLIST, type PoolOptions } from './options.ts';
+import { PeerTrafficBook } from './peer-traffic.ts';
+import { newLocalPod, type LocalPod } from './pod-records.ts';
+import { openTicket, type PodTicket } from './ticket.ts';
 
-export interface PoolOptions {
-  node: string;
-  scrapeIntervalMs: number;
-  /** Gossiped estimates older than this are stale (the origin's TTL covers silent origins). */
-  peerMaxAgeMs: number;
-  networkCostMs: number;
-  /** The window gossiped as a pod's `queued` (and used for peers' exclusion rules). */
-  referenceWindowMs: number;
-  /** A pod that failed a request before its first byte sits out this long. */
-  failureCooldownMs: number;
-  /** Requests this agent has at one pod at once (= connections); past it the pod is at capacity. */
-  maxInFlightPerPod?: number;
-  now: () => number;
-  predictor?: Partial<PredictorOptions>;
-  /**
-   * Peers' pods a decision looks at, per model: the ones predicted fastest when gossip last
-   * changed them (default 32). Keeps a decision's cost flat however many pods the cluster has.
-   */
-  peerShortlist?: number;
-  /** Bound of the prefix index: prompt blocks remembered per local pod. */
-  prefixBlocksPerPod?: number;
-}
-
-/** Default for `PoolOptions.peerShortlist`. */
-export const DEFAULT_PEER_SHORTLIST = 32;
-
-interface LocalPod {
-  pod: Pod;
-  /** The scraper's record of the pod (windows, latest load and when): the one record of its
-   *  scraped state; absent until the first good scrape. */
-  telemetry: PodTelemetry | undefined;
-  inFlight: number;
-  pendingPromptTokens: number;
-  unseenSent: number;
-  unhealthyUntil: number;
-  /** Why its last page was refused (telemetry trust boundary); unhealthy until a plausible one. */
-  implausible: string | undefined;
-  /** Counts scrapes: a request answered in the epoch it was sent in leaves `unseenSent` at once. */
-  epoch: number;
-  /** Prompt tokens the pod computed (not served from cache) since we know it: the prefix index's clock. */
-  computedTokens: number;
-}
-
-interface PeerTraffic {
-  inFlight: number;
-  pendingPromptTokens: number;
-  unseenSent: number;
-  lastVersion: number;
-  unhealthyUntil: number;
-  epoch: number;
-}
+// Importers name the pool's types from here, wherever they are defined.
+export { DEFAULT_PEER_SHORTLIST, type PoolOptions } from './options.ts';
+export type { PodTicket } from './ticket.ts';
 
 type Waiter = () => void;
-
-export interface PodTicket {
-  /** Mean predicted TTFT the request was sent on (NaN for peers' pods). */
-  predictedMs: number;
-  firstByte(ms: number): void;
-  answered(ms: number): void;
-  end(ok: boolean): void;
-}
-
-/** What /debug/state and the dashboard predict for: a typical chat turn. */
-const REFERENCE_REQUEST: RouteRequest = {
-  kind: 'chat',
-  model: '',
-  tenant: '',
-  namespace: '',
-  tags: [],
-  promptTokens: 256,
-  stream: true,
-};
 
 export class PodPool {
   readonly options: PoolOptions;
@@ -95,7 +34,7 @@ export class PodPool {
   /** Candidate indexes by model, rebuilt when pods come or go (never per request). */
   #localByModel = new Map<string, LocalPod[]>();
   #peersByModel = new Map<string, PodEstimate[]>();
-  readonly #peerTraffic = new Map<string, PeerTraffic>();
+  readonly #peerTraffic = new PeerTrafficBook();
   readonly #waiters = new Set<Waiter>();
   #version = 0;
   /** Bumped when pods come or go (local discovery, gossip), not on every scrape. */
@@ -142,28 +81,9 @@ export class PodPool {
     for (const pod of pods) {
       const existing = this.#local.get(pod.uid);
       if (existing) existing.pod = { ...pod, engine: pod.engine ?? existing.pod.engine };
-      else {
-        this.#local.set(pod.uid, {
-          pod,
-          telemetry: undefined,
-          inFlight: 0,
-          pendingPromptTokens: 0,
-          unseenSent: 0,
-          unhealthyUntil: 0,
-          implausible: undefined,
-          epoch: 0,
-          computedTokens: 0,
-        });
-      }
+      else this.#local.set(pod.uid, newLocalPod(pod));
     }
-    this.#localByModel = new Map();
-    for (const local of this.#local.values()) {
-      for (const model of local.pod.models) {
-        const list = this.#localByModel.get(model);
-        if (list) list.push(local);
-        else this.#localByModel.set(model, [local]);
-      }
-    }
+    this.#localByModel = indexByModel(this.#local.values());
     this.#podsVersion++;
     this.#changed();
   }
@@ -206,44 +126,15 @@ export class PodPool {
   /** Other nodes' pods, as gossip currently knows them. */
   setRemote(estimates: readonly PodEstimate[]): void {
     this.#remote = estimates.filter((e) => e.origin !== this.options.node);
-    const live = new Set(this.#remote.map((e) => e.pod.uid));
-    for (const e of this.#remote) {
-      const traffic = this.#peerTraffic.get(e.pod.uid);
-      if (traffic && e.version !== traffic.lastVersion) {
-        traffic.lastVersion = e.version;
-        traffic.unseenSent = 0;
-        traffic.epoch++;
-      }
-    }
-    for (const uid of this.#peerTraffic.keys()) if (!live.has(uid)) this.#peerTraffic.delete(uid);
-    this.#peersByModel = this.#shortlists();
+    this.#peerTraffic.reconcile(this.#remote);
+    const now = this.options.now();
+    this.#peersByModel = peerShortlists(
+      this.#remote,
+      this.options.peerShortlist ?? DEFAULT_PEER_SHORTLIST,
+      (e, reference) => predictedTtft(this.#peerCandidate(e, now), reference),
+    );
     this.#podsVersion++;
     this.#changed();
-  }
-
-  /** Per model, the peers' pods predicted fastest for a typical request now, at most `peerShortlist`. */
-  #shortlists(): Map<string, PodEstimate[]> {
-    const limit = this.options.peerShortlist ?? DEFAULT_PEER_SHORTLIST;
-    const byModel = new Map<string, PodEstimate[]>();
-    for (const e of this.#remote) {
-      for (const model of e.pod.models) {
-        const list = byModel.get(model);
-        if (list) list.push(e);
-        else byModel.set(model, [e]);
-      }
-    }
-    const now = this.options.now();
-    for (const [model, list] of byModel) {
-      if (list.length <= limit) continue;
-      const reference = { ...REFERENCE_REQUEST, model };
-      const ranked = list.map((e) => ({ e, ms: predictedTtft(this.#peerCandidate(e, now), reference) }));
-      ranked.sort((a, b) => a.ms - b.ms);
-      byModel.set(
-        model,
-        ranked.slice(0, limit).map((r) => r.e),
-      );
-    }
-    return byModel;
   }
 
   /**
@@ -258,71 +149,16 @@ export class PodPool {
     const cached = promptBlocks?.length ? this.#prefix.cachedTokensByPod(promptBlocks) : undefined;
     if (cached) this.#lastLookup = cached;
     const locals = model === undefined ? this.#local.values() : (this.#localByModel.get(model) ?? []);
-    for (const local of locals) out.push(this.#localCandidate(local, now, cached?.get(local.pod.uid) ?? 0));
+    for (const local of locals) {
+      out.push(localCandidate(local, now, this.#learner, this.options, cached?.get(local.pod.uid) ?? 0));
+    }
     const peers = model === undefined ? this.#remote : (this.#peersByModel.get(model) ?? []);
     for (const estimate of peers) out.push(this.#peerCandidate(estimate, now));
     return out;
   }
 
-  #localCandidate(local: LocalPod, now: number, expectedCachedTokens = 0): Candidate {
-    const telemetry = local.telemetry;
-    const load = telemetry?.latest;
-    return {
-      pod: local.pod,
-      where: 'local',
-      ageMs: now - (load?.at ?? -Infinity),
-      maxAgeMs: staleAfterMs(this.options.scrapeIntervalMs),
-      healthy: now >= local.unhealthyUntil && local.implausible === undefined,
-      ...(local.implausible !== undefined ? { unhealthyReason: local.implausible } : {}),
-      queuedNow: load?.waiting ?? 0,
-      running: load?.running ?? 0,
-      kvCache: load?.kvCache ?? NaN,
-      average: (metric: WindowedMetric, windowMs: number) => {
-        if (!telemetry) return 0;
-        const window =
-          metric === 'queued' ? telemetry.waiting : metric === 'running' ? telemetry.running : telemetry.kvCache;
-        const value = window.average(windowMs, now);
-        return Number.isNaN(value) ? 0 : value;
-      },
-      params: this.#learner.params(local.pod.uid),
-      embeddingParams: this.#learner.embeddingParams(local.pod.uid),
-      logMargin: (q: number) => this.#learner.logMargin(local.pod.uid, q, (load?.waiting ?? 0) + local.unseenSent),
-      inFlight: local.inFlight,
-      maxInFlight: this.#maxInFlight(local.pod),
-      unseenSent: local.unseenSent,
-      pendingPromptTokens: local.pendingPromptTokens,
-      networkCostMs: 0,
-      expectedCachedTokens,
-    };
-  }
-
   #peerCandidate(estimate: PodEstimate, now: number): Candidate {
-    const traffic = this.#peerTraffic.get(estimate.pod.uid);
-    return {
-      pod: estimate.pod,
-      where: 'peer',
-      ageMs: Math.max(0, now - estimate.at),
-      maxAgeMs: this.options.peerMaxAgeMs,
-      healthy: now >= (traffic?.unhealthyUntil ?? 0),
-      queuedNow: estimate.queuedNow,
-      running: estimate.running,
-      kvCache: estimate.kvCache,
-      // A peer gossips one reference window; it stands in for whatever window a rule names.
-      average: (metric: WindowedMetric) =>
-        metric === 'queued' ? estimate.queued : metric === 'running' ? estimate.running : estimate.kvCache,
-      params: estimate.params,
-      // Gossip carries one model and no error distribution: a peer's pod is judged with the
-      // node's own calibration (how far this agent's kind of prediction strays), floored cold.
-      logMargin: (q: number) => this.#learner.logMargin(undefined, q, estimate.queuedNow + (traffic?.unseenSent ?? 0)),
-      inFlight: traffic?.inFlight ?? 0,
-      maxInFlight: this.#maxInFlight(estimate.pod),
-      unseenSent: traffic?.unseenSent ?? 0,
-      pendingPromptTokens: traffic?.pendingPromptTokens ?? 0,
-      networkCostMs: this.options.networkCostMs,
-      // No prefix estimate for peers' pods: a conversation reaches one agent per client
-      // connection, and a per-pod summary in gossip would cost bandwidth for rare wins.
-      expectedCachedTokens: 0,
-    };
+    return peerCandidate(estimate, this.#peerTraffic.get(estimate.pod.uid), now, this.#learner, this.options);
   }
 
   /** What this agent gossips about its own pods (the gossip state numbers the versions). */
@@ -361,62 +197,24 @@ export class PodPool {
     stream = true,
     promptBlocks?: readonly number[],
   ): PodTicket {
-    const promptTokens = uncachedPromptTokens(wholePromptTokens, c.expectedCachedTokens);
     const features = {
       queued: c.queuedNow + c.unseenSent,
       running: c.running,
-      promptTokens,
+      promptTokens: uncachedPromptTokens(wholePromptTokens, c.expectedCachedTokens),
       pendingPromptTokens: c.pendingPromptTokens,
     };
     const local = c.where === 'local' ? this.#local.get(c.pod.uid) : undefined;
-    const traffic = c.where === 'peer' ? this.#trafficFor(c.pod.uid) : undefined;
-    const counters = local ?? traffic!;
     if (local && promptBlocks?.length) this.#prefix.record(local.pod.uid, promptBlocks);
-    const predictedMs = local ? this.#learner.predict(local.pod.uid, kind, features) : NaN;
-    const epoch = counters.epoch;
-    counters.inFlight++;
-    counters.unseenSent++;
-    // A non-streamed request's prefill ends unseen (its first byte is its whole answer): counted
-    // until the answer, its prompt would stand in front of later requests for its whole decode.
-    // The scraped queue and batch show it instead.
-    const counted = stream || kind === 'embeddings' ? promptTokens : 0;
-    counters.pendingPromptTokens += counted;
-    let pending = true;
-    let ended = false;
-    // Its prompt stops standing in front of later requests once its first token is out.
-    const prefilled = () => {
-      if (!pending) return;
-      pending = false;
-      counters.pendingPromptTokens -= counted;
-    };
-    const learn = (ms: number) => {
-      if (local) this.#learner.observeTtft(local.pod.uid, kind, features, predictedMs, ms, this.options.now());
-    };
-    return {
-      predictedMs,
-      firstByte: (ms: number) => {
-        prefilled();
-        learn(ms);
-      },
-      answered: (ms: number) => {
-        prefilled();
-        // An embedding's answer time is its prefill: a TTFT, learned as one.
-        if (kind === 'embeddings') return learn(ms);
-        // A generation's answer time holds its decode too: only a bound (see Learner.observeAnswer).
-        if (local) this.#learner.observeAnswer(local.pod.uid, kind, features, predictedMs, ms);
-      },
-      end: () => {
-        if (ended) return;
-        ended = true;
-        prefilled();
-        counters.inFlight--;
-        // Finished before the next report: the pod holds nothing of it, so it is no unseen queue.
-        // (Left counted, a fast pod answering hundreds of short requests between two scrapes
-        // would look hundreds deep and be throttled far below its capacity.)
-        if (counters.epoch === epoch && counters.unseenSent > 0) counters.unseenSent--;
-        this.#changed();
-      },
-    };
+    return openTicket({
+      counters: local ?? this.#peerTraffic.forPod(c.pod.uid),
+      learnsAs: local?.pod.uid,
+      learner: this.#learner,
+      kind,
+      stream,
+      features,
+      now: () => this.options.now(),
+      changed: () => this.#changed(),
+    });
   }
 
   markFailed(c: Candidate): void {
@@ -424,7 +222,7 @@ export class PodPool {
     if (c.where === 'local') {
       const local = this.#local.get(c.pod.uid);
       if (local) local.unhealthyUntil = until;
-    } else this.#trafficFor(c.pod.uid).unhealthyUntil = until;
+    } else this.#peerTraffic.forPod(c.pod.uid).unhealthyUntil = until;
     this.#changed();
   }
 
@@ -452,52 +250,19 @@ export class PodPool {
    */
   debugState(maxPeerPods = Infinity) {
     const now = this.options.now();
-    const predicted = new Map(this.candidates().map((c) => [c.pod.uid, predictedTtft(c, REFERENCE_REQUEST)]));
-    const remote =
-      this.#remote.length <= maxPeerPods
-        ? this.#remote
-        : this.#remote.toSorted((a, b) => predicted.get(a.pod.uid)! - predicted.get(b.pod.uid)!).slice(0, maxPeerPods);
-    return {
-      referencePromptTokens: REFERENCE_REQUEST.promptTokens,
-      prefixIndex: this.#prefix.memory(),
-      local: [...this.#local.values()].map((l) => ({
-        pod: l.pod,
-        load: l.telemetry?.latest,
-        queuedAvg30s: l.telemetry?.waiting.average(30_000, now) ?? null,
-        ageMs: now - (l.telemetry?.latest?.at ?? -Infinity),
-        inFlight: l.inFlight,
-        unseenSent: l.unseenSent,
-        healthy: now >= l.unhealthyUntil && l.implausible === undefined,
-        unhealthyReason: l.implausible ?? (now < l.unhealthyUntil ? 'failed a request before its first byte' : null),
-        predictedTtftMs: predicted.get(l.pod.uid),
-        prefix: {
-          blocks: this.#prefix.podBlocks(l.pod.uid),
-          lastRequestCachedTokens: this.#lastLookup.get(l.pod.uid) ?? 0,
-        },
-        ...this.#learner.stats(l.pod.uid),
-      })),
-      remoteKnown: this.#remote.length,
-      remote: remote.map((e) => ({
-        ...e,
-        ageMs: now - e.at,
-        traffic: this.#peerTraffic.get(e.pod.uid),
-        predictedTtftMs: predicted.get(e.pod.uid),
-      })),
-    };
-  }
-
-  /** The pod's own concurrency when known (its max-num-seqs), within the configured cap. */
-  #maxInFlight(pod: Pod): number {
-    return Math.min(this.options.maxInFlightPerPod ?? Infinity, pod.maxConcurrency ?? Infinity);
-  }
-
-  #trafficFor(uid: string): PeerTraffic {
-    let traffic = this.#peerTraffic.get(uid);
-    if (!traffic) {
-      traffic = { inFlight: 0, pendingPromptTokens: 0, unseenSent: 0, lastVersion: -1, unhealthyUntil: 0, epoch: 0 };
-      this.#peerTraffic.set(uid, traffic);
-    }
-    return traffic;
+    return poolDebugState(
+      {
+        now,
+        candidates: this.candidates(),
+        local: this.#local.values(),
+        remote: this.#remote,
+        peerTraffic: this.#peerTraffic,
+        learner: this.#learner,
+        prefix: this.#prefix,
+        lastLookup: this.#lastLookup,
+      },
+      maxPeerPods,
+    );
   }
 
   #changed(): void {

@@ -1,0 +1,28 @@
+// The pool's settings, apart from the pool so each of its parts can name the few it needs.
+import type { PredictorOptions } from '../predict/predictor.ts';
+
+export interface PoolOptions {
+  node: string;
+  scrapeIntervalMs: number;
+  /** Gossiped estimates older than this are stale (the origin's TTL covers silent origins). */
+  peerMaxAgeMs: number;
+  networkCostMs: number;
+  /** The window gossiped as a pod's `queued` (and used for peers' exclusion rules). */
+  referenceWindowMs: number;
+  /** A pod that failed a request before its first byte sits out this long. */
+  failureCooldownMs: number;
+  /** Requests this agent has at one pod at once (= connections); past it the pod is at capacity. */
+  maxInFlightPerPod?: number;
+  now: () => number;
+  predictor?: Partial<PredictorOptions>;
+  /**
+   * Peers' pods a decision looks at, per model: the ones predicted fastest when gossip last
+   * changed them (default 32). Keeps a decision's cost flat however many pods the cluster has.
+   */
+  peerShortlist?: number;
+  /** Bound of the prefix index: prompt blocks remembered per local pod. */
+  prefixBlocksPerPod?: number;
+}
+
+/** Default for `PoolOptions.peerShortlist`. */
+export const DEFAULT_PEER_SHORTLIST = 32;

@@ -1,0 +1,45 @@
+// What the pool keeps per pod. This agent's own counts of what it sent a pod cover the gap
+// between two reports of that pod (a scrape for its own, a gossip update for a peer's), when
+// every agent would otherwise see the same stale queue.
+import type { Pod } from '../types.ts';
+import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
+
+/** Counts a request ticket moves, the same for local and peers' pods. */
+export interface RequestCounters {
+  inFlight: number;
+  pendingPromptTokens: number;
+  unseenSent: number;
+  /** Counts reports: a request answered in the epoch it was sent in leaves `unseenSent` at once. */
+  epoch: number;
+}
+
+export interface LocalPod extends RequestCounters {
+  pod: Pod;
+  /** The scraper's record of the pod (windows, latest load and when): the one record of its
+   *  scraped state; absent until the first good scrape. */
+  telemetry: PodTelemetry | undefined;
+  unhealthyUntil: number;
+  /** Why its last page was refused (telemetry trust boundary); unhealthy until a plausible one. */
+  implausible: string | undefined;
+  /** Prompt tokens the pod computed (not served from cache) since we know it: the prefix index's clock. */
+  computedTokens: number;
+}
+
+export function newLocalPod(pod: Pod): LocalPod {
+  return {
+    pod,
+    telemetry: undefined,
+    inFlight: 0,
+    pendingPromptTokens: 0,
+    unseenSent: 0,
+    unhealthyUntil: 0,
+    implausible: undefined,
+    epoch: 0,
+    computedTokens: 0,
+  };
+}
+
+/** Whether a local pod may take requests now: the router's candidate and the debug view agree. */
+export function localHealthy(local: LocalPod, now: number): boolean {
+  return now >= local.unhealthyUntil && local.implausible === undefined;
+}
