@@ -5,6 +5,7 @@
 // try and its measurement), waiting-line (the ordered wait), route-request, answers.
 import { errorResponse } from '../../shared/openai/errors.ts';
 import type { Readable } from 'node:stream';
+import { randomUUID } from 'node:crypto';
 import { decide, type Decision } from '../route/router.ts';
 import type { RequestKind, RouteRequest } from '../types.ts';
 import { BoundedLabel } from './metrics.ts';
@@ -19,11 +20,47 @@ import { attemptPod } from './pod-attempt.ts';
 import { waitInLine } from './waiting-line.ts';
 import { buildRouteRequest } from './route-request.ts';
 import { podsFailed, retryAfterSeconds } from './answers.ts';
+import { requestPathLimits } from './path-deps.ts';
+import { createPodDispatcher, podAuthFrom } from '../forward/pod.ts';
+import type { AgentSettings } from '../config/load.ts';
+import type { Callers } from './caller.ts';
+import type { Overflow } from '../providers/overflow.ts';
 
 // Importers (agent, passthrough, providers, tests) keep importing the request path's API from here.
 export type { OverflowResult, RequestContext, RequestPathDeps } from './path-deps.ts';
 export { requestPathLimits } from './path-deps.ts';
 export { podsFailed, withHeaders } from './answers.ts';
+
+/** The agent's request path from its settings, over its callers, overflow and pool; owns its pod dispatcher. */
+export function requestPathFor(
+  settings: AgentSettings,
+  parts: Pick<RequestPathDeps, 'metrics' | 'now' | 'rand' | 'pool' | 'isKnownModel'> & {
+    log(level: 'warn' | 'error', message: string): void;
+    /** Where sampled per-request JSON lines go (default: stdout). */
+    writeLog?: (line: string) => void;
+    callers: Callers;
+    overflow: Overflow;
+  },
+): RequestPath {
+  const { callers, overflow, writeLog, ...shared } = parts;
+  return new RequestPath({
+    ...shared,
+    dispatcher: createPodDispatcher(settings.limits.maxConnectionsPerPod),
+    limits: requestPathLimits(settings.limits),
+    newRequestId: randomUUID,
+    requestLog: {
+      sample: settings.requestLogSample,
+      write: writeLog ?? ((line) => process.stdout.write(`${line}\n`)),
+    },
+    podAuth: podAuthFrom(settings.podCredentials, shared.log),
+    identify: (req, ip) => callers.identify(req, ip),
+    classify: (tags, body) => callers.classifyCounted(tags, body),
+    policyFor: (who, model) => callers.policyFor(who, model),
+    leaveVerdict: (policy, request) => overflow.leaveVerdict(policy, request),
+    overflow: (request, parsed, names, signal, headers, policy) =>
+      overflow.send(request, parsed, names, signal, headers, policy),
+  });
+}
 
 export class RequestPath {
   readonly deps: RequestPathDeps;
