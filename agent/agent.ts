@@ -7,12 +7,11 @@ import { serve } from '@hono/node-server';
 import type { AgentSettings } from './config/load.ts';
 import { discoveryFor } from './cluster/discovery.ts';
 import type { ClusterSnapshot, Discovery } from './cluster/types.ts';
-import { createPodDispatcher, podAuthFrom } from './forward/pod.ts';
-import { GossipLink } from './gossip/link.ts';
+import { gossipFor, type GossipLink } from './gossip/link.ts';
 import { parseHostPort } from './gossip/node.ts';
 import { MAX_EXCLUDE_WINDOW_MS } from './policy/schema.ts';
 import { PodPool } from './pool/pool.ts';
-import { Overflow } from './providers/overflow.ts';
+import { overflowFor, type Overflow } from './providers/overflow.ts';
 import { BudgetLedger, DEFAULT_LEDGER_LIMITS } from './budget/ledger.ts';
 import { OverflowBudget } from './budget/spend.ts';
 import { createAdminApp } from './server/admin.ts';
@@ -20,9 +19,10 @@ import { adminViews } from './server/admin-views.ts';
 import { createApiApp } from './server/api.ts';
 import { Callers } from './server/caller.ts';
 import { Drain } from './server/drain.ts';
-import { RequestPath, requestPathLimits } from './server/inference.ts';
+import { requestPathFor } from './server/inference.ts';
 import { createMetrics, podPredictionsOf } from './server/metrics.ts';
 import { scraperFeedingPool } from './telemetry/pool-feed.ts';
+import type { Scraper } from './telemetry/scraper.ts';
 
 export interface AgentDeps {
   /** Replaces the discovery the settings name (tests, Kubernetes mode built by the CLI). */
@@ -103,6 +103,39 @@ function overflowBudgetFor(settings: AgentSettings, now: () => number): Overflow
   });
 }
 
+/** Applies each discovery snapshot to the parts it feeds: pods, policies, providers, peers, callers, detectors. */
+function followDiscovery(
+  discovery: Discovery,
+  parts: { pool: PodPool; scraper: Scraper; callers: Callers; overflow: Overflow; gossip?: GossipLink },
+): { peers(): ClusterSnapshot['peers'] } {
+  const { pool, scraper, callers, overflow, gossip } = parts;
+  let snapshot: ClusterSnapshot = {
+    pods: [],
+    namespaces: new Map(),
+    policies: [],
+    providers: [],
+    peers: [],
+    callers: new Map(),
+  };
+  const apply = () => {
+    const next = discovery.snapshot();
+    pool.setLocalPods(next.pods);
+    scraper.setPods(next.pods);
+    if (next.policies !== snapshot.policies || next.namespaces !== snapshot.namespaces)
+      callers.setPolicies(next.policies, next.namespaces);
+    callers.setCallers(next.callers);
+    overflow.setProviders(next.providers);
+    gossip?.setPeers(next.peers);
+    if (next.detectors && next.detectors !== snapshot.detectors) callers.setDetectors(next.detectors);
+    const rescreen = next.peerPods !== snapshot.peerPods;
+    snapshot = next;
+    if (rescreen) gossip?.setPeerPodRules(next.peerPods);
+  };
+  apply();
+  discovery.onChange(apply);
+  return { peers: () => snapshot.peers };
+}
+
 export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}): Promise<RunningAgent> {
   const now = deps.now ?? (() => performance.timeOrigin + performance.now());
   const rand = deps.rand ?? Math.random;
@@ -129,80 +162,27 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   });
   const callers = new Callers({ settings, metrics, log });
   const budget = overflowBudgetFor(settings, now);
-  const overflow = new Overflow({
-    limits: { maxBodyBytes: limits.maxUpstreamBodyBytes, idleTimeoutMs: limits.providerIdleTimeoutMs },
-    now,
-    providerRequests: metrics.providerRequests,
-    log,
-    budget,
-  });
-  let snapshot: ClusterSnapshot = {
-    pods: [],
-    namespaces: new Map(),
-    policies: [],
-    providers: [],
-    peers: [],
-    callers: new Map(),
-  };
-  const gossip = settings.gossip
-    ? new GossipLink({
-        node: settings.node,
-        settings: settings.gossip,
-        peers: [],
-        now,
-        rand,
-        registry: metrics.registry,
-        peerPodsRejected: metrics.peerPodsRejected,
-        log,
-        pool,
-      })
-    : undefined;
+  const overflow = overflowFor(settings, { now, providerRequests: metrics.providerRequests, log, budget });
+  const { registry, peerPodsRejected } = metrics;
+  const gossip = gossipFor(settings, { now, rand, registry, peerPodsRejected, log, pool });
 
-  // What changes with discovery: pods, policies, providers, peers, callers, detectors.
-  const applySnapshot = () => {
-    const next = discovery.snapshot();
-    pool.setLocalPods(next.pods);
-    scraper.setPods(next.pods);
-    if (next.policies !== snapshot.policies || next.namespaces !== snapshot.namespaces)
-      callers.setPolicies(next.policies, next.namespaces);
-    callers.setCallers(next.callers);
-    overflow.setProviders(next.providers);
-    gossip?.setPeers(next.peers);
-    if (next.detectors && next.detectors !== snapshot.detectors) callers.setDetectors(next.detectors);
-    const rescreen = next.peerPods !== snapshot.peerPods;
-    snapshot = next;
-    if (rescreen) gossip?.setPeerPodRules(next.peerPods);
-  };
   await discovery.start();
-  applySnapshot();
-  discovery.onChange(applySnapshot);
+  const discovered = followDiscovery(discovery, { pool, scraper, callers, overflow, gossip });
   scraper.start();
   await gossip?.start();
 
   const isKnownModel = (model: string) => pool.servedModels().has(model) || overflow.serves(model);
   const knownModels = () => [...new Set([...pool.servedModels(), ...overflow.models()])].sort();
-  const dispatcher = createPodDispatcher(limits.maxConnectionsPerPod);
-  const requestPath = new RequestPath({
+  const requestPath = requestPathFor(settings, {
     metrics,
-    dispatcher,
-    limits: requestPathLimits(limits),
     now,
     rand,
     log,
-    newRequestId: randomUUID,
-    requestLog: {
-      sample: settings.requestLogSample,
-      write: deps.requestLog ?? ((line) => process.stdout.write(`${line}\n`)),
-    },
-    podAuth: podAuthFrom(settings.podCredentials, log),
-    identify: (req, ip) => callers.identify(req, ip),
-    classify: (tags, body) => callers.classifyCounted(tags, body),
-    isKnownModel,
-    policyFor: (who, model) => callers.policyFor(who, model),
-    leaveVerdict: (policy, request) => overflow.leaveVerdict(policy, request),
+    writeLog: deps.requestLog,
+    callers,
+    overflow,
     pool,
-    overflow: (request, parsed, names, signal, headers, policy) =>
-      overflow.send(request, parsed, names, signal, headers, policy),
+    isKnownModel,
   });
 
   const drain = new Drain();
@@ -215,7 +195,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     node: settings.node,
     discoveryMode: settings.discovery,
     discovery,
-    peers: () => snapshot.peers,
+    peers: discovered.peers,
     pool,
     scraper,
     gossip,
@@ -243,7 +223,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
       await scraper.stop();
       await discovery.stop();
       await overflow.close();
-      await dispatcher.close().catch(() => {});
+      await requestPath.deps.dispatcher.close().catch(() => {});
       await new Promise<void>((resolve) => admin.close(() => resolve()));
       admin.closeAllConnections();
     })());

@@ -4,7 +4,7 @@
 import type { Counter, Registry } from 'prom-client';
 import type { PeerPodRules } from '../cluster/types.ts';
 import { peerPodScreen, type ScreenedPeers } from '../cluster/peer-pods.ts';
-import type { GossipSettings } from '../config/load.ts';
+import type { AgentSettings, GossipSettings } from '../config/load.ts';
 import { resolveSecret } from '../config/secrets.ts';
 import type { PodEstimate } from '../types.ts';
 import { registerGossipMetrics } from './metrics.ts';
@@ -25,6 +25,16 @@ export interface GossipLinkDeps {
   log(level: 'warn', message: string): void;
   /** Where our estimates come from and where screened peers' estimates go. */
   pool: { localEstimates(): PodEstimate[]; setRemote(estimates: readonly PodEstimate[]): void };
+}
+
+/** The agent's gossip link from its settings, or none when gossip is off; peers come from discovery. */
+export function gossipFor(
+  settings: AgentSettings,
+  deps: Omit<GossipLinkDeps, 'node' | 'settings' | 'peers'>,
+): GossipLink | undefined {
+  return settings.gossip
+    ? new GossipLink({ node: settings.node, settings: settings.gossip, peers: [], ...deps })
+    : undefined;
 }
 
 export class GossipLink {

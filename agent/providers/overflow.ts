@@ -14,6 +14,7 @@ import { createProvider } from './index.ts';
 import type { ProviderSettings } from './types.ts';
 import type { ClosableProvider } from './upstream.ts';
 import type { OverflowBudget } from '../budget/spend.ts';
+import type { AgentSettings } from '../config/load.ts';
 
 export interface OverflowDeps {
   limits: { maxBodyBytes: number; idleTimeoutMs: number };
@@ -23,6 +24,15 @@ export interface OverflowDeps {
   log(level: 'warn', message: string): void;
   /** Per-tenant overflow budgets (policy `overflow.budget`); absent: overflow is not counted. */
   budget?: OverflowBudget;
+}
+
+/** The agent's overflow from its settings: its limits, with the shared clock, metric, log and budget. */
+export function overflowFor(settings: AgentSettings, deps: Omit<OverflowDeps, 'limits'>): Overflow {
+  const { limits } = settings;
+  return new Overflow({
+    limits: { maxBodyBytes: limits.maxUpstreamBodyBytes, idleTimeoutMs: limits.providerIdleTimeoutMs },
+    ...deps,
+  });
 }
 
 /** The provider metric's outcome: an answered 4xx is the client's error, not an ok. */

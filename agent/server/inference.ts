@@ -1,154 +1,78 @@
 // The life of one inference request: validate, identify, classify, resolve policy, then decide
 // and act until answered — forward to a pod (retrying another before the first byte), overflow
-// to providers, wait for a pod, or reject. Every answer says where it went.
-import { errorResponse, responsesErrorEvent } from '../../shared/openai/errors.ts';
-import { describeUnexpected } from '../../shared/describe-error.ts';
-import { endOnSignal, relayStream, readRest } from '../forward/relay.ts';
-import { sendToPod, type PodTimeouts } from '../forward/pod.ts';
-import type { Agent as Dispatcher } from 'undici';
+// to providers, wait for a pod, or reject. Every answer says where it went. The pieces live
+// beside it: path-deps (what it needs), serve (the per-request record), pod-attempt (one pod
+// try and its measurement), waiting-line (the ordered wait), route-request, answers.
+import { errorResponse } from '../../shared/openai/errors.ts';
 import type { Readable } from 'node:stream';
-import { estimatePromptTokens } from '../predict/tokens.ts';
-import { BLOCK_TOKENS, CHARS_PER_TOKEN, promptBlocks, renderPrompt } from '../prefix/blocks.ts';
-import { candidateName, decide, type Decision, type LeaveVerdict } from '../route/router.ts';
-import type { Candidate } from '../route/candidate.ts';
-import type { Scored } from '../route/picker.ts';
-import { API_PATHS, type EffectivePolicy, type RequestKind, type RouteRequest } from '../types.ts';
-import { BoundedLabel, type Metrics } from './metrics.ts';
+import { randomUUID } from 'node:crypto';
+import { decide, type Decision } from '../route/router.ts';
+import type { RequestKind, RouteRequest } from '../types.ts';
+import { BoundedLabel } from './metrics.ts';
 import { parseInferenceRequest, readBoundedBody, RequestError, type ParsedRequest } from './request.ts';
 import type { Identity } from './identify.ts';
-import { logLine, onBodyEnd, overflowReason, usageOf, type RequestRecord } from './evidence.ts';
-import { propagatedHeaders, requestIdFor } from '../forward/headers.ts';
-import type { Limits } from '../config/load.ts';
+import { overflowReason, type RequestRecord } from './evidence.ts';
 import { WaitingRoom } from '../admission/waiting.ts';
 import { DEFAULT_PRIORITY, PRIORITY_HEADER, priorityOf, type Priority } from '../budget/limits.ts';
+import type { RequestContext, RequestPathDeps } from './path-deps.ts';
+import { RequestRecorder } from './serve.ts';
+import { attemptPod } from './pod-attempt.ts';
+import { waitInLine } from './waiting-line.ts';
+import { buildRouteRequest } from './route-request.ts';
+import { podsFailed, retryAfterSeconds } from './answers.ts';
+import { requestPathLimits } from './path-deps.ts';
+import { createPodDispatcher, podAuthFrom } from '../forward/pod.ts';
+import type { AgentSettings } from '../config/load.ts';
+import type { Callers } from './caller.ts';
+import type { Overflow } from '../providers/overflow.ts';
 
-/** One request's context along the path: its id, what goes upstream with it, and its record. */
-export interface RequestContext {
-  record: RequestRecord;
-  /** x-request-id and the client's trace context, for pods and providers. */
-  upstreamHeaders: Record<string, string>;
-  started: number;
-  /** How the last pod tried failed before its first byte (safe to show: codes, statuses). */
-  lastPodError?: string;
-}
+// Importers (agent, passthrough, providers, tests) keep importing the request path's API from here.
+export type { OverflowResult, RequestContext, RequestPathDeps } from './path-deps.ts';
+export { requestPathLimits } from './path-deps.ts';
+export { podsFailed, withHeaders } from './answers.ts';
 
-export type OverflowResult =
-  | { ok: true; response: Response }
-  /** 503: no provider could be reached (refused, timed out, circuit open); 502: they answered badly. */
-  | { ok: false; status: 502 | 503; message: string };
-
-/** What the request path needs from the rest of the agent. */
-export interface RequestPathDeps {
-  metrics: Metrics;
-  dispatcher: Dispatcher;
-  limits: {
-    maxBodyBytes: number;
-    maxRetries: number;
-    maxWaiting: number;
-    maxLabelValues: number;
-    maxJsonDepth: number;
-    /** Prompt blocks hashed per request for the prefix index. */
-    prefixMaxBlocks: number;
-    maxUpstreamBodyBytes: number;
-  } & { pod: PodTimeouts };
-  now: () => number;
-  rand: () => number;
-  /** Errors of our own on the request path (the agent's logger). */
-  log(level: 'error', message: string): void;
-  /** A fresh request id when the client sent none. */
-  newRequestId: () => string;
-  /** Share of requests (0..1) that write a JSON log line, and where the lines go. */
-  requestLog: { sample: number; write(line: string): void };
-  /** Headers that authenticate the agent to this pod (its configured API key), if any. */
-  podAuth(pod: Candidate['pod']): Record<string, string>;
-  identify(req: Request, remoteIp: string | undefined): Identity;
-  classify(headerTags: string | null, body: Record<string, unknown>): string[];
-  isKnownModel(model: string): boolean;
-  policyFor(identity: Identity, model: string): EffectivePolicy;
-  leaveVerdict(policy: EffectivePolicy, request: RouteRequest): LeaveVerdict;
-  pool: {
-    /**
-     * The candidates for a request for `model` (local pods serving it, its peer shortlist), with
-     * each local pod's expected cached tokens of `promptBlocks`.
-     */
-    candidates(model: string, promptBlocks?: readonly number[]): Candidate[];
-    /** Bookkeeping for one request sent to a pod; returns hooks for its first byte and end. */
-    begin(
-      c: Candidate,
-      promptTokens: number,
-      kind: RequestKind,
-      stream: boolean,
-      promptBlocks?: readonly number[],
-    ): { firstByte(ms: number): void; answered(ms: number): void; end(ok: boolean): void };
-    /** The pod failed before its first byte: keep it out of decisions for a moment. */
-    markFailed(c: Candidate): void;
-    /** Resolves at the next change of any candidate (scrape, gossip, a request ending). */
-    nextChange(timeoutMs: number, signal: AbortSignal): Promise<'change' | 'timeout' | 'aborted'>;
-  };
-  /** Tries the providers in order: their answer, or why none answered. */
-  overflow(
-    request: RouteRequest,
-    parsed: ParsedRequest,
-    providers: readonly string[],
-    signal: AbortSignal,
-    headers: Record<string, string>,
-    policy: EffectivePolicy,
-  ): Promise<OverflowResult>;
-}
-
-/** The request path's limits, from the agent's settings. */
-export function requestPathLimits(limits: Limits): RequestPathDeps['limits'] {
-  return {
-    maxBodyBytes: limits.maxBodyBytes,
-    maxRetries: limits.maxRetries,
-    maxWaiting: limits.maxWaiting,
-    maxLabelValues: limits.maxLabelValues,
-    maxJsonDepth: limits.maxJsonDepth,
-    prefixMaxBlocks: limits.prefixMaxBlocks,
-    maxUpstreamBodyBytes: limits.maxUpstreamBodyBytes,
-    pod: {
-      connectMs: limits.podConnectTimeoutMs,
-      responseMs: limits.podResponseTimeoutMs,
-      idleMs: limits.podIdleTimeoutMs,
+/** The agent's request path from its settings, over its callers, overflow and pool; owns its pod dispatcher. */
+export function requestPathFor(
+  settings: AgentSettings,
+  parts: Pick<RequestPathDeps, 'metrics' | 'now' | 'rand' | 'pool' | 'isKnownModel'> & {
+    log(level: 'warn' | 'error', message: string): void;
+    /** Where sampled per-request JSON lines go (default: stdout). */
+    writeLog?: (line: string) => void;
+    callers: Callers;
+    overflow: Overflow;
+  },
+): RequestPath {
+  const { callers, overflow, writeLog, ...shared } = parts;
+  return new RequestPath({
+    ...shared,
+    dispatcher: createPodDispatcher(settings.limits.maxConnectionsPerPod),
+    limits: requestPathLimits(settings.limits),
+    newRequestId: randomUUID,
+    requestLog: {
+      sample: settings.requestLogSample,
+      write: writeLog ?? ((line) => process.stdout.write(`${line}\n`)),
     },
-  };
-}
-
-export function withHeaders(response: Response, headers: Record<string, string>): Response {
-  const merged = new Headers(response.headers);
-  for (const [k, v] of Object.entries(headers)) merged.set(k, v);
-  return new Response(response.body, { status: response.status, headers: merged });
-}
-
-/** 502 after every pod tried failed before its first byte; says how the last one failed. */
-export function podsFailed(attempts: number, lastError?: string): Response {
-  const last = lastError ? `; last: ${lastError}` : '';
-  return errorResponse(
-    502,
-    `the model server failed before answering (tried ${attempts} pod${attempts > 1 ? 's' : ''}${last})`,
-    { code: 'upstream_failed' },
-  );
-}
-
-function retryAfterSeconds(policy: EffectivePolicy): string {
-  return String(Math.max(1, Math.ceil(policy.waitMaxMs / 1000)));
+    podAuth: podAuthFrom(settings.podCredentials, shared.log),
+    identify: (req, ip) => callers.identify(req, ip),
+    classify: (tags, body) => callers.classifyCounted(tags, body),
+    policyFor: (who, model) => callers.policyFor(who, model),
+    leaveVerdict: (policy, request) => overflow.leaveVerdict(policy, request),
+    overflow: (request, parsed, names, signal, headers, policy) =>
+      overflow.send(request, parsed, names, signal, headers, policy),
+  });
 }
 
 export class RequestPath {
   readonly deps: RequestPathDeps;
   /** Requests waiting for a pod, woken in order (priority, fair across tenants, FCFS within one). */
   readonly waiting: WaitingRoom;
-  readonly #modelLabel: BoundedLabel;
-  readonly #policyLabel: BoundedLabel;
   readonly #tenantLabel: BoundedLabel;
-  /** Fired at the drain deadline: streams still running end with an error event and [DONE]. */
-  readonly #drainDeadline = new AbortController();
+  readonly #recorder: RequestRecorder;
 
   constructor(deps: RequestPathDeps) {
     this.deps = deps;
-    this.#modelLabel = new BoundedLabel(deps.limits.maxLabelValues);
-    this.#policyLabel = new BoundedLabel(deps.limits.maxLabelValues);
     this.#tenantLabel = new BoundedLabel(deps.limits.maxLabelValues);
+    this.#recorder = new RequestRecorder(deps, deps.limits.maxLabelValues);
     this.waiting = new WaitingRoom({
       maxWaiting: deps.limits.maxWaiting,
       now: deps.now,
@@ -158,31 +82,12 @@ export class RequestPath {
 
   /** The routing input for a parsed request (also used by /explain). */
   routeRequest(parsed: ParsedRequest, identity: Identity, tags: string[]): RouteRequest {
-    return {
-      kind: parsed.kind,
-      model: parsed.model,
-      tenant: identity.tenant,
-      namespace: identity.namespace,
-      tags,
-      promptTokens: estimatePromptTokens(parsed.kind === 'responses' ? responsesPromptView(parsed.body) : parsed.body),
-      stream: parsed.stream,
-      ...maxTokensOf(parsed.body),
-      // Embeddings are not prefix-cached by the engines; everything else is matched on its rendered prompt.
-      ...(parsed.kind === 'embeddings'
-        ? {}
-        : {
-            promptBlocks: promptBlocks(
-              renderPrompt(parsed.body),
-              BLOCK_TOKENS * CHARS_PER_TOKEN,
-              this.deps.limits.prefixMaxBlocks,
-            ),
-          }),
-    };
+    return buildRouteRequest(parsed, identity, tags, this.deps.limits.prefixMaxBlocks);
   }
 
   /** The drain deadline passed: end every stream still running, properly. */
   endStreams(): void {
-    this.#drainDeadline.abort();
+    this.#recorder.endStreams();
   }
 
   /** A decision now, with no side effect: what /explain shows. */
@@ -199,73 +104,8 @@ export class RequestPath {
 
   /** Runs `serve` for one request with its id, metrics and (sampled) log line; both the
    *  inference routes and the passthrough routes go through here. */
-  async serve(api: string, req: Request, serve: (ctx: RequestContext) => Promise<Response>): Promise<Response> {
-    const { metrics } = this.deps;
-    const started = this.deps.now();
-    const requestId = requestIdFor(req.headers.get('x-request-id'), this.deps.newRequestId);
-    const ctx: RequestContext = {
-      started,
-      upstreamHeaders: propagatedHeaders(req.headers, requestId),
-      record: {
-        time: new Date().toISOString(),
-        requestId,
-        api,
-        tags: [],
-        route: 'rejected',
-        status: 0,
-        outcome: 'error',
-        stream: false,
-        podAttempts: 0,
-        waitedMs: 0,
-      },
-    };
-    metrics.inFlight.inc();
-    let response: Response;
-    try {
-      response = await serve(ctx);
-    } catch (error) {
-      if (error instanceof RequestError) {
-        response = errorResponse(error.status, error.message, { param: error.param, code: error.code });
-      } else if (req.signal.aborted) {
-        response = errorResponse(499, 'client closed the request', { code: 'client_closed' });
-      } else {
-        this.deps.log('error', `unexpected error on the request path: ${describeUnexpected(error)}`);
-        response = errorResponse(500, 'internal error in the agent', { type: 'server_error' });
-      }
-    } finally {
-      metrics.inFlight.dec();
-    }
-    const r = ctx.record;
-    r.route = response.headers.get('x-kinference-route') ?? 'rejected';
-    r.status = response.status;
-    // A client that left before its answer is its own outcome, not the status we could not send.
-    r.outcome =
-      req.signal.aborted || response.status === 499 ? 'cancelled' : response.ok ? 'ok' : String(response.status);
-    metrics.requests.inc({
-      api,
-      route: r.route.split('/')[0],
-      outcome: r.outcome,
-      model: r.model === undefined ? 'none' : this.#modelLabel.value(r.model),
-      policy: r.policy === undefined ? 'none' : this.#policyLabel.value(r.policy),
-    });
-    response.headers.set('x-request-id', requestId);
-    // Content type first: reading `.body` of a whole (bytes) answer would turn @hono/node-server's
-    // light Response into a web one, whose body is then copied and read back through a web stream.
-    if (response.headers.get('content-type')?.includes('event-stream') && response.body) {
-      const body = endOnSignal(
-        response.body,
-        this.#drainDeadline.signal,
-        'the agent is shutting down and its drain deadline passed; the answer is incomplete',
-      );
-      response = new Response(body, { status: response.status, headers: response.headers });
-    }
-    const { requestLog } = this.deps;
-    if (requestLog.sample <= 0 || this.deps.rand() >= requestLog.sample) return response;
-    return onBodyEnd(response, (ok) => {
-      if (!ok && r.outcome === 'ok') r.outcome = 'broken';
-      r.durationMs = Math.round(this.deps.now() - started);
-      requestLog.write(logLine(r));
-    });
+  serve(api: string, req: Request, serve: (ctx: RequestContext) => Promise<Response>): Promise<Response> {
+    return this.#recorder.serve(api, req, serve);
   }
 
   /** `incoming`: the request's node stream when served on node:http, read instead of `req.body`. */
@@ -330,7 +170,7 @@ export class RequestPath {
         record.podAttempts = podAttempts;
         record.predictedTtftMs = Math.round(decision.predictedTtftMs * 10) / 10;
         const slo = { leavable: leave.allowed, started, sloTtftMs: policy.sloTtftMs };
-        const answer = await this.#sendToPod(chosen, parsed, body, request, decision.chosen, slo, req.signal, ctx);
+        const answer = await attemptPod(deps, chosen, parsed, body, request, decision.chosen, slo, req.signal, ctx);
         if (answer) return answer;
         tried.add(chosen.pod.uid);
         if (req.signal.aborted) throw new Error('client gone');
@@ -446,160 +286,6 @@ export class RequestPath {
     signal: AbortSignal,
     record: RequestRecord,
   ): Promise<'turn' | 'timeout' | 'full' | 'shed'> {
-    const deps = this.deps;
-    const waitStarted = deps.now();
-    let woke: Awaited<ReturnType<WaitingRoom['wait']>>;
-    try {
-      woke = await this.waiting.wait(
-        { tenant: who.tenant, priority: who.priority, deadline: waitStarted + who.maxMs },
-        canAct,
-        signal,
-      );
-    } catch (error) {
-      deps.metrics.waits.inc({ outcome: 'cancelled' });
-      throw error;
-    } finally {
-      record.waitedMs = Math.round(record.waitedMs + deps.now() - waitStarted);
-    }
-    if (woke === 'full' || woke === 'shed') deps.metrics.waits.inc({ outcome: woke });
-    return woke;
+    return waitInLine(this.deps, this.waiting, who, canAct, signal, record);
   }
-
-  /** One attempt at one pod. Undefined: it failed before the first byte and another may be tried. */
-  async #sendToPod(
-    candidate: Candidate,
-    parsed: ParsedRequest,
-    body: Uint8Array,
-    request: RouteRequest,
-    admitted: Scored,
-    slo: { leavable: boolean; started: number; sloTtftMs: number },
-    signal: AbortSignal,
-    ctx: RequestContext,
-  ): Promise<Response | undefined> {
-    const deps = this.deps;
-    const route = candidateName(candidate);
-    const predictedMs = admitted.predictedMs;
-    const ticket = deps.pool.begin(candidate, request.promptTokens, request.kind, parsed.stream, request.promptBlocks);
-    deps.metrics.prefixTokens.inc({ kind: 'prompt' }, request.promptTokens);
-    const cached = Math.min(candidate.expectedCachedTokens ?? 0, request.promptTokens);
-    if (cached > 0) deps.metrics.prefixTokens.inc({ kind: 'expected_cached' }, cached);
-    const headersOut = { ...ctx.upstreamHeaders, ...deps.podAuth(candidate.pod) };
-    const attempt = await sendToPod(
-      deps.dispatcher,
-      candidate.pod.address,
-      `/v1/${API_PATHS[parsed.kind]}`,
-      body,
-      signal,
-      deps.limits.pod,
-      { wholeAnswer: !parsed.stream, headers: headersOut },
-    );
-    const headers = {
-      'x-kinference-route': route,
-      'x-kinference-predicted-ttft-ms': String(Math.round(predictedMs)),
-    };
-    if (!attempt.ok) {
-      ticket.end(false);
-      if (attempt.retryable) {
-        ctx.lastPodError = attempt.error;
-        deps.pool.markFailed(candidate);
-        return undefined;
-      }
-      // The pod refused the request itself (e.g. prompt longer than its context): pass it on.
-      return new Response((attempt.body ?? null) as BodyInit | null, {
-        status: attempt.status ?? 502,
-        headers: { 'content-type': attempt.contentType ?? 'application/json', ...headers },
-      });
-    }
-    const routeLabel = candidate.where;
-    const streamLabel = String(parsed.stream);
-    ctx.record.ttftMs = Math.round(attempt.firstByteMs * 10) / 10;
-    // Non-streamed answers arrive whole, so their first byte is the whole answer: recorded under
-    // stream="false" for the operator.
-    deps.metrics.upstreamTtft.observe({ route: routeLabel, stream: streamLabel }, attempt.firstByteMs / 1000);
-    if (candidate.where === 'local' && attempt.firstByteMs > 0) {
-      deps.metrics.predictionError.observe(
-        { stream: streamLabel },
-        Math.abs(predictedMs - attempt.firstByteMs) / attempt.firstByteMs,
-      );
-    }
-    // A TTFT exists for streamed requests (first byte) and embeddings (all prefill); a non-streamed
-    // generation's first byte is its whole answer, so it is not counted against the TTFT SLO.
-    const measured = (ms: number) => {
-      if (!parsed.stream && parsed.kind !== 'embeddings') return;
-      deps.metrics.sloRequests.inc({
-        route: routeLabel,
-        leavable: String(slo.leavable),
-        within_slo: String(deps.now() - slo.started <= slo.sloTtftMs),
-      });
-      if (candidate.where === 'local')
-        deps.metrics.admissionCalibration.inc({
-          pod: candidate.pod.name,
-          within_quantile: String(ms <= admitted.quantileMs),
-        });
-    };
-    if (parsed.stream) {
-      ticket.firstByte(attempt.firstByteMs);
-      measured(attempt.firstByteMs);
-      if (candidate.where === 'local') {
-        deps.metrics.podTtft.observe({ pod: candidate.pod.name, source: 'measured' }, attempt.firstByteMs / 1000);
-        deps.metrics.podTtft.observe({ pod: candidate.pod.name, source: 'predicted' }, predictedMs / 1000);
-      }
-      const stream = relayStream(
-        attempt.first,
-        attempt.rest,
-        attempt.abort,
-        attempt.contentType.includes('event-stream'),
-        {
-          onEnd: ({ ok }) => ticket.end(ok),
-          brokenStreamEnd:
-            parsed.kind === 'responses'
-              ? (message) => responsesErrorEvent(message, 'upstream_stream_error')
-              : undefined,
-        },
-      );
-      return new Response(stream, {
-        status: attempt.status,
-        headers: { 'content-type': attempt.contentType, 'cache-control': 'no-cache', ...headers },
-      });
-    }
-    try {
-      const bytes = await readRest(attempt.first, attempt.rest, deps.limits.maxUpstreamBodyBytes);
-      const answerMs = attempt.firstByteMs;
-      ticket.answered(answerMs);
-      measured(answerMs);
-      ticket.end(true);
-      if (deps.requestLog.sample > 0) Object.assign(ctx.record, usageOf(bytes)); // only read when lines may be written
-      return new Response(bytes as BodyInit, {
-        status: attempt.status,
-        headers: { 'content-type': attempt.contentType, ...headers },
-      });
-    } catch (error) {
-      ticket.end(false);
-      // Drop the rest of the answer: an unread body would hold its socket (and the dispatcher's
-      // close) forever.
-      attempt.abort();
-      if (signal.aborted) throw error;
-      return errorResponse(502, `the model server failed while answering: ${(error as Error).message}`, {
-        code: 'upstream_failed',
-        headers,
-      });
-    }
-  }
-}
-
-/** The most the answer may take, as the client capped it (the overflow budget reserves it). */
-function maxTokensOf(body: Record<string, unknown>): { maxTokens?: number } {
-  for (const key of ['max_completion_tokens', 'max_tokens', 'max_output_tokens']) {
-    const v = body[key];
-    if (typeof v === 'number' && Number.isInteger(v) && v >= 0) return { maxTokens: v };
-  }
-  return {};
-}
-
-/** A Responses body seen as chat messages, for the prompt-size estimate: instructions + input items. */
-function responsesPromptView(body: Record<string, unknown>): Record<string, unknown> {
-  const instructions = typeof body.instructions === 'string' ? [{ content: body.instructions }] : [];
-  if (typeof body.input === 'string') return { messages: [...instructions, { content: body.input }] };
-  const items = Array.isArray(body.input) ? (body.input as unknown[]).filter((i) => i && typeof i === 'object') : [];
-  return { messages: [...instructions, ...items] };
 }

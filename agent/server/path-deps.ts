@@ -1,0 +1,103 @@
+// What the request path needs from the rest of the agent, and what it carries per request.
+import type { Agent as Dispatcher } from 'undici';
+import type { PodTimeouts } from '../forward/pod.ts';
+import type { LeaveVerdict } from '../route/router.ts';
+import type { Candidate } from '../route/candidate.ts';
+import type { EffectivePolicy, RequestKind, RouteRequest } from '../types.ts';
+import type { Metrics } from './metrics.ts';
+import type { ParsedRequest } from './request.ts';
+import type { Identity } from './identify.ts';
+import type { RequestRecord } from './evidence.ts';
+import type { Limits } from '../config/load.ts';
+
+/** One request's context along the path: its id, what goes upstream with it, and its record. */
+export interface RequestContext {
+  record: RequestRecord;
+  /** x-request-id and the client's trace context, for pods and providers. */
+  upstreamHeaders: Record<string, string>;
+  started: number;
+  /** How the last pod tried failed before its first byte (safe to show: codes, statuses). */
+  lastPodError?: string;
+}
+
+export type OverflowResult =
+  | { ok: true; response: Response }
+  /** 503: no provider could be reached (refused, timed out, circuit open); 502: they answered badly. */
+  | { ok: false; status: 502 | 503; message: string };
+
+/** What the request path needs from the rest of the agent. */
+export interface RequestPathDeps {
+  metrics: Metrics;
+  dispatcher: Dispatcher;
+  limits: {
+    maxBodyBytes: number;
+    maxRetries: number;
+    maxWaiting: number;
+    maxLabelValues: number;
+    maxJsonDepth: number;
+    /** Prompt blocks hashed per request for the prefix index. */
+    prefixMaxBlocks: number;
+    maxUpstreamBodyBytes: number;
+  } & { pod: PodTimeouts };
+  now: () => number;
+  rand: () => number;
+  /** Errors of our own on the request path (the agent's logger). */
+  log(level: 'error', message: string): void;
+  /** A fresh request id when the client sent none. */
+  newRequestId: () => string;
+  /** Share of requests (0..1) that write a JSON log line, and where the lines go. */
+  requestLog: { sample: number; write(line: string): void };
+  /** Headers that authenticate the agent to this pod (its configured API key), if any. */
+  podAuth(pod: Candidate['pod']): Record<string, string>;
+  identify(req: Request, remoteIp: string | undefined): Identity;
+  classify(headerTags: string | null, body: Record<string, unknown>): string[];
+  isKnownModel(model: string): boolean;
+  policyFor(identity: Identity, model: string): EffectivePolicy;
+  leaveVerdict(policy: EffectivePolicy, request: RouteRequest): LeaveVerdict;
+  pool: {
+    /**
+     * The candidates for a request for `model` (local pods serving it, its peer shortlist), with
+     * each local pod's expected cached tokens of `promptBlocks`.
+     */
+    candidates(model: string, promptBlocks?: readonly number[]): Candidate[];
+    /** Bookkeeping for one request sent to a pod; returns hooks for its first byte and end. */
+    begin(
+      c: Candidate,
+      promptTokens: number,
+      kind: RequestKind,
+      stream: boolean,
+      promptBlocks?: readonly number[],
+    ): { firstByte(ms: number): void; answered(ms: number): void; end(ok: boolean): void };
+    /** The pod failed before its first byte: keep it out of decisions for a moment. */
+    markFailed(c: Candidate): void;
+    /** Resolves at the next change of any candidate (scrape, gossip, a request ending). */
+    nextChange(timeoutMs: number, signal: AbortSignal): Promise<'change' | 'timeout' | 'aborted'>;
+  };
+  /** Tries the providers in order: their answer, or why none answered. */
+  overflow(
+    request: RouteRequest,
+    parsed: ParsedRequest,
+    providers: readonly string[],
+    signal: AbortSignal,
+    headers: Record<string, string>,
+    policy: EffectivePolicy,
+  ): Promise<OverflowResult>;
+}
+
+/** The request path's limits, from the agent's settings. */
+export function requestPathLimits(limits: Limits): RequestPathDeps['limits'] {
+  return {
+    maxBodyBytes: limits.maxBodyBytes,
+    maxRetries: limits.maxRetries,
+    maxWaiting: limits.maxWaiting,
+    maxLabelValues: limits.maxLabelValues,
+    maxJsonDepth: limits.maxJsonDepth,
+    prefixMaxBlocks: limits.prefixMaxBlocks,
+    maxUpstreamBodyBytes: limits.maxUpstreamBodyBytes,
+    pod: {
+      connectMs: limits.podConnectTimeoutMs,
+      responseMs: limits.podResponseTimeoutMs,
+      idleMs: limits.podIdleTimeoutMs,
+    },
+  };
+}

@@ -1,0 +1,131 @@
+// One attempt at one pod: send the client's bytes, relay or read the answer, and measure it
+// (TTFT, prediction error, SLO and calibration counters, prefix tokens).
+import { errorResponse, responsesErrorEvent } from '../../shared/openai/errors.ts';
+import { relayStream, readRest } from '../forward/relay.ts';
+import { sendToPod } from '../forward/pod.ts';
+import { candidateName } from '../route/router.ts';
+import type { Candidate } from '../route/candidate.ts';
+import type { Scored } from '../route/picker.ts';
+import { API_PATHS, type RouteRequest } from '../types.ts';
+import type { ParsedRequest } from './request.ts';
+import { usageOf } from './evidence.ts';
+import type { RequestContext, RequestPathDeps } from './path-deps.ts';
+
+/** One attempt at one pod. Undefined: it failed before the first byte and another may be tried. */
+export async function attemptPod(
+  deps: RequestPathDeps,
+  candidate: Candidate,
+  parsed: ParsedRequest,
+  body: Uint8Array,
+  request: RouteRequest,
+  admitted: Scored,
+  slo: { leavable: boolean; started: number; sloTtftMs: number },
+  signal: AbortSignal,
+  ctx: RequestContext,
+): Promise<Response | undefined> {
+  const route = candidateName(candidate);
+  const predictedMs = admitted.predictedMs;
+  const ticket = deps.pool.begin(candidate, request.promptTokens, request.kind, parsed.stream, request.promptBlocks);
+  deps.metrics.prefixTokens.inc({ kind: 'prompt' }, request.promptTokens);
+  const cached = Math.min(candidate.expectedCachedTokens ?? 0, request.promptTokens);
+  if (cached > 0) deps.metrics.prefixTokens.inc({ kind: 'expected_cached' }, cached);
+  const headersOut = { ...ctx.upstreamHeaders, ...deps.podAuth(candidate.pod) };
+  const attempt = await sendToPod(
+    deps.dispatcher,
+    candidate.pod.address,
+    `/v1/${API_PATHS[parsed.kind]}`,
+    body,
+    signal,
+    deps.limits.pod,
+    { wholeAnswer: !parsed.stream, headers: headersOut },
+  );
+  const headers = {
+    'x-kinference-route': route,
+    'x-kinference-predicted-ttft-ms': String(Math.round(predictedMs)),
+  };
+  if (!attempt.ok) {
+    ticket.end(false);
+    if (attempt.retryable) {
+      ctx.lastPodError = attempt.error;
+      deps.pool.markFailed(candidate);
+      return undefined;
+    }
+    // The pod refused the request itself (e.g. prompt longer than its context): pass it on.
+    return new Response((attempt.body ?? null) as BodyInit | null, {
+      status: attempt.status ?? 502,
+      headers: { 'content-type': attempt.contentType ?? 'application/json', ...headers },
+    });
+  }
+  const routeLabel = candidate.where;
+  const streamLabel = String(parsed.stream);
+  ctx.record.ttftMs = Math.round(attempt.firstByteMs * 10) / 10;
+  // Non-streamed answers arrive whole, so their first byte is the whole answer: recorded under
+  // stream="false" for the operator.
+  deps.metrics.upstreamTtft.observe({ route: routeLabel, stream: streamLabel }, attempt.firstByteMs / 1000);
+  if (candidate.where === 'local' && attempt.firstByteMs > 0) {
+    deps.metrics.predictionError.observe(
+      { stream: streamLabel },
+      Math.abs(predictedMs - attempt.firstByteMs) / attempt.firstByteMs,
+    );
+  }
+  // A TTFT exists for streamed requests (first byte) and embeddings (all prefill); a non-streamed
+  // generation's first byte is its whole answer, so it is not counted against the TTFT SLO.
+  const measured = (ms: number) => {
+    if (!parsed.stream && parsed.kind !== 'embeddings') return;
+    deps.metrics.sloRequests.inc({
+      route: routeLabel,
+      leavable: String(slo.leavable),
+      within_slo: String(deps.now() - slo.started <= slo.sloTtftMs),
+    });
+    if (candidate.where === 'local')
+      deps.metrics.admissionCalibration.inc({
+        pod: candidate.pod.name,
+        within_quantile: String(ms <= admitted.quantileMs),
+      });
+  };
+  if (parsed.stream) {
+    ticket.firstByte(attempt.firstByteMs);
+    measured(attempt.firstByteMs);
+    if (candidate.where === 'local') {
+      deps.metrics.podTtft.observe({ pod: candidate.pod.name, source: 'measured' }, attempt.firstByteMs / 1000);
+      deps.metrics.podTtft.observe({ pod: candidate.pod.name, source: 'predicted' }, predictedMs / 1000);
+    }
+    const stream = relayStream(
+      attempt.first,
+      attempt.rest,
+      attempt.abort,
+      attempt.contentType.includes('event-stream'),
+      {
+        onEnd: ({ ok }) => ticket.end(ok),
+        brokenStreamEnd:
+          parsed.kind === 'responses' ? (message) => responsesErrorEvent(message, 'upstream_stream_error') : undefined,
+      },
+    );
+    return new Response(stream, {
+      status: attempt.status,
+      headers: { 'content-type': attempt.contentType, 'cache-control': 'no-cache', ...headers },
+    });
+  }
+  try {
+    const bytes = await readRest(attempt.first, attempt.rest, deps.limits.maxUpstreamBodyBytes);
+    const answerMs = attempt.firstByteMs;
+    ticket.answered(answerMs);
+    measured(answerMs);
+    ticket.end(true);
+    if (deps.requestLog.sample > 0) Object.assign(ctx.record, usageOf(bytes)); // only read when lines may be written
+    return new Response(bytes as BodyInit, {
+      status: attempt.status,
+      headers: { 'content-type': attempt.contentType, ...headers },
+    });
+  } catch (error) {
+    ticket.end(false);
+    // Drop the rest of the answer: an unread body would hold its socket (and the dispatcher's
+    // close) forever.
+    attempt.abort();
+    if (signal.aborted) throw error;
+    return errorResponse(502, `the model server failed while answering: ${(error as Error).message}`, {
+      code: 'upstream_failed',
+      headers,
+    });
+  }
+}
