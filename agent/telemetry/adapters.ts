@@ -29,17 +29,16 @@ function missing(engine: Engine, name: string): LoadResult {
 /** Copies the defined optional fields onto the load; absent is different from zero. */
 function withOptional(
   load: PodLoad,
-  extra: {
-    ttft?: { sum: number; count: number };
-    queueTime?: { sum: number; count: number };
-    promptTokens?: number;
-    generationTokens?: number;
-    finished?: number;
-    prefixCacheQueries?: number;
-    prefixCacheHits?: number;
-    prefixCacheHitRate?: number;
-    kvCapacityTokens?: number;
-  },
+  extra: Pick<
+    PodLoad,
+    | 'promptTokens'
+    | 'generationTokens'
+    | 'finished'
+    | 'prefixCacheQueries'
+    | 'prefixCacheHits'
+    | 'prefixCacheHitRate'
+    | 'kvCapacityTokens'
+  > & { ttft?: { sum: number; count: number }; queueTime?: { sum: number; count: number } },
 ): PodLoad {
   if (extra.ttft) {
     load.ttftSum = extra.ttft.sum;
