@@ -5,12 +5,12 @@ import { PodPool } from '../../agent/pool/pool.ts';
 import type { Candidate } from '../../agent/route/candidate.ts';
 import { decide, type Decision, type LeaveVerdict } from '../../agent/route/router.ts';
 import { TtftPredictor } from '../../agent/predict/predictor.ts';
-import type { EffectivePolicy, RouteRequest } from '../../agent/types.ts';
+import type { EffectivePolicy } from '../../agent/types.ts';
 import { VirtualClock } from '../../shared/sim/clock.ts';
 import { engineFor, fitOracleModel, submitTracked, type PodShape } from '../routing/harness.ts';
 import { generateArrivals, type PromptMix } from '../routing/workload.ts';
-import { oracleCandidate } from '../routing/strategies.ts';
-import type { PeakAction, PeakArrival, PeakContext, PeakStrategyFactory } from './harness.ts';
+import { benchRequest, oracleCandidate } from '../routing/strategies.ts';
+import type { PeakAction, PeakContext, PeakStrategyFactory } from './harness.ts';
 
 export const ATTAINMENT = 0.99;
 const LEAVE: LeaveVerdict = { allowed: true, reason: 'bench', providers: ['hosted'] };
@@ -25,18 +25,6 @@ function policyFor(ctx: PeakContext, rule: 'slo' | 'queue'): EffectivePolicy {
     exclude: rule === 'queue' ? [{ metric: 'queued', above: 2, windowMs: 30_000 }] : [],
     overflow: { providers: ['hosted'], denyTags: [], denyTenants: [] },
     waitMaxMs: ctx.scenario.waitMs,
-  };
-}
-
-function request(a: PeakArrival): RouteRequest {
-  return {
-    kind: 'chat',
-    model: 'm',
-    tenant: 't',
-    namespace: 't',
-    tags: [],
-    promptTokens: a.promptTokens,
-    stream: true,
   };
 }
 
@@ -78,7 +66,7 @@ function agent(rule: 'mean' | 'calibrated' | 'queue'): PeakStrategyFactory {
         let candidates = pool.candidates();
         if (rule === 'mean') candidates = candidates.map((c) => ({ ...c, logMargin: undefined }));
         const d = decide({
-          request: request(a),
+          request: benchRequest(a),
           policy,
           candidates,
           leave: a.mayLeave ? LEAVE : STAY,
@@ -109,7 +97,14 @@ const oracle: PeakStrategyFactory = (ctx) => {
         logMargin: () => ctx.oracle.logMargin,
       }));
       return toAction(
-        decide({ request: request(a), policy, candidates, leave: a.mayLeave ? LEAVE : STAY, waitedMs, rand: ctx.rand }),
+        decide({
+          request: benchRequest(a),
+          policy,
+          candidates,
+          leave: a.mayLeave ? LEAVE : STAY,
+          waitedMs,
+          rand: ctx.rand,
+        }),
         ctx.pods,
         () => ({}),
       );

@@ -230,7 +230,7 @@ export function benchRequest(a: Arrival): RouteRequest {
     tags: [],
     promptTokens: a.promptTokens,
     stream: true,
-    // As the agent computes them from the request's text (the production default cap of 256 blocks).
+    // As the agent computes them from the request's text (with the production default cap of blocks).
     ...(a.tokens ? { promptBlocks: promptBlocks(promptTextOf(a.tokens), undefined, DEFAULT_PREFIX_MAX_BLOCKS) } : {}),
   };
 }
