@@ -3,7 +3,7 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { refusedPort, startOpenAIStandin, type OpenAIStandin } from './fixtures/openai-provider.ts';
-import { chatBody, MODEL, postJson, startStack, waitFor, type Stack } from './helpers/stack.ts';
+import { chatBody, MODEL, postJson, startStack, waitFor, type Stack, openaiProvider } from './helpers/stack.ts';
 
 const KEY_ENV = 'KINFERENCE_TEST_PROVIDER_KEY';
 const SECRET = 'sk-test-secret-value-123';
@@ -19,14 +19,7 @@ describe('overflow to hosted providers', () => {
     first = await startOpenAIStandin({ apiKey: SECRET });
     second = await startOpenAIStandin({ apiKey: SECRET });
     refused = await refusedPort();
-    const provider = (name: string, url: string) => ({
-      name,
-      kind: 'openai',
-      endpoint: url,
-      models: { [MODEL]: `${name}-llama` },
-      apiKey: { env: KEY_ENV },
-      timeout: '1s',
-    });
+    const provider = (name: string, url: string) => openaiProvider(name, url, KEY_ENV);
     stack = await startStack({
       pods: [{ maxSeqs: 2 }, { maxSeqs: 2 }],
       config: {

@@ -6,7 +6,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { startOpenAIStandin, refusedPort, type OpenAIStandin } from './fixtures/openai-provider.ts';
 import { startScriptedPod, vllmPage, type ScriptedPod } from './fixtures/scripted-pod.ts';
-import { chatBody, MODEL, postJson, startStack, waitFor, type Stack } from './helpers/stack.ts';
+import { chatBody, MODEL, postJson, startStack, waitFor, type Stack, openaiProvider } from './helpers/stack.ts';
 
 const KEY_ENV = 'KINFERENCE_TEST_HARDENING_KEY';
 const SECRET = 'sk-hardening-secret-42';
@@ -20,14 +20,7 @@ async function errorOf(response: Response): Promise<{ message: string; type: str
   return ((await response.json()) as { error: { message: string; type: string; code: string | null } }).error;
 }
 
-const provider = (name: string, url: string) => ({
-  name,
-  kind: 'openai',
-  endpoint: url,
-  models: { [MODEL]: `${name}-llama` },
-  apiKey: { env: KEY_ENV },
-  timeout: '1s',
-});
+const provider = (name: string, url: string) => openaiProvider(name, url, KEY_ENV);
 
 describe("client faults stay the client's", () => {
   let stack: Stack;

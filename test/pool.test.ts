@@ -2,7 +2,7 @@
 // until its first token, and how that reaches the router.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { PodPool } from '../agent/pool/pool.ts';
+import { PodPool, type PoolOptions } from '../agent/pool/pool.ts';
 import { promptBlocks } from '../agent/prefix/blocks.ts';
 import { predictedTtft } from '../agent/route/score.ts';
 import { decide } from '../agent/route/router.ts';
@@ -27,16 +27,22 @@ const pod = (name: string): Pod => ({
   engine: 'vllm',
 });
 
-function pool(now: { t: number }) {
-  const p = new PodPool({
+/** A pool with this file's standard options (any can be overridden), no pods yet. */
+function newPool(now: () => number, options: Partial<PoolOptions> = {}): PodPool {
+  return new PodPool({
     node: 'n',
     scrapeIntervalMs: 100,
     peerMaxAgeMs: 3000,
     networkCostMs: 2,
     referenceWindowMs: 30_000,
     failureCooldownMs: 1000,
-    now: () => now.t,
+    now,
+    ...options,
   });
+}
+
+function pool(now: { t: number }) {
+  const p = newPool(() => now.t);
   p.setLocalPods([pod('a'), pod('b')]);
   for (const name of ['a', 'b']) {
     const telemetry = new PodTelemetry();
@@ -224,15 +230,7 @@ test("measured TTFTs teach the pod's model and its calibration; a pod that leave
 
 test("without own measurements, the pod's TTFT histogram teaches (from the state at the previous scrape)", () => {
   const now = { t: 1000 };
-  const p = new PodPool({
-    node: 'n',
-    scrapeIntervalMs: 100,
-    peerMaxAgeMs: 3000,
-    networkCostMs: 2,
-    referenceWindowMs: 30_000,
-    failureCooldownMs: 1000,
-    now: () => now.t,
-  });
+  const p = newPool(() => now.t);
   p.setLocalPods([pod('a')]);
   const telemetry = scrape(p, 'a', { at: 1000, waiting: 4, running: 8, kvCache: 0.5, ttftSum: 0, ttftCount: 0 });
   const before = p.candidates()[0].params;
@@ -275,16 +273,7 @@ test('gossiped pods: our own origin is ignored, a new version clears what we sen
 
 test('candidates for a model: its local pods exactly, and a shortlist of the fastest peers kept from gossip', () => {
   const now = { t: 1000 };
-  const p = new PodPool({
-    node: 'n',
-    scrapeIntervalMs: 100,
-    peerMaxAgeMs: 3000,
-    networkCostMs: 2,
-    referenceWindowMs: 30_000,
-    failureCooldownMs: 1000,
-    peerShortlist: 3,
-    now: () => now.t,
-  });
+  const p = newPool(() => now.t, { peerShortlist: 3 });
   p.setLocalPods([pod('a'), { ...pod('c'), models: ['other'] }]);
   // Ten peers' pods of model m, the i-th with i waiting: the shortlist holds the three least loaded.
   const peer = (i: number, model = 'm') => ({
@@ -403,15 +392,7 @@ test('the prefix index: a prompt sent to a pod is expected cached there (only th
 
 test('the prefix index ages by what the pod computed (prefix-cache counters) beyond its free KV', () => {
   const now = { t: 1000 };
-  const p = new PodPool({
-    node: 'n',
-    scrapeIntervalMs: 100,
-    peerMaxAgeMs: 3000,
-    networkCostMs: 2,
-    referenceWindowMs: 30_000,
-    failureCooldownMs: 1000,
-    now: () => now.t,
-  });
+  const p = newPool(() => now.t);
   p.setLocalPods([pod('a')]);
   const cache = { kvCapacityTokens: 16 * 1000, kvCache: 0.5 }; // 500 free blocks
   const t = scrape(p, 'a', { at: 1000, waiting: 0, running: 0, ...cache, prefixCacheQueries: 1e6, prefixCacheHits: 0 });
@@ -439,15 +420,7 @@ test('the scrape path learns from the tokens the pod computed, not those its cac
   // from the cache. Learned against 100 computed tokens the TTFT is slow for them (the model goes
   // up); against the whole prompts it is fast (the model goes down, and long prompts look cheap).
   const learnedAfter = (counters: Partial<PodLoad>[]) => {
-    const p = new PodPool({
-      node: 'n',
-      scrapeIntervalMs: 100,
-      peerMaxAgeMs: 3000,
-      networkCostMs: 2,
-      referenceWindowMs: 30_000,
-      failureCooldownMs: 1000,
-      now: () => 1000,
-    });
+    const p = newPool(() => 1000);
     p.setLocalPods([pod('a')]);
     const before = p.candidates()[0].params.perKPromptTokens;
     const base = { waiting: 0, running: 0, kvCache: 0.1 };

@@ -67,6 +67,18 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   };
 }
 
+/** An OpenAI-compatible provider entry for the config, at a stand-in's URL, its key read from `keyEnv`. */
+export function openaiProvider(name: string, url: string, keyEnv: string) {
+  return {
+    name,
+    kind: 'openai',
+    endpoint: url,
+    models: { [MODEL]: `${name}-llama` },
+    apiKey: { env: keyEnv },
+    timeout: '1s',
+  };
+}
+
 export function chatBody(content = 'Hello there', extra: Record<string, unknown> = {}): Record<string, unknown> {
   return { model: MODEL, messages: [{ role: 'user', content }], max_tokens: 8, ...extra };
 }
