@@ -55,12 +55,15 @@ export const ExcludeRuleSchema = Type.Object(
   },
 );
 
-const TagList = (description: string) =>
+export const TagList = (description: string) =>
   Type.Array(Type.String({ pattern: TAG_PATTERN, maxLength: 64, expected: 'a lowercase tag of a-z 0-9 . _ -' }), {
     maxItems: 64,
     expected: 'a list of tags',
     description,
   });
+
+export const TenantList = (description: string) =>
+  Type.Array(Name(), { maxItems: 256, expected: 'a list of tenants', description });
 
 const MAX_BUDGET_COUNT = 1e15; // far above any real budget, below 2^53 so sums stay exact
 
@@ -150,13 +153,7 @@ export const GuardrailsSchema = Type.Object(
           tags: Type.Optional(
             TagList('Tags that never leave, whatever a namespace policy says. Absent: [pii, unscanned].'),
           ),
-          tenants: Type.Optional(
-            Type.Array(Name(), {
-              maxItems: 256,
-              expected: 'a list of tenants',
-              description: 'Tenants whose requests never leave.',
-            }),
-          ),
+          tenants: Type.Optional(TenantList('Tenants whose requests never leave.')),
         },
         { ...strict, description: 'What never leaves the cluster.' },
       ),

@@ -12,7 +12,8 @@ import {
   OverflowBudgetSchema,
   PrioritySchema,
   strict,
-  TAG_PATTERN,
+  TagList,
+  TenantList,
 } from './schema-parts.ts';
 
 // Re-exported so importers keep one place to take the policy model from.
@@ -84,22 +85,9 @@ export const InferencePolicySpecSchema = Type.Object(
             Type.Object(
               {
                 tags: Type.Optional(
-                  Type.Array(
-                    Type.String({ pattern: TAG_PATTERN, maxLength: 64, expected: 'a lowercase tag of a-z 0-9 . _ -' }),
-                    {
-                      maxItems: 64,
-                      expected: 'a list of tags',
-                      description: 'A request with any of these tags never leaves. Absent: [pii, unscanned].',
-                    },
-                  ),
+                  TagList('A request with any of these tags never leaves. Absent: [pii, unscanned].'),
                 ),
-                tenants: Type.Optional(
-                  Type.Array(Name(), {
-                    maxItems: 256,
-                    expected: 'a list of tenants',
-                    description: "These tenants' requests never leave.",
-                  }),
-                ),
+                tenants: Type.Optional(TenantList("These tenants' requests never leave.")),
               },
               { ...strict, description: 'Conditions under which a request may not leave.' },
             ),

@@ -24,18 +24,34 @@ export interface MetricsOptions {
   /** Read at scrape time: requests waiting for a pod, by priority class and by tenant (bounded). */
   waiting?: () => { byPriority: Record<string, number>; byTenant: ReadonlyMap<string, number> };
   /** Read at scrape time: each budgeted tenant's usage and remaining budget per limit. */
-  budgetUsage?: () => {
-    tenant: string;
-    states: {
-      scope: string;
-      usedTokens: number;
-      usedRequests: number;
-      remainingTokens?: number;
-      remainingRequests?: number;
-    }[];
-  }[];
+  budgetUsage?: () => { tenant: string; states: BudgetLimitState[] }[];
   /** Most tenant label values on the waiting gauge; the rest add up under `other`. */
   maxTenantLabels?: number;
+}
+
+/** One budget limit's state as the budget gauges read it (remaining: only units the limit bounds). */
+interface BudgetLimitState {
+  scope: string;
+  usedTokens: number;
+  usedRequests: number;
+  remainingTokens?: number;
+  remainingRequests?: number;
+}
+
+/** Fills a budget gauge from every tenant's limits: `pick` gives [tokens, requests]; undefined is skipped. */
+function setBudgetGauge(
+  gauge: Gauge<'tenant' | 'window' | 'unit'>,
+  usage: MetricsOptions['budgetUsage'],
+  pick: (state: BudgetLimitState) => [number | undefined, number | undefined],
+): void {
+  if (!usage) return;
+  gauge.reset();
+  for (const { tenant, states } of usage())
+    for (const state of states) {
+      const [tokens, requests] = pick(state);
+      if (tokens !== undefined) gauge.set({ tenant, window: state.scope, unit: 'tokens' }, tokens);
+      if (requests !== undefined) gauge.set({ tenant, window: state.scope, unit: 'requests' }, requests);
+    }
 }
 
 /**
@@ -204,13 +220,7 @@ export function createMetrics(options: MetricsOptions = {}) {
       labelNames: ['tenant', 'window', 'unit'] as const,
       registers: [registry],
       collect() {
-        if (!options.budgetUsage) return;
-        this.reset();
-        for (const { tenant, states } of options.budgetUsage())
-          for (const s of states) {
-            this.set({ tenant, window: s.scope, unit: 'tokens' }, s.usedTokens);
-            this.set({ tenant, window: s.scope, unit: 'requests' }, s.usedRequests);
-          }
+        setBudgetGauge(this, options.budgetUsage, (s) => [s.usedTokens, s.usedRequests]);
       },
     }),
     budgetRemaining: new Gauge({
@@ -219,15 +229,7 @@ export function createMetrics(options: MetricsOptions = {}) {
       labelNames: ['tenant', 'window', 'unit'] as const,
       registers: [registry],
       collect() {
-        if (!options.budgetUsage) return;
-        this.reset();
-        for (const { tenant, states } of options.budgetUsage())
-          for (const s of states) {
-            if (s.remainingTokens !== undefined)
-              this.set({ tenant, window: s.scope, unit: 'tokens' }, s.remainingTokens);
-            if (s.remainingRequests !== undefined)
-              this.set({ tenant, window: s.scope, unit: 'requests' }, s.remainingRequests);
-          }
+        setBudgetGauge(this, options.budgetUsage, (s) => [s.remainingTokens, s.remainingRequests]);
       },
     }),
     inFlight: new Gauge({
