@@ -4,6 +4,7 @@
 import { Type, type Static } from '@sinclair/typebox';
 import {
   ATTAINMENT_PATTERN,
+  DenyLists,
   Duration,
   ExcludeRuleSchema,
   GuardrailsSchema,
@@ -12,8 +13,6 @@ import {
   OverflowBudgetSchema,
   PrioritySchema,
   strict,
-  TagList,
-  TenantList,
 } from './schema-parts.ts';
 
 // Re-exported so importers keep one place to take the policy model from.
@@ -82,15 +81,11 @@ export const InferencePolicySpecSchema = Type.Object(
             }),
           ),
           deny: Type.Optional(
-            Type.Object(
-              {
-                tags: Type.Optional(
-                  TagList('A request with any of these tags never leaves. Absent: [pii, unscanned].'),
-                ),
-                tenants: Type.Optional(TenantList("These tenants' requests never leave.")),
-              },
-              { ...strict, description: 'Conditions under which a request may not leave.' },
-            ),
+            DenyLists({
+              object: 'Conditions under which a request may not leave.',
+              tags: 'A request with any of these tags never leaves. Absent: [pii, unscanned].',
+              tenants: "These tenants' requests never leave.",
+            }),
           ),
           budget: Type.Optional(OverflowBudgetSchema),
         },

@@ -38,22 +38,6 @@ interface BudgetLimitState {
   remainingRequests?: number;
 }
 
-/** Fills a budget gauge from every tenant's limits: `pick` gives [tokens, requests]; undefined is skipped. */
-function setBudgetGauge(
-  gauge: Gauge<'tenant' | 'window' | 'unit'>,
-  usage: MetricsOptions['budgetUsage'],
-  pick: (state: BudgetLimitState) => [number | undefined, number | undefined],
-): void {
-  if (!usage) return;
-  gauge.reset();
-  for (const { tenant, states } of usage())
-    for (const state of states) {
-      const [tokens, requests] = pick(state);
-      if (tokens !== undefined) gauge.set({ tenant, window: state.scope, unit: 'tokens' }, tokens);
-      if (requests !== undefined) gauge.set({ tenant, window: state.scope, unit: 'requests' }, requests);
-    }
-}
-
 /**
  * The pool's predictions as /metrics exports them: local pods by name; peers' pods folded into
  * their node (its fastest pod), and only the `maxNodes` fastest nodes, so the page's size does
@@ -92,6 +76,28 @@ export function createMetrics(options: MetricsOptions = {}) {
   /** A plain counter on this agent's registry (most metrics here are just that). */
   const counter = <L extends string>(name: string, help: string, labelNames: readonly L[] = []) =>
     new Counter<L>({ name, help, labelNames, registers: [registry] });
+  /** A gauge of every budgeted tenant's limits: `pick` gives [tokens, requests]; undefined is not exported. */
+  const budgetGauge = (
+    name: string,
+    help: string,
+    pick: (state: BudgetLimitState) => [number | undefined, number | undefined],
+  ) =>
+    new Gauge({
+      name,
+      help,
+      labelNames: ['tenant', 'window', 'unit'] as const,
+      registers: [registry],
+      collect() {
+        if (!options.budgetUsage) return;
+        this.reset();
+        for (const { tenant, states } of options.budgetUsage())
+          for (const state of states) {
+            const [tokens, requests] = pick(state);
+            if (tokens !== undefined) this.set({ tenant, window: state.scope, unit: 'tokens' }, tokens);
+            if (requests !== undefined) this.set({ tenant, window: state.scope, unit: 'requests' }, requests);
+          }
+      },
+    });
   const m = {
     registry,
     requests: counter(
@@ -214,24 +220,16 @@ export function createMetrics(options: MetricsOptions = {}) {
         if (rest > 0) this.set({ tenant: 'other' }, rest);
       },
     }),
-    budgetUsed: new Gauge({
-      name: 'kinference_overflow_budget_used',
-      help: "Overflow a tenant used in the current window of each of its budget's limits (window: minute|hour|day, /provider when scoped), cluster-wide as this agent sees it, by unit (tokens|requests). Tenants bounded by limits.maxLabelValues.",
-      labelNames: ['tenant', 'window', 'unit'] as const,
-      registers: [registry],
-      collect() {
-        setBudgetGauge(this, options.budgetUsage, (s) => [s.usedTokens, s.usedRequests]);
-      },
-    }),
-    budgetRemaining: new Gauge({
-      name: 'kinference_overflow_budget_remaining',
-      help: "What is left of a tenant's overflow budget in the current window, per limit and unit (only units the limit bounds).",
-      labelNames: ['tenant', 'window', 'unit'] as const,
-      registers: [registry],
-      collect() {
-        setBudgetGauge(this, options.budgetUsage, (s) => [s.remainingTokens, s.remainingRequests]);
-      },
-    }),
+    budgetUsed: budgetGauge(
+      'kinference_overflow_budget_used',
+      "Overflow a tenant used in the current window of each of its budget's limits (window: minute|hour|day, /provider when scoped), cluster-wide as this agent sees it, by unit (tokens|requests). Tenants bounded by limits.maxLabelValues.",
+      (s) => [s.usedTokens, s.usedRequests],
+    ),
+    budgetRemaining: budgetGauge(
+      'kinference_overflow_budget_remaining',
+      "What is left of a tenant's overflow budget in the current window, per limit and unit (only units the limit bounds).",
+      (s) => [s.remainingTokens, s.remainingRequests],
+    ),
     inFlight: new Gauge({
       name: 'kinference_in_flight_requests',
       help: 'Requests being served now.',
