@@ -7,31 +7,16 @@ import { DEFAULT_STATE_PEER_PODS } from '../agent/server/admin-views.ts';
 import { DEFAULT_LIMITS } from '../agent/config/load.ts';
 import { poolKnowing } from './known-pods.ts';
 import type { Candidate } from '../agent/route/candidate.ts';
+import { routeCandidate, routePod } from '../test/helpers/route-fixtures.ts';
 
 const local = (n: number): Candidate[] =>
-  Array.from({ length: n }, (_, i) => ({
-    pod: {
-      uid: `ns/pod-${i}`,
-      name: `pod-${i}`,
-      namespace: 'ns',
-      node: 'here',
-      address: `10.0.0.${i}:8000`,
-      models: ['llama-3-8b'],
-    },
-    where: 'local',
-    ageMs: 0,
-    maxAgeMs: 200,
-    healthy: true,
-    queuedNow: 0,
-    running: 0,
-    kvCache: 0,
-    average: () => 0,
-    params: { base: 20, perQueued: 180, perRunning: 3, perKPromptTokens: 260 },
-    inFlight: 0,
-    unseenSent: 0,
-    pendingPromptTokens: 0,
-    networkCostMs: 0,
-  }));
+  Array.from({ length: n }, (_, i) =>
+    routeCandidate(`pod-${i}`, {
+      pod: routePod(`pod-${i}`, { node: 'here', address: `10.0.0.${i}:8000`, models: ['llama-3-8b'] }),
+      maxAgeMs: 200,
+      params: { base: 20, perQueued: 180, perRunning: 3, perKPromptTokens: 260 },
+    }),
+  );
 
 const kb = (bytes: number) => `${(bytes / 1024).toFixed(1)} KB`;
 const rows = [];

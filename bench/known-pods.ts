@@ -1,6 +1,7 @@
 // A pod pool as a large cluster fills it, for the benches that measure what grows with it.
 import { PodPool } from '../agent/pool/pool.ts';
 import type { Candidate } from '../agent/route/candidate.ts';
+import { poolOptions } from '../test/helpers/route-fixtures.ts';
 import { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
 import type { PodEstimate, PodLoad } from '../agent/types.ts';
 
@@ -8,15 +9,7 @@ import type { PodEstimate, PodLoad } from '../agent/types.ts';
  *  `podsPerNode` to a node; a quarter of the peers' pods serve another model. */
 export function poolKnowing(known: number, local: readonly Candidate[], podsPerNode = 8): PodPool {
   const now = 1_000_000;
-  const pool = new PodPool({
-    node: 'here',
-    scrapeIntervalMs: 100,
-    peerMaxAgeMs: 3000,
-    networkCostMs: 2,
-    referenceWindowMs: 30_000,
-    failureCooldownMs: 1000,
-    now: () => now,
-  });
+  const pool = new PodPool(poolOptions(() => now, { node: 'here' }));
   pool.setLocalPods(local.map((c) => ({ ...c.pod, node: 'here' })));
   local.forEach((c, i) => {
     const telemetry = new PodTelemetry();

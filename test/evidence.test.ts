@@ -7,6 +7,7 @@ import { leastLoaded } from '../agent/route/least-loaded.ts';
 import type { Candidate } from '../agent/route/candidate.ts';
 import { logLine, overflowReason, usageOf } from '../agent/server/evidence.ts';
 import { BoundedLabel, createMetrics } from '../agent/server/metrics.ts';
+import { routeCandidate } from './helpers/route-fixtures.ts';
 import { chatBody, postJson, startStack } from './helpers/stack.ts';
 
 const TRACEPARENT = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
@@ -67,25 +68,8 @@ describe('pod credentials', () => {
   });
 });
 
-function candidate(name: string, load: Partial<Candidate> = {}): Candidate {
-  return {
-    pod: { uid: name, name, namespace: 'ns', node: 'n', address: '127.0.0.1:1', models: ['m'] },
-    where: 'local',
-    ageMs: 0,
-    maxAgeMs: 100,
-    healthy: true,
-    queuedNow: 0,
-    running: 0,
-    kvCache: 0,
-    average: () => 0,
-    params: { base: 0, perQueued: 0, perRunning: 0, perKPromptTokens: 0 },
-    inFlight: 0,
-    unseenSent: 0,
-    pendingPromptTokens: 0,
-    networkCostMs: 0,
-    ...load,
-  };
-}
+const candidate = (name: string, load: Partial<Candidate> = {}): Candidate =>
+  routeCandidate(name, { maxAgeMs: 100, ...load });
 
 describe('routing passthrough requests by load', () => {
   it('takes the fresh, healthy pod serving the model with the least work, a local one on ties', () => {

@@ -5,6 +5,7 @@ import { describe, it } from 'node:test';
 import type { TestContext } from 'node:test';
 import { createKubernetesDiscovery } from '../agent/cluster/kubernetes.ts';
 import type { KubernetesDiscovery, KubernetesDiscoveryOptions } from '../agent/cluster/kubernetes.ts';
+import type { ObjectMeta } from '../agent/cluster/kubernetes-snapshot.ts';
 import { FakeKubeApiServer } from './fixtures/kube-apiserver.ts';
 import type { FakeKubeApiServerOptions, KubeObject } from './fixtures/kube-apiserver.ts';
 import { waitFor } from './helpers/wait.ts';
@@ -12,13 +13,12 @@ import { waitFor } from './helpers/wait.ts';
 const NODE = 'node-a';
 const AGENT_IP = '10.1.0.10';
 
-interface PodSpec {
+/** What a test says about a pod; the rest of the object is filled in as the API server would. */
+interface PodSpec extends Pick<ObjectMeta, 'labels' | 'annotations'> {
   node?: string;
   ip?: string;
   ready?: boolean;
   phase?: string;
-  labels?: Record<string, string>;
-  annotations?: Record<string, string>;
   httpPort?: number;
   hostNetwork?: boolean;
   terminating?: boolean;

@@ -7,49 +7,27 @@ import { promptBlocks } from '../agent/prefix/blocks.ts';
 import { predictedTtft } from '../agent/route/score.ts';
 import { decide } from '../agent/route/router.ts';
 import { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
-import type { EffectivePolicy, Pod, PodLoad } from '../agent/types.ts';
+import type { Pod, PodLoad } from '../agent/types.ts';
+import { poolOptions, routePod, routePolicy } from './helpers/route-fixtures.ts';
 
-const POLICY: EffectivePolicy = {
-  name: 't',
-  sloTtftMs: 10_000,
-  sloAttainment: 0.99,
-  exclude: [],
-  overflow: { providers: [], denyTags: [], denyTenants: [] },
-  waitMaxMs: 0,
-};
-const pod = (name: string): Pod => ({
-  uid: `ns/${name}`,
-  name,
-  namespace: 'ns',
-  node: 'n',
-  address: '127.0.0.1:1',
-  models: ['m'],
-  engine: 'vllm',
-});
+const POLICY = routePolicy({ name: 't', sloTtftMs: 10_000 });
+const pod = (name: string): Pod => routePod(name, { node: 'n', engine: 'vllm' });
 
 /** A pool with this file's standard options (any can be overridden), no pods yet. */
-function newPool(now: () => number, options: Partial<PoolOptions> = {}): PodPool {
-  return new PodPool({
-    node: 'n',
-    scrapeIntervalMs: 100,
-    peerMaxAgeMs: 3000,
-    networkCostMs: 2,
-    referenceWindowMs: 30_000,
-    failureCooldownMs: 1000,
-    now,
-    ...options,
-  });
-}
+const newPool = (now: () => number, options: Partial<PoolOptions> = {}): PodPool =>
+  new PodPool(poolOptions(now, options));
+
+const scrape = (p: PodPool, name: string, load: Omit<PodLoad, 'engine'>, telemetry = new PodTelemetry()) => {
+  const full: PodLoad = { engine: 'vllm', ...load };
+  telemetry.record(full);
+  p.recordLoad(`ns/${name}`, full, telemetry);
+  return telemetry;
+};
 
 function pool(now: { t: number }) {
   const p = newPool(() => now.t);
   p.setLocalPods([pod('a'), pod('b')]);
-  for (const name of ['a', 'b']) {
-    const telemetry = new PodTelemetry();
-    const load: PodLoad = { at: now.t, engine: 'vllm', waiting: 0, running: 2, kvCache: 0.1 };
-    telemetry.record(load);
-    p.recordLoad(`ns/${name}`, load, telemetry);
-  }
+  for (const name of ['a', 'b']) scrape(p, name, { at: now.t, waiting: 0, running: 2, kvCache: 0.1 });
   return p;
 }
 
@@ -167,13 +145,6 @@ test('embeddings teach their own model and calibration, not the generation model
   assert.equal(state.embeddingsPredictor.observations, 30);
   assert.equal(state.calibration.free.observations, 30);
 });
-
-const scrape = (p: PodPool, name: string, load: Omit<PodLoad, 'engine'>, telemetry = new PodTelemetry()) => {
-  const full: PodLoad = { engine: 'vllm', ...load };
-  telemetry.record(full);
-  p.recordLoad(`ns/${name}`, full, telemetry);
-  return telemetry;
-};
 
 test("a local pod is stale after two scrape intervals without a good scrape (the scraper's rule)", () => {
   const now = { t: 1000 };

@@ -11,17 +11,15 @@ import type { Candidate } from '../agent/route/candidate.ts';
 import type { LeaveVerdict } from '../agent/route/router.ts';
 import { RequestPath, type OverflowResult, type RequestPathDeps } from '../agent/server/inference.ts';
 import { createMetrics } from '../agent/server/metrics.ts';
-import type { EffectivePolicy, RouteRequest } from '../agent/types.ts';
+import type { RouteRequest } from '../agent/types.ts';
+import { routeCandidate, routePod, routePolicy } from './helpers/route-fixtures.ts';
 
 const MODEL = 'm';
-const POLICY: EffectivePolicy = {
+const POLICY = routePolicy({
   name: 'ns/p',
   sloTtftMs: 10_000,
-  sloAttainment: 0.99,
-  exclude: [],
   overflow: { providers: ['prov'], denyTags: ['pii'], denyTenants: [] },
-  waitMaxMs: 0,
-};
+});
 const STAY: LeaveVerdict = { allowed: false, reason: 'may not leave', providers: [] };
 const LEAVE: LeaveVerdict = { allowed: true, reason: 'may overflow to prov', providers: ['prov'] };
 const ANSWER = {
@@ -52,24 +50,12 @@ after(async () => {
   await Promise.all(dispatchers.map((d) => d.close()));
 });
 
-function candidate(address: string): Candidate {
-  return {
-    pod: { uid: 'ns/pod-0', name: 'pod-0', namespace: 'ns', node: 'n', address, models: [MODEL], engine: 'vllm' },
-    where: 'local',
-    ageMs: 0,
-    maxAgeMs: 1000,
-    healthy: true,
-    queuedNow: 0,
-    running: 0,
+const candidate = (address: string): Candidate =>
+  routeCandidate('pod-0', {
+    pod: routePod('pod-0', { node: 'n', address, engine: 'vllm' }),
     kvCache: 0.1,
-    average: () => 0,
     params: { base: 50, perQueued: 100, perRunning: 5, perKPromptTokens: 10 },
-    inFlight: 0,
-    unseenSent: 0,
-    pendingPromptTokens: 0,
-    networkCostMs: 0,
-  };
-}
+  });
 
 interface Fakes {
   candidates: Candidate[];

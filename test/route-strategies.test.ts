@@ -1,47 +1,21 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Candidate } from '../agent/route/candidate.ts';
-import { decide, KINFERENCE_STRATEGY, type LeaveVerdict } from '../agent/route/router.ts';
+import { decide, KINFERENCE_STRATEGY } from '../agent/route/router.ts';
 import { randomAmongLowest, STRATEGIES } from '../agent/route/strategies.ts';
-import type { EffectivePolicy, RouteRequest } from '../agent/types.ts';
+import { routeCandidate, routePolicy, routeRequest, STAY } from './helpers/route-fixtures.ts';
 
-const POLICY: EffectivePolicy = {
-  name: 'test',
-  sloTtftMs: 500,
-  sloAttainment: 0.99,
-  exclude: [],
-  overflow: { providers: [], denyTags: [], denyTenants: [] },
-  waitMaxMs: 0,
-};
-const REQUEST: RouteRequest = {
-  kind: 'chat',
-  model: 'm',
-  tenant: 't',
-  namespace: 't',
-  tags: [],
-  promptTokens: 200,
-  stream: true,
-};
-const STAY: LeaveVerdict = { allowed: false, reason: 'no overflow providers in policy', providers: [] };
+const POLICY = routePolicy();
+const REQUEST = routeRequest();
 
 function pod(name: string, overrides: Partial<Candidate> = {}): Candidate {
-  return {
-    pod: { uid: `ns/${name}`, name, namespace: 'ns', node: 'node-a', address: '127.0.0.1:1', models: ['m'] },
-    where: 'local',
+  return routeCandidate(name, {
     ageMs: 10,
     maxAgeMs: 200,
-    healthy: true,
-    queuedNow: 0,
-    running: 0,
     kvCache: 0.1,
-    average: () => 0,
     params: { base: 20, perQueued: 100, perRunning: 2, perKPromptTokens: 200 },
-    inFlight: 0,
-    unseenSent: 0,
-    pendingPromptTokens: 0,
-    networkCostMs: 0,
     ...overrides,
-  };
+  });
 }
 
 function chosen(strategy: ReturnType<(typeof STRATEGIES)[string]>, candidates: Candidate[], rand = () => 0): string {

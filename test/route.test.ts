@@ -2,47 +2,26 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Candidate } from '../agent/route/candidate.ts';
 import { decide, type LeaveVerdict } from '../agent/route/router.ts';
-import type { EffectivePolicy, RouteRequest } from '../agent/types.ts';
+import { routeCandidate, routePolicy, routeRequest, STAY } from './helpers/route-fixtures.ts';
 
-const POLICY: EffectivePolicy = {
+const POLICY = routePolicy({
   name: 'builtin/default',
-  sloTtftMs: 500,
-  sloAttainment: 0.99,
   exclude: [{ metric: 'queued', above: 2, windowMs: 30_000 }],
-  overflow: { providers: [], denyTags: [], denyTenants: [] },
   waitMaxMs: 2000,
-};
-const REQUEST: RouteRequest = {
-  kind: 'chat',
-  model: 'm',
-  tenant: 't',
-  namespace: 't',
-  tags: [],
-  promptTokens: 200,
-  stream: true,
-};
-const STAY: LeaveVerdict = { allowed: false, reason: 'no overflow providers in policy', providers: [] };
+});
+const REQUEST = routeRequest();
 const LEAVE: LeaveVerdict = { allowed: true, reason: 'allowed', providers: ['p1', 'p2'] };
 
 function pod(name: string, overrides: Partial<Candidate> & { avgQueued?: number } = {}): Candidate {
   const { avgQueued, ...rest } = overrides;
-  return {
-    pod: { uid: `ns/${name}`, name, namespace: 'ns', node: 'node-a', address: '127.0.0.1:1', models: ['m'] },
-    where: 'local',
+  return routeCandidate(name, {
     ageMs: 10,
     maxAgeMs: 200,
-    healthy: true,
-    queuedNow: 0,
-    running: 0,
     kvCache: 0.1,
     average: (metric) => (metric === 'queued' ? (avgQueued ?? 0) : 0),
     params: { base: 20, perQueued: 100, perRunning: 2, perKPromptTokens: 200 },
-    inFlight: 0,
-    unseenSent: 0,
-    pendingPromptTokens: 0,
-    networkCostMs: 0,
     ...rest,
-  };
+  });
 }
 
 const first = () => 0;

@@ -55,12 +55,25 @@ export const ExcludeRuleSchema = Type.Object(
   },
 );
 
-const TagList = (description: string) =>
+export const TagList = (description: string) =>
   Type.Array(Type.String({ pattern: TAG_PATTERN, maxLength: 64, expected: 'a lowercase tag of a-z 0-9 . _ -' }), {
     maxItems: 64,
     expected: 'a list of tags',
     description,
   });
+
+export const TenantList = (description: string) =>
+  Type.Array(Name(), { maxItems: 256, expected: 'a list of tenants', description });
+
+/** Tags and tenants that keep a request in the cluster (a policy's deny, the floor's deny). */
+export const DenyLists = (descriptions: { object: string; tags: string; tenants: string }) =>
+  Type.Object(
+    {
+      tags: Type.Optional(TagList(descriptions.tags)),
+      tenants: Type.Optional(TenantList(descriptions.tenants)),
+    },
+    { ...strict, description: descriptions.object },
+  );
 
 const MAX_BUDGET_COUNT = 1e15; // far above any real budget, below 2^53 so sums stay exact
 
@@ -145,21 +158,11 @@ export const PrioritySchema = Type.Object(
 export const GuardrailsSchema = Type.Object(
   {
     deny: Type.Optional(
-      Type.Object(
-        {
-          tags: Type.Optional(
-            TagList('Tags that never leave, whatever a namespace policy says. Absent: [pii, unscanned].'),
-          ),
-          tenants: Type.Optional(
-            Type.Array(Name(), {
-              maxItems: 256,
-              expected: 'a list of tenants',
-              description: 'Tenants whose requests never leave.',
-            }),
-          ),
-        },
-        { ...strict, description: 'What never leaves the cluster.' },
-      ),
+      DenyLists({
+        object: 'What never leaves the cluster.',
+        tags: 'Tags that never leave, whatever a namespace policy says. Absent: [pii, unscanned].',
+        tenants: 'Tenants whose requests never leave.',
+      }),
     ),
     maxSloTtft: Type.Optional(Duration('The loosest SLO a policy or annotation may set.')),
     overflow: Type.Optional(

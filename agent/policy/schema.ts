@@ -4,6 +4,7 @@
 import { Type, type Static } from '@sinclair/typebox';
 import {
   ATTAINMENT_PATTERN,
+  DenyLists,
   Duration,
   ExcludeRuleSchema,
   GuardrailsSchema,
@@ -12,7 +13,6 @@ import {
   OverflowBudgetSchema,
   PrioritySchema,
   strict,
-  TAG_PATTERN,
 } from './schema-parts.ts';
 
 // Re-exported so importers keep one place to take the policy model from.
@@ -81,28 +81,11 @@ export const InferencePolicySpecSchema = Type.Object(
             }),
           ),
           deny: Type.Optional(
-            Type.Object(
-              {
-                tags: Type.Optional(
-                  Type.Array(
-                    Type.String({ pattern: TAG_PATTERN, maxLength: 64, expected: 'a lowercase tag of a-z 0-9 . _ -' }),
-                    {
-                      maxItems: 64,
-                      expected: 'a list of tags',
-                      description: 'A request with any of these tags never leaves. Absent: [pii, unscanned].',
-                    },
-                  ),
-                ),
-                tenants: Type.Optional(
-                  Type.Array(Name(), {
-                    maxItems: 256,
-                    expected: 'a list of tenants',
-                    description: "These tenants' requests never leave.",
-                  }),
-                ),
-              },
-              { ...strict, description: 'Conditions under which a request may not leave.' },
-            ),
+            DenyLists({
+              object: 'Conditions under which a request may not leave.',
+              tags: 'A request with any of these tags never leaves. Absent: [pii, unscanned].',
+              tenants: "These tenants' requests never leave.",
+            }),
           ),
           budget: Type.Optional(OverflowBudgetSchema),
         },

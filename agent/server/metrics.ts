@@ -24,18 +24,18 @@ export interface MetricsOptions {
   /** Read at scrape time: requests waiting for a pod, by priority class and by tenant (bounded). */
   waiting?: () => { byPriority: Record<string, number>; byTenant: ReadonlyMap<string, number> };
   /** Read at scrape time: each budgeted tenant's usage and remaining budget per limit. */
-  budgetUsage?: () => {
-    tenant: string;
-    states: {
-      scope: string;
-      usedTokens: number;
-      usedRequests: number;
-      remainingTokens?: number;
-      remainingRequests?: number;
-    }[];
-  }[];
+  budgetUsage?: () => { tenant: string; states: BudgetLimitState[] }[];
   /** Most tenant label values on the waiting gauge; the rest add up under `other`. */
   maxTenantLabels?: number;
+}
+
+/** One budget limit's state as the budget gauges read it (remaining: only units the limit bounds). */
+interface BudgetLimitState {
+  scope: string;
+  usedTokens: number;
+  usedRequests: number;
+  remainingTokens?: number;
+  remainingRequests?: number;
 }
 
 /**
@@ -76,6 +76,43 @@ export function createMetrics(options: MetricsOptions = {}) {
   /** A plain counter on this agent's registry (most metrics here are just that). */
   const counter = <L extends string>(name: string, help: string, labelNames: readonly L[] = []) =>
     new Counter<L>({ name, help, labelNames, registers: [registry] });
+  /** A histogram on this agent's registry. */
+  const histogram = <L extends string>(name: string, help: string, labelNames: readonly L[], buckets: number[]) =>
+    new Histogram<L>({ name, help, labelNames, buckets, registers: [registry] });
+  /** A gauge on this agent's registry; `collect` (if any) refreshes it when /metrics is read. */
+  const gauge = <L extends string>(
+    name: string,
+    help: string,
+    labelNames: readonly L[],
+    collect?: (gauge: Gauge<L>) => void,
+  ) =>
+    new Gauge<L>({
+      name,
+      help,
+      labelNames,
+      registers: [registry],
+      ...(collect && {
+        collect() {
+          collect(this);
+        },
+      }),
+    });
+  /** A gauge of every budgeted tenant's limits: `pick` gives [tokens, requests]; undefined is not exported. */
+  const budgetGauge = (
+    name: string,
+    help: string,
+    pick: (state: BudgetLimitState) => [number | undefined, number | undefined],
+  ) =>
+    gauge(name, help, ['tenant', 'window', 'unit'], (g) => {
+      if (!options.budgetUsage) return;
+      g.reset();
+      for (const { tenant, states } of options.budgetUsage())
+        for (const state of states) {
+          const [tokens, requests] = pick(state);
+          if (tokens !== undefined) g.set({ tenant, window: state.scope, unit: 'tokens' }, tokens);
+          if (requests !== undefined) g.set({ tenant, window: state.scope, unit: 'requests' }, requests);
+        }
+    });
   const m = {
     registry,
     requests: counter(
@@ -83,27 +120,24 @@ export function createMetrics(options: MetricsOptions = {}) {
       'Requests handled, by API, route taken (local|peer|overflow|rejected), outcome, model and policy (bounded: "other" past limits.maxLabelValues, "none" before either is known).',
       ['api', 'route', 'outcome', 'model', 'policy'],
     ),
-    upstreamTtft: new Histogram({
-      name: 'kinference_upstream_ttft_seconds',
-      help: 'Time from sending a request upstream to its first byte, by route (local|peer|overflow) and stream (true: the first token; false: the whole answer, which arrives at once).',
-      labelNames: ['route', 'stream'] as const,
-      buckets: TTFT_BUCKETS,
-      registers: [registry],
-    }),
-    predictionError: new Histogram({
-      name: 'kinference_prediction_error_ratio',
-      help: 'Absolute relative error of the predicted TTFT against the measured first byte (local pods), by stream (false: first byte = whole answer, so it includes generation).',
-      labelNames: ['stream'] as const,
-      buckets: [0.02, 0.05, 0.1, 0.2, 0.5, 1, 2],
-      registers: [registry],
-    }),
-    podTtft: new Histogram({
-      name: 'kinference_pod_ttft_seconds',
-      help: 'TTFT of streamed requests per local pod: source="measured" (first byte) and source="predicted" (what the router predicted for the same requests).',
-      labelNames: ['pod', 'source'] as const,
-      buckets: TTFT_BUCKETS,
-      registers: [registry],
-    }),
+    upstreamTtft: histogram(
+      'kinference_upstream_ttft_seconds',
+      'Time from sending a request upstream to its first byte, by route (local|peer|overflow) and stream (true: the first token; false: the whole answer, which arrives at once).',
+      ['route', 'stream'],
+      TTFT_BUCKETS,
+    ),
+    predictionError: histogram(
+      'kinference_prediction_error_ratio',
+      'Absolute relative error of the predicted TTFT against the measured first byte (local pods), by stream (false: first byte = whole answer, so it includes generation).',
+      ['stream'],
+      [0.02, 0.05, 0.1, 0.2, 0.5, 1, 2],
+    ),
+    podTtft: histogram(
+      'kinference_pod_ttft_seconds',
+      'TTFT of streamed requests per local pod: source="measured" (first byte) and source="predicted" (what the router predicted for the same requests).',
+      ['pod', 'source'],
+      TTFT_BUCKETS,
+    ),
     overflows: counter(
       'kinference_overflow_total',
       'Requests answered by a provider, by provider and why no pod took them (over-slo|excluded|stale|unhealthy|no-pod|pods-failed|…).',
@@ -124,12 +158,11 @@ export function createMetrics(options: MetricsOptions = {}) {
       "Requests served by a local pod whose TTFT could be measured, by whether it was within the predicted quantile (at the policy's attainment) they were admitted on; the within share should sit near that attainment.",
       ['pod', 'within_quantile'],
     ),
-    prefixTokens: new Counter({
-      name: 'kinference_prefix_tokens_total',
-      help: 'Estimated prompt tokens sent to pods (kind="prompt"), and of those expected in the pod\'s prefix cache (kind="expected_cached").',
-      labelNames: ['kind'] as const,
-      registers: [registry],
-    }),
+    prefixTokens: counter(
+      'kinference_prefix_tokens_total',
+      'Estimated prompt tokens sent to pods (kind="prompt"), and of those expected in the pod\'s prefix cache (kind="expected_cached").',
+      ['kind'],
+    ),
     retries: counter(
       'kinference_retries_total',
       'Requests retried on another pod after a failure before the first byte.',
@@ -150,91 +183,61 @@ export function createMetrics(options: MetricsOptions = {}) {
     scrapes: counter('kinference_scrapes_total', 'Scrapes of local model servers, by outcome (ok|error|implausible).', [
       'outcome',
     ]),
-    podPredictedTtft: new Gauge({
-      name: 'kinference_pod_predicted_ttft_seconds',
-      help: 'Predicted TTFT of a 256-token prompt at each local pod, now (peers: kinference_peer_node_predicted_ttft_seconds).',
-      labelNames: ['pod', 'where'] as const,
-      registers: [registry],
-      collect() {
+    podPredictedTtft: gauge(
+      'kinference_pod_predicted_ttft_seconds',
+      'Predicted TTFT of a 256-token prompt at each local pod, now (peers: kinference_peer_node_predicted_ttft_seconds).',
+      ['pod', 'where'],
+      (g) => {
         if (!options.podPredictions) return;
         const predictions = options.podPredictions();
-        this.reset(); // pods that left take their series with them
-        for (const p of predictions.local) this.set({ pod: p.pod, where: 'local' }, p.seconds);
+        g.reset(); // pods that left take their series with them
+        for (const p of predictions.local) g.set({ pod: p.pod, where: 'local' }, p.seconds);
         peerNodes = predictions.peerNodes;
       },
-    }),
-    peerNodePredictedTtft: new Gauge({
-      name: 'kinference_peer_node_predicted_ttft_seconds',
-      help: "Predicted TTFT of a 256-token prompt at each peer node's fastest pod, now; the fastest nodes only (limits.maxLabelValues).",
-      labelNames: ['node'] as const,
-      registers: [registry],
-      collect() {
-        this.reset();
-        for (const n of peerNodes) this.set({ node: n.node }, n.seconds);
+    ),
+    peerNodePredictedTtft: gauge(
+      'kinference_peer_node_predicted_ttft_seconds',
+      "Predicted TTFT of a 256-token prompt at each peer node's fastest pod, now; the fastest nodes only (limits.maxLabelValues).",
+      ['node'],
+      (g) => {
+        g.reset();
+        for (const n of peerNodes) g.set({ node: n.node }, n.seconds);
       },
-    }),
-    waitingRequests: new Gauge({
-      name: 'kinference_waiting_requests',
-      help: 'Requests waiting for a pod now, by priority class (critical|standard|sheddable).',
-      labelNames: ['priority'] as const,
-      registers: [registry],
-      collect() {
+    ),
+    waitingRequests: gauge(
+      'kinference_waiting_requests',
+      'Requests waiting for a pod now, by priority class (critical|standard|sheddable).',
+      ['priority'],
+      (g) => {
         if (!options.waiting) return;
-        for (const [priority, n] of Object.entries(options.waiting().byPriority)) this.set({ priority }, n);
+        for (const [priority, n] of Object.entries(options.waiting().byPriority)) g.set({ priority }, n);
       },
-    }),
-    waitingByTenant: new Gauge({
-      name: 'kinference_waiting_requests_by_tenant',
-      help: 'Requests waiting for a pod now, by tenant (the most waiting first; past the label bound: other).',
-      labelNames: ['tenant'] as const,
-      registers: [registry],
-      collect() {
+    ),
+    waitingByTenant: gauge(
+      'kinference_waiting_requests_by_tenant',
+      'Requests waiting for a pod now, by tenant (the most waiting first; past the label bound: other).',
+      ['tenant'],
+      (g) => {
         if (!options.waiting) return;
-        this.reset(); // tenants no longer waiting take their series with them
+        g.reset(); // tenants no longer waiting take their series with them
         const sorted = [...options.waiting().byTenant].sort((a, b) => b[1] - a[1]);
         const bound = options.maxTenantLabels ?? 100;
-        for (const [tenant, n] of sorted.slice(0, bound)) this.set({ tenant }, n);
+        for (const [tenant, n] of sorted.slice(0, bound)) g.set({ tenant }, n);
         const rest = sorted.slice(bound).reduce((sum, [, n]) => sum + n, 0);
-        if (rest > 0) this.set({ tenant: 'other' }, rest);
+        if (rest > 0) g.set({ tenant: 'other' }, rest);
       },
-    }),
-    budgetUsed: new Gauge({
-      name: 'kinference_overflow_budget_used',
-      help: "Overflow a tenant used in the current window of each of its budget's limits (window: minute|hour|day, /provider when scoped), cluster-wide as this agent sees it, by unit (tokens|requests). Tenants bounded by limits.maxLabelValues.",
-      labelNames: ['tenant', 'window', 'unit'] as const,
-      registers: [registry],
-      collect() {
-        if (!options.budgetUsage) return;
-        this.reset();
-        for (const { tenant, states } of options.budgetUsage())
-          for (const s of states) {
-            this.set({ tenant, window: s.scope, unit: 'tokens' }, s.usedTokens);
-            this.set({ tenant, window: s.scope, unit: 'requests' }, s.usedRequests);
-          }
-      },
-    }),
-    budgetRemaining: new Gauge({
-      name: 'kinference_overflow_budget_remaining',
-      help: "What is left of a tenant's overflow budget in the current window, per limit and unit (only units the limit bounds).",
-      labelNames: ['tenant', 'window', 'unit'] as const,
-      registers: [registry],
-      collect() {
-        if (!options.budgetUsage) return;
-        this.reset();
-        for (const { tenant, states } of options.budgetUsage())
-          for (const s of states) {
-            if (s.remainingTokens !== undefined)
-              this.set({ tenant, window: s.scope, unit: 'tokens' }, s.remainingTokens);
-            if (s.remainingRequests !== undefined)
-              this.set({ tenant, window: s.scope, unit: 'requests' }, s.remainingRequests);
-          }
-      },
-    }),
-    inFlight: new Gauge({
-      name: 'kinference_in_flight_requests',
-      help: 'Requests being served now.',
-      registers: [registry],
-    }),
+    ),
+    budgetUsed: budgetGauge(
+      'kinference_overflow_budget_used',
+      "Overflow a tenant used in the current window of each of its budget's limits (window: minute|hour|day, /provider when scoped), cluster-wide as this agent sees it, by unit (tokens|requests). Tenants bounded by limits.maxLabelValues.",
+      (s) => [s.usedTokens, s.usedRequests],
+    ),
+    budgetRemaining: budgetGauge(
+      'kinference_overflow_budget_remaining',
+      "What is left of a tenant's overflow budget in the current window, per limit and unit (only units the limit bounds).",
+      (s) => [s.remainingTokens, s.remainingRequests],
+    ),
+    inFlight: gauge('kinference_in_flight_requests', 'Requests being served now.', []),
     policyReloads: counter('kinference_policy_reloads_total', 'Policy (config) reloads, by outcome (ok|rejected).', [
       'outcome',
     ]),
@@ -259,14 +262,14 @@ export function createMetrics(options: MetricsOptions = {}) {
       'Policies kept out at load, by reason (invalid|guardrail).',
       ['reason'],
     ),
-    discoveryConnected: new Gauge({
-      name: 'kinference_discovery_connected',
-      help: '1 while discovery is connected to its source (Kubernetes API); 0 while serving the last known view.',
-      registers: [registry],
-      collect() {
-        if (options.discoveryConnected) this.set(options.discoveryConnected() ? 1 : 0);
+    discoveryConnected: gauge(
+      'kinference_discovery_connected',
+      '1 while discovery is connected to its source (Kubernetes API); 0 while serving the last known view.',
+      [],
+      (g) => {
+        if (options.discoveryConnected) g.set(options.discoveryConnected() ? 1 : 0);
       },
-    }),
+    ),
   };
   return m;
 }

@@ -10,7 +10,8 @@ import { VirtualClock } from '../../shared/sim/clock.ts';
 import { engineFor, fitOracleModel, submitTracked, type PodShape } from '../routing/harness.ts';
 import { generateArrivals, type PromptMix } from '../routing/workload.ts';
 import { benchRequest, oracleCandidate } from '../routing/strategies.ts';
-import type { PeakAction, PeakContext, PeakStrategyFactory } from './harness.ts';
+import { poolOptions } from '../../test/helpers/route-fixtures.ts';
+import type { PeakAction, PeakArrival, PeakContext, PeakStrategyFactory } from './harness.ts';
 
 export const ATTAINMENT = 0.99;
 const LEAVE: LeaveVerdict = { allowed: true, reason: 'bench', providers: ['hosted'] };
@@ -26,6 +27,24 @@ function policyFor(ctx: PeakContext, rule: 'slo' | 'queue'): EffectivePolicy {
     overflow: { providers: ['hosted'], denyTags: [], denyTenants: [] },
     waitMaxMs: ctx.scenario.waitMs,
   };
+}
+
+/** The production router's decision for one arrival among these candidates. */
+function decideArrival(
+  ctx: PeakContext,
+  policy: EffectivePolicy,
+  a: PeakArrival,
+  waitedMs: number,
+  candidates: Candidate[],
+): Decision {
+  return decide({
+    request: benchRequest(a),
+    policy,
+    candidates,
+    leave: a.mayLeave ? LEAVE : STAY,
+    waitedMs,
+    rand: ctx.rand,
+  });
 }
 
 function toAction(
@@ -49,15 +68,7 @@ function toAction(
 /** The production pool and router; `mean` hides the calibration (a quantile equal to the mean, as before). */
 function agent(rule: 'mean' | 'calibrated' | 'queue'): PeakStrategyFactory {
   return (ctx) => {
-    const pool = new PodPool({
-      node: 'bench',
-      scrapeIntervalMs: 100,
-      peerMaxAgeMs: 3000,
-      networkCostMs: 0,
-      referenceWindowMs: 30_000,
-      failureCooldownMs: 1000,
-      now: ctx.now,
-    });
+    const pool = new PodPool(poolOptions(ctx.now, { node: 'bench', networkCostMs: 0 }));
     pool.setLocalPods(ctx.pods.map((p) => p.pod));
     const policy = policyFor(ctx, rule === 'queue' ? 'queue' : 'slo');
     return {
@@ -65,15 +76,7 @@ function agent(rule: 'mean' | 'calibrated' | 'queue'): PeakStrategyFactory {
       decide: (a, waitedMs) => {
         let candidates = pool.candidates();
         if (rule === 'mean') candidates = candidates.map((c) => ({ ...c, logMargin: undefined }));
-        const d = decide({
-          request: benchRequest(a),
-          policy,
-          candidates,
-          leave: a.mayLeave ? LEAVE : STAY,
-          waitedMs,
-          rand: ctx.rand,
-        });
-        return toAction(d, ctx.pods, (c) => {
+        return toAction(decideArrival(ctx, policy, a, waitedMs, candidates), ctx.pods, (c) => {
           const ticket = pool.begin(c, a.promptTokens);
           return { firstToken: (ms) => ticket.firstByte(ms), done: () => ticket.end(true) };
         });
@@ -96,18 +99,7 @@ const oracle: PeakStrategyFactory = (ctx) => {
         ...oracleCandidate(p, ctx.oracle.params),
         logMargin: () => ctx.oracle.logMargin,
       }));
-      return toAction(
-        decide({
-          request: benchRequest(a),
-          policy,
-          candidates,
-          leave: a.mayLeave ? LEAVE : STAY,
-          waitedMs,
-          rand: ctx.rand,
-        }),
-        ctx.pods,
-        () => ({}),
-      );
+      return toAction(decideArrival(ctx, policy, a, waitedMs, candidates), ctx.pods, () => ({}));
     },
   };
 };
