@@ -73,6 +73,7 @@ function poolFor(settings: AgentSettings, now: () => number): PodPool {
   return new PodPool({
     node: settings.node,
     scrapeIntervalMs: settings.scrapeIntervalMs,
+    scrapeTimeoutMs: settings.limits.scrapeTimeoutMs,
     peerMaxAgeMs: settings.gossip?.ttlMs ?? 3000,
     networkCostMs: settings.gossip?.networkCostMs ?? 2,
     referenceWindowMs: 30_000,

@@ -94,6 +94,7 @@ export class PodPool {
     if (!local) return;
     local.telemetry = telemetry;
     local.implausible = undefined;
+    local.scrapeFailedSinceGood = false;
     local.pod.engine ??= load.engine;
     // Our requests sent before this scrape now show in its queue; stop counting them twice.
     local.unseenSent = 0;
@@ -113,12 +114,13 @@ export class PodPool {
   }
 
   /**
-   * A failed scrape: nothing to record (it goes stale on its own), but waiters re-decide. A page
+   * A failed scrape: the pod goes stale two intervals after its last good one, and waiters re-decide. A page
    * refused as implausible makes the pod unhealthy, with that reason, until a plausible one.
    */
   recordScrapeFailure(uid: string, implausible?: string): void {
     const local = this.#local.get(uid);
     if (!local) return;
+    local.scrapeFailedSinceGood = true;
     if (implausible !== undefined) local.implausible = implausible;
     this.#changed();
   }

@@ -39,7 +39,7 @@ export interface ScraperOptions {
   gzip?: boolean;
   /** Windows kept per pod: the longest policy window and the resolution. */
   windows?: Partial<WindowOptions>;
-  /** A pod whose last good scrape is older than this many intervals is stale. */
+  /** Intervals a pod's last good scrape may age, after a failed one, before it is stale (see `staleAfterMs`). */
   staleAfterIntervals?: number;
   /** What a page may say before it is refused as implausible. */
   plausibility?: PlausibilityBounds;
@@ -72,11 +72,24 @@ interface PodState {
   removed: boolean;
 }
 
-/** A pod whose last good scrape is older than this many intervals is stale: for the scraper and the router alike. */
+/** A pod whose last good scrape is older than this many intervals, and a failed one since, is stale. */
 export const STALE_AFTER_INTERVALS = 2;
 
-export function staleAfterMs(scrapeIntervalMs: number): number {
-  return STALE_AFTER_INTERVALS * scrapeIntervalMs;
+/**
+ * How old a pod's last good scrape may be before the pod is stale, for the scraper and the router
+ * alike. Staleness is judged against the scrapes started, not the clock alone: once a scrape since
+ * the last good one has failed (error, timeout, implausible page), two intervals; while none has,
+ * the scrape in flight is also given its timeout, because an answer read late then means the
+ * agent's own event loop was busy (large request bodies), not that the pod stopped answering.
+ * So request load never makes a pod stale; a pod that stops answering is stale once a scrape
+ * times out.
+ */
+export function staleAfterMs(
+  scrape: { intervalMs: number; timeoutMs: number },
+  failedSinceGood: boolean,
+  intervals = STALE_AFTER_INTERVALS,
+): number {
+  return intervals * scrape.intervalMs + (failedSinceGood ? 0 : scrape.timeoutMs);
 }
 
 const DEFAULTS = { intervalMs: 100, timeoutMs: 1000, maxBodyBytes: 8 * 1024 * 1024 };
@@ -88,7 +101,7 @@ export class Scraper {
   readonly #maxBodyBytes: number;
   readonly #gzip: boolean;
   readonly #windows: Partial<WindowOptions>;
-  readonly #staleAfterMs: number;
+  readonly #staleAfterIntervals: number;
   readonly #plausibility: PlausibilityBounds;
   readonly #onLoad: OnLoad;
   readonly #onError: OnError;
@@ -106,7 +119,7 @@ export class Scraper {
     this.#maxBodyBytes = options.maxBodyBytes ?? DEFAULTS.maxBodyBytes;
     this.#gzip = options.gzip ?? false;
     this.#windows = options.windows ?? {};
-    this.#staleAfterMs = (options.staleAfterIntervals ?? STALE_AFTER_INTERVALS) * this.intervalMs;
+    this.#staleAfterIntervals = options.staleAfterIntervals ?? STALE_AFTER_INTERVALS;
     this.#plausibility = options.plausibility ?? DEFAULT_PLAUSIBILITY;
     this.#onLoad = onLoad;
     this.#onError = onError;
@@ -182,10 +195,11 @@ export class Scraper {
     return this.#pods.get(uid)?.telemetry;
   }
 
-  /** No good scrape within the last `staleAfterIntervals` intervals (or never, or unknown pod). */
+  /** The last good scrape is older than `staleAfterMs` allows (or there is none, or the pod is unknown). */
   isStale(uid: string, now: number = this.#now()): boolean {
-    const lastGoodAt = this.#pods.get(uid)?.health.lastGoodAt;
-    return lastGoodAt === undefined || now - lastGoodAt > this.#staleAfterMs;
+    const health = this.#pods.get(uid)?.health;
+    if (health?.lastGoodAt === undefined) return true;
+    return now - health.lastGoodAt > staleAfterMs(this, health.consecutiveFailures > 0, this.#staleAfterIntervals);
   }
 
   #remove(uid: string): void {
