@@ -145,7 +145,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   const pool = poolFor(settings, now);
   const metrics = createMetrics({
     defaultMetrics: true,
-    podPredictions: () => podPredictionsOf(pool.debugState(), limits.maxLabelValues),
+    podPredictions: () => podPredictionsOf(pool.predictions(limits.maxLabelValues), limits.maxLabelValues),
     discoveryConnected: () => discovery.status().connected,
     waiting: () => requestPath.waiting.depth(),
     budgetUsage: () => budget.usage(),
