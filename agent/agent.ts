@@ -73,6 +73,7 @@ function poolFor(settings: AgentSettings, now: () => number): PodPool {
   return new PodPool({
     node: settings.node,
     scrapeIntervalMs: settings.scrapeIntervalMs,
+    scrapeTimeoutMs: settings.limits.scrapeTimeoutMs,
     peerMaxAgeMs: settings.gossip?.ttlMs ?? 3000,
     networkCostMs: settings.gossip?.networkCostMs ?? 2,
     referenceWindowMs: 30_000,
@@ -144,7 +145,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   const pool = poolFor(settings, now);
   const metrics = createMetrics({
     defaultMetrics: true,
-    podPredictions: () => podPredictionsOf(pool.debugState(), limits.maxLabelValues),
+    podPredictions: () => podPredictionsOf(pool.predictions(limits.maxLabelValues), limits.maxLabelValues),
     discoveryConnected: () => discovery.status().connected,
     waiting: () => requestPath.waiting.depth(),
     budgetUsage: () => budget.usage(),

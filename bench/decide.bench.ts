@@ -2,7 +2,11 @@
 // pick) over N candidates; a whole decision as the request path makes it (the pool assembles the
 // candidates, then decide) at 10 to 10,000 known pods, by model index and shortlist and, side by
 // side, scanning every known pod as before; and the node model's prediction alone.
-// Run: npm run bench:micro
+// Run: npm run bench:micro. `node bench/decide.bench.ts --before DIR` adds, in the same run, the
+// assembled decisions at 1,000 and 10,000 known pods by another tree's pool and router (e.g. one
+// exported with `git archive <commit> agent shared bench | tar -x -C DIR`, node_modules linked).
+import { resolve } from 'node:path';
+import { parseArgs } from 'node:util';
 import { Bench } from 'tinybench';
 import { poolKnowing } from './known-pods.ts';
 import { NodeModel } from '../agent/predict/node-model.ts';
@@ -72,6 +76,18 @@ for (const n of known) {
   bench.add(`assemble + decide, ${n} known pods (scan every pod, before)`, () => {
     decide({ request, policy, candidates: pool.candidates(), leave, rand: Math.random });
   });
+}
+
+const { before } = parseArgs({ options: { before: { type: 'string' } } }).values;
+if (before !== undefined) {
+  const old = (await import(resolve(before, 'bench/known-pods.ts'))) as { poolKnowing: typeof poolKnowing };
+  const oldRouter = (await import(resolve(before, 'agent/route/router.ts'))) as { decide: typeof decide };
+  for (const n of [1000, 10_000]) {
+    const pool = old.poolKnowing(n, candidates(8));
+    bench.add(`assemble + decide, ${n} known pods (${before})`, () => {
+      oldRouter.decide({ request, policy, candidates: pool.candidates(request.model), leave, rand: Math.random });
+    });
+  }
 }
 
 const model = new NodeModel();

@@ -407,3 +407,76 @@ test('the scrape path learns from the tokens the pod computed, not those its cac
   );
   assert.ok(learnedAfter([{}, {}]) < 0);
 });
+
+test('a local pod is stale two intervals after a failed scrape, and not before one fails (a late answer is a busy agent)', () => {
+  const now = { t: 1000 };
+  const p = newPool(() => now.t, { scrapeTimeoutMs: 1000 });
+  p.setLocalPods([pod('a')]);
+  const telemetry = new PodTelemetry();
+  const load: PodLoad = { at: now.t, engine: 'vllm', waiting: 0, running: 0, kvCache: 0 };
+  telemetry.record(load);
+  p.recordLoad('ns/a', load, telemetry);
+  const stale = () =>
+    decide({
+      request: { kind: 'chat', model: 'm', tenant: 't', namespace: 'ns', tags: [], promptTokens: 200, stream: true },
+      policy: POLICY,
+      candidates: p.candidates('m'),
+      leave: { allowed: false, reason: '', providers: [] },
+      rand: () => 0,
+    }).dropped.find((d) => d.reason === 'stale');
+
+  now.t += 900; // the loop was busy: no scrape answer read, none failed either
+  assert.equal(stale(), undefined);
+  p.recordScrapeFailure('ns/a');
+  assert.match(stale()?.detail ?? '', /last report 900ms ago \(limit 200ms\)/);
+  p.recordLoad('ns/a', { ...load, at: now.t }, telemetry);
+  assert.equal(stale(), undefined);
+  now.t += 1201; // past the timeout's grace: a scrape that late has timed out, and should have failed
+  assert.match(stale()?.detail ?? '', /limit 1200ms/);
+});
+
+test('predictions for /metrics: every local pod, and the fastest pod of the fastest peer nodes only', () => {
+  const now = { t: 1000 };
+  const p = pool(now);
+  // Node n<k> has pods with queues k and k + 10: its fastest pod is the first.
+  p.setRemote(
+    [3, 1, 2].flatMap((k) =>
+      [k, k + 10].map((q) => ({
+        pod: {
+          uid: `p/${q}`,
+          name: `p${q}`,
+          namespace: 'ns',
+          node: `n${k}`,
+          address: `10.0.0.${q}:8000`,
+          models: ['m'],
+        },
+        queued: q,
+        queuedNow: q,
+        running: 0,
+        kvCache: 0,
+        params: { base: 50, perQueued: 100, perRunning: 5, perKPromptTokens: 10 },
+        at: now.t,
+        origin: `n${k}`,
+        version: 1,
+      })),
+    ),
+  );
+  const predictions = p.predictions(2);
+  assert.deepEqual(
+    predictions.local.map((l) => l.pod.name),
+    ['a', 'b'],
+  );
+  assert.deepEqual(
+    predictions.remote.map((r) => [r.pod.node, r.pod.name]),
+    [
+      ['n1', 'p1'],
+      ['n2', 'p2'],
+    ],
+  );
+  const state = p.debugState(3);
+  assert.equal(predictions.remote[0].predictedTtftMs, state.remote[0].predictedTtftMs);
+  assert.deepEqual(
+    state.remote.map((r) => r.pod.name),
+    ['p1', 'p2', 'p3'],
+  );
+});

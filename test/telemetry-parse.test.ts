@@ -1,8 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
-import { parsePromText } from '../agent/telemetry/promtext.ts';
-import { MetricSelector, parseFloatToken } from '../agent/telemetry/metric-page.ts';
+import { readdirSync, readFileSync } from 'node:fs';
+import { parsePromText, PromTextReader } from '../agent/telemetry/promtext.ts';
+import { ADAPTERS } from '../agent/telemetry/adapters.ts';
+import { MetricSelector, parseFloatToken, type MetricPage } from '../agent/telemetry/metric-page.ts';
 
 const fixture = (name: string) => readFileSync(new URL(`./fixtures/metrics/${name}`, import.meta.url), 'utf8');
 
@@ -240,4 +241,58 @@ test('parses Go float syntax', () => {
   assert.equal(parseFloatToken(''), undefined);
   assert.equal(parseFloatToken('1e'), undefined);
   assert.equal(parseFloatToken('one'), undefined);
+});
+
+/** Everything a page holds, comparable with deepEqual. */
+function pageContent(page: MetricPage) {
+  const names = [...page.names()];
+  return {
+    series: names.map((n) => [n, page.series(n)]),
+    types: names.map((n) => page.type(n.replace(/_(sum|count|bucket|total|created)$/, ''))),
+    errors: page.errors,
+    diagnostics: page.diagnostics,
+    lines: page.lines,
+    eof: page.eof,
+  };
+}
+
+function readInChunks(bytes: Buffer, size: number, select?: MetricSelector): MetricPage {
+  const reader = new PromTextReader(select);
+  for (let at = 0; at < bytes.length; at += size) reader.write(bytes.subarray(at, at + size));
+  return reader.end();
+}
+
+const realPages = new URL('./fixtures/model-server-metrics/', import.meta.url);
+
+test('a page read chunk by chunk as it arrives equals the page read whole, wherever the chunks cut it', () => {
+  const files = readdirSync(realPages).filter((f) => f.endsWith('.txt'));
+  assert.ok(files.length >= 10);
+  const pages = [
+    ...files.map((f) => readFileSync(new URL(f, realPages))),
+    Buffer.from(fixture('edge-cases.txt')),
+    Buffer.from(fixture('vllm-openmetrics.txt')),
+    Buffer.from('a 1\r\nb{x="y"} 2\r\n# EOF\r\n'),
+    Buffer.from('a 1\n# EOF\nb 2\n'),
+  ];
+  for (const bytes of pages) {
+    const whole = pageContent(parsePromText(bytes.toString('utf8')));
+    for (const size of [1, 3, 64, 1000, 65_536]) {
+      assert.deepEqual(pageContent(readInChunks(bytes, size)), whole, `chunks of ${size}`);
+    }
+    const select = MetricSelector.union(ADAPTERS.vllm.selector, ADAPTERS.tgi.selector, ADAPTERS.sglang.selector);
+    assert.deepEqual(
+      pageContent(readInChunks(bytes, 7, select)),
+      pageContent(parsePromText(bytes.toString('utf8'), select)),
+    );
+  }
+});
+
+test('a label value in UTF-8 reads whole even when a chunk boundary cuts one of its characters', () => {
+  const bytes = Buffer.from('m{model="naïve 模型 \\"q\\" ✓"} 1\nn{a="é"} 2');
+  for (const size of [1, 2, 5]) {
+    const page = readInChunks(bytes, size);
+    assert.equal(page.first('m')?.labels.model, 'naïve 模型 "q" ✓', `chunks of ${size}`);
+    assert.equal(page.first('n')?.labels.a, 'é');
+    assert.equal(page.errors, 0);
+  }
 });

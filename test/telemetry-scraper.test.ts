@@ -2,6 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { readFileSync } from 'node:fs';
 import { gzipSync } from 'node:zlib';
 import { Scraper, type ScraperOptions } from '../agent/telemetry/scraper.ts';
 import type { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
@@ -297,4 +298,56 @@ test('an unreachable pod is a failure with the reason', async (t) => {
   scraper.start();
   await waitFor(() => errors.length > 0, 5000, 'a failure');
   assert.match(errors[0].error, /ECONNREFUSED/);
+});
+
+interface RealPage {
+  file: string;
+  engine: Pod['engine'];
+  contentType: string;
+  expect: { waiting: number; running: number; kv: number | null; kvAccept?: (number | null)[] };
+}
+const realPages = new URL('./fixtures/model-server-metrics/', import.meta.url);
+const { pages: REAL_PAGES } = JSON.parse(readFileSync(new URL('expected.json', realPages), 'utf8')) as {
+  pages: RealPage[];
+};
+
+test('real vLLM, TGI and SGLang pages, sent in small pieces, read as their exporters meant them', async (t) => {
+  // Each page goes out in 1,000-byte writes with a pause between them, so the scraper reads it in
+  // many chunks, lines cut anywhere, as a slow pod would send it.
+  const servers = await Promise.all(
+    REAL_PAGES.map((page) =>
+      fakeModelServer((_req, res) => {
+        const body = readFileSync(new URL(page.file, realPages));
+        res.writeHead(200, { 'content-type': page.contentType });
+        let at = 0;
+        const next = () => {
+          if (res.destroyed) return;
+          res.write(body.subarray(at, at + 1000));
+          at += 1000;
+          if (at < body.length) setTimeout(next, 1);
+          else res.end();
+        };
+        next();
+      }),
+    ),
+  );
+  const { scraper, loads, errors } = recordingScraper({ intervalMs: 50 });
+  t.after(async () => {
+    await scraper.stop();
+    await Promise.all(servers.map((s) => s.close()));
+  });
+  scraper.setPods(REAL_PAGES.map((page, i) => pod(page.file, servers[i].address)));
+  scraper.start();
+  const loadOf = (file: string) => loads.find((l) => l.pod.name === file)?.load;
+  await waitFor(() => REAL_PAGES.every((p) => loadOf(p.file) !== undefined), 10_000, 'a load from every page');
+  assert.deepEqual(errors, []);
+  for (const page of REAL_PAGES) {
+    const load = loadOf(page.file)!;
+    assert.equal(load.engine, page.engine, page.file);
+    assert.equal(load.waiting, page.expect.waiting, `${page.file} waiting`);
+    assert.equal(load.running, page.expect.running, `${page.file} running`);
+    const kv = Number.isNaN(load.kvCache) ? null : load.kvCache;
+    assert.ok((page.expect.kvAccept ?? [page.expect.kv]).includes(kv), `${page.file} kv ${kv}`);
+    assert.equal(scraper.health(`inference/${page.file}`)?.parseErrors, 0, page.file);
+  }
 });

@@ -21,7 +21,7 @@ export const REFERENCE_REQUEST: RouteRequest = {
 
 export type CandidateSettings = Pick<
   PoolOptions,
-  'scrapeIntervalMs' | 'peerMaxAgeMs' | 'networkCostMs' | 'maxInFlightPerPod'
+  'scrapeIntervalMs' | 'scrapeTimeoutMs' | 'peerMaxAgeMs' | 'networkCostMs' | 'maxInFlightPerPod'
 >;
 
 export function localCandidate(
@@ -37,7 +37,10 @@ export function localCandidate(
     pod: local.pod,
     where: 'local',
     ageMs: now - (load?.at ?? -Infinity),
-    maxAgeMs: staleAfterMs(settings.scrapeIntervalMs),
+    maxAgeMs: staleAfterMs(
+      { intervalMs: settings.scrapeIntervalMs, timeoutMs: settings.scrapeTimeoutMs ?? 0 },
+      local.scrapeFailedSinceGood,
+    ),
     healthy: localHealthy(local, now),
     ...(local.implausible !== undefined ? { unhealthyReason: local.implausible } : {}),
     queuedNow: load?.waiting ?? 0,

@@ -2,8 +2,6 @@
 // prediction for a typical request now, bounded in size however large the cluster.
 import type { Learner } from '../predict/learner.ts';
 import type { PrefixIndex } from '../prefix/index.ts';
-import type { Candidate } from '../route/candidate.ts';
-import { predictedTtft } from '../route/score.ts';
 import type { PodEstimate } from '../types.ts';
 import { REFERENCE_REQUEST } from './candidates.ts';
 import type { PeerTrafficBook } from './peer-traffic.ts';
@@ -12,10 +10,13 @@ import { localHealthy, type LocalPod } from './pod-records.ts';
 /** What the view reads from the pool (read only). */
 export interface PoolView {
   now: number;
-  /** Every known pod as a router candidate. */
-  candidates: readonly Candidate[];
+  /** Predicted TTFT of a typical request now, for every local pod and every listed peer's pod. */
+  predictedTtftMs: ReadonlyMap<string, number>;
   local: Iterable<LocalPod>;
+  /** The peers' pods to list (already bounded, fastest first). */
   remote: readonly PodEstimate[];
+  /** How many peers' pods are known. */
+  remoteKnown: number;
   peerTraffic: PeerTrafficBook;
   learner: Learner;
   prefix: PrefixIndex;
@@ -23,14 +24,9 @@ export interface PoolView {
   lastLookup: ReadonlyMap<string, number>;
 }
 
-/** Every local pod, and the `maxPeerPods` peers' pods predicted fastest (`remoteKnown` says how many there are). */
-export function poolDebugState(view: PoolView, maxPeerPods: number) {
-  const { now, remote: allRemote, prefix } = view;
-  const predicted = new Map(view.candidates.map((c) => [c.pod.uid, predictedTtft(c, REFERENCE_REQUEST)]));
-  const remote =
-    allRemote.length <= maxPeerPods
-      ? allRemote
-      : allRemote.toSorted((a, b) => predicted.get(a.pod.uid)! - predicted.get(b.pod.uid)!).slice(0, maxPeerPods);
+/** Every local pod, and the listed peers' pods (`remoteKnown` says how many there are). */
+export function poolDebugState(view: PoolView) {
+  const { now, remote, prefix, predictedTtftMs: predicted } = view;
   return {
     referencePromptTokens: REFERENCE_REQUEST.promptTokens,
     prefixIndex: prefix.memory(),
@@ -50,7 +46,7 @@ export function poolDebugState(view: PoolView, maxPeerPods: number) {
       },
       ...view.learner.stats(l.pod.uid),
     })),
-    remoteKnown: allRemote.length,
+    remoteKnown: view.remoteKnown,
     remote: remote.map((e) => ({
       ...e,
       ageMs: now - e.at,

@@ -1,7 +1,6 @@
 // Per-model candidate indexes, rebuilt when pods come or go (never per request), so a decision
 // costs the same however many pods and models the cluster has.
-import type { Pod, PodEstimate, RouteRequest } from '../types.ts';
-import { REFERENCE_REQUEST } from './candidates.ts';
+import type { Pod, PodEstimate } from '../types.ts';
 
 /** Each item under every model its pod serves. */
 export function indexByModel<T extends { pod: Pod }>(items: Iterable<T>): Map<string, T[]> {
@@ -17,24 +16,17 @@ export function indexByModel<T extends { pod: Pod }>(items: Iterable<T>): Map<st
 }
 
 /**
- * Per model, the peers' pods predicted fastest for a typical request of that model now, at most
- * `limit`: what a decision looks at among peers' pods.
+ * Per model, the first `limit` of `ranked` (peers' pods, fastest predicted first) that serve it:
+ * what a decision looks at among peers' pods.
  */
-export function peerShortlists(
-  remote: readonly PodEstimate[],
-  limit: number,
-  predictMs: (estimate: PodEstimate, reference: RouteRequest) => number,
-): Map<string, PodEstimate[]> {
-  const byModel = indexByModel(remote);
-  for (const [model, list] of byModel) {
-    if (list.length <= limit) continue;
-    const reference = { ...REFERENCE_REQUEST, model };
-    const ranked = list.map((e) => ({ e, ms: predictMs(e, reference) }));
-    ranked.sort((a, b) => a.ms - b.ms);
-    byModel.set(
-      model,
-      ranked.slice(0, limit).map((r) => r.e),
-    );
-  }
+export function peerShortlists(ranked: readonly PodEstimate[], limit: number): Map<string, PodEstimate[]> {
+  const byModel = indexByModel(ranked);
+  for (const [model, list] of byModel) if (list.length > limit) byModel.set(model, list.slice(0, limit));
   return byModel;
+}
+
+/** The fastest of `ranked` on each node (fastest predicted first), in that order. */
+export function fastestPerNode(ranked: readonly PodEstimate[]): PodEstimate[] {
+  const seen = new Set<string>();
+  return ranked.filter((e) => !seen.has(e.pod.node) && seen.add(e.pod.node));
 }

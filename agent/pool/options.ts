@@ -4,6 +4,11 @@ import type { PredictorOptions } from '../predict/predictor.ts';
 export interface PoolOptions {
   node: string;
   scrapeIntervalMs: number;
+  /**
+   * The scraper's timeout: how long a local pod's scrape in flight may take before its lateness
+   * counts against it (staleness, `staleAfterMs`). Absent: 0, stale after two intervals.
+   */
+  scrapeTimeoutMs?: number;
   /** Gossiped estimates older than this are stale (the origin's TTL covers silent origins). */
   peerMaxAgeMs: number;
   networkCostMs: number;

@@ -21,6 +21,8 @@ export interface LocalPod extends RequestCounters {
   unhealthyUntil: number;
   /** Why its last page was refused (telemetry trust boundary); unhealthy until a plausible one. */
   implausible: string | undefined;
+  /** A scrape failed since the last good one: its age is judged without the scrape timeout's grace. */
+  scrapeFailedSinceGood: boolean;
   /** Prompt tokens the pod computed (not served from cache) since we know it: the prefix index's clock. */
   computedTokens: number;
 }
@@ -34,6 +36,7 @@ export function newLocalPod(pod: Pod): LocalPod {
     unseenSent: 0,
     unhealthyUntil: 0,
     implausible: undefined,
+    scrapeFailedSinceGood: false,
     epoch: 0,
     computedTokens: 0,
   };

@@ -9,9 +9,9 @@ import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
 import { predictedTtft, uncachedPromptTokens } from '../route/score.ts';
 import { PrefixIndex } from '../prefix/index.ts';
 import type { Pod, PodEstimate, PodLoad, RequestKind } from '../types.ts';
-import { localCandidate, peerCandidate } from './candidates.ts';
+import { localCandidate, peerCandidate, REFERENCE_REQUEST } from './candidates.ts';
 import { poolDebugState } from './debug-state.ts';
-import { indexByModel, peerShortlists } from './model-index.ts';
+import { fastestPerNode, indexByModel, peerShortlists } from './model-index.ts';
 import { DEFAULT_PEER_SHORTLIST, type PoolOptions } from './options.ts';
 import { PeerTrafficBook } from './peer-traffic.ts';
 import { newLocalPod, type LocalPod } from './pod-records.ts';
@@ -34,6 +34,10 @@ export class PodPool {
   /** Candidate indexes by model, rebuilt when pods come or go (never per request). */
   #localByModel = new Map<string, LocalPod[]>();
   #peersByModel = new Map<string, PodEstimate[]>();
+  /** Peers' pods, fastest predicted for a typical request first, ranked when gossip changed them. */
+  #peersRanked: PodEstimate[] = [];
+  /** The fastest of those on each peer node, in the same order. */
+  #peerNodesRanked: PodEstimate[] = [];
   readonly #peerTraffic = new PeerTrafficBook();
   readonly #waiters = new Set<Waiter>();
   #version = 0;
@@ -94,6 +98,7 @@ export class PodPool {
     if (!local) return;
     local.telemetry = telemetry;
     local.implausible = undefined;
+    local.scrapeFailedSinceGood = false;
     local.pod.engine ??= load.engine;
     // Our requests sent before this scrape now show in its queue; stop counting them twice.
     local.unseenSent = 0;
@@ -113,12 +118,13 @@ export class PodPool {
   }
 
   /**
-   * A failed scrape: nothing to record (it goes stale on its own), but waiters re-decide. A page
+   * A failed scrape: the pod goes stale two intervals after its last good one, and waiters re-decide. A page
    * refused as implausible makes the pod unhealthy, with that reason, until a plausible one.
    */
   recordScrapeFailure(uid: string, implausible?: string): void {
     const local = this.#local.get(uid);
     if (!local) return;
+    local.scrapeFailedSinceGood = true;
     if (implausible !== undefined) local.implausible = implausible;
     this.#changed();
   }
@@ -127,12 +133,15 @@ export class PodPool {
   setRemote(estimates: readonly PodEstimate[]): void {
     this.#remote = estimates.filter((e) => e.origin !== this.options.node);
     this.#peerTraffic.reconcile(this.#remote);
+    // Ranked once here, when gossip changes them: decisions (the shortlists), /debug/state and
+    // /metrics (the fastest first) then cost what the local pods and their bounds cost.
     const now = this.options.now();
-    this.#peersByModel = peerShortlists(
-      this.#remote,
-      this.options.peerShortlist ?? DEFAULT_PEER_SHORTLIST,
-      (e, reference) => predictedTtft(this.#peerCandidate(e, now), reference),
-    );
+    this.#peersRanked = this.#remote
+      .map((e) => ({ e, ms: predictedTtft(this.#peerCandidate(e, now), REFERENCE_REQUEST) }))
+      .sort((a, b) => a.ms - b.ms)
+      .map((r) => r.e);
+    this.#peersByModel = peerShortlists(this.#peersRanked, this.options.peerShortlist ?? DEFAULT_PEER_SHORTLIST);
+    this.#peerNodesRanked = fastestPerNode(this.#peersRanked);
     this.#podsVersion++;
     this.#changed();
   }
@@ -245,24 +254,51 @@ export class PodPool {
 
   /**
    * Per-pod details for /debug/state and the dashboard, with each pod's prediction now: every
-   * local pod, and the `maxPeerPods` peers' pods predicted fastest (`remoteKnown` says how many
-   * there are), so the view's size stays bounded however large the cluster.
+   * local pod, and the first `maxPeerPods` peers' pods ranked fastest when gossip last changed
+   * them (`remoteKnown` says how many there are), so the view's size and cost stay bounded however
+   * large the cluster.
    */
   debugState(maxPeerPods = Infinity) {
     const now = this.options.now();
-    return poolDebugState(
-      {
-        now,
-        candidates: this.candidates(),
-        local: this.#local.values(),
-        remote: this.#remote,
-        peerTraffic: this.#peerTraffic,
-        learner: this.#learner,
-        prefix: this.#prefix,
-        lastLookup: this.#lastLookup,
-      },
-      maxPeerPods,
-    );
+    const remote = this.#peersRanked.slice(0, maxPeerPods);
+    return poolDebugState({
+      now,
+      predictedTtftMs: this.#predictedNow(remote, now),
+      local: this.#local.values(),
+      remote,
+      remoteKnown: this.#remote.length,
+      peerTraffic: this.#peerTraffic,
+      learner: this.#learner,
+      prefix: this.#prefix,
+      lastLookup: this.#lastLookup,
+    });
+  }
+
+  /**
+   * Each pod's prediction for a typical request now, for /metrics: every local pod, and the
+   * fastest pod of each of the `maxPeerNodes` peer nodes ranked fastest when gossip last changed
+   * them. Its cost is the local pods' and the bound's, not the cluster's.
+   */
+  predictions(maxPeerNodes: number): {
+    local: { pod: Pod; predictedTtftMs: number }[];
+    remote: { pod: Pod; predictedTtftMs: number }[];
+  } {
+    const now = this.options.now();
+    const remote = this.#peerNodesRanked.slice(0, maxPeerNodes);
+    const predicted = this.#predictedNow(remote, now);
+    const withPrediction = ({ pod }: { pod: Pod }) => ({ pod, predictedTtftMs: predicted.get(pod.uid)! });
+    return { local: [...this.#local.values()].map(withPrediction), remote: remote.map(withPrediction) };
+  }
+
+  /** Predicted TTFT for a typical request now, by uid: every local pod and the given peers' pods. */
+  #predictedNow(remote: readonly PodEstimate[], now: number): Map<string, number> {
+    const predicted = new Map<string, number>();
+    for (const local of this.#local.values()) {
+      const c = localCandidate(local, now, this.#learner, this.options);
+      predicted.set(local.pod.uid, predictedTtft(c, REFERENCE_REQUEST));
+    }
+    for (const e of remote) predicted.set(e.pod.uid, predictedTtft(this.#peerCandidate(e, now), REFERENCE_REQUEST));
+    return predicted;
   }
 
   #changed(): void {

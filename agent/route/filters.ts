@@ -41,16 +41,18 @@ const countable = (x: number) => Number.isFinite(x) && x >= 0;
  */
 export const plausible: Filter = (c, { predictedMs }) => {
   if (!countable(predictedMs)) return { reason: 'implausible', detail: `predicted TTFT ${predictedMs}ms` };
-  for (const [name, value] of [
-    ['queued', c.queuedNow],
-    ['running', c.running],
-    ['inFlight', c.inFlight],
-    ['unseenSent', c.unseenSent],
-  ] as const) {
-    if (!countable(value)) return { reason: 'implausible', detail: `${name} ${value}` };
-  }
-  return undefined;
+  // Field by field, not a list of them: this runs for every candidate of every request.
+  return (
+    implausibleCount('queued', c.queuedNow) ??
+    implausibleCount('running', c.running) ??
+    implausibleCount('inFlight', c.inFlight) ??
+    implausibleCount('unseenSent', c.unseenSent)
+  );
 };
+
+function implausibleCount(name: string, value: number): Drop | undefined {
+  return countable(value) ? undefined : { reason: 'implausible', detail: `${name} ${value}` };
+}
 
 export const fresh: Filter = (c) =>
   c.ageMs <= c.maxAgeMs

@@ -4,7 +4,7 @@
 // candidate left the policy decides between overflow, a bounded wait, and rejection.
 import type { EffectivePolicy, RouteRequest } from '../types.ts';
 import type { Candidate } from './candidate.ts';
-import { DEFAULT_FILTERS, type Drop, type Filter } from './filters.ts';
+import { DEFAULT_FILTERS, type Drop, type Filter, type FilterContext } from './filters.ts';
 import { fastestAmongNearTies, type Picker, type Scored } from './picker.ts';
 import { predictedTtft, predictionPlusLoad, type Predict, type Score } from './score.ts';
 
@@ -96,12 +96,17 @@ export function decide(input: DecideInput): Decision {
   let servesModel = 0;
 
   const mayLeave = leave.allowed && leave.providers.length > 0;
+  // One context for every filter call, its numbers set per candidate: filters only read it, and a
+  // decision over dozens of candidates should not leave hundreds of objects for the GC.
+  const context: FilterContext = { request, policy, predictedMs: 0, quantileMs: 0, mayLeave };
   for (const candidate of candidates) {
     const predictedMs = strategy.predict(candidate, request);
     const quantileMs = quantileOf(candidate, predictedMs, policy.sloAttainment);
+    context.predictedMs = predictedMs;
+    context.quantileMs = quantileMs;
     let drop: Drop | undefined;
     for (const filter of strategy.filters) {
-      drop = filter(candidate, { request, policy, predictedMs, quantileMs, mayLeave });
+      drop = filter(candidate, context);
       if (drop) break;
     }
     if (drop?.reason !== 'model-not-served') servesModel++;

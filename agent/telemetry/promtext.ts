@@ -2,7 +2,11 @@
 //
 // It runs every 25–100 ms per pod on pages of a few hundred lines of which we need a dozen, so it
 // reads only the samples a `MetricSelector` asks for: an unwanted line costs one scan of its name
-// and an `indexOf('\n')`. It never throws: malformed lines are skipped and counted, so the caller
+// and an `indexOf('\n')`. The scraper feeds it the page's chunks as they come off the socket
+// (`PromTextReader`): each chunk is read as Latin-1 (one byte, one character: the cheapest decode,
+// and a chunk boundary can never split a character), complete lines are parsed in place, and only a
+// line cut by a boundary is kept for the next chunk; label values, the only place UTF-8 matters,
+// are decoded when kept. It never throws: malformed lines are skipped and counted, so the caller
 // can decide whether a page with errors is still usable (the adapters decide by whether the
 // series they need are there). What it produces (MetricSelector, MetricPage) is metric-page.ts.
 import {
@@ -15,6 +19,7 @@ import {
   type Series,
 } from './metric-page.ts';
 
+const NON_ASCII = /[\u0080-\u00ff]/; // a Latin-1 string of UTF-8 bytes: any byte above 127
 const NO_LABELS: Labels = Object.freeze(Object.create(null) as Record<string, string>);
 const MAX_DIAGNOSTICS = 5;
 
@@ -69,6 +74,15 @@ class PageBuilder {
   readonly diagnostics: Diagnostic[] = [];
   lines = 0;
   eof = false;
+  /** Text after `# EOF` was counted (once). */
+  afterEof = false;
+
+  /** The text is the page's bytes read as Latin-1: label values are UTF-8 to decode. */
+  readonly bytesAsLatin1: boolean;
+
+  constructor(bytesAsLatin1: boolean) {
+    this.bytesAsLatin1 = bytesAsLatin1;
+  }
 
   fail(reason: string): void {
     this.errors++;
@@ -88,58 +102,128 @@ const TYPES = new Set<string>([
   'gaugehistogram',
 ]);
 
-/** Parse a page, keeping only what `select` asks for (everything when omitted). Never throws. */
+/** Parse a whole page, keeping only what `select` asks for (everything when omitted). Never throws. */
 export function parsePromText(text: string, select: MetricSelector = EVERYTHING): MetricPage {
-  const page = new PageBuilder();
+  const page = new PageBuilder(false);
   const length = text.length;
   let pos = 0;
   while (pos < length) {
     let next = text.indexOf('\n', pos);
     if (next === -1) next = length;
-    let end = next;
-    if (end > pos && text.charCodeAt(end - 1) === 13) end--; // CRLF
-    page.lines++;
-    const start = skipBlanks(text, pos, end);
-    if (start < end) {
-      if (text.charCodeAt(start) === HASH) {
-        if (readComment(text, start + 1, end, select, page)) {
-          if (text.slice(next + 1).trim() !== '') page.fail('content after # EOF');
-          break;
-        }
-      } else {
-        readSample(text, start, end, select, page);
-      }
-    }
+    readLine(text, pos, next, select, page);
     pos = next + 1;
+    if (page.eof) {
+      checkAfterEof(text, pos, page);
+      break;
+    }
   }
+  return finish(page);
+}
+
+/**
+ * One page read from its bytes in any number of chunks, as they arrive: `write` each chunk, then
+ * `end` for the page. The same result as `parsePromText` of the whole page decoded as UTF-8.
+ */
+export class PromTextReader {
+  readonly #select: MetricSelector;
+  readonly #page = new PageBuilder(true);
+  /** The start of a line the last chunk cut. */
+  #carry = '';
+  #ended = false;
+
+  constructor(select: MetricSelector = EVERYTHING) {
+    this.#select = select;
+  }
+
+  write(chunk: Buffer): void {
+    const page = this.#page;
+    if (this.#ended) return;
+    const text = chunk.toString('latin1');
+    if (page.eof) {
+      checkAfterEof(text, 0, page);
+      return;
+    }
+    let pos = 0;
+    if (this.#carry !== '') {
+      const next = text.indexOf('\n');
+      if (next === -1) {
+        this.#carry += text;
+        return;
+      }
+      const line = this.#carry + text.slice(0, next);
+      this.#carry = '';
+      readLine(line, 0, line.length, this.#select, page);
+      pos = next + 1;
+    }
+    const length = text.length;
+    while (pos < length && !page.eof) {
+      const next = text.indexOf('\n', pos);
+      if (next === -1) {
+        this.#carry = text.slice(pos);
+        return;
+      }
+      readLine(text, pos, next, this.#select, page);
+      pos = next + 1;
+    }
+    if (page.eof) checkAfterEof(text, pos, page);
+  }
+
+  /** The page; a last line without a newline counts. */
+  end(): MetricPage {
+    const page = this.#page;
+    if (!this.#ended && this.#carry !== '' && !page.eof)
+      readLine(this.#carry, 0, this.#carry.length, this.#select, page);
+    this.#ended = true;
+    this.#carry = '';
+    return finish(page);
+  }
+}
+
+/** One line, `text[start, end)` without its newline. */
+function readLine(text: string, start: number, end: number, select: MetricSelector, page: PageBuilder): void {
+  if (end > start && text.charCodeAt(end - 1) === 13) end--; // CRLF
+  page.lines++;
+  start = skipBlanks(text, start, end);
+  if (start >= end) return;
+  if (text.charCodeAt(start) === HASH) readComment(text, start + 1, end, select, page);
+  else readSample(text, start, end, select, page);
+}
+
+/** After `# EOF` only blank text may follow. */
+function checkAfterEof(text: string, from: number, page: PageBuilder): void {
+  if (page.afterEof || text.slice(from).trim() === '') return;
+  page.afterEof = true;
+  page.fail('content after # EOF');
+}
+
+function finish(page: PageBuilder): MetricPage {
   return new MetricPage(page.samples, page.types, page);
 }
 
 const EVERYTHING = MetricSelector.everything();
 
-/** Handles `# HELP`, `# TYPE`, `# UNIT`, `# EOF` and plain comments; true at `# EOF`. */
-function readComment(text: string, i: number, end: number, select: MetricSelector, page: PageBuilder): boolean {
+/** Handles `# HELP`, `# TYPE`, `# UNIT`, `# EOF` (sets `page.eof`) and plain comments. */
+function readComment(text: string, i: number, end: number, select: MetricSelector, page: PageBuilder): void {
   i = skipBlanks(text, i, end);
   const wordEnd = tokenEnd(text, i, end);
   const word = wordEnd - i;
   if (word === 3 && text.startsWith('EOF', i)) {
     page.eof = true;
-    return true;
+    return;
   }
-  if (word !== 4 || !text.startsWith('TYPE', i)) return false; // HELP, UNIT, comments: nothing we use
+  if (word !== 4 || !text.startsWith('TYPE', i)) return; // HELP, UNIT, comments: nothing we use
   const nameStart = skipBlanks(text, wordEnd, end);
   const nameEnd = tokenEnd(text, nameStart, end);
   const typeStart = skipBlanks(text, nameEnd, end);
   const typeEnd = tokenEnd(text, typeStart, end);
   if (nameStart === nameEnd || typeStart === typeEnd) {
     page.fail('malformed TYPE line');
-    return false;
+    return;
   }
-  if (!select.wantsFamilyAt(text, nameStart, nameEnd)) return false;
+  if (!select.wantsFamilyAt(text, nameStart, nameEnd)) return;
   const type = text.slice(typeStart, typeEnd);
   if (TYPES.has(type)) page.types.set(text.slice(nameStart, nameEnd), type as MetricType);
   else page.fail(`unknown metric type "${type.slice(0, 40)}"`);
-  return false;
 }
 
 function readSample(text: string, start: number, end: number, select: MetricSelector, page: PageBuilder): void {
@@ -162,7 +246,7 @@ function readSample(text: string, start: number, end: number, select: MetricSele
   let labels = NO_LABELS;
   i = skipBlanks(text, i, end); // blanks may separate the name from `{`
   if (i < end && text.charCodeAt(i) === OPEN_BRACE) {
-    const read = readLabels(text, i + 1, end);
+    const read = readLabels(text, i + 1, end, page.bytesAsLatin1);
     if (typeof read === 'string') {
       page.fail(read);
       return;
@@ -200,8 +284,16 @@ function readSample(text: string, start: number, end: number, select: MetricSele
   else list.push(series);
 }
 
-/** Reads `name="value", ...}` starting after `{`; returns the labels and the index after `}`, or an error. */
-function readLabels(text: string, i: number, end: number): { labels: Labels; next: number } | string {
+/**
+ * Reads `name="value", ...}` starting after `{`; returns the labels and the index after `}`, or an
+ * error. `bytesAsLatin1`: values with non-ASCII characters are UTF-8 bytes, decoded here.
+ */
+function readLabels(
+  text: string,
+  i: number,
+  end: number,
+  bytesAsLatin1: boolean,
+): { labels: Labels; next: number } | string {
   const labels: Record<string, string> = {};
   while (true) {
     i = skipBlanks(text, i, end);
@@ -220,9 +312,11 @@ function readLabels(text: string, i: number, end: number): { labels: Labels; nex
 
     // Fast path: no escapes, one slice.
     let j = i;
+    let nonAscii = false;
     while (j < end) {
       const c = text.charCodeAt(j);
       if (c === QUOTE || c === BACKSLASH) break;
+      if (c > 127) nonAscii = true;
       j++;
     }
     let value: string;
@@ -233,7 +327,10 @@ function readLabels(text: string, i: number, end: number): { labels: Labels; nex
       if (read === undefined) return 'unterminated label value';
       value = read.value;
       j = read.quoteAt;
+      nonAscii = NON_ASCII.test(value);
     }
+    // Escapes are ASCII, so the bytes between them are whole UTF-8 characters.
+    if (bytesAsLatin1 && nonAscii) value = Buffer.from(value, 'latin1').toString('utf8');
     if (name === '__proto__') Object.defineProperty(labels, name, { value, enumerable: true });
     else labels[name] = value;
 

@@ -1,28 +1,32 @@
 // The telemetry I/O shell: scrape each local model server's /metrics on a fixed interval and hand
 // the parsed, engine-neutral load to the rest of the agent.
 //
-// One loop per pod, each scheduling its next scrape only after the previous one ended, so a slow
-// pod is never scraped twice at once and never delays the others. All pods share one undici Agent
-// with keep-alive: at 10–40 scrapes a second per pod, a TCP handshake per scrape would cost more
-// than the scrape.
+// One tick every interval starts a scrape of every pod whose previous scrape has ended, so a slow
+// pod is never scraped twice at once and never delays the others, and the scraper wakes once per
+// interval for all pods rather than once per pod (on this kind of host a wake-up costs as much
+// CPU as parsing a page); a scrape still in flight past its timeout is failed at a tick. Each pod has its own kept-alive
+// connection (an undici Client): at 10–40 scrapes a second per pod, a TCP handshake per scrape
+// would cost more than the scrape. A scrape is one dispatch whose body chunks are parsed as they
+// arrive (page-fetch.ts), reading only the samples the pod's engine adapter uses: a scrape's CPU
+// is the HTTP exchange and a pass over the bytes, with almost nothing left for the GC.
 
-import { gunzip } from 'node:zlib';
-import { promisify } from 'node:util';
-import { Agent, request } from 'undici';
-import type { Pod, PodLoad } from '../types.ts';
+import { Client } from 'undici';
+import type { Engine, Pod, PodLoad } from '../types.ts';
 import { ADAPTERS, ANY_ENGINE_SELECTOR, detectEngine, toPodLoad } from './adapters.ts';
-import { parsePromText } from './promtext.ts';
+import type { MetricPage } from './metric-page.ts';
+import { PageFetch } from './page-fetch.ts';
 import { PodTelemetry } from './pod-telemetry.ts';
 import { DEFAULT_PLAUSIBILITY, implausibility, type PlausibilityBounds } from './plausible.ts';
 import type { WindowOptions } from './window.ts';
 import { describeError } from '../../shared/describe-error.ts';
 
-const gunzipAsync = promisify(gunzip);
-
 export interface ScraperOptions {
   /** Time between the starts of two scrapes of one pod. */
   intervalMs?: number;
-  /** Budget for one whole scrape (connect, headers, body); a hung pod costs one timeout per scrape. */
+  /**
+   * Budget for one whole scrape (connect, headers, body); a hung pod costs one timeout per scrape.
+   * Checked at each tick, so a scrape fails within one interval after it.
+   */
   timeoutMs?: number;
   /** Clock for `PodLoad.at`, health and staleness (ms). Scheduling itself uses real timers. */
   now?: () => number;
@@ -35,7 +39,7 @@ export interface ScraperOptions {
   gzip?: boolean;
   /** Windows kept per pod: the longest policy window and the resolution. */
   windows?: Partial<WindowOptions>;
-  /** A pod whose last good scrape is older than this many intervals is stale. */
+  /** Intervals a pod's last good scrape may age, after a failed one, before it is stale (see `staleAfterMs`). */
   staleAfterIntervals?: number;
   /** What a page may say before it is refused as implausible. */
   plausibility?: PlausibilityBounds;
@@ -58,25 +62,37 @@ export type OnError = (pod: Pod, error: string, kind: 'failed' | 'implausible') 
 
 interface PodState {
   pod: Pod;
-  url: string;
+  /** The pod's kept-alive connection; made when scraping starts. */
+  client: Client | undefined;
   health: PodHealth;
   telemetry: PodTelemetry;
-  timer: NodeJS.Timeout | undefined;
-  inFlight: AbortController | undefined;
+  inFlight: PageFetch | undefined;
+  /** performance.now() when the scrape in flight started. */
+  startedAt: number;
   removed: boolean;
 }
 
-/** A pod whose last good scrape is older than this many intervals is stale: for the scraper and the router alike. */
+/** A pod whose last good scrape is older than this many intervals, and a failed one since, is stale. */
 export const STALE_AFTER_INTERVALS = 2;
 
-export function staleAfterMs(scrapeIntervalMs: number): number {
-  return STALE_AFTER_INTERVALS * scrapeIntervalMs;
+/**
+ * How old a pod's last good scrape may be before the pod is stale, for the scraper and the router
+ * alike. Staleness is judged against the scrapes started, not the clock alone: once a scrape since
+ * the last good one has failed (error, timeout, implausible page), two intervals; while none has,
+ * the scrape in flight is also given its timeout, because an answer read late then means the
+ * agent's own event loop was busy (large request bodies), not that the pod stopped answering.
+ * So request load never makes a pod stale; a pod that stops answering is stale once a scrape
+ * times out.
+ */
+export function staleAfterMs(
+  scrape: { intervalMs: number; timeoutMs: number },
+  failedSinceGood: boolean,
+  intervals = STALE_AFTER_INTERVALS,
+): number {
+  return intervals * scrape.intervalMs + (failedSinceGood ? 0 : scrape.timeoutMs);
 }
 
 const DEFAULTS = { intervalMs: 100, timeoutMs: 1000, maxBodyBytes: 8 * 1024 * 1024 };
-
-/** Marks an abort as ours (pod removed, scraper stopped) so it is not reported as a pod failure. */
-const CANCELLED = new Error('cancelled');
 
 export class Scraper {
   readonly intervalMs: number;
@@ -85,12 +101,14 @@ export class Scraper {
   readonly #maxBodyBytes: number;
   readonly #gzip: boolean;
   readonly #windows: Partial<WindowOptions>;
-  readonly #staleAfterMs: number;
+  readonly #staleAfterIntervals: number;
   readonly #plausibility: PlausibilityBounds;
   readonly #onLoad: OnLoad;
   readonly #onError: OnError;
   readonly #pods = new Map<string, PodState>();
-  #agent: Agent | undefined;
+  #ticker: NodeJS.Timeout | undefined;
+  /** The same request every scrape. */
+  readonly #request: { path: string; method: 'GET'; headers: Record<string, string> };
 
   constructor(options: ScraperOptions, onLoad: OnLoad, onError: OnError) {
     this.intervalMs = options.intervalMs ?? DEFAULTS.intervalMs;
@@ -101,14 +119,22 @@ export class Scraper {
     this.#maxBodyBytes = options.maxBodyBytes ?? DEFAULTS.maxBodyBytes;
     this.#gzip = options.gzip ?? false;
     this.#windows = options.windows ?? {};
-    this.#staleAfterMs = (options.staleAfterIntervals ?? STALE_AFTER_INTERVALS) * this.intervalMs;
+    this.#staleAfterIntervals = options.staleAfterIntervals ?? STALE_AFTER_INTERVALS;
     this.#plausibility = options.plausibility ?? DEFAULT_PLAUSIBILITY;
     this.#onLoad = onLoad;
     this.#onError = onError;
+    this.#request = {
+      path: '/metrics',
+      method: 'GET',
+      headers: {
+        accept: 'text/plain;version=0.0.4;q=1, */*;q=0.1',
+        'accept-encoding': this.#gzip ? 'gzip' : 'identity',
+      },
+    };
   }
 
   get running(): boolean {
-    return this.#agent !== undefined;
+    return this.#ticker !== undefined;
   }
 
   /** Replace the pod set: new pods start being scraped, missing ones stop (in-flight scrapes are aborted). */
@@ -125,38 +151,30 @@ export class Scraper {
       if (this.#pods.has(pod.uid)) continue;
       const state: PodState = {
         pod: { ...pod },
-        url: `http://${pod.address}/metrics`,
+        client: undefined,
         health: { consecutiveFailures: 0, scrapes: 0, parseErrors: 0 },
         telemetry: new PodTelemetry(this.#windows),
-        timer: undefined,
         inFlight: undefined,
+        startedAt: 0,
         removed: false,
       };
       this.#pods.set(pod.uid, state);
-      if (this.running) this.#schedule(state, 0);
+      if (this.running) this.#begin(state);
     }
   }
 
   start(): void {
     if (this.running) return;
-    this.#agent = new Agent({
-      // Below uvicorn's 5 s keep-alive, so we close idle connections before the server does
-      // (a server-side close racing our next request would cost a failed scrape).
-      keepAliveTimeout: 4_000,
-      keepAliveMaxTimeout: 4_000,
-      connections: 2,
-      connect: { timeout: this.timeoutMs },
-    });
-    for (const state of this.#pods.values()) this.#schedule(state, 0);
+    this.#ticker = setInterval(() => this.#tick(), this.intervalMs);
+    for (const state of this.#pods.values()) this.#begin(state);
   }
 
-  /** Stops every loop, aborts scrapes in flight and closes the connections. */
+  /** Stops scraping, aborts scrapes in flight and closes the connections. */
   async stop(): Promise<void> {
-    const agent = this.#agent;
-    if (agent === undefined) return;
-    this.#agent = undefined;
-    for (const state of this.#pods.values()) this.#cancel(state);
-    await agent.destroy();
+    if (!this.running) return;
+    clearInterval(this.#ticker);
+    this.#ticker = undefined;
+    await Promise.all([...this.#pods.values()].map((state) => this.#cancel(state)));
   }
 
   pods(): Pod[] {
@@ -177,102 +195,72 @@ export class Scraper {
     return this.#pods.get(uid)?.telemetry;
   }
 
-  /** No good scrape within the last `staleAfterIntervals` intervals (or never, or unknown pod). */
+  /** The last good scrape is older than `staleAfterMs` allows (or there is none, or the pod is unknown). */
   isStale(uid: string, now: number = this.#now()): boolean {
-    const lastGoodAt = this.#pods.get(uid)?.health.lastGoodAt;
-    return lastGoodAt === undefined || now - lastGoodAt > this.#staleAfterMs;
+    const health = this.#pods.get(uid)?.health;
+    if (health?.lastGoodAt === undefined) return true;
+    return now - health.lastGoodAt > staleAfterMs(this, health.consecutiveFailures > 0, this.#staleAfterIntervals);
   }
 
   #remove(uid: string): void {
     const state = this.#pods.get(uid);
     if (state === undefined) return;
     state.removed = true;
-    this.#cancel(state);
+    void this.#cancel(state);
     this.#pods.delete(uid);
   }
 
-  #cancel(state: PodState): void {
-    clearTimeout(state.timer);
-    state.timer = undefined;
-    state.inFlight?.abort(CANCELLED);
-  }
-
-  #schedule(state: PodState, delayMs: number): void {
-    state.timer = setTimeout(() => {
-      state.timer = undefined;
-      void this.#loop(state);
-    }, delayMs);
-  }
-
-  async #loop(state: PodState): Promise<void> {
-    const agent = this.#agent;
-    if (agent === undefined || state.removed) return;
-    const started = performance.now();
-    await this.#scrape(state, agent);
-    // Fixed rate from the start of each scrape; a scrape longer than the interval delays the next
-    // one instead of overlapping it.
-    if (this.#agent === agent && !state.removed) {
-      this.#schedule(state, Math.max(0, this.intervalMs - (performance.now() - started)));
-    }
-  }
-
-  async #scrape(state: PodState, agent: Agent): Promise<void> {
-    const controller = new AbortController();
-    state.inFlight = controller;
-    const timeoutError = new Error(`timed out after ${this.timeoutMs} ms`);
-    const timer = setTimeout(() => controller.abort(timeoutError), this.timeoutMs);
-    state.health.scrapes++;
-    let text: string;
-    try {
-      text = await this.#fetch(state.url, agent, controller.signal);
-    } catch (err) {
-      if (controller.signal.reason === CANCELLED) return;
-      this.#fail(state, controller.signal.reason === timeoutError ? timeoutError.message : describeError(err));
-      return;
-    } finally {
-      clearTimeout(timer);
-      if (state.inFlight === controller) state.inFlight = undefined; // a restart may have begun another
-    }
-    this.#accept(state, text);
-  }
-
-  async #fetch(url: string, agent: Agent, signal: AbortSignal): Promise<string> {
-    const response = await request(url, {
-      dispatcher: agent,
-      signal,
-      headers: {
-        accept: 'text/plain;version=0.0.4;q=1, */*;q=0.1',
-        'accept-encoding': this.#gzip ? 'gzip' : 'identity',
-      },
+  /** Opens the pod's connection and scrapes it at once (the ticks take over from there). */
+  #begin(state: PodState): void {
+    state.client = new Client(`http://${state.pod.address}`, {
+      // Below uvicorn's 5 s keep-alive, so we close idle connections before the server does
+      // (a server-side close racing our next request would cost a failed scrape).
+      keepAliveTimeout: 4_000,
+      keepAliveMaxTimeout: 4_000,
+      connect: { timeout: this.timeoutMs },
     });
-    const { statusCode, headers, body } = response;
-    if (statusCode !== 200) {
-      await body.dump(); // read the rest so the connection stays reusable
-      throw new Error(`HTTP ${statusCode}`);
-    }
-    const chunks: Buffer[] = [];
-    let size = 0;
-    for await (const chunk of body) {
-      size += (chunk as Buffer).length;
-      if (size > this.#maxBodyBytes) {
-        body.destroy();
-        throw new Error(`page larger than ${this.#maxBodyBytes} bytes`);
-      }
-      chunks.push(chunk as Buffer);
-    }
-    let bytes = Buffer.concat(chunks, size);
-    const encoding = String(headers['content-encoding'] ?? 'identity').toLowerCase();
-    if (encoding === 'gzip' || encoding === 'x-gzip')
-      bytes = await gunzipAsync(bytes, { maxOutputLength: this.#maxBodyBytes });
-    else if (encoding !== 'identity') throw new Error(`unsupported content-encoding ${encoding}`);
-    return bytes.toString('utf8');
+    this.#scrape(state);
   }
 
-  #accept(state: PodState, text: string): void {
+  /** Stops the pod's scrape in flight and closes its connection. */
+  async #cancel(state: PodState): Promise<void> {
+    state.inFlight?.cancel();
+    state.inFlight = undefined;
+    const client = state.client;
+    state.client = undefined;
+    await client?.destroy().catch(() => {});
+  }
+
+  #tick(): void {
+    const now = performance.now();
+    for (const state of this.#pods.values()) {
+      const inFlight = state.inFlight;
+      if (inFlight !== undefined && now - state.startedAt >= this.timeoutMs)
+        inFlight.fail(`timed out after ${this.timeoutMs} ms`);
+      if (state.inFlight === undefined) this.#scrape(state);
+    }
+  }
+
+  #scrape(state: PodState): void {
+    const client = state.client;
+    if (client === undefined || state.removed) return;
+    state.startedAt = performance.now();
+    state.health.scrapes++;
+    const known = state.pod.engine;
+    const select = known === undefined ? ANY_ENGINE_SELECTOR : ADAPTERS[known].selector;
+    const fetch = new PageFetch(select, this.#maxBodyBytes, (result) => {
+      if (state.inFlight === fetch) state.inFlight = undefined;
+      if ('page' in result) this.#accept(state, result.page, known);
+      else this.#fail(state, result.error);
+    });
+    state.inFlight = fetch;
+    client.dispatch(this.#request, fetch);
+  }
+
+  /** `known`: the engine the page was read for (its adapter's samples), if it was known. */
+  #accept(state: PodState, page: MetricPage, known: Engine | undefined): void {
     if (state.removed) return;
     const at = this.#now();
-    const known = state.pod.engine;
-    const page = parsePromText(text, known === undefined ? ANY_ENGINE_SELECTOR : ADAPTERS[known].selector);
     const engine = known ?? detectEngine(page);
     if (engine === undefined && page.errors > 0) {
       this.#fail(

@@ -1,0 +1,169 @@
+// `npm run bench:scrape`: CPU per scrape of the production scraper, against real model-server
+// pages (vLLM, TGI, SGLang; bench/scrape/pages.ts serves them from another process, so the CPU
+// counted here is the scraper's: HTTP, parsing, adapting, plausibility, telemetry windows, GC).
+// `--before DIR` runs another tree's scraper side by side in the same run (rounds alternate
+// before/now so load drift hits both), e.g. the tree before streaming parse:
+//   git archive f9e7199 agent shared | tar -x -C /tmp/kinference-before
+//   ln -s "$PWD/node_modules" /tmp/kinference-before/node_modules
+//   npm run bench:scrape -- --before /tmp/kinference-before
+// A third row, `HTTP only`, is the floor under both: the same requests on per-pod undici
+// connections, every body dropped unread (no parse, no load): what the HTTP exchange alone costs.
+// Flags: --interval MS (100), --seconds S per round (4), --rounds N (3), --pages a.txt,b.txt (8 pods).
+import { spawn } from 'node:child_process';
+import { resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { Client } from 'undici';
+import { Scraper } from '../agent/telemetry/scraper.ts';
+import type { Pod } from '../agent/types.ts';
+
+const { values } = parseArgs({
+  options: {
+    before: { type: 'string' },
+    interval: { type: 'string', default: '100' },
+    seconds: { type: 'string', default: '4' },
+    rounds: { type: 'string', default: '3' },
+    pages: {
+      type: 'string',
+      default:
+        'vllm-v1.txt,vllm-v1-dp2.txt,vllm-v1-lora.txt,vllm-v1-openmetrics.txt,vllm-v0-busy.txt,tgi.txt,sglang.txt,sglang-tp2.txt',
+    },
+  },
+});
+const intervalMs = Number(values.interval);
+const roundMs = Number(values.seconds) * 1000;
+const rounds = Number(values.rounds);
+const files = values.pages.split(',');
+
+type ScraperClass = typeof Scraper;
+const variants: { name: string; Scraper: ScraperClass }[] = [];
+if (values.before !== undefined) {
+  const module = (await import(resolve(values.before, 'agent/telemetry/scraper.ts'))) as { Scraper: ScraperClass };
+  variants.push({ name: `before (${values.before})`, Scraper: module.Scraper });
+}
+variants.push({ name: 'now', Scraper });
+
+/** The floor: what `Scraper` does minus reading pages (one tick, one kept-alive connection per pod). */
+class HttpOnly {
+  readonly #clients: Client[] = [];
+  #ticker: NodeJS.Timeout | undefined;
+  readonly #onAnswer: () => void;
+  readonly #intervalMs: number;
+  constructor(options: { intervalMs: number }, onAnswer: () => void) {
+    this.#intervalMs = options.intervalMs;
+    this.#onAnswer = onAnswer;
+  }
+  setPods(list: readonly Pod[]): void {
+    for (const pod of list) this.#clients.push(new Client(`http://${pod.address}`, { keepAliveTimeout: 4_000 }));
+  }
+  start(): void {
+    const request = { path: '/metrics', method: 'GET' as const, headers: { accept: 'text/plain' } };
+    const handler = {
+      onRequestStart: () => {},
+      onResponseStart: () => {},
+      onResponseData: () => {},
+      onResponseEnd: () => this.#onAnswer(),
+      onResponseError: (_c: unknown, e: Error) => console.error(e.message),
+    };
+    const tick = () => {
+      for (const client of this.#clients) client.dispatch(request, handler);
+    };
+    tick();
+    this.#ticker = setInterval(tick, this.#intervalMs);
+  }
+  async stop(): Promise<void> {
+    clearInterval(this.#ticker);
+    await Promise.all(this.#clients.map((c) => c.destroy()));
+  }
+}
+variants.push({ name: 'HTTP only (floor)', Scraper: HttpOnly as unknown as ScraperClass });
+
+const server = spawn(process.execPath, [new URL('./scrape/pages.ts', import.meta.url).pathname, ...files], {
+  stdio: ['ignore', 'pipe', 'inherit'],
+});
+const listed = await new Promise<{ name: string; address: string }[]>((done, fail) => {
+  let output = '';
+  server.stdout.on('data', (d: Buffer) => {
+    output += d;
+    const match = /^pods (.*)$/m.exec(output);
+    if (match) done(JSON.parse(match[1]));
+  });
+  server.once('exit', (code) => fail(new Error(`page server exited ${code}`)));
+});
+const pods: Pod[] = listed.map((p) => ({
+  uid: `bench/${p.name}`,
+  name: p.name,
+  namespace: 'bench',
+  node: 'here',
+  address: p.address,
+  models: ['m'],
+}));
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** One round: a fresh scraper of every pod, warmed up, then CPU and scrapes counted for `roundMs`. */
+async function round(
+  S: ScraperClass,
+): Promise<{ scrapes: number; errors: number; cpuUs: number; systemUs: number; seconds: number }> {
+  let scrapes = 0;
+  let errors = 0;
+  let lastError = '';
+  const scraper = new S(
+    { intervalMs },
+    () => scrapes++,
+    (_pod, error) => {
+      errors++;
+      lastError = error;
+    },
+  );
+  scraper.setPods(pods);
+  scraper.start();
+  await sleep(1000); // connections open, engines detected, code warm
+  scrapes = 0;
+  errors = 0;
+  const cpu = process.cpuUsage();
+  const started = performance.now();
+  await sleep(roundMs);
+  const used = process.cpuUsage(cpu);
+  const seconds = (performance.now() - started) / 1000;
+  const counted = { scrapes, errors, cpuUs: used.user + used.system, systemUs: used.system, seconds };
+  await scraper.stop();
+  if (errors > 0) console.error(`${errors} failed scrapes, last: ${lastError}`);
+  return counted;
+}
+
+const totals = new Map(variants.map((v) => [v.name, { scrapes: 0, errors: 0, cpuUs: 0, systemUs: 0, seconds: 0 }]));
+for (let r = 0; r < rounds; r++) {
+  for (const v of variants) {
+    const result = await round(v.Scraper);
+    const total = totals.get(v.name)!;
+    total.scrapes += result.scrapes;
+    total.errors += result.errors;
+    total.cpuUs += result.cpuUs;
+    total.systemUs += result.systemUs;
+    total.seconds += result.seconds;
+    await sleep(200);
+  }
+}
+server.kill();
+
+console.log(
+  `${pods.length} pods (${files.join(', ')}), every ${intervalMs} ms, ${rounds} × ${roundMs / 1000} s per scraper; node ${process.version}`,
+);
+const rows = [...totals].map(([name, t]) => {
+  const perScrapeMs = t.cpuUs / 1000 / t.scrapes;
+  return {
+    scraper: name,
+    scrapes: t.scrapes,
+    failed: t.errors,
+    'CPU ms/scrape': perScrapeMs.toFixed(3),
+    'of which kernel': (t.systemUs / 1000 / t.scrapes).toFixed(3),
+    [`% of a core (${pods.length} pods @ ${intervalMs} ms)`]: (((t.cpuUs / 1e6) * 100) / t.seconds).toFixed(2),
+  };
+});
+console.table(rows);
+if (values.before !== undefined) {
+  const [before, now] = [...totals.values()];
+  console.log(
+    `now / before CPU per scrape: ${(now.cpuUs / now.scrapes / (before.cpuUs / before.scrapes)).toFixed(2)}×`,
+  );
+}
