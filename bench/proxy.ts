@@ -3,7 +3,9 @@
 // Every target proxies one trivially fast upstream (bench/proxy/upstream.ts) on loopback; the load
 // comes from a separate process (bench/proxy/load.ts; wrk for the throughput point when installed).
 // Figures: added latency = target's p50/p99 − direct's at the same rate; throughput as a ratio to
-// nginx's. Flags: --duration S per point (default 10), --targets direct,nginx,kinference.
+// nginx's. Flags: --duration S per point (default 10), --targets direct,nginx,kinference, and
+// --before DIR: also run the agent of another checkout (e.g. `git archive <commit>` with
+// node_modules linked) as target "before", for a before/after side by side in the same run.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -14,6 +16,7 @@ const { values } = parseArgs({
   options: {
     duration: { type: 'string', default: '10' },
     targets: { type: 'string', default: 'direct,nginx,kinference' },
+    before: { type: 'string' },
   },
 });
 const here = new URL('.', import.meta.url).pathname;
@@ -89,7 +92,7 @@ http {
   return `127.0.0.1:${port}`;
 }
 
-async function startAgent(upstream: string): Promise<string> {
+async function startAgent(upstream: string, root = join(here, '..')): Promise<string> {
   const config = join(work, 'agent.yaml');
   writeFileSync(
     config,
@@ -102,7 +105,7 @@ pods:
   );
   const match = await start(
     process.execPath,
-    [join(here, '../agent/cli/main.ts'), 'agent', '--config', config],
+    [join(root, 'agent/cli/main.ts'), 'agent', '--config', config],
     /ready to serve on http:\/\/([\d.:]+)\/v1/,
   );
   await new Promise((r) => setTimeout(r, 500)); // a few scrapes, so the pod has an estimate
@@ -177,12 +180,16 @@ const fmt = (ms: number) => (Number.isFinite(ms) ? ms.toFixed(2) : '–');
 try {
   const upstream = await startUpstream();
   const wanted = values.targets!.split(',');
+  if (values.before) wanted.splice(wanted.indexOf('kinference'), 0, 'before');
   const results = [];
   for (const target of wanted) {
     if (target === 'direct') results.push(await measure('direct', upstream));
     else if (target === 'nginx' && NGINX) results.push(await measure('nginx', await startNginx(upstream)));
     else if (target === 'kinference') results.push(await measure('kinference', await startAgent(upstream)));
+    else if (target === 'before') results.push(await measure('before', await startAgent(upstream, values.before)));
     else if (target === 'nginx') console.log('nginx not installed: skipped (apt-get install nginx)');
+    // Each proxy stops once measured, so the next one does not share the machine with it.
+    if (target !== 'direct') children.at(-1)?.kill('SIGTERM');
   }
   const direct = results.find((r) => r.name === 'direct');
   const nginx = results.find((r) => r.name === 'nginx');

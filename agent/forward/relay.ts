@@ -1,69 +1,109 @@
-// Relays an upstream body to the client chunk by chunk, as it arrives. A failure after the first
-// byte can no longer change the status, so a stream ends with an OpenAI-style error event and
-// `data: [DONE]` (what vLLM itself does); a client that leaves aborts the upstream request.
+// Relays an upstream body to the client's socket chunk by chunk, as it arrives, with backpressure:
+// a slow client slows the upstream socket, not our memory. A failure after the first byte can no
+// longer change the status, so an event stream ends with an error event and `data: [DONE]` (what
+// vLLM itself does); a client that leaves aborts the upstream request; at the drain deadline an
+// event stream ends with its own error event and [DONE] rather than a cut socket.
+import type { ServerResponse } from 'node:http';
 import { SSE_DONE, sseErrorFrame } from '../../shared/openai/errors.ts';
 
-export interface RelayHooks {
-  /** Called once when the relay ends: ok = the upstream body completed. */
-  onEnd(outcome: { ok: boolean; error?: string; bytes: number }): void;
+export interface UpstreamBody {
+  /** The first chunk, already read (a pod's is held back until the pod is known to answer). */
+  first: Uint8Array | undefined;
+  rest: AsyncIterator<Uint8Array>;
+  /** Stops the upstream request (the client left, or the drain deadline passed). */
+  abort(): void;
+  /** An event stream ends properly on a break or the drain deadline; any other body is cut. */
+  eventStream: boolean;
   /** What ends an event stream that broke (default: an OpenAI error event, then `data: [DONE]`). */
-  brokenStreamEnd?: (message: string) => string;
+  brokenEnd?: (message: string) => string;
+  /** Called once when the relay ends: ok = the upstream body completed and was handed to the socket. */
+  onEnd?(outcome: RelayOutcome): void;
+}
+
+export interface RelayOutcome {
+  ok: boolean;
+  error?: string;
+  bytes: number;
+}
+
+/** When to end an event stream early (the agent's drain deadline), and what to tell the client. */
+export interface RelayStop {
+  signal: AbortSignal;
+  message: string;
 }
 
 const chatStreamEnd = (message: string) => sseErrorFrame(502, message, { code: 'upstream_stream_error' }) + SSE_DONE;
 
-export function relayStream(
-  first: Uint8Array | undefined,
-  rest: AsyncIterator<Uint8Array>,
-  abortUpstream: () => void,
-  isEventStream: boolean,
-  hooks: RelayHooks,
-): ReadableStream<Uint8Array> {
-  const encoder = new TextEncoder();
+/** Writes `body` to `res` (whose head is already written) until it ends, breaks, the client leaves, or `stop` fires. */
+export async function relayTo(res: ServerResponse, body: UpstreamBody, stop?: RelayStop): Promise<RelayOutcome> {
   let bytes = 0;
-  let ended = false;
-  const end = (ok: boolean, error?: string) => {
-    if (ended) return;
-    ended = true;
-    hooks.onEnd({ ok, error, bytes });
+  let left = false;
+  let stopped = false;
+  /** Wakes a write waiting for 'drain' when the relay must end instead. */
+  let wake: (() => void) | undefined;
+  const onClose = () => {
+    if (res.writableFinished) return;
+    left = true;
+    body.abort();
+    wake?.();
   };
-  return new ReadableStream<Uint8Array>(
-    {
-      start(controller) {
-        if (first) {
-          bytes += first.byteLength;
-          controller.enqueue(first);
-        }
-      },
-      async pull(controller) {
-        try {
-          const next = await rest.next();
-          if (next.done) {
-            end(true);
-            controller.close();
-            return;
-          }
-          bytes += next.value.byteLength;
-          controller.enqueue(next.value);
-        } catch (error) {
-          const message = `upstream failed mid-stream: ${(error as Error).message ?? error}`;
-          end(false, message);
-          if (isEventStream) {
-            controller.enqueue(encoder.encode((hooks.brokenStreamEnd ?? chatStreamEnd)(message)));
-            controller.close();
-          } else {
-            controller.error(error);
-          }
-        }
-      },
-      cancel() {
-        end(false, 'client disconnected');
-        abortUpstream();
-      },
-    },
-    // One chunk of read-ahead at most: a slow client slows the pod's socket, not our memory.
-    { highWaterMark: 1 },
-  );
+  const onStop = () => {
+    stopped = true;
+    body.abort();
+    wake?.();
+  };
+  res.once('close', onClose);
+  if (res.destroyed) onClose(); // the client left before its answer began
+  const watchStop = stop !== undefined && body.eventStream;
+  if (watchStop) {
+    if (stop.signal.aborted) onStop();
+    else stop.signal.addEventListener('abort', onStop, { once: true });
+  }
+  const write = async (chunk: Uint8Array) => {
+    bytes += chunk.byteLength;
+    if (res.write(chunk) || left || stopped) return;
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        res.off('drain', done);
+        wake = undefined;
+        resolve();
+      };
+      wake = done;
+      res.once('drain', done);
+    });
+  };
+  const outcome = await (async (): Promise<RelayOutcome> => {
+    if (body.first) await write(body.first);
+    for (;;) {
+      if (left) return { ok: false, error: 'client disconnected', bytes };
+      if (stopped) break;
+      let next: IteratorResult<Uint8Array>;
+      try {
+        next = await body.rest.next();
+      } catch (error) {
+        if (left) return { ok: false, error: 'client disconnected', bytes };
+        if (stopped) break;
+        const message = `upstream failed mid-stream: ${(error as Error).message ?? error}`;
+        if (body.eventStream) res.end((body.brokenEnd ?? chatStreamEnd)(message));
+        else res.destroy(error as Error);
+        return { ok: false, error: message, bytes };
+      }
+      if (next.done) {
+        res.end();
+        return { ok: true, bytes };
+      }
+      await write(next.value);
+    }
+    // The drain deadline: a blank line first, so whatever partial event was in flight is closed
+    // off, not merged with ours.
+    const message = stop!.message;
+    res.end(`\n\n${sseErrorFrame(503, message, { code: 'agent_shutting_down' })}${SSE_DONE}`);
+    return { ok: false, error: message, bytes };
+  })();
+  res.off('close', onClose);
+  if (watchStop) stop.signal.removeEventListener('abort', onStop);
+  body.onEnd?.(outcome);
+  return outcome;
 }
 
 /** Reads the rest of a (non-stream) body into one buffer. */
@@ -80,63 +120,4 @@ export async function readRest(
     chunks.push(next.value);
   }
   return Buffer.concat(chunks);
-}
-
-/**
- * An event stream that ends properly when `signal` fires (the agent's drain deadline): an error
- * event and `data: [DONE]` go out, then the stream closes and its source is cancelled (which
- * aborts the upstream request). Without this, a stream still running at the deadline would
- * just stop at the socket and the client could not tell a cut from a finished answer.
- */
-export function endOnSignal(
-  body: ReadableStream<Uint8Array>,
-  signal: AbortSignal,
-  message: string,
-): ReadableStream<Uint8Array> {
-  const reader = body.getReader();
-  let ended = false;
-  let stop: () => void = () => {};
-  const release = () => {
-    ended = true;
-    signal.removeEventListener('abort', stop);
-  };
-  return new ReadableStream<Uint8Array>(
-    {
-      start(controller) {
-        stop = () => {
-          if (ended) return;
-          release();
-          // A blank line first: whatever partial event was in flight is closed off, not merged.
-          controller.enqueue(
-            new TextEncoder().encode(`\n\n${sseErrorFrame(503, message, { code: 'agent_shutting_down' })}${SSE_DONE}`),
-          );
-          controller.close();
-          void reader.cancel().catch(() => {});
-        };
-        if (signal.aborted) stop();
-        else signal.addEventListener('abort', stop, { once: true });
-      },
-      async pull(controller) {
-        let next: ReadableStreamReadResult<Uint8Array>;
-        try {
-          next = await reader.read();
-        } catch (error) {
-          if (ended) return;
-          release();
-          controller.error(error);
-          return;
-        }
-        if (ended) return; // stopped while reading: the closing events are already out
-        if (next.done) {
-          release();
-          controller.close();
-        } else controller.enqueue(next.value);
-      },
-      cancel(reason) {
-        release();
-        return reader.cancel(reason);
-      },
-    },
-    { highWaterMark: 1 },
-  );
 }
