@@ -6,12 +6,28 @@
 import type { ServerResponse } from 'node:http';
 import { SSE_DONE, sseErrorFrame } from '../../shared/openai/errors.ts';
 
+/** Where a body's chunks go, as they arrive. */
+export interface ChunkSink {
+  /** One chunk; false asks the source to pause until `resume()`. */
+  data(chunk: Uint8Array): boolean;
+  /** Once: the body ended (no error) or broke. */
+  end(error?: Error): void;
+}
+
+/** An upstream body pushed chunk by chunk (undici's dispatch callbacks, or a provider's stream). */
+export interface ChunkSource {
+  /** Starts delivering the chunks not yet taken to `sink`. Called once. */
+  flow(sink: ChunkSink): void;
+  /** More chunks, please (after `data` returned false). */
+  resume(): void;
+  /** Stops the upstream request; a flowing sink then ends with `reason`. */
+  abort(reason: Error): void;
+}
+
 export interface UpstreamBody {
-  /** The first chunk, already read (a pod's is held back until the pod is known to answer). */
+  /** The first chunk, already taken (a pod's is held back until the pod is known to answer). */
   first: Uint8Array | undefined;
-  rest: AsyncIterator<Uint8Array>;
-  /** Stops the upstream request (the client left, or the drain deadline passed). */
-  abort(): void;
+  source: ChunkSource;
   /** An event stream ends properly on a break or the drain deadline; any other body is cut. */
   eventStream: boolean;
   /** What ends an event stream that broke (default: an OpenAI error event, then `data: [DONE]`). */
@@ -34,90 +50,85 @@ export interface RelayStop {
 
 const chatStreamEnd = (message: string) => sseErrorFrame(502, message, { code: 'upstream_stream_error' }) + SSE_DONE;
 
-/** Writes `body` to `res` (whose head is already written) until it ends, breaks, the client leaves, or `stop` fires. */
-export async function relayTo(res: ServerResponse, body: UpstreamBody, stop?: RelayStop): Promise<RelayOutcome> {
-  let bytes = 0;
-  let left = false;
-  let stopped = false;
-  /** Wakes a write waiting for 'drain' when the relay must end instead. */
-  let wake: (() => void) | undefined;
-  const onClose = () => {
-    if (res.writableFinished) return;
-    left = true;
-    body.abort();
-    wake?.();
-  };
-  const onStop = () => {
-    stopped = true;
-    body.abort();
-    wake?.();
-  };
-  res.once('close', onClose);
-  if (res.destroyed) onClose(); // the client left before its answer began
-  const watchStop = stop !== undefined && body.eventStream;
-  if (watchStop) {
-    if (stop.signal.aborted) onStop();
-    else stop.signal.addEventListener('abort', onStop, { once: true });
-  }
-  const write = async (chunk: Uint8Array) => {
-    bytes += chunk.byteLength;
-    if (res.write(chunk) || left || stopped) return;
-    await new Promise<void>((resolve) => {
-      const done = () => {
-        res.off('drain', done);
-        wake = undefined;
-        resolve();
-      };
-      wake = done;
-      res.once('drain', done);
-    });
-  };
-  const outcome = await (async (): Promise<RelayOutcome> => {
-    if (body.first) await write(body.first);
-    for (;;) {
-      if (left) return { ok: false, error: 'client disconnected', bytes };
-      if (stopped) break;
-      let next: IteratorResult<Uint8Array>;
-      try {
-        next = await body.rest.next();
-      } catch (error) {
-        if (left) return { ok: false, error: 'client disconnected', bytes };
-        if (stopped) break;
-        const message = `upstream failed mid-stream: ${(error as Error).message ?? error}`;
-        if (body.eventStream) res.end((body.brokenEnd ?? chatStreamEnd)(message));
-        else res.destroy(error as Error);
-        return { ok: false, error: message, bytes };
-      }
-      if (next.done) {
-        res.end();
-        return { ok: true, bytes };
-      }
-      await write(next.value);
+/**
+ * Writes `body` to `res` (whose head is already written) as its chunks arrive, until it ends,
+ * breaks, the client leaves, or `stop` fires. The socket's 'drain' resumes a paused source.
+ */
+export function relayTo(res: ServerResponse, body: UpstreamBody, stop?: RelayStop): Promise<RelayOutcome> {
+  return new Promise((resolve) => {
+    const { source } = body;
+    const watchStop = stop !== undefined && body.eventStream;
+    let bytes = 0;
+    let done = false;
+    const finish = (outcome: RelayOutcome) => {
+      if (done) return;
+      done = true;
+      res.off('drain', onDrain).off('close', onClose);
+      if (watchStop) stop.signal.removeEventListener('abort', onStop);
+      body.onEnd?.(outcome);
+      resolve(outcome);
+    };
+    const onDrain = () => source.resume();
+    const onClose = () => {
+      if (res.writableFinished) return;
+      finish({ ok: false, error: 'client disconnected', bytes });
+      source.abort(new Error('client disconnected'));
+    };
+    const onStop = () => {
+      if (done) return;
+      const message = stop!.message;
+      finish({ ok: false, error: message, bytes });
+      source.abort(new Error(message));
+      // A blank line first: whatever partial event was in flight is closed off, not merged with ours.
+      res.end(`\n\n${sseErrorFrame(503, message, { code: 'agent_shutting_down' })}${SSE_DONE}`);
+    };
+    res.on('drain', onDrain).once('close', onClose);
+    if (res.destroyed) return onClose(); // the client left before its answer began
+    if (watchStop) {
+      if (stop.signal.aborted) return onStop();
+      stop.signal.addEventListener('abort', onStop, { once: true });
     }
-    // The drain deadline: a blank line first, so whatever partial event was in flight is closed
-    // off, not merged with ours.
-    const message = stop!.message;
-    res.end(`\n\n${sseErrorFrame(503, message, { code: 'agent_shutting_down' })}${SSE_DONE}`);
-    return { ok: false, error: message, bytes };
-  })();
-  res.off('close', onClose);
-  if (watchStop) stop.signal.removeEventListener('abort', onStop);
-  body.onEnd?.(outcome);
-  return outcome;
+    if (body.first) {
+      bytes += body.first.byteLength;
+      res.write(body.first);
+    }
+    source.flow({
+      data: (chunk) => {
+        if (done) return false;
+        bytes += chunk.byteLength;
+        return res.write(chunk);
+      },
+      end: (error) => {
+        if (done) return;
+        if (!error) {
+          res.end();
+          return finish({ ok: true, bytes });
+        }
+        const message = `upstream failed mid-stream: ${error.message}`;
+        if (body.eventStream) res.end((body.brokenEnd ?? chatStreamEnd)(message));
+        else res.destroy(error);
+        finish({ ok: false, error: message, bytes });
+      },
+    });
+  });
 }
 
-/** Reads the rest of a (non-stream) body into one buffer. */
-export async function readRest(
-  first: Uint8Array | undefined,
-  rest: AsyncIterator<Uint8Array>,
-  limitBytes: number,
-): Promise<Uint8Array> {
-  const chunks: Uint8Array[] = first ? [first] : [];
-  let total = first?.byteLength ?? 0;
-  for (let next = await rest.next(); !next.done; next = await rest.next()) {
-    total += next.value.byteLength;
-    if (total > limitBytes) throw new Error(`upstream body larger than ${limitBytes} bytes`);
-    chunks.push(next.value);
-  }
-  return Buffer.concat(chunks);
+/** Reads the rest of a (non-stream) body into one buffer; past `limitBytes` the upstream is aborted. */
+export function readRest(first: Uint8Array | undefined, source: ChunkSource, limitBytes: number): Promise<Uint8Array> {
+  return new Promise((resolve, reject) => {
+    const chunks: Uint8Array[] = first ? [first] : [];
+    let total = first?.byteLength ?? 0;
+    source.flow({
+      data: (chunk) => {
+        total += chunk.byteLength;
+        if (total <= limitBytes) {
+          chunks.push(chunk);
+          return true;
+        }
+        source.abort(new Error(`upstream body larger than ${limitBytes} bytes`));
+        return false;
+      },
+      end: (error) => (error ? reject(error) : resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, total))),
+    });
+  });
 }

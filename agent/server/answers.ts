@@ -2,7 +2,7 @@
 // either whole bytes or an upstream body relayed as it arrives; written straight to the socket.
 import type { ServerResponse } from 'node:http';
 import { errorBody, type ErrorOptions } from '../../shared/openai/errors.ts';
-import { relayTo, type RelayOutcome, type RelayStop, type UpstreamBody } from '../forward/relay.ts';
+import { relayTo, type ChunkSource, type RelayOutcome, type RelayStop, type UpstreamBody } from '../forward/relay.ts';
 import type { EffectivePolicy } from '../types.ts';
 
 export interface Answer {
@@ -39,15 +39,42 @@ export function answerOfResponse(response: Response): Answer {
     if (name !== 'content-length' && name !== 'transfer-encoding') headers[name] = value;
   });
   if (!response.body) return { status: response.status, headers };
-  const rest = response.body[Symbol.asyncIterator]();
   return {
     status: response.status,
     headers,
     stream: {
       first: undefined,
-      rest,
-      abort: () => void rest.return?.().catch(() => {}),
+      source: webStreamSource(response.body),
       eventStream: headers['content-type']?.includes('event-stream') ?? false,
+    },
+  };
+}
+
+/** A web ReadableStream as a chunk source: read in a loop, waiting for `resume` when the sink is full. */
+function webStreamSource(body: ReadableStream<Uint8Array>): ChunkSource {
+  const reader = body.getReader();
+  let resumed: (() => void) | undefined;
+  return {
+    flow(sink) {
+      void (async () => {
+        try {
+          for (;;) {
+            const { done, value } = await reader.read();
+            if (done) return sink.end();
+            if (!sink.data(value)) await new Promise<void>((resolve) => (resumed = resolve));
+          }
+        } catch (error) {
+          sink.end(error as Error);
+        }
+      })();
+    },
+    resume() {
+      resumed?.();
+      resumed = undefined;
+    },
+    abort(reason) {
+      resumed?.();
+      void reader.cancel(reason).catch(() => {});
     },
   };
 }

@@ -142,8 +142,7 @@ async function passthrough(path: RequestPath, req: ClientRequest, ctx: RequestCo
         headers: { 'content-type': sent.contentType, 'cache-control': 'no-cache', ...routeHeaders },
         stream: {
           first: sent.first,
-          rest: sent.rest,
-          abort: sent.abort,
+          source: sent.rest,
           eventStream: true,
           onEnd: ({ ok }) => ticket.end(ok),
         },

@@ -97,8 +97,7 @@ export async function attemptPod(
       headers: { 'content-type': attempt.contentType, 'cache-control': 'no-cache', ...headers },
       stream: {
         first: attempt.first,
-        rest: attempt.rest,
-        abort: attempt.abort,
+        source: attempt.rest,
         eventStream: attempt.contentType.includes('event-stream'),
         brokenEnd:
           parsed.kind === 'responses' ? (message) => responsesErrorEvent(message, 'upstream_stream_error') : undefined,
