@@ -7,7 +7,7 @@
 // --before DIR: also run the agent of another checkout (e.g. `git archive <commit>` with
 // node_modules linked) as target "before", for a before/after side by side in the same run.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -164,29 +164,55 @@ function wrkThroughput(url: string): { perS: number; errors: number } {
   return { perS, errors };
 }
 
-async function measure(name: string, hostPort: string) {
+/** User + system CPU ms of a process and its descendants (nginx's worker is its master's child), from /proc. */
+function cpuMs(pid: number): number {
+  const ticksPerS = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100;
+  const walk = (id: number): number => {
+    try {
+      const fields = readFileSync(`/proc/${id}/stat`, 'utf8').split(') ')[1].split(' ');
+      const own = Number(fields[11]) + Number(fields[12]); // utime, stime (fields 14, 15 of stat)
+      const children = readFileSync(`/proc/${id}/task/${id}/children`, 'utf8').trim().split(/\s+/).filter(Boolean);
+      return own + children.reduce((sum, child) => sum + walk(Number(child)), 0);
+    } catch {
+      return 0;
+    }
+  };
+  return (walk(pid) * 1000) / ticksPerS;
+}
+
+/**
+ * `pid`: the process doing the target's work (the upstream itself for direct). Its CPU per request
+ * at the throughput point is the load-independent figure: on a shared machine a process's wall-clock
+ * throughput follows the CPU it is given, its CPU per request much less so.
+ */
+async function measure(name: string, hostPort: string, pid: number) {
   const url = `http://${hostPort}/v1/chat/completions`;
   await load(url, ['--rate', '200', '--duration', '2']); // warm-up: connections, JIT
   const plain = (await load(url, ['--rate', '200'])) as unknown as RatePoint;
   const streamed = (await load(url, ['--rate', '200', '--stream'])) as unknown as RatePoint;
   const busy = (await load(url, ['--rate', '1000'])) as unknown as RatePoint;
+  const cpuBefore = cpuMs(pid);
   const max = WRK
     ? wrkThroughput(url)
     : ((await load(url, ['--mode', 'max', '--connections', '64'])) as { perS: number; errors: number });
-  return { name, plain, streamed, busy, max };
+  const cpuUsPerRequest = ((cpuMs(pid) - cpuBefore) * 1000) / (max.perS * Number(values.duration));
+  return { name, plain, streamed, busy, max, cpuUsPerRequest };
 }
 
 const fmt = (ms: number) => (Number.isFinite(ms) ? ms.toFixed(2) : '–');
 try {
   const upstream = await startUpstream();
+  const upstreamPid = children.at(-1)!.pid!;
   const wanted = values.targets!.split(',');
   if (values.before) wanted.splice(wanted.indexOf('kinference'), 0, 'before');
   const results = [];
   for (const target of wanted) {
-    if (target === 'direct') results.push(await measure('direct', upstream));
-    else if (target === 'nginx' && NGINX) results.push(await measure('nginx', await startNginx(upstream)));
-    else if (target === 'kinference') results.push(await measure('kinference', await startAgent(upstream)));
-    else if (target === 'before') results.push(await measure('before', await startAgent(upstream, values.before)));
+    const pid = () => children.at(-1)!.pid!;
+    if (target === 'direct') results.push(await measure('direct', upstream, upstreamPid));
+    else if (target === 'nginx' && NGINX) results.push(await measure('nginx', await startNginx(upstream), pid()));
+    else if (target === 'kinference') results.push(await measure('kinference', await startAgent(upstream), pid()));
+    else if (target === 'before')
+      results.push(await measure('before', await startAgent(upstream, values.before), pid()));
     else if (target === 'nginx') console.log('nginx not installed: skipped (apt-get install nginx)');
     // Each proxy stops once measured, so the next one does not share the machine with it.
     if (target !== 'direct') children.at(-1)?.kill('SIGTERM');
@@ -197,15 +223,16 @@ try {
     `\nbench:proxy, ${values.duration} s per point, load from ${WRK ? 'wrk (throughput) and ' : ''}bench/proxy/load.ts; ms; "+" = added over direct`,
   );
   console.log(
-    'target       | p50 @200/s | TTFB p50 @200/s stream | p99 @1000/s | max req/s (64 conns) | vs nginx | errors',
+    'target       | p50 @200/s | TTFB p50 @200/s stream | p99 @1000/s | max req/s (64 conns) | vs nginx | CPU µs/req | nginx CPU / CPU | errors',
   );
   for (const r of results) {
     const add = (v: number, base: number | undefined) =>
       direct && r !== direct && base !== undefined ? `+${fmt(v - base)}` : fmt(v);
     const ratio = nginx ? (r.max.perS / nginx.max.perS).toFixed(2) : '–';
+    const cpuRatio = nginx ? (nginx.cpuUsPerRequest / r.cpuUsPerRequest).toFixed(2) : '–';
     const errors = r.plain.errors + r.streamed.errors + r.busy.errors + r.max.errors;
     console.log(
-      `${r.name.padEnd(12)} | ${add(r.plain.p50, direct?.plain.p50).padStart(10)} | ${add(r.streamed.p50, direct?.streamed.p50).padStart(22)} | ${add(r.busy.p99, direct?.busy.p99).padStart(11)} | ${Math.round(r.max.perS).toString().padStart(20)} | ${ratio.padStart(8)} | ${errors}`,
+      `${r.name.padEnd(12)} | ${add(r.plain.p50, direct?.plain.p50).padStart(10)} | ${add(r.streamed.p50, direct?.streamed.p50).padStart(22)} | ${add(r.busy.p99, direct?.busy.p99).padStart(11)} | ${Math.round(r.max.perS).toString().padStart(20)} | ${ratio.padStart(8)} | ${Math.round(r.cpuUsPerRequest).toString().padStart(10)} | ${cpuRatio.padStart(15)} | ${errors}`,
     );
   }
 } finally {
