@@ -5,7 +5,8 @@
 // Figures: added latency = target's p50/p99 − direct's at the same rate; throughput as a ratio to
 // nginx's. Flags: --duration S per point (default 10), --targets direct,nginx,kinference, and
 // --before DIR: also run the agent of another checkout (e.g. `git archive <commit>` with
-// node_modules linked) as target "before", for a before/after side by side in the same run.
+// node_modules linked) as target "before", for a before/after side by side in the same run;
+// --rounds N repeats the whole sequence and prints each target's medians (the machine may be shared).
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,6 +18,7 @@ const { values } = parseArgs({
     duration: { type: 'string', default: '10' },
     targets: { type: 'string', default: 'direct,nginx,kinference' },
     before: { type: 'string' },
+    rounds: { type: 'string', default: '1' },
   },
 });
 const here = new URL('.', import.meta.url).pathname;
@@ -200,40 +202,94 @@ async function measure(name: string, hostPort: string, pid: number) {
 }
 
 const fmt = (ms: number) => (Number.isFinite(ms) ? ms.toFixed(2) : '–');
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+type Measured = Awaited<ReturnType<typeof measure>>;
+/** One target's figures in one round, relative to direct and nginx of the same round. */
+interface Row {
+  name: string;
+  p50: number;
+  ttfb: number;
+  p99: number;
+  perS: number;
+  vsNginx: number;
+  cpuUs: number;
+  cpuVsNginx: number;
+  errors: number;
+}
+
+function rowsOf(results: Measured[]): Row[] {
+  const direct = results.find((r) => r.name === 'direct');
+  const nginx = results.find((r) => r.name === 'nginx');
+  const added = (r: Measured, v: number, base: number | undefined) =>
+    direct && r !== direct && base !== undefined ? v - base : v;
+  return results.map((r) => ({
+    name: r.name,
+    p50: added(r, r.plain.p50, direct?.plain.p50),
+    ttfb: added(r, r.streamed.p50, direct?.streamed.p50),
+    p99: added(r, r.busy.p99, direct?.busy.p99),
+    perS: r.max.perS,
+    vsNginx: nginx ? r.max.perS / nginx.max.perS : NaN,
+    cpuUs: r.cpuUsPerRequest,
+    cpuVsNginx: nginx ? nginx.cpuUsPerRequest / r.cpuUsPerRequest : NaN,
+    errors: r.plain.errors + r.streamed.errors + r.busy.errors + r.max.errors,
+  }));
+}
+
+function printTable(title: string, rows: Row[]): void {
+  console.log(`\n${title}`);
+  console.log(
+    'target       | p50 @200/s | TTFB p50 @200/s stream | p99 @1000/s | max req/s (64 conns) | vs nginx | CPU µs/req | nginx CPU / CPU | errors',
+  );
+  const plus = (r: Row, v: number) => (r.name === 'direct' ? fmt(v) : `${v >= 0 ? '+' : ''}${fmt(v)}`);
+  for (const r of rows)
+    console.log(
+      `${r.name.padEnd(12)} | ${plus(r, r.p50).padStart(10)} | ${plus(r, r.ttfb).padStart(22)} | ${plus(r, r.p99).padStart(11)} | ${Math.round(r.perS).toString().padStart(20)} | ${fmt(r.vsNginx).padStart(8)} | ${Math.round(r.cpuUs).toString().padStart(10)} | ${fmt(r.cpuVsNginx).padStart(15)} | ${r.errors}`,
+    );
+}
+
 try {
   const upstream = await startUpstream();
   const upstreamPid = children.at(-1)!.pid!;
   const wanted = values.targets!.split(',');
   if (values.before) wanted.splice(wanted.indexOf('kinference'), 0, 'before');
-  const results = [];
-  for (const target of wanted) {
-    const pid = () => children.at(-1)!.pid!;
-    if (target === 'direct') results.push(await measure('direct', upstream, upstreamPid));
-    else if (target === 'nginx' && NGINX) results.push(await measure('nginx', await startNginx(upstream), pid()));
-    else if (target === 'kinference') results.push(await measure('kinference', await startAgent(upstream), pid()));
-    else if (target === 'before')
-      results.push(await measure('before', await startAgent(upstream, values.before), pid()));
-    else if (target === 'nginx') console.log('nginx not installed: skipped (apt-get install nginx)');
-    // Each proxy stops once measured, so the next one does not share the machine with it.
-    if (target !== 'direct') children.at(-1)?.kill('SIGTERM');
-  }
-  const direct = results.find((r) => r.name === 'direct');
-  const nginx = results.find((r) => r.name === 'nginx');
-  console.log(
-    `\nbench:proxy, ${values.duration} s per point, load from ${WRK ? 'wrk (throughput) and ' : ''}bench/proxy/load.ts; ms; "+" = added over direct`,
-  );
-  console.log(
-    'target       | p50 @200/s | TTFB p50 @200/s stream | p99 @1000/s | max req/s (64 conns) | vs nginx | CPU µs/req | nginx CPU / CPU | errors',
-  );
-  for (const r of results) {
-    const add = (v: number, base: number | undefined) =>
-      direct && r !== direct && base !== undefined ? `+${fmt(v - base)}` : fmt(v);
-    const ratio = nginx ? (r.max.perS / nginx.max.perS).toFixed(2) : '–';
-    const cpuRatio = nginx ? (nginx.cpuUsPerRequest / r.cpuUsPerRequest).toFixed(2) : '–';
-    const errors = r.plain.errors + r.streamed.errors + r.busy.errors + r.max.errors;
-    console.log(
-      `${r.name.padEnd(12)} | ${add(r.plain.p50, direct?.plain.p50).padStart(10)} | ${add(r.streamed.p50, direct?.streamed.p50).padStart(22)} | ${add(r.busy.p99, direct?.busy.p99).padStart(11)} | ${Math.round(r.max.perS).toString().padStart(20)} | ${ratio.padStart(8)} | ${Math.round(r.cpuUsPerRequest).toString().padStart(10)} | ${cpuRatio.padStart(15)} | ${errors}`,
+  const rounds = Number(values.rounds);
+  const perRound: Row[][] = [];
+  for (let round = 0; round < rounds; round++) {
+    const results: Measured[] = [];
+    for (const target of wanted) {
+      const pid = () => children.at(-1)!.pid!;
+      if (target === 'direct') results.push(await measure('direct', upstream, upstreamPid));
+      else if (target === 'nginx' && NGINX) results.push(await measure('nginx', await startNginx(upstream), pid()));
+      else if (target === 'kinference') results.push(await measure('kinference', await startAgent(upstream), pid()));
+      else if (target === 'before')
+        results.push(await measure('before', await startAgent(upstream, values.before), pid()));
+      else if (target === 'nginx' && round === 0) console.log('nginx not installed: skipped (apt-get install nginx)');
+      // Each proxy stops once measured, so the next one does not share the machine with it.
+      if (target !== 'direct') children.at(-1)?.kill('SIGTERM');
+    }
+    perRound.push(rowsOf(results));
+    printTable(
+      `bench:proxy round ${round + 1}/${rounds}, ${values.duration} s per point, load from ${WRK ? 'wrk (throughput) and ' : ''}bench/proxy/load.ts; ms; "+" = added over direct`,
+      perRound[round],
     );
+  }
+  if (rounds > 1) {
+    const medians = perRound[0].map((first, i) => {
+      const of = (key: keyof Omit<Row, 'name'>) => median(perRound.map((rows) => rows[i][key]));
+      return {
+        name: first.name,
+        p50: of('p50'),
+        ttfb: of('ttfb'),
+        p99: of('p99'),
+        perS: of('perS'),
+        vsNginx: of('vsNginx'),
+        cpuUs: of('cpuUs'),
+        cpuVsNginx: of('cpuVsNginx'),
+        errors: perRound.reduce((sum, rows) => sum + rows[i].errors, 0),
+      };
+    });
+    printTable(`median of ${rounds} rounds (each ratio is taken within its round; errors summed)`, medians);
   }
 } finally {
   for (const child of children) child.kill('SIGTERM');
