@@ -100,3 +100,31 @@ test('a client that stops reading stops the pod (backpressure), then gets every 
   assert.ok(pod.finished);
   assert.ok(received > CHUNKS * CHUNK.length, `${received} bytes received`); // the body plus chunked framing
 });
+
+test("the headers deadline covers the pod's headers, not its first token; past it the attempt fails, retryable", async () => {
+  const slow = createServer((req, res) => {
+    req.resume();
+    if (req.url === '/headers-then-token') {
+      res.writeHead(200, { 'content-type': 'text/event-stream' }).flushHeaders();
+      setTimeout(() => res.end('data: [DONE]\n\n'), 1600);
+    } else setTimeout(() => res.writeHead(200).end('{}'), 1600);
+  });
+  const address = await listen(slow);
+  const timeouts = { connectMs: 1000, responseMs: 1000, idleMs: 5000 };
+  const send = (path: string) =>
+    sendToPod(dispatcher, address, path, Buffer.from('{}'), new AbortController().signal, timeouts, {
+      wholeAnswer: false,
+    });
+  try {
+    const streamed = await send('/headers-then-token');
+    assert.ok(streamed.ok, streamed.ok ? '' : streamed.error);
+    assert.equal(Buffer.from(streamed.first!).toString(), 'data: [DONE]\n\n');
+    const silent = await send('/silent');
+    assert.equal(silent.ok, false);
+    assert.ok(!silent.ok && silent.retryable);
+    assert.match(!silent.ok ? silent.error : '', /no response headers within 1000 ms/);
+  } finally {
+    slow.closeAllConnections();
+    slow.close();
+  }
+});

@@ -100,6 +100,8 @@ class PodExchange implements Dispatcher.DispatchHandler, ChunkSource {
   readonly #clientGone: () => boolean;
   readonly #now: () => number;
   readonly #started: number;
+  /** Until response headers; started at send, so time queued for a connection counts too. */
+  readonly #headersDeadline: NodeJS.Timeout;
   #settled = false;
   #controller: Dispatcher.DispatchController | undefined;
   /** Why we stopped the request ourselves (deadline, client gone, body too large). */
@@ -114,11 +116,15 @@ class PodExchange implements Dispatcher.DispatchHandler, ChunkSource {
   #held: Buffer[] = [];
   #ended: { error?: Error } | undefined;
 
-  constructor(settle: (attempt: PodAttempt) => void, clientGone: () => boolean, now: () => number) {
+  constructor(settle: (attempt: PodAttempt) => void, clientGone: () => boolean, now: () => number, headersMs: number) {
     this.#settle = settle;
     this.#clientGone = clientGone;
     this.#now = now;
     this.#started = now();
+    this.#headersDeadline = setTimeout(
+      () => this.#stop(new Error(`no response headers within ${headersMs} ms`)),
+      headersMs,
+    );
   }
 
   #fail(error: unknown): void {
@@ -129,6 +135,7 @@ class PodExchange implements Dispatcher.DispatchHandler, ChunkSource {
   #settleOnce(attempt: PodAttempt): void {
     if (this.#settled) return;
     this.#settled = true;
+    clearTimeout(this.#headersDeadline);
     this.#settle(attempt);
   }
 
@@ -138,6 +145,7 @@ class PodExchange implements Dispatcher.DispatchHandler, ChunkSource {
   }
 
   onResponseStart(_controller: Dispatcher.DispatchController, status: number, headers: Record<string, unknown>): void {
+    clearTimeout(this.#headersDeadline);
     this.#status = status;
     const type = headers['content-type'];
     if (type !== undefined) this.#contentType = String(type);
@@ -262,22 +270,18 @@ export function sendToPod(
 ): Promise<PodAttempt> {
   const { wholeAnswer, headers = {}, now = performance.now.bind(performance) } = options;
   return new Promise((resolve) => {
-    // undici's headersTimeout starts once a connection is free; this one starts now, so time spent
-    // queued for a connection counts too.
+    // undici's headersTimeout starts once a connection is free; the exchange's own starts now, so
+    // time spent queued for a connection counts too.
     const headersMs = wholeAnswer ? timeouts.responseMs : timeouts.connectMs;
     const onClientGone = () => exchange.abort(new Error('client disconnected'));
-    const deadline = setTimeout(
-      () => exchange.abort(new Error(`no response headers within ${headersMs} ms`)),
-      headersMs,
-    );
     const exchange = new PodExchange(
       (attempt) => {
-        clearTimeout(deadline);
         clientSignal.removeEventListener('abort', onClientGone);
         resolve(attempt);
       },
       () => clientSignal.aborted,
       now,
+      headersMs,
     );
     if (clientSignal.aborted) return onClientGone();
     clientSignal.addEventListener('abort', onClientGone, { once: true });
