@@ -1,7 +1,7 @@
 // The composition root: each shell builds its own part from settings, and this file connects
 // them and starts the two listeners. Nothing here decides anything; it only connects parts.
 import type { AddressInfo } from 'node:net';
-import type { Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import { serve } from '@hono/node-server';
 import type { AgentSettings } from './config/load.ts';
@@ -16,7 +16,7 @@ import { BudgetLedger, DEFAULT_LEDGER_LIMITS } from './budget/ledger.ts';
 import { OverflowBudget } from './budget/spend.ts';
 import { createAdminApp } from './server/admin.ts';
 import { adminViews } from './server/admin-views.ts';
-import { createApiApp } from './server/api.ts';
+import { createApiHandler, type ApiHandler } from './server/api.ts';
 import { Callers } from './server/caller.ts';
 import { Drain } from './server/drain.ts';
 import { requestPathFor } from './server/inference.ts';
@@ -45,10 +45,18 @@ export interface RunningAgent {
   shutdown(): Promise<void>;
 }
 
-function listen(app: { fetch: (req: Request) => Response | Promise<Response> }, hostPort: string): Promise<Server> {
+/** Serves a Hono app (admin) or a node:http handler (the API listener, the hot path). */
+function listen(
+  app: { fetch: (req: Request) => Response | Promise<Response> } | ApiHandler,
+  hostPort: string,
+): Promise<Server> {
   const { host: hostname, port } = parseHostPort(hostPort);
   return new Promise((resolve, reject) => {
-    const server = serve({ fetch: app.fetch, hostname, port }, () => resolve(server as Server)) as Server;
+    const ready = () => resolve(server);
+    const server: Server =
+      typeof app === 'function'
+        ? createServer(app).listen(port, hostname, ready)
+        : (serve({ fetch: app.fetch, hostname, port }, ready) as Server);
     server.once('error', reject);
   });
 }
@@ -188,7 +196,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
 
   const drain = new Drain();
   const api = await listen(
-    createApiApp({ requestPath, models: knownModels, accepting: () => !drain.draining, log }),
+    createApiHandler({ requestPath, models: knownModels, accepting: () => !drain.draining, log }),
     settings.listen.api,
   );
   drain.track(api);

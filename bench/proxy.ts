@@ -3,9 +3,12 @@
 // Every target proxies one trivially fast upstream (bench/proxy/upstream.ts) on loopback; the load
 // comes from a separate process (bench/proxy/load.ts; wrk for the throughput point when installed).
 // Figures: added latency = target's p50/p99 − direct's at the same rate; throughput as a ratio to
-// nginx's. Flags: --duration S per point (default 10), --targets direct,nginx,kinference.
+// nginx's. Flags: --duration S per point (default 10), --targets direct,nginx,kinference, and
+// --before DIR: also run the agent of another checkout (e.g. `git archive <commit>` with
+// node_modules linked) as target "before", for a before/after side by side in the same run;
+// --rounds N repeats the whole sequence and prints each target's medians (the machine may be shared).
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -14,6 +17,8 @@ const { values } = parseArgs({
   options: {
     duration: { type: 'string', default: '10' },
     targets: { type: 'string', default: 'direct,nginx,kinference' },
+    before: { type: 'string' },
+    rounds: { type: 'string', default: '1' },
   },
 });
 const here = new URL('.', import.meta.url).pathname;
@@ -89,7 +94,7 @@ http {
   return `127.0.0.1:${port}`;
 }
 
-async function startAgent(upstream: string): Promise<string> {
+async function startAgent(upstream: string, root = join(here, '..')): Promise<string> {
   const config = join(work, 'agent.yaml');
   writeFileSync(
     config,
@@ -102,7 +107,7 @@ pods:
   );
   const match = await start(
     process.execPath,
-    [join(here, '../agent/cli/main.ts'), 'agent', '--config', config],
+    [join(root, 'agent/cli/main.ts'), 'agent', '--config', config],
     /ready to serve on http:\/\/([\d.:]+)\/v1/,
   );
   await new Promise((r) => setTimeout(r, 500)); // a few scrapes, so the pod has an estimate
@@ -161,45 +166,130 @@ function wrkThroughput(url: string): { perS: number; errors: number } {
   return { perS, errors };
 }
 
-async function measure(name: string, hostPort: string) {
+/** User + system CPU ms of a process and its descendants (nginx's worker is its master's child), from /proc. */
+function cpuMs(pid: number): number {
+  const ticksPerS = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100;
+  const walk = (id: number): number => {
+    try {
+      const fields = readFileSync(`/proc/${id}/stat`, 'utf8').split(') ')[1].split(' ');
+      const own = Number(fields[11]) + Number(fields[12]); // utime, stime (fields 14, 15 of stat)
+      const children = readFileSync(`/proc/${id}/task/${id}/children`, 'utf8').trim().split(/\s+/).filter(Boolean);
+      return own + children.reduce((sum, child) => sum + walk(Number(child)), 0);
+    } catch {
+      return 0;
+    }
+  };
+  return (walk(pid) * 1000) / ticksPerS;
+}
+
+/**
+ * `pid`: the process doing the target's work (the upstream itself for direct). Its CPU per request
+ * at the throughput point is the load-independent figure: on a shared machine a process's wall-clock
+ * throughput follows the CPU it is given, its CPU per request much less so.
+ */
+async function measure(name: string, hostPort: string, pid: number) {
   const url = `http://${hostPort}/v1/chat/completions`;
   await load(url, ['--rate', '200', '--duration', '2']); // warm-up: connections, JIT
   const plain = (await load(url, ['--rate', '200'])) as unknown as RatePoint;
   const streamed = (await load(url, ['--rate', '200', '--stream'])) as unknown as RatePoint;
   const busy = (await load(url, ['--rate', '1000'])) as unknown as RatePoint;
+  const cpuBefore = cpuMs(pid);
   const max = WRK
     ? wrkThroughput(url)
     : ((await load(url, ['--mode', 'max', '--connections', '64'])) as { perS: number; errors: number });
-  return { name, plain, streamed, busy, max };
+  const cpuUsPerRequest = ((cpuMs(pid) - cpuBefore) * 1000) / (max.perS * Number(values.duration));
+  return { name, plain, streamed, busy, max, cpuUsPerRequest };
 }
 
 const fmt = (ms: number) => (Number.isFinite(ms) ? ms.toFixed(2) : '–');
-try {
-  const upstream = await startUpstream();
-  const wanted = values.targets!.split(',');
-  const results = [];
-  for (const target of wanted) {
-    if (target === 'direct') results.push(await measure('direct', upstream));
-    else if (target === 'nginx' && NGINX) results.push(await measure('nginx', await startNginx(upstream)));
-    else if (target === 'kinference') results.push(await measure('kinference', await startAgent(upstream)));
-    else if (target === 'nginx') console.log('nginx not installed: skipped (apt-get install nginx)');
-  }
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+type Measured = Awaited<ReturnType<typeof measure>>;
+/** One target's figures in one round, relative to direct and nginx of the same round. */
+interface Row {
+  name: string;
+  p50: number;
+  ttfb: number;
+  p99: number;
+  perS: number;
+  vsNginx: number;
+  cpuUs: number;
+  cpuVsNginx: number;
+  errors: number;
+}
+
+function rowsOf(results: Measured[]): Row[] {
   const direct = results.find((r) => r.name === 'direct');
   const nginx = results.find((r) => r.name === 'nginx');
+  const added = (r: Measured, v: number, base: number | undefined) =>
+    direct && r !== direct && base !== undefined ? v - base : v;
+  return results.map((r) => ({
+    name: r.name,
+    p50: added(r, r.plain.p50, direct?.plain.p50),
+    ttfb: added(r, r.streamed.p50, direct?.streamed.p50),
+    p99: added(r, r.busy.p99, direct?.busy.p99),
+    perS: r.max.perS,
+    vsNginx: nginx ? r.max.perS / nginx.max.perS : NaN,
+    cpuUs: r.cpuUsPerRequest,
+    cpuVsNginx: nginx ? nginx.cpuUsPerRequest / r.cpuUsPerRequest : NaN,
+    errors: r.plain.errors + r.streamed.errors + r.busy.errors + r.max.errors,
+  }));
+}
+
+function printTable(title: string, rows: Row[]): void {
+  console.log(`\n${title}`);
   console.log(
-    `\nbench:proxy, ${values.duration} s per point, load from ${WRK ? 'wrk (throughput) and ' : ''}bench/proxy/load.ts; ms; "+" = added over direct`,
+    'target       | p50 @200/s | TTFB p50 @200/s stream | p99 @1000/s | max req/s (64 conns) | vs nginx | CPU µs/req | nginx CPU / CPU | errors',
   );
-  console.log(
-    'target       | p50 @200/s | TTFB p50 @200/s stream | p99 @1000/s | max req/s (64 conns) | vs nginx | errors',
-  );
-  for (const r of results) {
-    const add = (v: number, base: number | undefined) =>
-      direct && r !== direct && base !== undefined ? `+${fmt(v - base)}` : fmt(v);
-    const ratio = nginx ? (r.max.perS / nginx.max.perS).toFixed(2) : '–';
-    const errors = r.plain.errors + r.streamed.errors + r.busy.errors + r.max.errors;
+  const plus = (r: Row, v: number) => (r.name === 'direct' ? fmt(v) : `${v >= 0 ? '+' : ''}${fmt(v)}`);
+  for (const r of rows)
     console.log(
-      `${r.name.padEnd(12)} | ${add(r.plain.p50, direct?.plain.p50).padStart(10)} | ${add(r.streamed.p50, direct?.streamed.p50).padStart(22)} | ${add(r.busy.p99, direct?.busy.p99).padStart(11)} | ${Math.round(r.max.perS).toString().padStart(20)} | ${ratio.padStart(8)} | ${errors}`,
+      `${r.name.padEnd(12)} | ${plus(r, r.p50).padStart(10)} | ${plus(r, r.ttfb).padStart(22)} | ${plus(r, r.p99).padStart(11)} | ${Math.round(r.perS).toString().padStart(20)} | ${fmt(r.vsNginx).padStart(8)} | ${Math.round(r.cpuUs).toString().padStart(10)} | ${fmt(r.cpuVsNginx).padStart(15)} | ${r.errors}`,
     );
+}
+
+try {
+  const upstream = await startUpstream();
+  const upstreamPid = children.at(-1)!.pid!;
+  const wanted = values.targets!.split(',');
+  if (values.before) wanted.splice(wanted.indexOf('kinference'), 0, 'before');
+  const rounds = Number(values.rounds);
+  const perRound: Row[][] = [];
+  for (let round = 0; round < rounds; round++) {
+    const results: Measured[] = [];
+    for (const target of wanted) {
+      const pid = () => children.at(-1)!.pid!;
+      if (target === 'direct') results.push(await measure('direct', upstream, upstreamPid));
+      else if (target === 'nginx' && NGINX) results.push(await measure('nginx', await startNginx(upstream), pid()));
+      else if (target === 'kinference') results.push(await measure('kinference', await startAgent(upstream), pid()));
+      else if (target === 'before')
+        results.push(await measure('before', await startAgent(upstream, values.before), pid()));
+      else if (target === 'nginx' && round === 0) console.log('nginx not installed: skipped (apt-get install nginx)');
+      // Each proxy stops once measured, so the next one does not share the machine with it.
+      if (target !== 'direct') children.at(-1)?.kill('SIGTERM');
+    }
+    perRound.push(rowsOf(results));
+    printTable(
+      `bench:proxy round ${round + 1}/${rounds}, ${values.duration} s per point, load from ${WRK ? 'wrk (throughput) and ' : ''}bench/proxy/load.ts; ms; "+" = added over direct`,
+      perRound[round],
+    );
+  }
+  if (rounds > 1) {
+    const medians = perRound[0].map((first, i) => {
+      const of = (key: keyof Omit<Row, 'name'>) => median(perRound.map((rows) => rows[i][key]));
+      return {
+        name: first.name,
+        p50: of('p50'),
+        ttfb: of('ttfb'),
+        p99: of('p99'),
+        perS: of('perS'),
+        vsNginx: of('vsNginx'),
+        cpuUs: of('cpuUs'),
+        cpuVsNginx: of('cpuVsNginx'),
+        errors: perRound.reduce((sum, rows) => sum + rows[i].errors, 0),
+      };
+    });
+    printTable(`median of ${rounds} rounds (each ratio is taken within its round; errors summed)`, medians);
   }
 } finally {
   for (const child of children) child.kill('SIGTERM');

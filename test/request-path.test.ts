@@ -122,9 +122,27 @@ const chat = (
     body: JSON.stringify(body),
   });
 
+/** Serves one request through the path on a real loopback listener, as the API listener does. */
+async function handled(path: RequestPath, request: Request): Promise<Response> {
+  const server = createServer((req, res) => void path.handle('chat', req, res));
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  try {
+    const res = await fetch(`http://127.0.0.1:${port}${new URL(request.url).pathname}`, {
+      method: 'POST',
+      headers: request.headers,
+      body: await request.arrayBuffer(),
+    });
+    return new Response(await res.arrayBuffer(), { status: res.status, headers: res.headers });
+  } finally {
+    server.close();
+    server.closeAllConnections();
+  }
+}
+
 test("forwards to the chosen pod with the agent's headers and says where it went", async () => {
   const { path, calls, deps } = requestPath({ candidates: [candidate(podAddress)], leave: STAY });
-  const res = await path.handle('chat', chat(undefined, { 'x-request-id': 'client-id' }), '10.0.0.1');
+  const res = await handled(path, chat(undefined, { 'x-request-id': 'client-id' }));
   assert.equal(res.status, 200);
   assert.deepEqual(await res.json(), ANSWER);
   assert.equal(res.headers.get('x-kinference-route'), 'local/pod-0');
@@ -149,7 +167,7 @@ test('a pod that refuses the connection is marked failed, another is tried, then
   const first = candidate(deadAddress);
   const second = { ...candidate(deadAddress), pod: { ...first.pod, uid: 'ns/pod-1', name: 'pod-1' } };
   const { path, calls } = requestPath({ candidates: [first, second], leave: STAY });
-  const res = await path.handle('chat', chat(), undefined);
+  const res = await handled(path, chat());
   assert.equal(res.status, 502);
   const body = (await res.json()) as { error: { code: string; message: string } };
   assert.equal(body.error.code, 'upstream_failed');
@@ -168,7 +186,7 @@ test('with no pod and leaving allowed, the providers answer and the route says w
       }),
     }),
   });
-  const res = await path.handle('chat', chat(), undefined);
+  const res = await handled(path, chat());
   assert.equal(res.status, 200);
   assert.equal(res.headers.get('x-kinference-route'), 'overflow/prov');
   assert.deepEqual(calls.overflowed, [['prov']]);
@@ -181,7 +199,7 @@ test("every provider failing is the overflow's status (503 unreachable, 502 answ
       leave: LEAVE,
       overflow: async () => ({ ok: false, status, message: 'every overflow provider failed (prov: failed)' }),
     });
-    const res = await path.handle('chat', chat(), undefined);
+    const res = await handled(path, chat());
     assert.equal(res.status, status);
     assert.equal(res.headers.get('retry-after'), '1');
     const body = (await res.json()) as { error: { code: string; message: string } };
@@ -192,7 +210,7 @@ test("every provider failing is the overflow's status (503 unreachable, 502 answ
 
 test('no pod and no leaving: a rejection that names the policy, never a provider call', async () => {
   const { path, calls } = requestPath({ candidates: [], leave: STAY });
-  const res = await path.handle('chat', chat(), undefined);
+  const res = await handled(path, chat());
   assert.ok(res.status === 429 || res.status === 503, String(res.status));
   assert.equal(res.headers.get('x-kinference-policy'), 'ns/p');
   assert.ok(res.headers.get('retry-after'));
@@ -201,17 +219,12 @@ test('no pod and no leaving: a rejection that names the policy, never a provider
 
 test("bad requests are the client's: unknown model 404, broken JSON 400, both OpenAI-shaped", async () => {
   const { path } = requestPath({ candidates: [candidate(podAddress)], leave: STAY });
-  const unknown = await path.handle(
-    'chat',
-    chat({ model: 'nope', messages: [{ role: 'user', content: 'x' }] }),
-    undefined,
-  );
+  const unknown = await handled(path, chat({ model: 'nope', messages: [{ role: 'user', content: 'x' }] }));
   assert.equal(unknown.status, 404);
   assert.equal(((await unknown.json()) as { error: { code: string } }).error.code, 'model_not_found');
-  const broken = await path.handle(
-    'chat',
+  const broken = await handled(
+    path,
     new Request('http://agent/v1/chat/completions', { method: 'POST', body: '{"model":' }),
-    undefined,
   );
   assert.equal(broken.status, 400);
   assert.equal(typeof ((await broken.json()) as { error: { message: string } }).error.message, 'string');
@@ -225,7 +238,7 @@ test('an error of our own is a 500 and goes to the injected logger, not the cons
       throw new Error('classifier exploded');
     },
   });
-  const res = await path.handle('chat', chat(), undefined);
+  const res = await handled(path, chat());
   assert.equal(res.status, 500);
   assert.equal(((await res.json()) as { error: { type: string } }).error.type, 'server_error');
   assert.equal(logs.length, 1);
@@ -234,7 +247,7 @@ test('an error of our own is a 500 and goes to the injected logger, not the cons
 
 test('a sampled request writes one log line when its body ends; the id is the fresh one when the client sent none', async () => {
   const { path, lines } = requestPath({ candidates: [candidate(podAddress)], leave: STAY, logSample: 1 });
-  const res = await path.handle('chat', chat(), undefined);
+  const res = await handled(path, chat());
   assert.equal(res.headers.get('x-request-id'), 'fresh-id');
   await res.text();
   assert.equal(lines.length, 1);

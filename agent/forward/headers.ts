@@ -2,6 +2,11 @@
 // and the configuration. Pure: the id generator comes in.
 import type { Pod } from '../types.ts';
 
+/** Reading a header by (lowercase) name: the API listener's request, or a web `Headers`. */
+export interface HeaderReader {
+  get(name: string): string | null;
+}
+
 /** A client's id is kept when it is short and plain (it lands in logs and other systems' headers). */
 const REQUEST_ID = /^[A-Za-z0-9._:@/+=-]{1,128}$/;
 /** W3C Trace Context: version-traceid-parentid-flags, lowercase hex; all-zero ids are invalid. */
@@ -19,7 +24,7 @@ export function requestIdFor(clientValue: string | null, generate: () => string)
  * context unchanged (the agent records no spans of its own, so the app's span stays the parent).
  * A malformed traceparent is dropped, as the spec asks, and tracestate with it.
  */
-export function propagatedHeaders(client: Headers, requestId: string): Record<string, string> {
+export function propagatedHeaders(client: HeaderReader, requestId: string): Record<string, string> {
   const out: Record<string, string> = { 'x-request-id': requestId };
   const traceparent = client.get('traceparent')?.trim().toLowerCase();
   if (traceparent && TRACEPARENT.test(traceparent) && !traceparent.startsWith('ff')) {

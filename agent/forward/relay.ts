@@ -1,142 +1,134 @@
-// Relays an upstream body to the client chunk by chunk, as it arrives. A failure after the first
-// byte can no longer change the status, so a stream ends with an OpenAI-style error event and
-// `data: [DONE]` (what vLLM itself does); a client that leaves aborts the upstream request.
+// Relays an upstream body to the client's socket chunk by chunk, as it arrives, with backpressure:
+// a slow client slows the upstream socket, not our memory. A failure after the first byte can no
+// longer change the status, so an event stream ends with an error event and `data: [DONE]` (what
+// vLLM itself does); a client that leaves aborts the upstream request; at the drain deadline an
+// event stream ends with its own error event and [DONE] rather than a cut socket.
+import type { ServerResponse } from 'node:http';
 import { SSE_DONE, sseErrorFrame } from '../../shared/openai/errors.ts';
 
-export interface RelayHooks {
-  /** Called once when the relay ends: ok = the upstream body completed. */
-  onEnd(outcome: { ok: boolean; error?: string; bytes: number }): void;
+/** Where a body's chunks go, as they arrive. */
+export interface ChunkSink {
+  /** One chunk; false asks the source to pause until `resume()`. */
+  data(chunk: Uint8Array): boolean;
+  /** Once: the body ended (no error) or broke. */
+  end(error?: Error): void;
+}
+
+/** An upstream body pushed chunk by chunk (undici's dispatch callbacks, or a provider's stream). */
+export interface ChunkSource {
+  /** Starts delivering the chunks not yet taken to `sink`. Called once. */
+  flow(sink: ChunkSink): void;
+  /** More chunks, please (after `data` returned false). */
+  resume(): void;
+  /** Stops the upstream request; a flowing sink then ends with `reason`. */
+  abort(reason: Error): void;
+}
+
+export interface UpstreamBody {
+  /** The first chunk, already taken (a pod's is held back until the pod is known to answer). */
+  first: Uint8Array | undefined;
+  source: ChunkSource;
+  /** An event stream ends properly on a break or the drain deadline; any other body is cut. */
+  eventStream: boolean;
   /** What ends an event stream that broke (default: an OpenAI error event, then `data: [DONE]`). */
-  brokenStreamEnd?: (message: string) => string;
+  brokenEnd?: (message: string) => string;
+  /** Called once when the relay ends: ok = the upstream body completed and was handed to the socket. */
+  onEnd?(outcome: RelayOutcome): void;
+}
+
+export interface RelayOutcome {
+  ok: boolean;
+  error?: string;
+  bytes: number;
+}
+
+/** When to end an event stream early (the agent's drain deadline), and what to tell the client. */
+export interface RelayStop {
+  signal: AbortSignal;
+  message: string;
 }
 
 const chatStreamEnd = (message: string) => sseErrorFrame(502, message, { code: 'upstream_stream_error' }) + SSE_DONE;
 
-export function relayStream(
-  first: Uint8Array | undefined,
-  rest: AsyncIterator<Uint8Array>,
-  abortUpstream: () => void,
-  isEventStream: boolean,
-  hooks: RelayHooks,
-): ReadableStream<Uint8Array> {
-  const encoder = new TextEncoder();
-  let bytes = 0;
-  let ended = false;
-  const end = (ok: boolean, error?: string) => {
-    if (ended) return;
-    ended = true;
-    hooks.onEnd({ ok, error, bytes });
-  };
-  return new ReadableStream<Uint8Array>(
-    {
-      start(controller) {
-        if (first) {
-          bytes += first.byteLength;
-          controller.enqueue(first);
-        }
-      },
-      async pull(controller) {
-        try {
-          const next = await rest.next();
-          if (next.done) {
-            end(true);
-            controller.close();
-            return;
-          }
-          bytes += next.value.byteLength;
-          controller.enqueue(next.value);
-        } catch (error) {
-          const message = `upstream failed mid-stream: ${(error as Error).message ?? error}`;
-          end(false, message);
-          if (isEventStream) {
-            controller.enqueue(encoder.encode((hooks.brokenStreamEnd ?? chatStreamEnd)(message)));
-            controller.close();
-          } else {
-            controller.error(error);
-          }
-        }
-      },
-      cancel() {
-        end(false, 'client disconnected');
-        abortUpstream();
-      },
-    },
-    // One chunk of read-ahead at most: a slow client slows the pod's socket, not our memory.
-    { highWaterMark: 1 },
-  );
-}
-
-/** Reads the rest of a (non-stream) body into one buffer. */
-export async function readRest(
-  first: Uint8Array | undefined,
-  rest: AsyncIterator<Uint8Array>,
-  limitBytes: number,
-): Promise<Uint8Array> {
-  const chunks: Uint8Array[] = first ? [first] : [];
-  let total = first?.byteLength ?? 0;
-  for (let next = await rest.next(); !next.done; next = await rest.next()) {
-    total += next.value.byteLength;
-    if (total > limitBytes) throw new Error(`upstream body larger than ${limitBytes} bytes`);
-    chunks.push(next.value);
-  }
-  return Buffer.concat(chunks);
-}
-
 /**
- * An event stream that ends properly when `signal` fires (the agent's drain deadline): an error
- * event and `data: [DONE]` go out, then the stream closes and its source is cancelled (which
- * aborts the upstream request). Without this, a stream still running at the deadline would
- * just stop at the socket and the client could not tell a cut from a finished answer.
+ * Writes `body` to `res` (whose head is already written) as its chunks arrive, until it ends,
+ * breaks, the client leaves, or `stop` fires. The socket's 'drain' resumes a paused source.
  */
-export function endOnSignal(
-  body: ReadableStream<Uint8Array>,
-  signal: AbortSignal,
-  message: string,
-): ReadableStream<Uint8Array> {
-  const reader = body.getReader();
-  let ended = false;
-  let stop: () => void = () => {};
-  const release = () => {
-    ended = true;
-    signal.removeEventListener('abort', stop);
-  };
-  return new ReadableStream<Uint8Array>(
-    {
-      start(controller) {
-        stop = () => {
-          if (ended) return;
-          release();
-          // A blank line first: whatever partial event was in flight is closed off, not merged.
-          controller.enqueue(
-            new TextEncoder().encode(`\n\n${sseErrorFrame(503, message, { code: 'agent_shutting_down' })}${SSE_DONE}`),
-          );
-          controller.close();
-          void reader.cancel().catch(() => {});
-        };
-        if (signal.aborted) stop();
-        else signal.addEventListener('abort', stop, { once: true });
+export function relayTo(res: ServerResponse, body: UpstreamBody, stop?: RelayStop): Promise<RelayOutcome> {
+  return new Promise((resolve) => {
+    const { source } = body;
+    const watchStop = stop !== undefined && body.eventStream;
+    let bytes = 0;
+    let done = false;
+    const finish = (outcome: RelayOutcome) => {
+      if (done) return;
+      done = true;
+      res.off('drain', onDrain).off('close', onClose);
+      if (watchStop) stop.signal.removeEventListener('abort', onStop);
+      body.onEnd?.(outcome);
+      resolve(outcome);
+    };
+    const onDrain = () => source.resume();
+    const onClose = () => {
+      if (res.writableFinished) return;
+      finish({ ok: false, error: 'client disconnected', bytes });
+      source.abort(new Error('client disconnected'));
+    };
+    const onStop = () => {
+      if (done) return;
+      const message = stop!.message;
+      finish({ ok: false, error: message, bytes });
+      source.abort(new Error(message));
+      // A blank line first: whatever partial event was in flight is closed off, not merged with ours.
+      res.end(`\n\n${sseErrorFrame(503, message, { code: 'agent_shutting_down' })}${SSE_DONE}`);
+    };
+    res.on('drain', onDrain).once('close', onClose);
+    if (res.destroyed) return onClose(); // the client left before its answer began
+    if (watchStop) {
+      if (stop.signal.aborted) return onStop();
+      stop.signal.addEventListener('abort', onStop, { once: true });
+    }
+    if (body.first) {
+      bytes += body.first.byteLength;
+      res.write(body.first);
+    }
+    source.flow({
+      data: (chunk) => {
+        if (done) return false;
+        bytes += chunk.byteLength;
+        return res.write(chunk);
       },
-      async pull(controller) {
-        let next: ReadableStreamReadResult<Uint8Array>;
-        try {
-          next = await reader.read();
-        } catch (error) {
-          if (ended) return;
-          release();
-          controller.error(error);
-          return;
+      end: (error) => {
+        if (done) return;
+        if (!error) {
+          res.end();
+          return finish({ ok: true, bytes });
         }
-        if (ended) return; // stopped while reading: the closing events are already out
-        if (next.done) {
-          release();
-          controller.close();
-        } else controller.enqueue(next.value);
+        const message = `upstream failed mid-stream: ${error.message}`;
+        if (body.eventStream) res.end((body.brokenEnd ?? chatStreamEnd)(message));
+        else res.destroy(error);
+        finish({ ok: false, error: message, bytes });
       },
-      cancel(reason) {
-        release();
-        return reader.cancel(reason);
+    });
+  });
+}
+
+/** Reads the rest of a (non-stream) body into one buffer; past `limitBytes` the upstream is aborted. */
+export function readRest(first: Uint8Array | undefined, source: ChunkSource, limitBytes: number): Promise<Uint8Array> {
+  return new Promise((resolve, reject) => {
+    const chunks: Uint8Array[] = first ? [first] : [];
+    let total = first?.byteLength ?? 0;
+    source.flow({
+      data: (chunk) => {
+        total += chunk.byteLength;
+        if (total <= limitBytes) {
+          chunks.push(chunk);
+          return true;
+        }
+        source.abort(new Error(`upstream body larger than ${limitBytes} bytes`));
+        return false;
       },
-    },
-    { highWaterMark: 1 },
-  );
+      end: (error) => (error ? reject(error) : resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, total))),
+    });
+  });
 }

@@ -1,6 +1,7 @@
 // The admin listener: probes, Prometheus metrics, state, explain, dashboard. Never on the
 // request path, so it stays answerable when the API listener is saturated.
 import { Hono } from 'hono';
+import type { HttpBindings } from '@hono/node-server';
 import { errorResponse } from '../../shared/openai/errors.ts';
 import type { Metrics } from './metrics.ts';
 import type { Explanation } from './explain.ts';
@@ -47,8 +48,8 @@ export interface AdminDeps {
   log(level: 'error', message: string): void;
 }
 
-export function createAdminApp(deps: AdminDeps): Hono {
-  const app = new Hono();
+export function createAdminApp(deps: AdminDeps): Hono<{ Bindings: HttpBindings }> {
+  const app = new Hono<{ Bindings: HttpBindings }>();
   app.get('/healthz', (c) => c.text('ok'));
   app.get('/readyz', (c) => {
     const readiness = deps.readiness();
@@ -93,7 +94,7 @@ export function createAdminApp(deps: AdminDeps): Hono {
     const kind = (c.req.query('api') ?? 'chat') as RequestKind;
     if (!KINDS.includes(kind)) return errorResponse(400, `'api' must be one of ${KINDS.join(', ')}`, { param: 'api' });
     try {
-      const body = await readBoundedBody(c.req.raw, deps.maxBodyBytes);
+      const body = await readBoundedBody({ headers: c.req.raw.headers, incoming: c.env.incoming }, deps.maxBodyBytes);
       return c.json(
         deps.explainBody({
           kind,

@@ -1,13 +1,13 @@
-// The OpenAI-compatible listener. Thin: each route hands the raw Request to the request path.
-import { Hono } from 'hono';
-import { getConnInfo } from '@hono/node-server/conninfo';
-import type { HttpBindings } from '@hono/node-server';
-import { errorResponse } from '../../shared/openai/errors.ts';
+// The OpenAI-compatible listener, on node:http directly: a route table from method and path to a
+// handler, each handing the node request and response to the request path, which reads the body
+// from the socket stream and writes its answer straight to the socket (no web Request/Response).
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { randomUUID } from 'node:crypto';
 import { describeUnexpected } from '../../shared/describe-error.ts';
 import type { RequestPath } from './inference.ts';
 import { handlePassthrough, PASSTHROUGH_PATHS } from './passthrough.ts';
+import { errorAnswer, jsonAnswer, writeAnswer, type Answer } from './answers.ts';
 import { requestIdFor } from '../forward/headers.ts';
-import { randomUUID } from 'node:crypto';
 import { API_PATHS, type RequestKind } from '../types.ts';
 
 export interface ApiDeps {
@@ -19,47 +19,60 @@ export interface ApiDeps {
   log(level: 'error', message: string): void;
 }
 
-export function createApiApp(deps: ApiDeps): Hono<{ Bindings: Partial<HttpBindings> }> {
-  // Served on node:http, `incoming` is the request's socket stream: bodies are read from it directly.
-  const app = new Hono<{ Bindings: Partial<HttpBindings> }>();
-  const remoteIp = (c: Parameters<typeof getConnInfo>[0]) => {
-    try {
-      return getConnInfo(c).remote.address;
-    } catch {
-      return undefined;
-    }
-  };
-  // Every answer carries a request id: the request path sets the one it sent upstream; the rest
-  // (model list, unknown routes, draining) get the client's or a fresh one here.
-  app.use('*', async (c, next) => {
-    await next();
-    if (!c.res.headers.has('x-request-id'))
-      c.res.headers.set('x-request-id', requestIdFor(c.req.header('x-request-id') ?? null, randomUUID));
-  });
-  app.use('*', async (c, next) => {
-    if (!deps.accepting())
-      return errorResponse(503, 'this agent is shutting down', {
-        code: 'draining',
-        headers: { 'retry-after': '1', connection: 'close' },
-      });
-    await next();
-  });
-  for (const [kind, path] of Object.entries(API_PATHS) as [RequestKind, string][]) {
-    app.post(`/v1/${path}`, (c) => deps.requestPath.handle(kind, c.req.raw, remoteIp(c), c.env?.incoming));
-  }
+type Route = (req: IncomingMessage, res: ServerResponse) => Promise<void> | void;
+
+export type ApiHandler = (req: IncomingMessage, res: ServerResponse) => void;
+
+export function createApiHandler(deps: ApiDeps): ApiHandler {
+  const { requestPath } = deps;
+  const routes = new Map<string, Route>();
+  for (const [kind, path] of Object.entries(API_PATHS) as [RequestKind, string][])
+    routes.set(`POST /v1/${path}`, (req, res) => requestPath.handle(kind, req, res));
   for (const path of PASSTHROUGH_PATHS) {
     const api = path.replace(/^\/v\d\//, '/').slice(1); // the metric's api label: rerank, audio/speech, …
-    app.post(path, (c) => handlePassthrough(deps.requestPath, api, c.req.raw, remoteIp(c), c.env?.incoming));
+    routes.set(`POST ${path}`, (req, res) => handlePassthrough(requestPath, api, req, res));
   }
-  app.get('/v1/models', (c) => {
+  const models: Route = (req, res) => {
     const created = Math.floor(Date.now() / 1000);
     const data = deps.models().map((id) => ({ id, object: 'model', created, owned_by: 'kinference' }));
-    return c.json({ object: 'list', data }, 200, { 'x-kinference-route': 'local/agent' });
-  });
-  app.notFound((c) => errorResponse(404, `no route ${c.req.method} ${c.req.path}`, { code: 'unknown_route' }));
-  app.onError((error) => {
+    own(req, res, jsonAnswer(200, { object: 'list', data }, { 'x-kinference-route': 'local/agent' }));
+  };
+  routes.set('GET /v1/models', models);
+  routes.set('HEAD /v1/models', models);
+
+  // Answers of the listener's own (model list, unknown routes, draining) carry the client's
+  // request id or a fresh one; the request path sets the one it sent upstream on its answers.
+  const own = (req: IncomingMessage, res: ServerResponse, answer: Answer) => {
+    const clientId = req.headers['x-request-id'];
+    answer.headers['x-request-id'] = requestIdFor(typeof clientId === 'string' ? clientId : null, randomUUID);
+    void writeAnswer(res, answer);
+  };
+  const failed = (req: IncomingMessage, res: ServerResponse, error: unknown) => {
     deps.log('error', `unhandled error in the API listener: ${describeUnexpected(error)}`);
-    return errorResponse(500, 'internal error in the agent', { type: 'server_error' });
-  });
-  return app;
+    if (res.headersSent) res.destroy();
+    else own(req, res, errorAnswer(500, 'internal error in the agent', { type: 'server_error' }));
+  };
+
+  return (req, res) => {
+    if (!deps.accepting())
+      return own(
+        req,
+        res,
+        errorAnswer(503, 'this agent is shutting down', {
+          code: 'draining',
+          headers: { 'retry-after': '1', connection: 'close' },
+        }),
+      );
+    const url = req.url ?? '/';
+    const query = url.indexOf('?');
+    const path = query < 0 ? url : url.slice(0, query);
+    const route = routes.get(`${req.method} ${path}`);
+    if (!route) return own(req, res, errorAnswer(404, `no route ${req.method} ${path}`, { code: 'unknown_route' }));
+    try {
+      const running = route(req, res);
+      if (running) running.catch((error: unknown) => failed(req, res, error));
+    } catch (error) {
+      failed(req, res, error);
+    }
+  };
 }

@@ -2,6 +2,7 @@
 // classification, built from settings and kept current from discovery (policies, namespaces,
 // callers, platform detectors). Decisions stay in identify.ts, policy/ and classify/.
 import type { Caller } from '../cluster/types.ts';
+import type { HeaderReader } from '../forward/headers.ts';
 import { classifyRequest, UNSCANNED_TAG, type Classification } from '../classify/classify.ts';
 import { compileDetectors, type CustomDetector, type DetectorSpec } from '../classify/custom.ts';
 import type { AgentSettings } from '../config/load.ts';
@@ -79,7 +80,7 @@ export class Callers {
   }
 
   /** The API listener's caller, counted when unidentified. */
-  identify(req: Request, remoteIp: string | undefined): Identity {
+  identify(req: { headers: HeaderReader }, remoteIp: string | undefined): Identity {
     const who = this.identityOf(req.headers.get(this.#deps.settings.tenantHeader), remoteIp);
     if (who.unidentified) this.#deps.metrics.unidentified.inc({ reason: who.unidentified.code });
     return who;

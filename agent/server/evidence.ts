@@ -69,20 +69,3 @@ export function usageOf(body: Uint8Array): { promptTokens?: number; completionTo
 export function logLine(record: RequestRecord): string {
   return JSON.stringify({ msg: 'request', ...record });
 }
-
-/**
- * Calls `done` once when a response body has been fully sent (true) or abandoned or broken
- * (false), passing the bytes through untouched. Used only for sampled requests, so unsampled
- * ones pay nothing.
- */
-export function onBodyEnd(response: Response, done: (ok: boolean) => void): Response {
-  if (!response.body) {
-    done(true);
-    return response;
-  }
-  // A transformer's `cancel` (client gone, or upstream broken) is in the Streams standard and in
-  // Node since 21, not yet in TypeScript's DOM types: hence the plain object.
-  const transformer = { flush: () => done(true), cancel: () => done(false) };
-  const watch = new TransformStream<Uint8Array, Uint8Array>(transformer);
-  return new Response(response.body.pipeThrough(watch), { status: response.status, headers: response.headers });
-}

@@ -3,8 +3,7 @@
 // to providers, wait for a pod, or reject. Every answer says where it went. The pieces live
 // beside it: path-deps (what it needs), serve (the per-request record), pod-attempt (one pod
 // try and its measurement), waiting-line (the ordered wait), route-request, answers.
-import { errorResponse } from '../../shared/openai/errors.ts';
-import type { Readable } from 'node:stream';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import { decide, type Decision } from '../route/router.ts';
 import type { RequestKind, RouteRequest } from '../types.ts';
@@ -19,7 +18,8 @@ import { RequestRecorder } from './serve.ts';
 import { attemptPod } from './pod-attempt.ts';
 import { waitInLine } from './waiting-line.ts';
 import { buildRouteRequest } from './route-request.ts';
-import { podsFailed, retryAfterSeconds } from './answers.ts';
+import { answerOfResponse, errorAnswer, podsFailed, retryAfterSeconds, type Answer } from './answers.ts';
+import { ClientRequest } from './client-request.ts';
 import { requestPathLimits } from './path-deps.ts';
 import { createPodDispatcher, podAuthFrom } from '../forward/pod.ts';
 import type { AgentSettings } from '../config/load.ts';
@@ -102,33 +102,33 @@ export class RequestPath {
     });
   }
 
-  /** Runs `serve` for one request with its id, metrics and (sampled) log line; both the
-   *  inference routes and the passthrough routes go through here. */
-  serve(api: string, req: Request, serve: (ctx: RequestContext) => Promise<Response>): Promise<Response> {
-    return this.#recorder.serve(api, req, serve);
+  /** Runs `serve` for one request with its id, metrics and (sampled) log line, and writes its
+   *  answer to `res`; both the inference routes and the passthrough routes go through here. */
+  serve(
+    api: string,
+    req: ClientRequest,
+    res: ServerResponse,
+    serve: (ctx: RequestContext) => Promise<Answer>,
+  ): Promise<void> {
+    return this.#recorder.serve(api, req, res, serve);
   }
 
-  /** `incoming`: the request's node stream when served on node:http, read instead of `req.body`. */
-  handle(kind: RequestKind, req: Request, remoteIp: string | undefined, incoming?: Readable): Promise<Response> {
-    return this.serve(kind, req, (ctx) => this.#handle(kind, req, remoteIp, ctx, incoming));
+  /** Serves one inference request of `kind` from node:http, its answer written straight to `res`. */
+  handle(kind: RequestKind, incoming: IncomingMessage, res: ServerResponse): Promise<void> {
+    const req = new ClientRequest(incoming, res);
+    return this.serve(kind, req, res, (ctx) => this.#handle(kind, req, ctx));
   }
 
-  async #handle(
-    kind: RequestKind,
-    req: Request,
-    remoteIp: string | undefined,
-    ctx: RequestContext,
-    incoming: Readable | undefined,
-  ): Promise<Response> {
+  async #handle(kind: RequestKind, req: ClientRequest, ctx: RequestContext): Promise<Answer> {
     const deps = this.deps;
     const record = ctx.record;
     // Pods get the client's bytes as they came: no re-serialisation on the hot path.
-    const body = await readBoundedBody(req, deps.limits.maxBodyBytes, incoming);
+    const body = await readBoundedBody(req, deps.limits.maxBodyBytes);
     const parsed = parseInferenceRequest(kind, body, deps.limits.maxJsonDepth);
     if (!deps.isKnownModel(parsed.model)) {
       throw new RequestError(404, `The model \`${parsed.model}\` does not exist.`, 'model', 'model_not_found');
     }
-    const identity = deps.identify(req, remoteIp);
+    const identity = deps.identify(req, req.remoteIp);
     const tags = deps.classify(req.headers.get('x-kinference-tags'), parsed.body);
     const request = this.routeRequest(parsed, identity, tags);
     const policy = deps.policyFor(identity, parsed.model);
@@ -202,7 +202,8 @@ export class RequestPath {
           // reads a Bedrock stream's first event first), the whole JSON otherwise.
           const ttftMs = deps.now() - sent;
           record.ttftMs = Math.round(ttftMs * 10) / 10;
-          const provider = result.response.headers.get('x-kinference-route')?.slice('overflow/'.length) ?? 'unknown';
+          const answer = answerOfResponse(result.response);
+          const provider = answer.headers['x-kinference-route']?.slice('overflow/'.length) ?? 'unknown';
           deps.metrics.overflows.inc({ provider, reason });
           deps.metrics.upstreamTtft.observe({ route: 'overflow', stream: String(parsed.stream) }, ttftMs / 1000);
           // The provider's answer is in hand at its first byte when streamed: close enough to its TTFT.
@@ -212,9 +213,9 @@ export class RequestPath {
               leavable: 'true',
               within_slo: String(deps.now() - started <= policy.sloTtftMs),
             });
-          return result.response;
+          return answer;
         }
-        return errorResponse(result.status, `no pod can answer in time and ${result.message}`, {
+        return errorAnswer(result.status, `no pod can answer in time and ${result.message}`, {
           code: result.status === 503 ? 'providers_unavailable' : 'providers_failed',
           headers: { 'retry-after': retryAfterSeconds(policy) },
         });
@@ -232,7 +233,7 @@ export class RequestPath {
             woke === 'full'
               ? 'too many requests are already waiting for a pod'
               : 'too many requests are waiting for a pod and this one has a lower priority than those that arrived';
-          return errorResponse(429, message, {
+          return errorAnswer(429, message, {
             code: 'wait_queue_full',
             headers: { 'retry-after': retryAfterSeconds(policy) },
           });
@@ -249,7 +250,7 @@ export class RequestPath {
           tenant: this.#tenantLabel.value(request.tenant),
           reason: leave.budget.reason,
         });
-        return errorResponse(429, `${decision.message}; ${leave.budget.message}`, {
+        return errorAnswer(429, `${decision.message}; ${leave.budget.message}`, {
           code: 'overflow_budget_exhausted',
           headers: {
             'retry-after': String(Math.max(1, Math.ceil(leave.budget.retryAfterMs / 1000))),
@@ -262,7 +263,7 @@ export class RequestPath {
         decision.retryAfterMs !== undefined
           ? String(Math.max(1, Math.ceil(decision.retryAfterMs / 1000)))
           : retryAfterSeconds(policy);
-      return errorResponse(decision.status, decision.message, {
+      return errorAnswer(decision.status, decision.message, {
         code:
           decision.retryAfterMs !== undefined
             ? 'providers_unavailable'

@@ -2,14 +2,15 @@
 // the client's bytes, multipart included, go to the least-loaded pod serving the model, with the
 // agent's own pod credentials and the request's id and trace context. They never leave the
 // cluster: providers are not asked, so no policy decides anything here beyond who is calling.
-import type { Readable } from 'node:stream';
-import { errorResponse } from '../../shared/openai/errors.ts';
-import { relayStream, readRest } from '../forward/relay.ts';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { readRest } from '../forward/relay.ts';
 import { sendToPod } from '../forward/pod.ts';
 import { candidateName } from '../route/router.ts';
 import { leastLoaded } from '../route/least-loaded.ts';
 import { readBoundedBody, RequestError } from './request.ts';
-import { podsFailed, type RequestContext, type RequestPath } from './inference.ts';
+import type { RequestContext, RequestPath } from './inference.ts';
+import { errorAnswer, podsFailed, type Answer } from './answers.ts';
+import { ClientRequest } from './client-request.ts';
 
 /** Paths passed through as they are, as vLLM (and SGLang) serve them. */
 export const PASSTHROUGH_PATHS = [
@@ -57,32 +58,26 @@ export async function modelOf(contentType: string, body: Uint8Array): Promise<st
 export function handlePassthrough(
   path: RequestPath,
   api: string,
-  req: Request,
-  remoteIp: string | undefined,
-  incoming?: Readable,
-): Promise<Response> {
-  return path.serve(api, req, (ctx) => passthrough(path, req, remoteIp, ctx, incoming));
+  incoming: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
+  const req = new ClientRequest(incoming, res);
+  return path.serve(api, req, res, (ctx) => passthrough(path, req, ctx));
 }
 
-async function passthrough(
-  path: RequestPath,
-  req: Request,
-  remoteIp: string | undefined,
-  ctx: RequestContext,
-  incoming: Readable | undefined,
-): Promise<Response> {
+async function passthrough(path: RequestPath, req: ClientRequest, ctx: RequestContext): Promise<Answer> {
   const deps = path.deps;
   const contentType = req.headers.get('content-type') ?? 'application/json';
-  const body = await readBoundedBody(req, deps.limits.maxBodyBytes, incoming);
+  const body = await readBoundedBody(req, deps.limits.maxBodyBytes);
   const model = await modelOf(contentType, body);
   if (!deps.isKnownModel(model))
     throw new RequestError(404, `The model \`${model}\` does not exist.`, 'model', 'model_not_found');
-  const identity = deps.identify(req, remoteIp);
+  const identity = deps.identify(req, req.remoteIp);
   Object.assign(ctx.record, { model, tenant: identity.tenant, namespace: identity.namespace });
   // A request with no usable pod waits for one as long as its policy lets a request that may not
   // leave wait: these never leave. (A pod is briefly unusable between two late scrapes.)
   const waitMaxMs = deps.policyFor(identity, model).waitMaxMs;
-  const upstreamPath = new URL(req.url).pathname;
+  const upstreamPath = req.path;
   const tried = new Set<string>();
   for (let attempt = 0; ; attempt++) {
     let candidate = leastLoaded(
@@ -102,7 +97,7 @@ async function passthrough(
     }
     if (!candidate) {
       if (attempt > 0) return podsFailed(attempt, ctx.lastPodError);
-      return errorResponse(
+      return errorAnswer(
         503,
         `no pod serving model ${model} became available for ${upstreamPath} within ${waitMaxMs}ms (these requests never leave the cluster)`,
         { code: 'no_capacity', headers: { 'retry-after': '1' } },
@@ -133,31 +128,34 @@ async function passthrough(
       }
       if (req.signal.aborted) throw new Error('client gone');
       if (sent.retryable) return podsFailed(attempt + 1, sent.error);
-      return new Response((sent.body ?? null) as BodyInit | null, {
+      return {
         status: sent.status ?? 502,
         headers: { 'content-type': sent.contentType ?? 'application/json', ...routeHeaders },
-      });
+        body: sent.body,
+      };
     }
     ctx.record.ttftMs = Math.round(sent.firstByteMs * 10) / 10;
     if (sent.contentType.includes('event-stream')) {
       ctx.record.stream = true;
-      const stream = relayStream(sent.first, sent.rest, sent.abort, true, { onEnd: ({ ok }) => ticket.end(ok) });
-      return new Response(stream, {
+      return {
         status: sent.status,
         headers: { 'content-type': sent.contentType, 'cache-control': 'no-cache', ...routeHeaders },
-      });
+        stream: {
+          first: sent.first,
+          source: sent.rest,
+          eventStream: true,
+          onEnd: ({ ok }) => ticket.end(ok),
+        },
+      };
     }
     try {
       const bytes = await readRest(sent.first, sent.rest, 64 * 1024 * 1024);
       ticket.end(true);
-      return new Response(bytes as BodyInit, {
-        status: sent.status,
-        headers: { 'content-type': sent.contentType, ...routeHeaders },
-      });
+      return { status: sent.status, headers: { 'content-type': sent.contentType, ...routeHeaders }, body: bytes };
     } catch (error) {
       ticket.end(false);
       if (req.signal.aborted) throw error;
-      return errorResponse(502, `the model server failed while answering: ${(error as Error).message}`, {
+      return errorAnswer(502, `the model server failed while answering: ${(error as Error).message}`, {
         code: 'upstream_failed',
         headers: routeHeaders,
       });

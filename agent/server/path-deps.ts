@@ -1,6 +1,7 @@
 // What the request path needs from the rest of the agent, and what it carries per request.
 import type { Agent as Dispatcher } from 'undici';
 import type { PodTimeouts } from '../forward/pod.ts';
+import type { HeaderReader } from '../forward/headers.ts';
 import type { LeaveVerdict } from '../route/router.ts';
 import type { Candidate } from '../route/candidate.ts';
 import type { EffectivePolicy, RequestKind, RouteRequest } from '../types.ts';
@@ -49,7 +50,7 @@ export interface RequestPathDeps {
   requestLog: { sample: number; write(line: string): void };
   /** Headers that authenticate the agent to this pod (its configured API key), if any. */
   podAuth(pod: Candidate['pod']): Record<string, string>;
-  identify(req: Request, remoteIp: string | undefined): Identity;
+  identify(req: { headers: HeaderReader }, remoteIp: string | undefined): Identity;
   classify(headerTags: string | null, body: Record<string, unknown>): string[];
   isKnownModel(model: string): boolean;
   policyFor(identity: Identity, model: string): EffectivePolicy;

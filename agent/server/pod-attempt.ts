@@ -1,7 +1,7 @@
 // One attempt at one pod: send the client's bytes, relay or read the answer, and measure it
 // (TTFT, prediction error, SLO and calibration counters, prefix tokens).
-import { errorResponse, responsesErrorEvent } from '../../shared/openai/errors.ts';
-import { relayStream, readRest } from '../forward/relay.ts';
+import { responsesErrorEvent } from '../../shared/openai/errors.ts';
+import { readRest } from '../forward/relay.ts';
 import { sendToPod } from '../forward/pod.ts';
 import { candidateName } from '../route/router.ts';
 import type { Candidate } from '../route/candidate.ts';
@@ -10,6 +10,7 @@ import { API_PATHS, type RouteRequest } from '../types.ts';
 import type { ParsedRequest } from './request.ts';
 import { usageOf } from './evidence.ts';
 import type { RequestContext, RequestPathDeps } from './path-deps.ts';
+import { errorAnswer, type Answer } from './answers.ts';
 
 /** One attempt at one pod. Undefined: it failed before the first byte and another may be tried. */
 export async function attemptPod(
@@ -22,7 +23,7 @@ export async function attemptPod(
   slo: { leavable: boolean; started: number; sloTtftMs: number },
   signal: AbortSignal,
   ctx: RequestContext,
-): Promise<Response | undefined> {
+): Promise<Answer | undefined> {
   const route = candidateName(candidate);
   const predictedMs = admitted.predictedMs;
   const ticket = deps.pool.begin(candidate, request.promptTokens, request.kind, parsed.stream, request.promptBlocks);
@@ -51,10 +52,11 @@ export async function attemptPod(
       return undefined;
     }
     // The pod refused the request itself (e.g. prompt longer than its context): pass it on.
-    return new Response((attempt.body ?? null) as BodyInit | null, {
+    return {
       status: attempt.status ?? 502,
       headers: { 'content-type': attempt.contentType ?? 'application/json', ...headers },
-    });
+      body: attempt.body,
+    };
   }
   const routeLabel = candidate.where;
   const streamLabel = String(parsed.stream);
@@ -90,21 +92,18 @@ export async function attemptPod(
       deps.metrics.podTtft.observe({ pod: candidate.pod.name, source: 'measured' }, attempt.firstByteMs / 1000);
       deps.metrics.podTtft.observe({ pod: candidate.pod.name, source: 'predicted' }, predictedMs / 1000);
     }
-    const stream = relayStream(
-      attempt.first,
-      attempt.rest,
-      attempt.abort,
-      attempt.contentType.includes('event-stream'),
-      {
-        onEnd: ({ ok }) => ticket.end(ok),
-        brokenStreamEnd:
-          parsed.kind === 'responses' ? (message) => responsesErrorEvent(message, 'upstream_stream_error') : undefined,
-      },
-    );
-    return new Response(stream, {
+    return {
       status: attempt.status,
       headers: { 'content-type': attempt.contentType, 'cache-control': 'no-cache', ...headers },
-    });
+      stream: {
+        first: attempt.first,
+        source: attempt.rest,
+        eventStream: attempt.contentType.includes('event-stream'),
+        brokenEnd:
+          parsed.kind === 'responses' ? (message) => responsesErrorEvent(message, 'upstream_stream_error') : undefined,
+        onEnd: ({ ok }) => ticket.end(ok),
+      },
+    };
   }
   try {
     const bytes = await readRest(attempt.first, attempt.rest, deps.limits.maxUpstreamBodyBytes);
@@ -113,17 +112,14 @@ export async function attemptPod(
     measured(answerMs);
     ticket.end(true);
     if (deps.requestLog.sample > 0) Object.assign(ctx.record, usageOf(bytes)); // only read when lines may be written
-    return new Response(bytes as BodyInit, {
-      status: attempt.status,
-      headers: { 'content-type': attempt.contentType, ...headers },
-    });
+    return { status: attempt.status, headers: { 'content-type': attempt.contentType, ...headers }, body: bytes };
   } catch (error) {
     ticket.end(false);
     // Drop the rest of the answer: an unread body would hold its socket (and the dispatcher's
     // close) forever.
     attempt.abort();
     if (signal.aborted) throw error;
-    return errorResponse(502, `the model server failed while answering: ${(error as Error).message}`, {
+    return errorAnswer(502, `the model server failed while answering: ${(error as Error).message}`, {
       code: 'upstream_failed',
       headers,
     });

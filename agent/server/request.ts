@@ -1,6 +1,7 @@
 // Ingress: read a bounded body, parse it, and check the fields routing depends on. Everything
 // else passes through to the model server untouched (it knows its own sampling parameters).
 import type { Readable } from 'node:stream';
+import type { HeaderReader } from '../forward/headers.ts';
 import type { RequestKind } from '../types.ts';
 
 export class RequestError extends Error {
@@ -16,28 +17,16 @@ export class RequestError extends Error {
 }
 
 /**
- * The body as bytes, refusing (413) past `limit` without reading the rest into memory. Served on
- * node:http, `incoming` (the request's socket stream) is read directly: no web-stream hop per chunk.
+ * The body as bytes, read once from the request's socket stream (node:http's `IncomingMessage`),
+ * refusing (413) past `limit` without keeping the rest in memory.
  */
-export async function readBoundedBody(req: Request, limit: number, incoming?: Readable): Promise<Uint8Array> {
+export async function readBoundedBody(
+  req: { headers: HeaderReader; incoming: Readable },
+  limit: number,
+): Promise<Uint8Array> {
   const declared = Number(req.headers.get('content-length') ?? NaN);
   if (declared > limit) throw tooLarge(`request body is ${declared} bytes; the limit is ${limit}`);
-  if (incoming) return readIncoming(incoming, limit);
-  if (!req.body) return new Uint8Array();
-  const reader = req.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    total += value.byteLength;
-    if (total > limit) {
-      await reader.cancel().catch(() => {});
-      throw tooLarge(`request body exceeds the limit of ${limit} bytes`);
-    }
-    chunks.push(value);
-  }
-  return Buffer.concat(chunks);
+  return readIncoming(req.incoming, limit);
 }
 
 const tooLarge = (message: string) => new RequestError(413, message, null, 'body_too_large');
@@ -60,7 +49,7 @@ function readIncoming(incoming: Readable, limit: number): Promise<Uint8Array> {
     };
     const onEnd = () => {
       done();
-      resolve(Buffer.concat(chunks, total));
+      resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, total));
     };
     const onClose = () => {
       done();

@@ -1,15 +1,19 @@
 // The per-request wrapper both the inference and the passthrough routes go through: the request's
-// id, its in-flight and outcome metrics, its drain-deadline end for streams, its sampled log line.
-import { errorResponse } from '../../shared/openai/errors.ts';
+// id, its in-flight and outcome metrics, its drain-deadline end for streams, its sampled log line;
+// then the answer is written straight to the socket.
+import type { ServerResponse } from 'node:http';
 import { describeUnexpected } from '../../shared/describe-error.ts';
-import { endOnSignal } from '../forward/relay.ts';
 import { propagatedHeaders, requestIdFor } from '../forward/headers.ts';
 import { BoundedLabel } from './metrics.ts';
 import { RequestError } from './request.ts';
-import { logLine, onBodyEnd } from './evidence.ts';
+import { logLine } from './evidence.ts';
+import { errorAnswer, writeAnswer, type Answer } from './answers.ts';
+import type { ClientRequest } from './client-request.ts';
 import type { RequestContext, RequestPathDeps } from './path-deps.ts';
 
 type RecorderDeps = Pick<RequestPathDeps, 'metrics' | 'now' | 'rand' | 'log' | 'newRequestId' | 'requestLog'>;
+
+const DRAIN_END = 'the agent is shutting down and its drain deadline passed; the answer is incomplete';
 
 export class RequestRecorder {
   readonly #deps: RecorderDeps;
@@ -29,8 +33,13 @@ export class RequestRecorder {
     this.#drainDeadline.abort();
   }
 
-  /** Runs `serve` for one request with its id, metrics and (sampled) log line. */
-  async serve(api: string, req: Request, serve: (ctx: RequestContext) => Promise<Response>): Promise<Response> {
+  /** Runs `serve` for one request with its id, metrics and (sampled) log line, and writes its answer to `res`. */
+  async serve(
+    api: string,
+    req: ClientRequest,
+    res: ServerResponse,
+    serve: (ctx: RequestContext) => Promise<Answer>,
+  ): Promise<void> {
     const { metrics } = this.#deps;
     const started = this.#deps.now();
     const requestId = requestIdFor(req.headers.get('x-request-id'), this.#deps.newRequestId);
@@ -51,27 +60,27 @@ export class RequestRecorder {
       },
     };
     metrics.inFlight.inc();
-    let response: Response;
+    let answer: Answer;
     try {
-      response = await serve(ctx);
+      answer = await serve(ctx);
     } catch (error) {
       if (error instanceof RequestError) {
-        response = errorResponse(error.status, error.message, { param: error.param, code: error.code });
+        answer = errorAnswer(error.status, error.message, { param: error.param, code: error.code });
       } else if (req.signal.aborted) {
-        response = errorResponse(499, 'client closed the request', { code: 'client_closed' });
+        answer = errorAnswer(499, 'client closed the request', { code: 'client_closed' });
       } else {
         this.#deps.log('error', `unexpected error on the request path: ${describeUnexpected(error)}`);
-        response = errorResponse(500, 'internal error in the agent', { type: 'server_error' });
+        answer = errorAnswer(500, 'internal error in the agent', { type: 'server_error' });
       }
     } finally {
       metrics.inFlight.dec();
     }
     const r = ctx.record;
-    r.route = response.headers.get('x-kinference-route') ?? 'rejected';
-    r.status = response.status;
+    r.route = answer.headers['x-kinference-route'] ?? 'rejected';
+    r.status = answer.status;
     // A client that left before its answer is its own outcome, not the status we could not send.
-    r.outcome =
-      req.signal.aborted || response.status === 499 ? 'cancelled' : response.ok ? 'ok' : String(response.status);
+    const ok = answer.status >= 200 && answer.status < 300;
+    r.outcome = req.signal.aborted || answer.status === 499 ? 'cancelled' : ok ? 'ok' : String(answer.status);
     metrics.requests.inc({
       api,
       route: r.route.split('/')[0],
@@ -79,23 +88,12 @@ export class RequestRecorder {
       model: r.model === undefined ? 'none' : this.#modelLabel.value(r.model),
       policy: r.policy === undefined ? 'none' : this.#policyLabel.value(r.policy),
     });
-    response.headers.set('x-request-id', requestId);
-    // Content type first: reading `.body` of a whole (bytes) answer would turn @hono/node-server's
-    // light Response into a web one, whose body is then copied and read back through a web stream.
-    if (response.headers.get('content-type')?.includes('event-stream') && response.body) {
-      const body = endOnSignal(
-        response.body,
-        this.#drainDeadline.signal,
-        'the agent is shutting down and its drain deadline passed; the answer is incomplete',
-      );
-      response = new Response(body, { status: response.status, headers: response.headers });
-    }
+    answer.headers['x-request-id'] = requestId;
+    const sent = await writeAnswer(res, answer, { signal: this.#drainDeadline.signal, message: DRAIN_END });
     const { requestLog } = this.#deps;
-    if (requestLog.sample <= 0 || this.#deps.rand() >= requestLog.sample) return response;
-    return onBodyEnd(response, (ok) => {
-      if (!ok && r.outcome === 'ok') r.outcome = 'broken';
-      r.durationMs = Math.round(this.#deps.now() - started);
-      requestLog.write(logLine(r));
-    });
+    if (requestLog.sample <= 0 || this.#deps.rand() >= requestLog.sample) return;
+    if (!sent.ok && r.outcome === 'ok') r.outcome = 'broken';
+    r.durationMs = Math.round(this.#deps.now() - started);
+    requestLog.write(logLine(r));
   }
 }
