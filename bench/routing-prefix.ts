@@ -6,13 +6,8 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fitOracleModel, runScenario, type RunResult, type Scenario } from './routing/harness.ts';
 import { BENCH_STRATEGIES, kinferencePrefixBlind } from './routing/strategies.ts';
-import {
-  calibrateWorkload,
-  gieWithPrefix,
-  multiTurnChat,
-  noSharing,
-  sharedSystemPrompt,
-} from './routing/prefix-workloads.ts';
+import { calibrateWorkload, multiTurnChat, noSharing, sharedSystemPrompt } from './routing/prefix-workloads.ts';
+import { gieProfile } from './routing/gie.ts';
 import type { Arrival } from './routing/workload.ts';
 
 const MINUTE = 60_000;
@@ -28,11 +23,13 @@ const WORKLOADS: { name: string; generate: Generator; sloMs: number; seed: numbe
   { name: 'shared system prompt', generate: sharedSystemPrompt, sloMs: 1000, seed: 22 },
   { name: 'no sharing (control)', generate: noSharing, sloMs: 1000, seed: 21 },
 ];
+// STRATEGIES=kinference,GIE runs only the strategies whose names start with one of these.
+const picked = process.env.STRATEGIES?.split(',');
 const strategies = [
   ...BENCH_STRATEGIES.filter(([name]) => name !== 'peak-EWMA P2C'),
   ['kinference, prefix-blind', kinferencePrefixBlind] as const,
-  ['GIE queue+KV+prefix', gieWithPrefix] as const,
-];
+  ['GIE queue+KV+prefix', gieProfile(true)] as const,
+].filter(([name]) => !picked || picked.some((p) => name.startsWith(p)));
 
 const only = process.argv[2];
 const results: Record<string, Record<string, RunResult>> = {};
@@ -111,7 +108,7 @@ for (const w of WORKLOADS) {
 }
 console.log(lines.join('\n'));
 console.log(`\ntotal ${((performance.now() - started) / 1000).toFixed(1)} s`);
-if (!only) {
+if (!only && !picked) {
   mkdirSync('bench/results', { recursive: true });
   writeFileSync(
     `bench/results/routing-prefix-${LOAD}${process.env.SPEEDS ? `-speeds-${SPEEDS.join('_')}` : ''}.json`,

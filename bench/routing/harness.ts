@@ -359,6 +359,7 @@ export function runScenario(
     oracleModel,
   });
 
+  const scrapeIntervalMs = strategy.scrapeIntervalMs ?? SCRAPE_INTERVAL_MS;
   const ttfts: number[] = [];
   let apeSum = 0;
   let apeCount = 0;
@@ -378,7 +379,7 @@ export function runScenario(
         p.lastLoad = load;
         strategy.scraped?.(p, load);
       }
-      nextScrape += SCRAPE_INTERVAL_MS;
+      nextScrape += scrapeIntervalMs;
     }
     advance(a.at);
     if (a.direct !== undefined) {
