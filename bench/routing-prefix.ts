@@ -4,7 +4,14 @@
 // prefix-cache scorer. Reports TTFT,
 // SLO attainment and the cache hit rate the pods achieved. Writes bench/results/routing-prefix.json.
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { fitOracleModel, runScenario, type RunResult, type Scenario } from './routing/harness.ts';
+import {
+  DEFAULT_SHAPE,
+  fitOracleModel,
+  POOL_SHAPES,
+  runScenario,
+  type RunResult,
+  type Scenario,
+} from './routing/harness.ts';
 import { BENCH_STRATEGIES, kinferencePrefixBlind } from './routing/strategies.ts';
 import { calibrateWorkload, multiTurnChat, noSharing, sharedSystemPrompt } from './routing/prefix-workloads.ts';
 import { gieProfile } from './routing/gie.ts';
@@ -13,8 +20,11 @@ import type { Arrival } from './routing/workload.ts';
 const MINUTE = 60_000;
 const SEEDS = Number(process.env.SEEDS ?? 3);
 const LOAD = Number(process.env.LOAD ?? 0.8);
+// SHAPE=<name>: one of bench:routing's pool shapes (harness.ts POOL_SHAPES), default vLLM 16 seqs.
+const SHAPE = process.env.SHAPE ? POOL_SHAPES.find((s) => s.name === process.env.SHAPE) : DEFAULT_SHAPE;
+if (!SHAPE) throw new Error(`SHAPE must be one of: ${POOL_SHAPES.map((s) => s.name).join('; ')}`);
 // Pod speeds (relative); SPEEDS=1,1,0.5,0.25 is bench:routing's heterogeneous pool.
-const SPEEDS = (process.env.SPEEDS ?? '1,1,1,1').split(',').map(Number);
+const SPEEDS = (process.env.SPEEDS ?? SHAPE.speeds?.join(',') ?? '1,1,1,1').split(',').map(Number);
 type Generator = (seed: number, ms: number, ratePerS: number) => Arrival[];
 
 // The control uses the multi-turn seed: the same arrivals, sizes and times, only nothing repeats.
@@ -36,9 +46,9 @@ const results: Record<string, Record<string, RunResult>> = {};
 const started = performance.now();
 for (const w of WORKLOADS) {
   if (only && !w.name.includes(only)) continue;
-  const capacity = calibrateWorkload(w.generate);
+  const capacity = calibrateWorkload(w.generate, 99, SHAPE);
   // The oracle's TTFT model, fitted on the short-prompt mix: it knows queues, not caches.
-  const oracle = fitOracleModel({ longShare: 0 }, capacity);
+  const oracle = fitOracleModel({ longShare: 0 }, capacity, 7, SHAPE);
   const durationMs = 5 * MINUTE;
   console.error(`${w.name}: ${capacity.toFixed(2)} req/s per pod with nothing cached; offered ${LOAD * 100}% of that`);
   results[w.name] = {};
@@ -47,6 +57,7 @@ for (const w of WORKLOADS) {
       const scenario: Scenario = {
         name: w.name,
         speeds: SPEEDS,
+        shape: SHAPE,
         phases: [{ ms: durationMs, load: LOAD }],
         mix: { longShare: 0 },
         sloMs: w.sloMs,

@@ -6,7 +6,7 @@
 // Arrivals are open-loop: a conversation's next turn comes a think time after the previous one
 // arrived (3–10 s, longer than a turn takes at these loads), so every strategy sees the same arrivals.
 import { VirtualClock } from '../../shared/sim/clock.ts';
-import { SimEngine } from '../../shared/sim/engine.ts';
+import { DEFAULT_SHAPE, engineFor, type PodShape } from './harness.ts';
 import { mulberry32, type Rand } from '../../shared/sim/random.ts';
 import type { Arrival } from './workload.ts';
 
@@ -123,9 +123,11 @@ export function noSharing(seed: number, ms: number, ratePerS: number): Arrival[]
 export function calibrateWorkload(
   generate: (seed: number, ms: number, ratePerS: number) => Arrival[],
   seed = 99,
+  shape: PodShape = DEFAULT_SHAPE,
 ): number {
   const clock = new VirtualClock();
-  const engine = new SimEngine({ maxSeqs: 16, seed, maxQueue: 100_000, prefixCaching: false }, clock);
+  // Its requests carry no token ids: nothing is cached.
+  const engine = engineFor(clock, 1, seed, shape);
   const work = generate(seed, 600_000, 10).slice(0, 600);
   for (const a of work) engine.submit({ promptTokens: a.promptTokens, maxTokens: a.maxTokens });
   return (work.length / engine.runUntilIdle()) * 1000;
