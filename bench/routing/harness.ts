@@ -278,7 +278,7 @@ export function loadOf(s: EngineSnapshot): PodLoad {
   };
 }
 
-function percentile(sorted: number[], q: number): number {
+export function percentile(sorted: number[], q: number): number {
   if (sorted.length === 0) return NaN;
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
 }

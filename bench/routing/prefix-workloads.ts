@@ -6,6 +6,8 @@
 // Arrivals are open-loop: a conversation's next turn comes a think time after the previous one
 // arrived (3–10 s, longer than a turn takes at these loads), so every strategy sees the same arrivals.
 import { VirtualClock } from '../../shared/sim/clock.ts';
+import { DEFAULT_LATENCY } from '../../shared/sim/latency.ts';
+import { chainedBlockHashes } from '../../shared/sim/prefix-cache.ts';
 import { DEFAULT_SHAPE, engineFor, type PodShape } from './harness.ts';
 import { mulberry32, type Rand } from '../../shared/sim/random.ts';
 import type { Arrival } from './workload.ts';
@@ -131,4 +133,29 @@ export function calibrateWorkload(
   const work = generate(seed, 600_000, 10).slice(0, 600);
   for (const a of work) engine.submit({ promptTokens: a.promptTokens, maxTokens: a.maxTokens });
   return (work.length / engine.runUntilIdle()) * 1000;
+}
+
+/**
+ * A lower bound on each request's TTFT that no router can beat: the request alone on the fastest
+ * pod, which holds every block any earlier request computed (prompts and answers, never evicted),
+ * so it prefills only the tokens no earlier request had (at least one, as vLLM). Arrivals in time order.
+ */
+export function ttftFloors(arrivals: readonly Arrival[], shape: PodShape, speeds: readonly number[]): number[] {
+  const l = DEFAULT_LATENCY;
+  const block = 16;
+  const chunk = shape.chunkedPrefill ? 2048 : Infinity;
+  const fastest = Math.max(...speeds);
+  const seen = new Set<number>();
+  return arrivals.map((a) => {
+    const tokens = a.tokens ?? [];
+    const hashes = chainedBlockHashes(tokens, block);
+    let cached = 0;
+    while (cached < hashes.length && cached < Math.floor((a.promptTokens - 1) / block) && seen.has(hashes[cached]))
+      cached++;
+    for (const h of chainedBlockHashes([...tokens, ...(a.outputTokens ?? [])], block)) seen.add(h);
+    const uncached = a.promptTokens - cached * block;
+    const steps = Math.ceil(uncached / chunk);
+    const ms = steps * l.stepBaseMs * shape.decodeScale + uncached * l.prefillMsPerToken * shape.prefillScale;
+    return (ms * (1 - l.jitterFrac)) / fastest;
+  });
 }
