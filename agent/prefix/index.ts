@@ -9,7 +9,8 @@
 //     the pods holding the prompt's first block (as llm-d's indexer does), not every candidate.
 // A pod's live blocks of one prompt always form a prefix: `record` writes a prompt's last block
 // first, so its earlier blocks are more recent in the LRU and carry a stamp at least as new. So
-// the longest cached prefix is found by binary search, ~log2(blocks) probes per pod.
+// one pod's longest cached prefix is found by binary search, ~log2(blocks) probes; over many
+// pods, by where the number of holders drops along the prompt (cachedTokensByPod).
 //
 // Ageing: a pod's cache keeps unreferenced blocks in the free part of its KV cache and evicts the
 // least recently used as new prompt tokens are computed. So an entry is still expected cached while
@@ -60,6 +61,8 @@ interface PodState {
   /** Blocks the pod can hold beyond its running requests; Infinity until its first scrape. */
   holdBlocks: number;
   computedTokens: number;
+  /** The last holder set cachedTokensByPod found this pod in (its marker). */
+  seen: number;
 }
 
 export class PrefixIndex {
@@ -68,6 +71,8 @@ export class PrefixIndex {
   readonly #pods = new Map<string, PodState>();
   /** Block hash → the pods holding it (usually one or two: an array is smaller than a Set). */
   readonly #holders = new Map<number, PodState[]>();
+  /** Numbers the holder sets cachedTokensByPod marks, so no marker needs clearing. */
+  #marks = 0;
 
   constructor(opts: PrefixIndexOptions = {}) {
     this.maxBlocksPerPod = positiveInt(opts.maxBlocksPerPod ?? DEFAULT_MAX_BLOCKS_PER_POD, 'maxBlocksPerPod');
@@ -93,13 +98,40 @@ export class PrefixIndex {
     return pod ? this.#livePrefix(pod, blocks) * this.blockTokens : 0;
   }
 
-  /** Expected cached tokens for every pod holding at least the prompt's first block (absent = 0). */
+  /**
+   * Expected cached tokens for every pod holding at least the prompt's first block (absent = 0).
+   * The pods holding block i include those holding block i + 1 (each pod's blocks of a chain form
+   * a prefix), so the holder count only falls along the prompt. Each stretch of equal count is
+   * found by binary search on the shared block → pods map, the pods that drop out at its end have
+   * recorded exactly that many blocks, and one probe of each pod's own entry says whether its whole
+   * record is still live (earlier blocks are never older): a hundred pods sharing a system prompt
+   * cost a hundred probes, not a binary search each.
+   */
   cachedTokensByPod(blocks: readonly number[]): Map<string, number> {
     const result = new Map<string, number>();
-    if (blocks.length === 0) return result;
-    for (const pod of this.#holders.get(blocks[0]) ?? []) {
-      const n = this.#livePrefix(pod, blocks);
-      if (n > 0) result.set(pod.id, n * this.blockTokens);
+    let current = blocks.length > 0 ? this.#holders.get(blocks[0]) : undefined;
+    if (!current) return result;
+    const count = (i: number) => this.#holders.get(blocks[i])?.length ?? 0;
+    let start = 0;
+    while (current.length > 0) {
+      let lo = start;
+      let hi = blocks.length - 1;
+      while (lo < hi) {
+        const mid = (lo + hi + 1) >>> 1;
+        if (count(mid) >= current.length) lo = mid;
+        else hi = mid - 1;
+      }
+      const end = lo + 1;
+      const next = end < blocks.length ? (this.#holders.get(blocks[end]) ?? []) : [];
+      const mark = ++this.#marks;
+      for (const pod of next) pod.seen = mark;
+      for (const pod of current) {
+        if (pod.seen === mark) continue;
+        const n = this.#alive(pod, blocks[end - 1]) ? end : this.#livePrefix(pod, blocks, end - 1);
+        if (n > 0) result.set(pod.id, n * this.blockTokens);
+      }
+      current = next;
+      start = end;
     }
     return result;
   }
@@ -141,10 +173,10 @@ export class PrefixIndex {
   }
 
   /** How many leading `blocks` `pod` still holds: binary search, relying on the prefix property. */
-  #livePrefix(pod: PodState, blocks: readonly number[]): number {
-    if (blocks.length === 0 || !this.#alive(pod, blocks[0])) return 0;
+  #livePrefix(pod: PodState, blocks: readonly number[], limit = blocks.length): number {
+    if (limit === 0 || !this.#alive(pod, blocks[0])) return 0;
     let lo = 1; // known live
-    let hi = blocks.length; // upper bound
+    let hi = limit; // upper bound
     while (lo < hi) {
       const mid = (lo + hi + 1) >>> 1;
       if (this.#alive(pod, blocks[mid - 1])) lo = mid;
@@ -175,6 +207,7 @@ export class PrefixIndex {
         written: 0,
         holdBlocks: Infinity,
         computedTokens: 0,
+        seen: 0,
       };
       pod = state;
       this.#pods.set(podId, pod);

@@ -278,7 +278,7 @@ export function loadOf(s: EngineSnapshot): PodLoad {
   };
 }
 
-function percentile(sorted: number[], q: number): number {
+export function percentile(sorted: number[], q: number): number {
   if (sorted.length === 0) return NaN;
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
 }
@@ -359,6 +359,7 @@ export function runScenario(
     oracleModel,
   });
 
+  const scrapeIntervalMs = strategy.scrapeIntervalMs ?? SCRAPE_INTERVAL_MS;
   const ttfts: number[] = [];
   let apeSum = 0;
   let apeCount = 0;
@@ -378,7 +379,7 @@ export function runScenario(
         p.lastLoad = load;
         strategy.scraped?.(p, load);
       }
-      nextScrape += SCRAPE_INTERVAL_MS;
+      nextScrape += scrapeIntervalMs;
     }
     advance(a.at);
     if (a.direct !== undefined) {

@@ -1,18 +1,16 @@
-// Workloads whose prompts repeat prefixes, for the prefix-cache comparison (bench:routing-prefix),
-// and the Gateway API Inference Extension's default profile with its prefix-cache scorer.
+// Workloads whose prompts repeat prefixes, for the prefix-cache comparison (bench:routing-prefix).
 //
 // Each prompt carries real token ids, so the simulated pods' prefix caches hit exactly when a
 // prefix really repeats: a conversation's turns resend its whole history (a seeded token stream per
 // conversation), an application's requests resend its system prompt (a seeded stream per app).
 // Arrivals are open-loop: a conversation's next turn comes a think time after the previous one
 // arrived (3–10 s, longer than a turn takes at these loads), so every strategy sees the same arrivals.
-import { promptBlocks } from '../../agent/prefix/blocks.ts';
-import { PrefixIndex } from '../../agent/prefix/index.ts';
 import { VirtualClock } from '../../shared/sim/clock.ts';
-import { SimEngine } from '../../shared/sim/engine.ts';
+import { DEFAULT_LATENCY } from '../../shared/sim/latency.ts';
+import { chainedBlockHashes } from '../../shared/sim/prefix-cache.ts';
+import { DEFAULT_SHAPE, engineFor, type PodShape } from './harness.ts';
 import { mulberry32, type Rand } from '../../shared/sim/random.ts';
-import type { BenchStrategy, StrategyFactory } from './strategies.ts';
-import { promptTextOf, type Arrival } from './workload.ts';
+import type { Arrival } from './workload.ts';
 
 const VOCAB = 128_000;
 
@@ -127,43 +125,37 @@ export function noSharing(seed: number, ms: number, ratePerS: number): Arrival[]
 export function calibrateWorkload(
   generate: (seed: number, ms: number, ratePerS: number) => Arrival[],
   seed = 99,
+  shape: PodShape = DEFAULT_SHAPE,
 ): number {
   const clock = new VirtualClock();
-  const engine = new SimEngine({ maxSeqs: 16, seed, maxQueue: 100_000, prefixCaching: false }, clock);
+  // Its requests carry no token ids: nothing is cached.
+  const engine = engineFor(clock, 1, seed, shape);
   const work = generate(seed, 600_000, 10).slice(0, 600);
   for (const a of work) engine.submit({ promptTokens: a.promptTokens, maxTokens: a.maxTokens });
   return (work.length / engine.runUntilIdle()) * 1000;
 }
 
 /**
- * The Gateway API Inference Extension's default scheduling profile with its prefix-cache scorer:
- * queue scorer (min–max normalised waiting requests), KV-cache-utilisation scorer (1 − usage) and
- * prefix-cache scorer (share of the prompt's blocks the router last sent to that pod, from its own
- * per-pod LRU of block hashes), equal weights, highest total wins, ties at random. The prefix index
- * is agent/prefix's, fed the same way GIE feeds its own: every routed prompt is recorded for its pod.
+ * A lower bound on each request's TTFT that no router can beat: the request alone on the fastest
+ * pod, which holds every block any earlier request computed (prompts and answers, never evicted),
+ * so it prefills only the tokens no earlier request had (at least one, as vLLM). Arrivals in time order.
  */
-export const gieWithPrefix: StrategyFactory = (ctx): BenchStrategy => {
-  const index = new PrefixIndex();
-  return {
-    choose: (a) => {
-      const blocks = promptBlocks(promptTextOf(a.tokens ?? []));
-      const cached = index.cachedTokensByPod(blocks);
-      const loads = ctx.pods.map((p) => p.lastLoad);
-      const queues = loads.map((l) => l?.waiting ?? 0);
-      const minQ = Math.min(...queues);
-      const maxQ = Math.max(...queues);
-      const scores = ctx.pods.map((p, i) => {
-        const queueScore = maxQ === minQ ? 1 : (maxQ - queues[i]) / (maxQ - minQ);
-        const kv = loads[i]?.kvCache;
-        const kvScore = 1 - (Number.isFinite(kv) ? (kv as number) : 0);
-        const prefixScore = blocks.length > 0 ? (cached.get(p.pod.uid) ?? 0) / (blocks.length * index.blockTokens) : 0;
-        return queueScore + kvScore + prefixScore;
-      });
-      const best = Math.max(...scores);
-      const ties = scores.flatMap((s, i) => (s === best ? [i] : []));
-      const pod = ties[Math.floor(ctx.rand() * ties.length)];
-      index.record(ctx.pods[pod].pod.uid, blocks);
-      return { pod };
-    },
-  };
-};
+export function ttftFloors(arrivals: readonly Arrival[], shape: PodShape, speeds: readonly number[]): number[] {
+  const l = DEFAULT_LATENCY;
+  const block = 16;
+  const chunk = shape.chunkedPrefill ? 2048 : Infinity;
+  const fastest = Math.max(...speeds);
+  const seen = new Set<number>();
+  return arrivals.map((a) => {
+    const tokens = a.tokens ?? [];
+    const hashes = chainedBlockHashes(tokens, block);
+    let cached = 0;
+    while (cached < hashes.length && cached < Math.floor((a.promptTokens - 1) / block) && seen.has(hashes[cached]))
+      cached++;
+    for (const h of chainedBlockHashes([...tokens, ...(a.outputTokens ?? [])], block)) seen.add(h);
+    const uncached = a.promptTokens - cached * block;
+    const steps = Math.ceil(uncached / chunk);
+    const ms = steps * l.stepBaseMs * shape.decodeScale + uncached * l.prefillMsPerToken * shape.prefillScale;
+    return (ms * (1 - l.jitterFrac)) / fastest;
+  });
+}

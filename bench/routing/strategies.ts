@@ -11,6 +11,7 @@ import type { PodTelemetry } from '../../agent/telemetry/pod-telemetry.ts';
 import type { SimEngine } from '../../shared/sim/engine.ts';
 import { DEFAULT_PREFIX_MAX_BLOCKS, promptBlocks } from '../../agent/prefix/blocks.ts';
 import { promptTextOf, type Arrival } from './workload.ts';
+import { gieProfile } from './gie.ts';
 
 export interface BenchPod {
   index: number;
@@ -38,6 +39,8 @@ export interface Choice {
 export interface BenchStrategy {
   choose(a: Arrival): Choice;
   scraped?(p: BenchPod, load: PodLoad): void;
+  /** How often this strategy reads the pods' metrics (ms); default the harness's SCRAPE_INTERVAL_MS. */
+  scrapeIntervalMs?: number;
 }
 
 export interface StrategyContext {
@@ -51,12 +54,6 @@ export interface StrategyContext {
 }
 
 export type StrategyFactory = (ctx: StrategyContext) => BenchStrategy;
-
-function randomAmongMin(values: number[], rand: () => number): number {
-  const best = Math.min(...values);
-  const ties = values.flatMap((v, i) => (v === best ? [i] : []));
-  return ties[Math.floor(rand() * ties.length)];
-}
 
 /**
  * A strategy of agent/route run by the production router, over what every realistic baseline
@@ -144,25 +141,6 @@ const peakEwma: StrategyFactory = (ctx) => {
     },
   };
 };
-
-/**
- * The Gateway API Inference Extension's default scheduling profile without prefix affinity:
- * queue scorer and KV-cache-utilisation scorer, equal weights, on scraped metrics; highest wins.
- */
-const queueKv: StrategyFactory = (ctx) => ({
-  choose: () => {
-    const loads = ctx.pods.map((p) => p.lastLoad);
-    const queues = loads.map((l) => l?.waiting ?? 0);
-    const minQ = Math.min(...queues);
-    const maxQ = Math.max(...queues);
-    const scores = loads.map((l, i) => {
-      const queueScore = maxQ === minQ ? 1 : (maxQ - queues[i]) / (maxQ - minQ);
-      const kvScore = 1 - (Number.isFinite(l?.kvCache) ? (l!.kvCache as number) : 0);
-      return -(queueScore + kvScore);
-    });
-    return { pod: randomAmongMin(scores, ctx.rand) };
-  },
-});
 
 /**
  * Kinference's router with perfect information: each pod's true queue, batch and pending prompt
@@ -293,7 +271,7 @@ export const BENCH_STRATEGIES: [string, StrategyFactory][] = [
   ['round-robin', routed(STRATEGIES['round-robin'])],
   ['least-request', routed(STRATEGIES['least-request'])],
   ['peak-EWMA P2C', peakEwma],
-  ['queue+KV', queueKv],
+  ['queue+KV', gieProfile(false)],
   ['kinference', kinferenceWith(true)],
   ['kinference, non-streamed', kinferenceWith(false)],
   ['oracle', oracle],

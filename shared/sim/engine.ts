@@ -75,6 +75,8 @@ export interface SeqOutcome {
   scheduledAt?: number;
   firstTokenAt?: number;
   finishedAt: number;
+  /** Prompt tokens found in the prefix cache when it was scheduled (not computed again). */
+  cachedTokens: number;
 }
 
 /** Called synchronously while the engine advances; they may submit or abort. */
@@ -518,6 +520,7 @@ export class SimEngine {
       arrivedAt: seq.arrivedAt,
       scheduledAt: seq.scheduledAt,
       firstTokenAt: seq.firstTokenAt,
+      cachedTokens: seq.hitTokens,
       finishedAt: at,
     });
   }
