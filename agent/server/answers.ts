@@ -3,6 +3,7 @@
 import type { ServerResponse } from 'node:http';
 import { errorBody, type ErrorOptions } from '../../shared/openai/errors.ts';
 import { relayTo, type ChunkSource, type RelayOutcome, type RelayStop, type UpstreamBody } from '../forward/relay.ts';
+import type { PodAttempt } from '../forward/pod.ts';
 import type { EffectivePolicy } from '../types.ts';
 
 export interface Answer {
@@ -26,6 +27,24 @@ export function errorAnswer(status: number, message: string, opts: ErrorOptions 
 /** A JSON answer of the agent's own. */
 export function jsonAnswer(status: number, value: unknown, headers: Record<string, string> = {}): Answer {
   return { status, headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(value) };
+}
+
+/** A pod's streamed answer, relayed to the client as it arrives (`relay` says how it ends). */
+export function podStreamAnswer(
+  attempt: Extract<PodAttempt, { ok: true }>,
+  headers: Record<string, string>,
+  relay: Pick<UpstreamBody, 'brokenEnd' | 'onEnd'>,
+): Answer {
+  return {
+    status: attempt.status,
+    headers: { 'content-type': attempt.contentType, 'cache-control': 'no-cache', ...headers },
+    stream: {
+      first: attempt.first,
+      source: attempt.rest,
+      eventStream: attempt.contentType.includes('event-stream'),
+      ...relay,
+    },
+  };
 }
 
 /**

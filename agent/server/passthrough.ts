@@ -9,7 +9,7 @@ import { candidateName } from '../route/router.ts';
 import { leastLoaded } from '../route/least-loaded.ts';
 import { readBoundedBody, RequestError } from './request.ts';
 import type { RequestContext, RequestPath } from './inference.ts';
-import { errorAnswer, podsFailed, type Answer } from './answers.ts';
+import { errorAnswer, podsFailed, podStreamAnswer, type Answer } from './answers.ts';
 import { ClientRequest } from './client-request.ts';
 
 /** Paths passed through as they are, as vLLM (and SGLang) serve them. */
@@ -137,16 +137,7 @@ async function passthrough(path: RequestPath, req: ClientRequest, ctx: RequestCo
     ctx.record.ttftMs = Math.round(sent.firstByteMs * 10) / 10;
     if (sent.contentType.includes('event-stream')) {
       ctx.record.stream = true;
-      return {
-        status: sent.status,
-        headers: { 'content-type': sent.contentType, 'cache-control': 'no-cache', ...routeHeaders },
-        stream: {
-          first: sent.first,
-          source: sent.rest,
-          eventStream: true,
-          onEnd: ({ ok }) => ticket.end(ok),
-        },
-      };
+      return podStreamAnswer(sent, routeHeaders, { onEnd: ({ ok }) => ticket.end(ok) });
     }
     try {
       const bytes = await readRest(sent.first, sent.rest, 64 * 1024 * 1024);

@@ -10,7 +10,7 @@ import { API_PATHS, type RouteRequest } from '../types.ts';
 import type { ParsedRequest } from './request.ts';
 import { usageOf } from './evidence.ts';
 import type { RequestContext, RequestPathDeps } from './path-deps.ts';
-import { errorAnswer, type Answer } from './answers.ts';
+import { errorAnswer, podStreamAnswer, type Answer } from './answers.ts';
 
 /** One attempt at one pod. Undefined: it failed before the first byte and another may be tried. */
 export async function attemptPod(
@@ -92,18 +92,11 @@ export async function attemptPod(
       deps.metrics.podTtft.observe({ pod: candidate.pod.name, source: 'measured' }, attempt.firstByteMs / 1000);
       deps.metrics.podTtft.observe({ pod: candidate.pod.name, source: 'predicted' }, predictedMs / 1000);
     }
-    return {
-      status: attempt.status,
-      headers: { 'content-type': attempt.contentType, 'cache-control': 'no-cache', ...headers },
-      stream: {
-        first: attempt.first,
-        source: attempt.rest,
-        eventStream: attempt.contentType.includes('event-stream'),
-        brokenEnd:
-          parsed.kind === 'responses' ? (message) => responsesErrorEvent(message, 'upstream_stream_error') : undefined,
-        onEnd: ({ ok }) => ticket.end(ok),
-      },
-    };
+    return podStreamAnswer(attempt, headers, {
+      brokenEnd:
+        parsed.kind === 'responses' ? (message) => responsesErrorEvent(message, 'upstream_stream_error') : undefined,
+      onEnd: ({ ok }) => ticket.end(ok),
+    });
   }
   try {
     const bytes = await readRest(attempt.first, attempt.rest, deps.limits.maxUpstreamBodyBytes);
