@@ -12,51 +12,37 @@ import { poolKnowing } from './known-pods.ts';
 import { NodeModel } from '../agent/predict/node-model.ts';
 import type { Candidate } from '../agent/route/candidate.ts';
 import { decide } from '../agent/route/router.ts';
-import type { EffectivePolicy, RouteRequest } from '../agent/types.ts';
+import { routeCandidate, routePod, routePolicy, routeRequest } from '../test/helpers/route-fixtures.ts';
 
-const policy: EffectivePolicy = {
+const policy = routePolicy({
   name: 'bench',
-  sloTtftMs: 500,
-  sloAttainment: 0.99,
   exclude: [{ metric: 'queued', above: 2, windowMs: 30_000 }],
-  overflow: { providers: [], denyTags: [], denyTenants: [] },
   waitMaxMs: 2000,
-};
-const request: RouteRequest = {
-  kind: 'chat',
-  model: 'llama-3-8b',
-  tenant: 't',
-  namespace: 't',
-  tags: [],
-  promptTokens: 400,
-  stream: true,
-};
+});
+const request = routeRequest({ model: 'llama-3-8b', promptTokens: 400 });
 const leave = { allowed: false, reason: 'bench', providers: [] };
 
 function candidates(n: number): Candidate[] {
-  return Array.from({ length: n }, (_, i) => ({
-    pod: {
-      uid: `ns/pod-${i}`,
-      name: `pod-${i}`,
-      namespace: 'ns',
-      node: `node-${i % 50}`,
-      address: `10.0.${i >> 8}.${i & 255}:8000`,
-      models: ['llama-3-8b'],
-    },
-    where: i < 8 ? ('local' as const) : ('peer' as const),
-    ageMs: 40,
-    maxAgeMs: 200,
-    healthy: true,
-    queuedNow: i % 4,
-    running: (i * 7) % 16,
-    kvCache: 0.4,
-    average: () => (i % 5) * 0.6,
-    params: { base: 20 + (i % 3), perQueued: 180, perRunning: 3, perKPromptTokens: 260 },
-    inFlight: i % 3,
-    unseenSent: 0,
-    pendingPromptTokens: (i % 3) * 300,
-    networkCostMs: i < 8 ? 0 : 2,
-  }));
+  return Array.from({ length: n }, (_, i) =>
+    routeCandidate(`pod-${i}`, {
+      pod: routePod(`pod-${i}`, {
+        node: `node-${i % 50}`,
+        address: `10.0.${i >> 8}.${i & 255}:8000`,
+        models: ['llama-3-8b'],
+      }),
+      where: i < 8 ? 'local' : 'peer',
+      ageMs: 40,
+      maxAgeMs: 200,
+      queuedNow: i % 4,
+      running: (i * 7) % 16,
+      kvCache: 0.4,
+      average: () => (i % 5) * 0.6,
+      params: { base: 20 + (i % 3), perQueued: 180, perRunning: 3, perKPromptTokens: 260 },
+      inFlight: i % 3,
+      pendingPromptTokens: (i % 3) * 300,
+      networkCostMs: i < 8 ? 0 : 2,
+    }),
+  );
 }
 
 const bench = new Bench({ time: 500 });

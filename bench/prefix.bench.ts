@@ -8,7 +8,7 @@ import { mulberry32 } from '../shared/sim/random.ts';
 import { PodPool } from '../agent/pool/pool.ts';
 import { decide } from '../agent/route/router.ts';
 import { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
-import type { EffectivePolicy, RouteRequest } from '../agent/types.ts';
+import { poolOptions, routePolicy, routeRequest } from '../test/helpers/route-fixtures.ts';
 
 const gc = (globalThis as { gc?: () => void }).gc;
 if (!gc) throw new Error('run with --expose-gc');
@@ -76,15 +76,7 @@ const body = {
 
 // A whole decision as the agent makes it: the pool's candidates with each one's expected cached
 // tokens (one lookup), then predict → filters → score → pick, against the same without the lookup.
-const pool = new PodPool({
-  node: 'n',
-  scrapeIntervalMs: 100,
-  peerMaxAgeMs: 3000,
-  networkCostMs: 2,
-  referenceWindowMs: 30_000,
-  failureCooldownMs: 1000,
-  now: () => 1000,
-});
+const pool = new PodPool(poolOptions(() => 1000));
 pool.setLocalPods(
   ids.map((id) => ({ uid: id, name: id, namespace: 'ns', node: 'n', address: '127.0.0.1:1', models: ['m'] })),
 );
@@ -99,29 +91,13 @@ for (const [p, c] of pool.candidates().entries()) {
   if (p % 10 === 0) pool.begin(c, 512, 'chat', true, system).end(true);
   if (p < 3) pool.begin(c, 4096, 'chat', true, request.slice(0, 200 + 20 * p)).end(true);
 }
-const policy: EffectivePolicy = {
-  name: 'b',
-  sloTtftMs: 10_000,
-  sloAttainment: 0.99,
-  exclude: [],
-  overflow: { providers: [], denyTags: [], denyTenants: [] },
-  waitMaxMs: 0,
-};
-const routeRequest: RouteRequest = {
-  kind: 'chat',
-  model: 'm',
-  tenant: 't',
-  namespace: 'ns',
-  tags: [],
-  promptTokens: 4096,
-  stream: true,
-  promptBlocks: request,
-};
+const policy = routePolicy({ name: 'b', sloTtftMs: 10_000 });
+const decisionRequest = routeRequest({ namespace: 'ns', promptTokens: 4096, promptBlocks: request });
 const leave = { allowed: false, reason: 'bench', providers: [] };
 const chosen = decide({
-  request: routeRequest,
+  request: decisionRequest,
   policy,
-  candidates: pool.candidates(routeRequest.model, request),
+  candidates: pool.candidates(decisionRequest.model, request),
   leave,
   rand: Math.random,
 });
@@ -131,15 +107,15 @@ if (chosen.action !== 'pod' || chosen.chosen.candidate.pod.uid !== 'pod-2')
 const bench = new Bench({ time: 500 });
 bench.add('decision at 1,000 pods: pool candidates + prefix lookup + decide', () => {
   decide({
-    request: routeRequest,
+    request: decisionRequest,
     policy,
-    candidates: pool.candidates(routeRequest.model, request),
+    candidates: pool.candidates(decisionRequest.model, request),
     leave,
     rand: Math.random,
   });
 });
 bench.add('decision at 1,000 pods: pool candidates + decide, prefix-blind', () => {
-  decide({ request: routeRequest, policy, candidates: pool.candidates(), leave, rand: Math.random });
+  decide({ request: decisionRequest, policy, candidates: pool.candidates(), leave, rand: Math.random });
 });
 bench.add('render + hash a 16 KB chat prompt (256 blocks), once per request', () => {
   promptBlocks(renderPrompt(body));

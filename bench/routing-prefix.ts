@@ -7,6 +7,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import {
   DEFAULT_SHAPE,
   fitOracleModel,
+  meanResult,
   percentile,
   POOL_SHAPES,
   runScenario,
@@ -92,18 +93,7 @@ for (const w of WORKLOADS) {
       };
       return runScenario(scenario, factory, capacity, oracle);
     });
-    const avg = (f: (r: RunResult) => number) => runs.reduce((s, r) => s + f(r), 0) / runs.length;
-    const r: RunResult = {
-      requests: avg((x) => x.requests),
-      rejected: avg((x) => x.rejected),
-      p50: avg((x) => x.p50),
-      p90: avg((x) => x.p90),
-      p99: avg((x) => x.p99),
-      sloAttainment: avg((x) => x.sloAttainment),
-      mape: avg((x) => x.mape),
-      cacheHitRate: avg((x) => x.cacheHitRate),
-      wallMs: runs.reduce((s, x) => s + x.wallMs, 0),
-    };
+    const r = meanResult(runs);
     results[w.name][name] = r;
     console.error(
       `${w.name.padEnd(22)} ${name.padEnd(28)} p50 ${r.p50.toFixed(0).padStart(6)} p90 ${r.p90.toFixed(0).padStart(6)} SLO ${(r.sloAttainment * 100).toFixed(1).padStart(5)}% hit ${(r.cacheHitRate * 100).toFixed(1).padStart(5)}%  (${r.wallMs.toFixed(0)} ms)`,

@@ -6,6 +6,7 @@ import {
   calibrateCapacity,
   DEFAULT_SHAPE,
   fitOracleModel,
+  meanResult,
   POOL_SHAPES,
   runScenario,
   type PodShape,
@@ -22,72 +23,40 @@ const SEEDS = Number(args.values.seeds ?? (args.values.shapes ? 2 : 5));
 /** `--shapes`: every scenario on every pool shape (bench/routing/harness.ts), not only the default one. */
 const SHAPES: PodShape[] = args.values.shapes ? POOL_SHAPES.filter((s) => !s.speeds) : [DEFAULT_SHAPE];
 
+/** A scenario on four equal pods at 80% load for two minutes, short prompts, a 500 ms SLO, but for what it names. */
+const scenario = (s: Pick<Scenario, 'name' | 'seed'> & Partial<Scenario>): Scenario => ({
+  speeds: [1, 1, 1, 1],
+  phases: [{ ms: 2 * MINUTE, load: 0.8 }],
+  mix: SHORT,
+  sloMs: 500,
+  ...s,
+});
+
 const SCENARIOS: Scenario[] = [
-  {
-    name: 'homogeneous',
-    speeds: [1, 1, 1, 1],
-    phases: [{ ms: 2 * MINUTE, load: 0.8 }],
-    mix: SHORT,
-    sloMs: 500,
-    seed: 11,
-  },
-  {
-    name: 'heterogeneous',
-    speeds: [1, 1, 0.5, 0.25],
-    phases: [{ ms: 2 * MINUTE, load: 0.8 }],
-    mix: SHORT,
-    sloMs: 500,
-    seed: 12,
-  },
-  {
+  scenario({ name: 'homogeneous', seed: 11 }),
+  scenario({ name: 'heterogeneous', speeds: [1, 1, 0.5, 0.25], seed: 12 }),
+  scenario({
     name: 'outside traffic',
-    speeds: [1, 1, 1, 1],
     phases: [{ ms: 2 * MINUTE, load: 0.55 }],
-    mix: SHORT,
-    sloMs: 500,
     direct: { pod: 0, load: 0.9 },
     seed: 13,
-  },
-  {
+  }),
+  scenario({
     name: 'burst 2x',
-    speeds: [1, 1, 1, 1],
     phases: [
       { ms: 20_000, load: 0.6 },
       { ms: 10_000, load: 2 },
       { ms: 30_000, load: 0.6 },
     ],
-    mix: SHORT,
-    sloMs: 500,
     seed: 14,
-  },
-  {
-    name: 'long prompts',
-    speeds: [1, 1, 1, 1],
-    phases: [{ ms: 2 * MINUTE, load: 0.8 }],
-    mix: { longShare: 0.2 },
-    sloMs: 2000,
-    seed: 15,
-  },
+  }),
+  scenario({ name: 'long prompts', mix: { longShare: 0.2 }, sloMs: 2000, seed: 15 }),
 ];
 
 const only = args.positionals[0];
 const results: Record<string, Record<string, RunResult>> = {};
 const perSeed: Record<string, Record<string, RunResult[]>> = {};
 
-function mean(runs: RunResult[]): RunResult {
-  const avg = (f: (r: RunResult) => number) => runs.reduce((s, r) => s + f(r), 0) / runs.length;
-  return {
-    requests: avg((r) => r.requests),
-    rejected: avg((r) => r.rejected),
-    p50: avg((r) => r.p50),
-    p90: avg((r) => r.p90),
-    p99: avg((r) => r.p99),
-    sloAttainment: avg((r) => r.sloAttainment),
-    mape: avg((r) => r.mape),
-    cacheHitRate: avg((r) => r.cacheHitRate),
-    wallMs: runs.reduce((s, r) => s + r.wallMs, 0),
-  };
-}
 const capacityByMix = new Map<string, { capacity: number; oracle: ReturnType<typeof fitOracleModel> }>();
 const started = performance.now();
 
@@ -115,7 +84,7 @@ for (const shape of SHAPES)
       const runs = Array.from({ length: SEEDS }, (_, i) =>
         runScenario({ ...scenario, seed: scenario.seed + 1000 * i }, factory, calibration.capacity, calibration.oracle),
       );
-      const r = mean(runs);
+      const r = meanResult(runs);
       results[scenario.name][name] = r;
       perSeed[scenario.name][name] = runs;
       console.error(

@@ -43,81 +43,24 @@ export const DEFAULT_SHAPE: PodShape = {
   heldOut: false,
 };
 
+/** Every shape is the default but for what it names; heldOut says whether the agent was tuned on it. */
 export const POOL_SHAPES: PodShape[] = [
   DEFAULT_SHAPE,
+  { ...DEFAULT_SHAPE, name: 'vllm 64 seqs, prefill 2x', maxSeqs: 64, prefillScale: 2, heldOut: false },
+  { ...DEFAULT_SHAPE, name: 'vllm 16 seqs, mixed speeds', heldOut: false, speeds: [1, 1, 0.5, 0.25] },
+  { ...DEFAULT_SHAPE, name: 'vllm 4 seqs', maxSeqs: 4, heldOut: true },
   {
-    name: 'vllm 64 seqs, prefill 2x',
-    engine: 'vllm',
-    maxSeqs: 64,
-    prefillScale: 2,
-    decodeScale: 1,
-    chunkedPrefill: true,
-    heldOut: false,
-  },
-  {
-    name: 'vllm 16 seqs, mixed speeds',
-    engine: 'vllm',
-    maxSeqs: 16,
-    prefillScale: 1,
-    decodeScale: 1,
-    chunkedPrefill: true,
-    heldOut: false,
-    speeds: [1, 1, 0.5, 0.25],
-  },
-  {
-    name: 'vllm 4 seqs',
-    engine: 'vllm',
-    maxSeqs: 4,
-    prefillScale: 1,
-    decodeScale: 1,
-    chunkedPrefill: true,
-    heldOut: true,
-  },
-  {
+    ...DEFAULT_SHAPE,
     name: 'vllm 256 seqs, 0.25x costs',
-    engine: 'vllm',
     maxSeqs: 256,
     prefillScale: 0.25,
     decodeScale: 0.25,
-    chunkedPrefill: true,
     heldOut: true,
   },
-  {
-    name: 'vllm 32 seqs, 4x costs',
-    engine: 'vllm',
-    maxSeqs: 32,
-    prefillScale: 4,
-    decodeScale: 4,
-    chunkedPrefill: true,
-    heldOut: true,
-  },
-  {
-    name: 'vllm 16 seqs, no chunked prefill',
-    engine: 'vllm',
-    maxSeqs: 16,
-    prefillScale: 1,
-    decodeScale: 1,
-    chunkedPrefill: false,
-    heldOut: true,
-  },
-  {
-    name: 'tgi 16 seqs',
-    engine: 'tgi',
-    maxSeqs: 16,
-    prefillScale: 1,
-    decodeScale: 1,
-    chunkedPrefill: true,
-    heldOut: true,
-  },
-  {
-    name: 'sglang 32 seqs, decode 2x',
-    engine: 'sglang',
-    maxSeqs: 32,
-    prefillScale: 1,
-    decodeScale: 2,
-    chunkedPrefill: true,
-    heldOut: true,
-  },
+  { ...DEFAULT_SHAPE, name: 'vllm 32 seqs, 4x costs', maxSeqs: 32, prefillScale: 4, decodeScale: 4, heldOut: true },
+  { ...DEFAULT_SHAPE, name: 'vllm 16 seqs, no chunked prefill', chunkedPrefill: false, heldOut: true },
+  { ...DEFAULT_SHAPE, name: 'tgi 16 seqs', engine: 'tgi', heldOut: true },
+  { ...DEFAULT_SHAPE, name: 'sglang 32 seqs, decode 2x', engine: 'sglang', maxSeqs: 32, decodeScale: 2, heldOut: true },
 ];
 
 export interface Scenario {
@@ -132,6 +75,22 @@ export interface Scenario {
   shape?: PodShape;
   /** Generates the arrivals instead of `phases` + `mix` (the prefix-sharing workloads). */
   workload?: (seed: number, capacityPerS: number) => Arrival[];
+}
+
+/** The mean of several seeds' results (wall time summed): one seed is noise. */
+export function meanResult(runs: RunResult[]): RunResult {
+  const avg = (f: (r: RunResult) => number) => runs.reduce((s, r) => s + f(r), 0) / runs.length;
+  return {
+    requests: avg((r) => r.requests),
+    rejected: avg((r) => r.rejected),
+    p50: avg((r) => r.p50),
+    p90: avg((r) => r.p90),
+    p99: avg((r) => r.p99),
+    sloAttainment: avg((r) => r.sloAttainment),
+    mape: avg((r) => r.mape),
+    cacheHitRate: avg((r) => r.cacheHitRate),
+    wallMs: runs.reduce((s, r) => s + r.wallMs, 0),
+  };
 }
 
 export interface RunResult {
