@@ -107,16 +107,29 @@ export class MemorySampler {
 export const IMAGE_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=2', '--memory-saver-mode'];
 
 /**
+ * glibc malloc settings of the image (Dockerfile ENV, checked the same way). MALLOC_ARENA_MAX: two
+ * arenas for Node's and V8's worker threads instead of up to 8 per core. MALLOC_MMAP_THRESHOLD_:
+ * buffers of 1 MiB and more (large request bodies) get their own mapping, returned when freed;
+ * by default glibc raises the threshold to the largest buffer freed (up to 32 MiB), after which
+ * such buffers come from the main heap and fragment it (+27 MB kept after the soak's 3 MB bodies).
+ */
+export const IMAGE_ENV: Readonly<Record<string, string>> = {
+  MALLOC_ARENA_MAX: '2',
+  MALLOC_MMAP_THRESHOLD_: '1048576',
+};
+
+/**
  * How the agent is started for a memory measurement: as the image runs it (compiled by
- * `npm run build`, with IMAGE_NODE_FLAGS), or from the TypeScript sources (`source`) with `flags`.
+ * `npm run build`, with IMAGE_NODE_FLAGS and IMAGE_ENV), or from the TypeScript sources
+ * (`source`, glibc's defaults) with `flags`.
  */
 export function imageLaunch(
   entry: 'image' | 'source',
   flags: readonly string[] = IMAGE_NODE_FLAGS,
-): { nodeFlags: readonly string[]; main?: string } {
-  if (entry === 'source') return { nodeFlags: flags };
+): { nodeFlags: readonly string[]; main?: string; env: Readonly<Record<string, string>> } {
+  if (entry === 'source') return { nodeFlags: flags, env: {} };
   const root = new URL('..', import.meta.url).pathname;
   const built = spawnSync('npm', ['run', 'build'], { cwd: root, encoding: 'utf8' });
   if (built.status !== 0) throw new Error(`npm run build failed:\n${built.stdout}${built.stderr}`);
-  return { nodeFlags: flags, main: join(root, 'dist/agent/cli/main.js') };
+  return { nodeFlags: flags, main: join(root, 'dist/agent/cli/main.js'), env: IMAGE_ENV };
 }

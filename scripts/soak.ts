@@ -68,7 +68,7 @@ const launch = imageLaunch(
   process.env.SOAK_ENTRY === 'source' ? 'source' : 'image',
   process.env.SOAK_NODE_FLAGS?.split(' ').filter(Boolean),
 );
-const agent = await runAgent(config, process.env, launch);
+const agent = await runAgent(config, { ...process.env, ...launch.env }, launch);
 const pid = agent.child.pid!;
 console.log(`agent pid ${pid}`);
 const client = new Agent({ connections: 4096, keepAliveTimeout: 10_000 });
