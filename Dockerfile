@@ -26,11 +26,11 @@ RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean -
 FROM gcr.io/distroless/nodejs24-debian12:nonroot
 WORKDIR /app
 ENV NODE_ENV=production
-# glibc malloc (kept equal to bench/process-memory.ts IMAGE_ENV by test/manifests.test.ts): two
-# arenas for the worker threads; buffers ≥ 1 MiB (large request bodies) in their own mappings,
-# returned when freed, instead of glibc raising its threshold to the largest buffer seen and then
-# fragmenting the main heap with them (npm run soak: +27 MB kept after the 3 MB bodies without).
-ENV MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=1048576
+# glibc malloc (kept equal to bench/process-memory.ts IMAGE_ENV by test/manifests.test.ts): buffers
+# ≥ 1 MiB (large request bodies) in their own mappings, returned when freed, instead of glibc
+# raising its threshold to the largest buffer seen and then fragmenting the main heap with them
+# (npm run soak: +27 MB kept after the 3 MB bodies without it).
+ENV MALLOC_MMAP_THRESHOLD_=1048576
 # package.json carries "type": "module", which the compiled modules need.
 COPY --from=build /app/package.json ./package.json
 COPY --from=build /app/node_modules ./node_modules
