@@ -1,15 +1,17 @@
 # syntax=docker/dockerfile:1
 # The Kinference agent image: `docker build -t kinference:0.1.0 .`
-# The sources are TypeScript. `npm run kinference` and the tests run them through Node's type
-# stripping; the image runs them compiled (`npm run build` → dist/), because the type stripper
+# The sources are TypeScript. The npm package (bin/kinference.js) and the tests run them through
+# Node's type stripping; the image runs them compiled (`npm run build` → dist/), because the type stripper
 # (a WebAssembly compiler and its source) costs ~29 MB of resident memory for the process's life.
 
 # Compile: the dev dependencies (TypeScript) stay in this stage.
 FROM node:24-slim AS compile
 WORKDIR /app
 COPY package.json package-lock.json ./
-# --ignore-scripts: no dependency needs an install script here, and none should run.
-RUN npm ci --ignore-scripts --no-audit --no-fund
+# --ignore-scripts: no dependency needs an install script here, and none should run. It leaves the
+# pinned `node` dev dependency (for local scripts) uninstalled: its link goes, this image's Node 24
+# runs the build.
+RUN npm ci --ignore-scripts --no-audit --no-fund && rm -f node_modules/.bin/node
 COPY tsconfig.json tsconfig.build.json ./
 COPY agent/ agent/
 COPY shared/ shared/
