@@ -2,10 +2,9 @@
 // announcing `--pods` model-server pods, in one process. Each peer listens on its own loopback
 // address (127.0.1.x), as a real peer would on its own node, so the agent's per-source gossip rate
 // limit sees one node per address. Their pods all point at `--pod` (the bench's one upstream), so
-// a request routed to a peer's pod is answered too. Every round a
-// few pods' queues move, so the agent keeps receiving deltas and re-ranking its shortlists. One
-// process plays 125 agents, so they gossip once a second (not 5 times) with a 10 s TTL (the bench
-// gives the agent the same TTL).
+// a request routed to a peer's pod is answered too. Every round a few pods' queues move, so the
+// agent keeps receiving deltas and re-ranking its shortlists. One process plays 125 agents, so
+// they gossip once a second (not 5 times) with a 10 s TTL (the bench gives the agent the same TTL).
 // Prints `peers <json list of host:port>` once every node listens; runs until killed.
 import { parseArgs } from 'node:util';
 import { GossipNode } from '../../agent/gossip/node.ts';
