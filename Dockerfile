@@ -1,33 +1,52 @@
 # syntax=docker/dockerfile:1
 # The Kinference agent image: `docker build -t kinference:0.1.0 .`
-# The sources are TypeScript run by Node 24's type stripping, so there is no compile step: the
-# build stage only installs production dependencies from the lockfile.
+# The sources are TypeScript. The npm package (bin/kinference.js) and the tests run them through
+# Node's type stripping; the image runs them compiled (`npm run build` → dist/), because the type stripper
+# (a WebAssembly compiler and its source) costs ~29 MB of resident memory for the process's life.
 
+# Compile: the dev dependencies (TypeScript) stay in this stage.
+FROM node:24-slim AS compile
+WORKDIR /app
+COPY package.json package-lock.json ./
+# --ignore-scripts: no dependency needs an install script here, and none should run. It leaves the
+# pinned `node` dev dependency (for local scripts) uninstalled: its link goes, this image's Node 24
+# runs the build.
+RUN npm ci --ignore-scripts --no-audit --no-fund && rm -f node_modules/.bin/node
+COPY tsconfig.json tsconfig.build.json ./
+COPY agent/ agent/
+COPY shared/ shared/
+RUN npm run build
+
+# Production dependencies only.
 FROM node:24-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
-# --ignore-scripts: no production dependency needs an install script, and none should run here.
 RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean --force
-COPY bin/ bin/
-COPY agent/ agent/
-COPY shared/ shared/
 
 # Runtime: Node 24 without a shell or package manager. Files stay owned by root and read-only to
 # the agent's user; the DaemonSet also mounts the root filesystem read-only.
 FROM gcr.io/distroless/nodejs24-debian12:nonroot
 WORKDIR /app
 ENV NODE_ENV=production
-# package.json carries "type": "module", which bin/kinference.js needs.
+# glibc malloc (kept equal to bench/process-memory.ts IMAGE_ENV by test/manifests.test.ts): buffers
+# ≥ 1 MiB (large request bodies) in their own mappings, returned when freed, instead of glibc
+# raising its threshold to the largest buffer seen and then fragmenting the main heap with them
+# (npm run soak: +27 MB kept after the 3 MB bodies without it).
+ENV MALLOC_MMAP_THRESHOLD_=1048576
+# package.json carries "type": "module", which the compiled modules need.
 COPY --from=build /app/package.json ./package.json
 COPY --from=build /app/node_modules ./node_modules
-COPY --from=build /app/bin ./bin
-COPY --from=build /app/agent ./agent
-COPY --from=build /app/shared ./shared
+COPY --from=compile /app/dist ./dist
 USER 65532:65532
 EXPOSE 8080 9090 7946/udp
 # `kinference …`; the DaemonSet passes `agent --config /etc/kinference/agent.yaml`.
-# A small young generation: at hundreds of requests a second V8 otherwise grows it to its maximum
-# and keeps those pages, which was most of the agent's RSS growth under load (npm run soak:
-# 121 → 329 MB with the default, 115 → 206 MB with 2 MB, the JS heap back to ~24 MB either way).
-ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=2", "/app/bin/kinference.js"]
+# Node flags (kept equal to bench/process-memory.ts IMAGE_NODE_FLAGS by test/manifests.test.ts, so
+# `npm run soak` and `npm run bench:memory` measure the agent as deployed; figures in README "Memory"):
+# --max-semi-space-size=2: a small young generation; at hundreds of requests a second V8
+#   otherwise grows it to its maximum and keeps those pages.
+# --memory-saver-mode: every major GC reduces memory. Without it V8 keeps the pages freed after a
+#   burst in its page pool, and hands them back only from a memory-reducing GC, which its memory
+#   reducer never starts while the agent keeps allocating (scrapes, gossip): after 1,000 streams
+#   the JS heap was back to 34 MB but 145 MB of pages stayed pooled (RSS 131 → 347 MB).
+ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=2", "--memory-saver-mode", "/app/dist/agent/cli/main.js"]
 CMD ["agent", "--config", "/etc/kinference/agent.yaml"]

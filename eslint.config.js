@@ -3,7 +3,7 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', 'bench/results/**'] },
+  { ignores: ['node_modules/**', 'bench/results/**', 'dist/**'] },
   js.configs.recommended,
   { files: ['bin/**/*.js'], languageOptions: { globals: { process: 'readonly' } } },
   ...tseslint.configs.recommended,

@@ -5,10 +5,14 @@
 //   streams      SOAK_STREAMS (1,000) concurrent streams for SOAK_SECONDS (60) s
 //   abuse        slowloris sockets, 4 clients posting 3 MB bodies, and a forged-gossip flood, for
 //                SOAK_SECONDS / 2
-//   after        RSS once the load is gone
-// It prints RSS over time, errors by kind, how the streams spread over the pods, and the p99 of a
-// small probe request in each phase. Not part of `npm test` (minutes, and it loads both cores).
-import { readFileSync, writeFileSync, mkdtempSync } from 'node:fs';
+//   after        SOAK_AFTER_SECONDS (30) s without load, then the last RSS reading
+// It prints the agent's memory over time (RSS, and where it is: bench/process-memory.ts), whether
+// RSS came back within 20% of its start, errors by kind, how the streams spread over the pods, and
+// the p99 of a small probe request in each phase. The agent runs as the image runs it (compiled
+// dist/, the image's node flags); SOAK_ENTRY=source runs the TypeScript sources, SOAK_NODE_FLAGS
+// replaces the flags. Not part of `npm test` (minutes, and it loads both cores). Exits 1 on a
+// crash, an error, or RSS not back within 20%.
+import { writeFileSync, mkdtempSync } from 'node:fs';
 import { createSocket } from 'node:dgram';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -19,12 +23,15 @@ import { startSim } from '../shared/sim/server.ts';
 import { mulberry32 } from '../shared/sim/random.ts';
 import { requestText } from '../test/fixtures/fuzz-requests.ts';
 import { freeUdpPort, runAgent, stopAgent } from '../test/helpers/process.ts';
+import { imageLaunch, MemorySampler } from '../bench/process-memory.ts';
 
 const MODEL = 'llama-3-8b';
 const FUZZ = Number(process.env.SOAK_FUZZ ?? 10_000);
 const STREAMS = Number(process.env.SOAK_STREAMS ?? 1_000);
 const SECONDS = Number(process.env.SOAK_SECONDS ?? 60);
 const SLOWLORIS = Number(process.env.SOAK_SLOWLORIS ?? 300);
+/** Seconds without load before the last RSS reading. */
+const AFTER = Number(process.env.SOAK_AFTER_SECONDS ?? 30);
 
 const sims = await Promise.all(
   [0, 1].map((i) => startSim({ models: [MODEL], seed: 100 + i, name: `pod-${i}`, maxSeqs: 1024 })),
@@ -55,13 +62,18 @@ writeFileSync(
   }),
 );
 // With the flag the container image runs it with (Dockerfile).
-const agent = await runAgent(config, { ...process.env, NODE_OPTIONS: '--max-semi-space-size=2' });
+// As the container image runs it (compiled, the image's node flags) unless SOAK_ENTRY=source;
+// SOAK_NODE_FLAGS replaces the flags (to measure others).
+const launch = imageLaunch(
+  process.env.SOAK_ENTRY === 'source' ? 'source' : 'image',
+  process.env.SOAK_NODE_FLAGS?.split(' ').filter(Boolean),
+);
+const agent = await runAgent(config, { ...process.env, ...launch.env }, launch);
 const pid = agent.child.pid!;
-const rssMb = () => Math.round(Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024);
+console.log(`agent pid ${pid}`);
 const client = new Agent({ connections: 4096, keepAliveTimeout: 10_000 });
 const started = Date.now();
-const rssLog: string[] = [];
-const rssTimer = setInterval(() => rssLog.push(`${Math.round((Date.now() - started) / 1000)}s ${rssMb()} MB`), 5000);
+const memory = new MemorySampler(pid, agent.admin);
 const errors: Record<string, number> = {};
 const count = (kind: string) => (errors[kind] = (errors[kind] ?? 0) + 1);
 
@@ -95,10 +107,13 @@ async function probe(during: Promise<unknown>): Promise<number> {
   return times[Math.floor(times.length * 0.99)] ?? NaN;
 }
 
-const rssStart = rssMb();
+await new Promise((r) => setTimeout(r, 2000)); // first scrapes, JIT of the startup paths
+memory.phase = 'idle';
+const rssStart = (await memory.sample()).rssMb;
 const idleP99 = await probe(new Promise((r) => setTimeout(r, 5000)));
 
 // --- fuzz ---------------------------------------------------------------------------------------
+memory.phase = 'fuzz';
 const rand = mulberry32(12);
 let fuzzed = 0;
 const byStatus: Record<number, number> = {};
@@ -120,6 +135,7 @@ const fuzzP99 = await probe(
 console.log(`fuzz: ${FUZZ} requests in ${Math.round((Date.now() - started) / 1000)} s since start`);
 
 // --- streams: STREAMS concurrent for SECONDS ------------------------------------------------------
+memory.phase = 'streams';
 const routes: Record<string, number> = {};
 const streamsUntil = Date.now() + SECONDS * 1000;
 const streamsP99 = await probe(
@@ -145,6 +161,7 @@ const streamsP99 = await probe(
 console.log(`streams done at ${Math.round((Date.now() - started) / 1000)} s`);
 
 // --- abuse: slowloris + large bodies + gossip flood for SECONDS / 2 -----------------------------
+memory.phase = 'abuse';
 const abuseUntil = Date.now() + (SECONDS / 2) * 1000;
 const abuse = (async () => {
   const slowloris = Array.from({ length: SLOWLORIS }, () => {
@@ -185,29 +202,27 @@ const abuse = (async () => {
 })();
 const abuseP99 = await probe(abuse);
 
-await new Promise((r) => setTimeout(r, 10_000)); // let sockets and buffers go
-const rssEnd = rssMb();
-clearInterval(rssTimer);
+memory.phase = 'after';
+await new Promise((r) => setTimeout(r, AFTER * 1000)); // let sockets, buffers and V8's pages go
+const rssEnd = (await memory.sample()).rssMb;
+memory.stop();
 const metrics = await (await fetch(`${agent.admin}/metrics`)).text();
 const crashed = agent.child.exitCode !== null;
 await stopAgent(agent);
 await client.close();
 await Promise.all(sims.map((s) => s.close()));
 
-const gauge = (name: string) =>
-  Math.round(Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)`, 'm').exec(metrics)?.[1] ?? NaN) / 1024 / 1024);
-console.log(
-  `after the load: JS heap used ${gauge('kinference_nodejs_heap_size_used_bytes')} MB, external (buffers) ${gauge('kinference_nodejs_external_memory_bytes')} MB`,
-);
 const gossipDrops = metrics
   .split('\n')
   .filter((l) => l.startsWith('kinference_gossip_dropped_total') && !l.endsWith(' 0'))
   .join(', ');
 console.log(
-  `node ${process.version}; fuzz ${FUZZ}, streams ${STREAMS} x ${SECONDS}s, slowloris ${SLOWLORIS}, 4 x 3 MB bodies, gossip flood 20k datagrams/s`,
+  `node ${process.version} ${launch.nodeFlags.join(' ')} ${launch.main ? 'dist/ (as the image)' : 'TypeScript sources'}; fuzz ${FUZZ}, streams ${STREAMS} x ${SECONDS}s, slowloris ${SLOWLORIS}, 4 x 3 MB bodies, gossip flood 20k datagrams/s`,
 );
+console.log(`memory over time (agent process):\n${memory.table()}`);
+const within = rssEnd <= rssStart * 1.2;
 console.log(
-  `RSS: start ${rssStart} MB, end ${rssEnd} MB (${Math.round((rssEnd / rssStart - 1) * 100)}%); over time: ${rssLog.join(', ')}`,
+  `RSS: start ${rssStart} MB, end ${rssEnd} MB (${Math.round((rssEnd / rssStart - 1) * 100)}%): ${within ? 'back within 20% of its start' : 'NOT back within 20% of its start'}`,
 );
 console.log(
   `probe p99: idle ${idleP99.toFixed(1)} ms, fuzz ${fuzzP99.toFixed(1)} ms, ${STREAMS} streams ${streamsP99.toFixed(1)} ms (the pods' batch, not the agent), slowloris + large bodies + gossip flood ${abuseP99.toFixed(1)} ms (${(abuseP99 / idleP99).toFixed(2)}x idle)`,
@@ -216,4 +231,4 @@ console.log(`fuzz answers by status: ${JSON.stringify(byStatus)}`);
 console.log(`streams by route: ${JSON.stringify(routes)}`);
 console.log(`gossip: ${gossipDrops}`);
 console.log(`crashed: ${crashed}; errors (5xx, lost streams): ${JSON.stringify(errors)}`);
-process.exit(crashed || Object.keys(errors).length > 0 ? 1 : 0);
+process.exit(crashed || Object.keys(errors).length > 0 || !within ? 1 : 0);

@@ -29,6 +29,7 @@ import { settingsFromObject } from '../agent/config/load.ts';
 import { checkNamespaceAnnotations } from '../agent/policy/annotations.ts';
 import { checkPolicySet } from '../agent/policy/resolve.ts';
 import { loadPolicies } from '../agent/policy/validate.ts';
+import { IMAGE_ENV, IMAGE_NODE_FLAGS } from '../bench/process-memory.ts';
 
 const ROOT = new URL('..', import.meta.url).pathname;
 const MANIFESTS = join(ROOT, 'manifests');
@@ -492,6 +493,23 @@ describe(
         'manifests agent.yaml',
       );
       assert.equal(settings.discovery, 'kubernetes');
+    });
+
+    it("keeps the image's entrypoint and env: the compiled agent, with the node flags and malloc settings its memory was measured with", () => {
+      assert.equal(agentContainer().command, undefined);
+      const dockerfile = readFileSync(join(ROOT, 'Dockerfile'), 'utf8');
+      const entrypoint = JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(dockerfile)![1]) as string[];
+      // npm run soak and npm run bench:memory run the agent with IMAGE_NODE_FLAGS.
+      assert.deepEqual(entrypoint, ['/nodejs/bin/node', ...IMAGE_NODE_FLAGS, '/app/dist/agent/cli/main.js']);
+      assert.match(dockerfile, /^RUN npm run build$/m);
+      const env = Object.fromEntries(
+        [...dockerfile.matchAll(/^ENV (.*)$/gm)].flatMap((m) => m[1].split(' ').map((kv) => kv.split('='))),
+      );
+      for (const [name, value] of Object.entries(IMAGE_ENV)) assert.equal(env[name], value, name);
+      assert.match(dockerfile, /^COPY --from=compile \/app\/dist \.\/dist$/m);
+      // A flag this Node no longer knows would stop the agent at start.
+      const run = spawnSync(process.execPath, [...IMAGE_NODE_FLAGS, '-e', '0'], { encoding: 'utf8' });
+      assert.equal(run.status, 0, run.stderr);
     });
 
     it('gives the agent a grace period that covers the preStop pause and the drain', () => {

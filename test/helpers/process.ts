@@ -12,9 +12,20 @@ export interface AgentProcess {
   exited: Promise<number | null>;
 }
 
+/** How to start node: flags for node itself (V8 flags such as the image's, which NODE_OPTIONS does
+ *  not always accept) and the entry module (default: the TypeScript sources; the image runs dist/). */
+export interface Launch {
+  nodeFlags?: readonly string[];
+  main?: string;
+}
+
 /** Starts an agent on `configPath` and resolves once it says where it serves. */
-export function runAgent(configPath: string, env: NodeJS.ProcessEnv = process.env): Promise<AgentProcess> {
-  const child = spawn(process.execPath, [MAIN, 'agent', '--config', configPath], {
+export function runAgent(
+  configPath: string,
+  env: NodeJS.ProcessEnv = process.env,
+  { nodeFlags = [], main = MAIN }: Launch = {},
+): Promise<AgentProcess> {
+  const child = spawn(process.execPath, [...nodeFlags, main, 'agent', '--config', configPath], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env,
   });

@@ -1,0 +1,155 @@
+// `npm run bench:memory`: the agent's memory at 1,000 known pods, through two saturation runs.
+// One agent process (run with the image's node flags) in front of one trivially fast upstream
+// (bench/proxy/upstream.ts), 125 peer agents' gossip announcing 8 pods each (bench/memory/peers.ts),
+// then wrk with 64 connections for --duration s (non-streamed and streamed requests, 3:1), a rest,
+// the same again, a rest. Prints the agent's RSS over time and where it is (glibc's main heap,
+// other anonymous memory, V8's heap, external buffers), and whether the second run stays flat.
+//   --duration S   per saturation run (default 300)   --rest S   after each run (default 60)
+//   --nodes N --pods M   peers and pods per peer (default 125 x 8 = 1,000 known pods)
+//   --flags="…"    node flags for the agent (default: the image's, IMAGE_NODE_FLAGS)
+//   --entry image|source   compiled dist/ as the image runs it (default), or the TypeScript sources
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { stringify } from 'yaml';
+import { freeUdpPort, runAgent, stopAgent } from '../test/helpers/process.ts';
+import { IMAGE_NODE_FLAGS, imageLaunch, MemorySampler } from './process-memory.ts';
+
+const { values } = parseArgs({
+  options: {
+    duration: { type: 'string', default: '300' },
+    rest: { type: 'string', default: '60' },
+    nodes: { type: 'string', default: '125' },
+    pods: { type: 'string', default: '8' },
+    flags: { type: 'string', default: IMAGE_NODE_FLAGS.join(' ') },
+    entry: { type: 'string', default: 'image' },
+  },
+});
+const here = new URL('.', import.meta.url).pathname;
+const WRK = ['/usr/bin/wrk', '/usr/local/bin/wrk'].find((p) => existsSync(p));
+if (!WRK) throw new Error('bench:memory needs wrk (apt-get install wrk) for its saturation runs');
+const work = mkdtempSync(join(tmpdir(), 'kinference-bench-memory-'));
+const children: ChildProcess[] = [];
+const sleep = (s: number) => new Promise((r) => setTimeout(r, s * 1000));
+
+/** Starts a helper process and resolves with the first stdout match of `ready`. */
+function start(script: string, args: string[], ready: RegExp, env = process.env): Promise<RegExpExecArray> {
+  const child = spawn(process.execPath, [join(here, script), ...args], { stdio: ['ignore', 'pipe', 'inherit'], env });
+  children.push(child);
+  let output = '';
+  return new Promise((resolve, reject) => {
+    child.stdout!.on('data', (d: Buffer) => {
+      output += d;
+      const match = ready.exec(output);
+      if (match) resolve(match);
+    });
+    child.once('exit', (code) => reject(new Error(`${script} exited ${code}:\n${output}`)));
+  });
+}
+
+const MODEL = 'bench-model';
+const wrkScript = join(work, 'mixed.lua');
+const body = (stream: boolean) =>
+  JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Say ok.' }], max_tokens: 2, stream });
+// Every fourth request streamed: both relays stay under load.
+writeFileSync(
+  wrkScript,
+  `local n = 0
+request = function()
+  n = n + 1
+  local body = (n % 4 == 0) and '${body(true)}' or '${body(false)}'
+  return wrk.format("POST", nil, { ["Content-Type"] = "application/json" }, body)
+end
+`,
+);
+
+/** wrk against the agent for `seconds`; completed requests per second and errors. */
+function saturate(api: string, seconds: number): Promise<{ perS: number; errors: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(WRK!, ['-t1', '-c64', `-d${seconds}s`, '-s', wrkScript, `${api}/v1/chat/completions`]);
+    children.push(child);
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.once('exit', () =>
+      resolve({
+        perS: Number(/Requests\/sec:\s+([\d.]+)/.exec(out)?.[1] ?? NaN),
+        errors: [/Non-2xx or 3xx responses: \d+/.exec(out)?.[0], /Socket errors: .*/.exec(out)?.[0]]
+          .filter(Boolean)
+          .join('; '),
+      }),
+    );
+  });
+}
+
+try {
+  const DURATION = Number(values.duration);
+  const REST = Number(values.rest);
+  const upstream = `127.0.0.1:${(await start('proxy/upstream.ts', [], /listening (\d+)/))[1]}`;
+  const gossipPort = await freeUdpPort();
+  process.env.KINFERENCE_BENCH_GOSSIP_KEY = 'bench-memory-gossip-key-0123456789';
+  const peers = JSON.parse(
+    (
+      await start(
+        'memory/peers.ts',
+        ['--nodes', values.nodes!, '--pods', values.pods!, '--agent', `127.0.0.1:${gossipPort}`, '--pod', upstream],
+        /peers (\[.*\])\n/,
+      )
+    )[1],
+  ) as string[];
+  const config = join(work, 'agent.yaml');
+  writeFileSync(
+    config,
+    stringify({
+      node: 'bench',
+      listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0', gossip: `127.0.0.1:${gossipPort}` },
+      scrapeInterval: '100ms',
+      gossip: { key: { env: 'KINFERENCE_BENCH_GOSSIP_KEY' }, ttl: '10s', peerPodCidrs: ['127.0.0.0/8'] },
+      peers,
+      pods: [{ name: 'fast-0', namespace: 'bench', address: upstream, engine: 'vllm', models: [MODEL] }],
+      logLevel: 'error',
+    }),
+  );
+  const flags = values.flags!.split(' ').filter(Boolean);
+  const launch = imageLaunch(values.entry === 'source' ? 'source' : 'image', flags);
+  const agent = await runAgent(config, { ...process.env, ...launch.env }, launch);
+  const memory = new MemorySampler(agent.child.pid!, agent.admin);
+  const known = async () => {
+    const state = (await (await fetch(`${agent.admin}/debug/state`)).json()) as { pods: { remoteKnown: number } };
+    return state.pods.remoteKnown;
+  };
+  const wanted = Number(values.nodes) * Number(values.pods);
+  for (let i = 0; i < 100 && (await known()) < wanted; i++) await sleep(0.2);
+  memory.phase = 'idle';
+  await sleep(10);
+  const idle = await memory.sample();
+  const runs = [];
+  for (const n of [1, 2]) {
+    memory.phase = `run ${n}`;
+    const load = await saturate(agent.api, DURATION);
+    memory.phase = `rest ${n}`;
+    const peak = Math.max(...memory.samples.filter((m) => m.phase === `run ${n}`).map((m) => m.rssMb));
+    await sleep(REST);
+    runs.push({ n, ...load, peak, after: await memory.sample(), known: await known() });
+  }
+  memory.stop();
+  await stopAgent(agent);
+  const wrkVersion = spawnSync(WRK, ['-v'], { encoding: 'utf8' }).stdout.split('\n')[0];
+  console.log(
+    `bench:memory: node ${process.version}, agent ${launch.main ? 'dist/ (as the image)' : 'TypeScript sources'} with "${flags.join(' ')}", ${wanted} known pods (${values.nodes} peers x ${values.pods}), ${wrkVersion.split(' ').slice(0, 2).join(' ')} -c64 ${DURATION} s x 2, rest ${REST} s`,
+  );
+  console.log(memory.table());
+  console.log(`idle: RSS ${idle.rssMb} MB (V8 heap ${idle.v8TotalMb} MB)`);
+  for (const r of runs)
+    console.log(
+      `run ${r.n}: ${Math.round(r.perS)} req/s${r.errors ? ` (${r.errors})` : ''}, RSS peak ${r.peak} MB, ${REST} s after ${r.after.rssMb} MB (V8 heap ${r.after.v8TotalMb} MB, used ${r.after.v8UsedMb} MB, external ${r.after.externalMb} MB); known pods ${r.known}`,
+    );
+  const [first, second] = runs;
+  console.log(
+    `after the 2nd run vs the 1st: ${second.after.rssMb - first.after.rssMb >= 0 ? '+' : ''}${second.after.rssMb - first.after.rssMb} MB; ≤ 100 MB after the load: ${second.after.rssMb <= 100 ? 'yes' : 'no'}`,
+  );
+} finally {
+  for (const child of children) child.kill('SIGTERM');
+  rmSync(work, { recursive: true, force: true });
+}

@@ -1,0 +1,133 @@
+// Where an agent process's memory is, read from outside it: the kernel's view of the resident
+// pages (split into glibc's main heap, other anonymous memory and mapped files) and V8's view from
+// the agent's own /metrics. Used by `npm run soak` and `npm run bench:memory` to tell a JS leak
+// (V8 heap grows), native buffers (external grows) and allocator or V8 page retention (RSS grows,
+// both flat) apart.
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+export interface MemorySample {
+  /** Seconds since the sampler started. */
+  s: number;
+  phase: string;
+  rssMb: number;
+  /** glibc's main arena (the brk heap): native allocations made on the main thread. */
+  brkMb: number;
+  /** Other anonymous memory: V8's heap pages, thread arenas, stacks. */
+  anonMb: number;
+  /** Pages given back with madvise(MADV_FREE): counted in RSS until the kernel needs them. */
+  lazyFreeMb: number;
+  v8TotalMb: number;
+  v8UsedMb: number;
+  externalMb: number;
+}
+
+const mb = (kb: number) => Math.round(kb / 1024);
+
+/** Resident memory of `pid` by kind, from /proc/<pid>/smaps. */
+export function residentOf(pid: number): { rssMb: number; brkMb: number; anonMb: number; lazyFreeMb: number } {
+  let rss = 0;
+  let lazyFree = 0;
+  let brk = 0;
+  let anon = 0;
+  let kind: 'brk' | 'anon' | 'file' = 'file';
+  for (const line of readFileSync(`/proc/${pid}/smaps`, 'utf8').split('\n')) {
+    const mapping = /^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \S+\s*(.*)$/.exec(line);
+    if (mapping) {
+      const name = mapping[1];
+      kind = name === '[heap]' ? 'brk' : name === '' ? 'anon' : 'file';
+    } else if (line.startsWith('Rss:')) {
+      const kb = Number(line.slice(4).trim().split(' ')[0]);
+      rss += kb;
+      if (kind === 'brk') brk += kb;
+      else if (kind === 'anon') anon += kb;
+    } else if (line.startsWith('LazyFree:')) {
+      lazyFree += Number(line.slice(9).trim().split(' ')[0]);
+    }
+  }
+  return { rssMb: mb(rss), brkMb: mb(brk), anonMb: mb(anon), lazyFreeMb: mb(lazyFree) };
+}
+
+/** A gauge from a Prometheus page, in MB (NaN when absent). */
+export function gaugeMb(page: string, name: string): number {
+  const value = new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)`, 'm').exec(page)?.[1];
+  return value === undefined ? NaN : Math.round(Number(value) / 1024 / 1024);
+}
+
+/** Samples `pid` every `everyMs`; the agent's admin URL gives V8's figures. */
+export class MemorySampler {
+  readonly samples: MemorySample[] = [];
+  phase = 'start';
+  readonly #started = Date.now();
+  readonly #timer: NodeJS.Timeout;
+  readonly #pid: number;
+  readonly #admin: string;
+
+  constructor(pid: number, admin: string, everyMs = 5000) {
+    this.#pid = pid;
+    this.#admin = admin;
+    this.#timer = setInterval(() => void this.sample(), everyMs);
+  }
+
+  async sample(): Promise<MemorySample> {
+    const page = await fetch(`${this.#admin}/metrics`)
+      .then((r) => r.text())
+      .catch(() => '');
+    const sample: MemorySample = {
+      s: Math.round((Date.now() - this.#started) / 1000),
+      phase: this.phase,
+      ...residentOf(this.#pid),
+      v8TotalMb: gaugeMb(page, 'kinference_nodejs_heap_size_total_bytes'),
+      v8UsedMb: gaugeMb(page, 'kinference_nodejs_heap_size_used_bytes'),
+      externalMb: gaugeMb(page, 'kinference_nodejs_external_memory_bytes'),
+    };
+    this.samples.push(sample);
+    return sample;
+  }
+
+  stop(): void {
+    clearInterval(this.#timer);
+  }
+
+  /** One line per sample: time, phase, RSS and where it is. */
+  table(): string {
+    const rows = this.samples.map(
+      (m) =>
+        `${String(m.s).padStart(5)}s ${m.phase.padEnd(8)} ${String(m.rssMb).padStart(5)} | ${String(m.brkMb).padStart(5)} ${String(m.anonMb).padStart(5)} ${String(m.lazyFreeMb).padStart(5)} | ${String(m.v8TotalMb).padStart(5)} ${String(m.v8UsedMb).padStart(5)} ${String(m.externalMb).padStart(5)}`,
+    );
+    return ['  time  phase      RSS |   brk  anon  lazy | V8 total used external   (MB)', ...rows].join('\n');
+  }
+}
+
+/**
+ * The node flags the container image runs the agent with (Dockerfile ENTRYPOINT, kept equal by
+ * test/manifests.test.ts): the soak and bench:memory measure the agent as it is deployed.
+ */
+export const IMAGE_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=2', '--memory-saver-mode'];
+
+/**
+ * glibc malloc settings of the image (Dockerfile ENV, checked the same way). MALLOC_MMAP_THRESHOLD_:
+ * buffers of 1 MiB and more (large request bodies) get their own mapping, returned when freed; by
+ * default glibc raises the threshold to the largest buffer freed (up to 32 MiB), after which such
+ * buffers come from the main heap and fragment it (+27 MB kept after the soak's 3 MB bodies).
+ * MALLOC_ARENA_MAX=2 was measured and left out: -3.5 MB idle, but worker threads then share the
+ * main heap, which kept 8 MB more after the soak.
+ */
+export const IMAGE_ENV: Readonly<Record<string, string>> = { MALLOC_MMAP_THRESHOLD_: '1048576' };
+
+/**
+ * How the agent is started for a memory measurement: as the image runs it (compiled by
+ * `npm run build`, with IMAGE_NODE_FLAGS and IMAGE_ENV), or from the TypeScript sources
+ * (`source`, glibc's defaults) with `flags`.
+ */
+export function imageLaunch(
+  entry: 'image' | 'source',
+  flags: readonly string[] = IMAGE_NODE_FLAGS,
+): { nodeFlags: readonly string[]; main?: string; env: Readonly<Record<string, string>> } {
+  if (entry === 'source') return { nodeFlags: flags, env: {} };
+  const root = new URL('..', import.meta.url).pathname;
+  const built = spawnSync('npm', ['run', 'build'], { cwd: root, encoding: 'utf8' });
+  if (built.status !== 0) throw new Error(`npm run build failed:\n${built.stdout}${built.stderr}`);
+  return { nodeFlags: flags, main: join(root, 'dist/agent/cli/main.js'), env: IMAGE_ENV };
+}
