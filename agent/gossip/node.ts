@@ -108,7 +108,9 @@ export class GossipNode {
     this.#key = options.key;
     const maxDatagram = options.maxDatagram ?? 1400;
     // The sender is our address once bound (see start): room for the longest one.
-    const longestSender = 'x'.repeat(Math.max(options.nodeId.length, MAX_ADDRESS_CHARS));
+    const longestSender = 'x'.repeat(
+      Math.max(options.nodeId.length, options.advertise?.length ?? 0, MAX_ADDRESS_CHARS),
+    );
     this.#protocol = new GossipProtocol({
       nodeId: options.nodeId,
       incarnation: boot,
