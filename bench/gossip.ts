@@ -282,8 +282,7 @@ function untilUnread(cluster: Cluster, gone: Agent, start: number, timeoutMs: nu
 }
 
 /** An agent leaves the membership (deleted, or its readiness failed) while it keeps gossiping. */
-function depart(cluster: Cluster): number | undefined {
-  const gone = cluster.agents[Math.floor(cluster.rand() * cluster.agents.length)];
+function depart(cluster: Cluster, gone: Agent): number | undefined {
   const start = cluster.now;
   const members = new Set(cluster.agents.filter((a) => a !== gone).map((a) => a.name));
   for (const a of cluster.agents)
@@ -292,8 +291,7 @@ function depart(cluster: Cluster): number | undefined {
 }
 
 /** An agent falls silent while still listed: only the TTL backstop removes it. */
-function fallSilent(cluster: Cluster): number | undefined {
-  const gone = cluster.agents[Math.floor(cluster.rand() * cluster.agents.length)];
+function fallSilent(cluster: Cluster, gone: Agent): number | undefined {
   cluster.silence(gone);
   return untilUnread(cluster, gone, cluster.now, TTL_MS + 5000);
 }
@@ -354,9 +352,12 @@ function runJob(n: number, loss: number, trials: number): Row {
   }
   const round = (x: number | undefined) => (x === undefined ? null : Math.round(x));
   const falseExpiries = cluster.expired() - expiredBefore;
-  const departedMs = round(depart(cluster));
+  // Two different agents: one leaves the membership, then another falls silent.
+  const departing = Math.floor(cluster.rand() * n);
+  const departedMs = round(depart(cluster, cluster.agents[departing]));
   // 30 s of virtual time at 1,000 agents costs minutes: the backstop is measured on smaller clusters.
-  const silentMs = n <= 100 ? round(fallSilent(cluster)) : null;
+  const silent = cluster.agents[(departing + 1 + Math.floor(cluster.rand() * (n - 1))) % n];
+  const silentMs = n <= 100 ? round(fallSilent(cluster, silent)) : null;
   return {
     agents: n,
     loss,
