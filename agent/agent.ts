@@ -134,7 +134,7 @@ function followDiscovery(
       callers.setPolicies(next.policies, next.namespaces);
     callers.setCallers(next.callers);
     overflow.setProviders(next.providers);
-    gossip?.setPeers(next.peers);
+    gossip?.setPeers(next.peers, next.gossipMembers);
     if (next.detectors && next.detectors !== snapshot.detectors) callers.setDetectors(next.detectors);
     const rescreen = next.peerPods !== snapshot.peerPods;
     snapshot = next;

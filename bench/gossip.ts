@@ -7,8 +7,13 @@
 // - bytes each agent sends per second in steady state (every origin heartbeating, no data
 //   changes), counting whole datagrams: envelope and HMAC included, IP/UDP headers not (an agent
 //   receives as much as it sends, on average: in + out is twice this);
-// - the liveness margin: how long ago each agent last heard each origin advance (TTL 3 s);
-// - origins wrongly aged out (nobody dies here, so every expiry is a false one).
+// - the liveness margin: how long ago each agent last heard each origin advance (against the
+//   TTL, a backstop: liveness comes from membership, every agent listed as a member here);
+// - origins wrongly aged out (nobody dies in the steady state, so every expiry is a false one);
+// - departures: one agent leaves the membership (each agent's discovery hears of it 0-1 s later,
+//   a watch's spread) while it keeps gossiping: ms until 99.9% of the others no longer read its
+//   pods; and, up to 100 agents, one agent falls silent while still listed (a lost node that
+//   membership has not noticed): ms until the TTL backstop has every other agent drop it.
 //
 // Each (size, loss) runs in its own child process, two at a time.
 //
@@ -24,6 +29,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Opener, Sealer } from '../agent/gossip/envelope.ts';
 import { GossipProtocol } from '../agent/gossip/protocol.ts';
+import { DEFAULT_TTL_MS } from '../agent/gossip/state.ts';
 import { decodePayload, encodePayload, envelopeOverhead } from '../agent/gossip/wire.ts';
 import type { PodEstimate } from '../agent/types.ts';
 import { writeDelta } from '../agent/gossip/packing.ts';
@@ -35,8 +41,9 @@ function arg(name: string, fallback: string): string {
 
 const INTERVAL_MS = 200;
 const FANOUT = 3;
-// --ttl: the agents' TTL (heartbeat: a third of it); a larger cluster may want a longer one.
-const TTL_MS = Number(arg('ttl', '3000'));
+// --ttl: the agents' TTL (heartbeat: a third of it); the agent's default unless given.
+const TTL_MS = Number(arg('ttl', String(DEFAULT_TTL_MS)));
+const DISCOVERY_SPREAD_MS = 1000;
 const MAX_DATAGRAM = 1400;
 const PODS_PER_NODE = 8;
 const LATENCY_MS = [1, 5]; // uniform, one way
@@ -135,6 +142,7 @@ class Cluster {
   readonly agents: Agent[];
   readonly rand: () => number;
   #events = new Events();
+  #silent = new Set<number>();
   #byName = new Map<string, Agent>();
   /** Called after an agent takes in a datagram. */
   onReceive: ((agent: Agent) => void) | undefined;
@@ -145,6 +153,7 @@ class Cluster {
     this.agents = names.map((name, index) => {
       const protocol = new GossipProtocol({
         nodeId: name,
+        agent: name, // its address on this network
         incarnation: EPOCH,
         ttlMs: TTL_MS,
         roundMs: INTERVAL_MS,
@@ -153,6 +162,7 @@ class Cluster {
         groupBytes: MAX_DATAGRAM - 400,
       });
       protocol.setPeers(names.filter((p) => p !== name));
+      protocol.state.setMembers(new Set(names));
       return {
         name,
         index,
@@ -181,6 +191,7 @@ class Cluster {
 
   #scheduleTick(a: Agent, at: number): void {
     this.#events.push(at, () => {
+      if (this.#silent.has(a.index)) return;
       this.#send(a, a.protocol.tick(this.now, this.rand).out);
       this.#scheduleTick(a, this.now + INTERVAL_MS * (0.9 + 0.2 * this.rand()));
     });
@@ -199,11 +210,22 @@ class Cluster {
   }
 
   #deliver(from: Agent, to: Agent, datagram: Uint8Array): void {
+    if (this.#silent.has(to.index)) return;
     const opened = to.opener.open(datagram, this.now);
     if (!opened.ok) throw new Error(`bench datagram dropped: ${opened.reason}`);
     const step = to.protocol.receive(from.name, decodePayload(opened.payload), this.now);
     this.#send(to, step.out);
     this.onReceive?.(to);
+  }
+
+  /** Runs `run` at `at` (virtual time). */
+  at(at: number, run: () => void): void {
+    this.#events.push(at, run);
+  }
+
+  /** Stops an agent: it neither sends nor takes datagrams from now on. */
+  silence(a: Agent): void {
+    this.#silent.add(a.index);
   }
 
   runUntil(t: number, stop?: () => boolean): void {
@@ -225,7 +247,8 @@ class Cluster {
 function propagate(cluster: Cluster, marker: number, timeoutMs: number): number | undefined {
   const origin = cluster.agents[Math.floor(cluster.rand() * cluster.agents.length)];
   const needed = Math.ceil(0.999 * (cluster.agents.length - 1));
-  const holds = (a: Agent) => a.protocol.state.origin(origin.name)?.pods.get(0)?.entry.queuedNow === marker;
+  const holds = (a: Agent) =>
+    a.protocol.state.origin(origin.name, origin.name)?.pods.get(0)?.entry.queuedNow === marker;
   const holders = new Set<number>();
   const start = cluster.now;
   let reached: number | undefined;
@@ -238,6 +261,39 @@ function propagate(cluster: Cluster, marker: number, timeoutMs: number): number 
   cluster.runUntil(start + timeoutMs, () => reached !== undefined);
   cluster.onReceive = undefined;
   return reached;
+}
+
+/** Whether `a` reads any pod of `gone`'s node (what its router would see as candidates). */
+const reads = (cluster: Cluster, a: Agent, gone: Agent) =>
+  a.protocol.state.remoteEstimates(cluster.now).some((e) => e.origin === gone.name);
+
+/** ms from `start` until at most 0.1% of the agents other than `gone` read its pods (undefined: never). */
+function untilUnread(cluster: Cluster, gone: Agent, start: number, timeoutMs: number): number | undefined {
+  const others = cluster.agents.filter((a) => a !== gone);
+  const allowed = Math.floor(0.001 * others.length);
+  let reached: number | undefined;
+  const check = () => {
+    if (reached === undefined && others.filter((a) => reads(cluster, a, gone)).length <= allowed)
+      reached = cluster.now - start;
+    return reached !== undefined;
+  };
+  for (let t = start; t <= start + timeoutMs && !check(); t += 50) cluster.runUntil(t);
+  return reached;
+}
+
+/** An agent leaves the membership (deleted, or its readiness failed) while it keeps gossiping. */
+function depart(cluster: Cluster, gone: Agent): number | undefined {
+  const start = cluster.now;
+  const members = new Set(cluster.agents.filter((a) => a !== gone).map((a) => a.name));
+  for (const a of cluster.agents)
+    cluster.at(start + cluster.rand() * DISCOVERY_SPREAD_MS, () => a.protocol.state.setMembers(members));
+  return untilUnread(cluster, gone, start, DISCOVERY_SPREAD_MS + 5000);
+}
+
+/** An agent falls silent while still listed: only the TTL backstop removes it. */
+function fallSilent(cluster: Cluster, gone: Agent): number | undefined {
+  cluster.silence(gone);
+  return untilUnread(cluster, gone, cluster.now, TTL_MS + 5000);
 }
 
 const quantile = (xs: number[], q: number) => {
@@ -259,6 +315,9 @@ interface Row {
   ageP999: number;
   ageMax: number;
   falseExpiries: number;
+  /** ms until 99.9% of the others stop reading an agent that left the membership / fell silent. */
+  departedMs: number | null;
+  silentMs: number | null;
   wallSeconds: number;
 }
 
@@ -292,6 +351,13 @@ function runJob(n: number, loss: number, trials: number): Row {
     cluster.runUntil(cluster.now + 300 + cluster.rand() * 300);
   }
   const round = (x: number | undefined) => (x === undefined ? null : Math.round(x));
+  const falseExpiries = cluster.expired() - expiredBefore;
+  // Two different agents: one leaves the membership, then another falls silent.
+  const departing = Math.floor(cluster.rand() * n);
+  const departedMs = round(depart(cluster, cluster.agents[departing]));
+  // 30 s of virtual time at 1,000 agents costs minutes: the backstop is measured on smaller clusters.
+  const silent = cluster.agents[(departing + 1 + Math.floor(cluster.rand() * (n - 1))) % n];
+  const silentMs = n <= 100 ? round(fallSilent(cluster, silent)) : null;
   return {
     agents: n,
     loss,
@@ -307,7 +373,9 @@ function runJob(n: number, loss: number, trials: number): Row {
     datagramsPerNodePerSec: Math.round(datagramsPerNodePerSec * 10) / 10,
     ageP999: Math.round(quantile(liveness, 0.999)),
     ageMax: Math.round(liveness.at(-1) ?? 0),
-    falseExpiries: cluster.expired() - expiredBefore,
+    falseExpiries,
+    departedMs,
+    silentMs,
     wallSeconds: Math.round((performance.now() - started) / 100) / 10,
   };
 }
@@ -355,11 +423,11 @@ async function main(): Promise<void> {
 
   const fmt = (x: number | null) => (x === null ? '—' : `${x}`);
   const table = [
-    '| agents | loss | to 99.9% of agents: median / p90 / max (ms) | bytes/agent/s | kbit/s/agent | datagrams/agent/s | liveness age p99.9 / max (ms) | false expiries |',
-    '| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |',
+    '| agents | loss | to 99.9% of agents: median / p90 / max (ms) | bytes/agent/s | kbit/s/agent | datagrams/agent/s | liveness age p99.9 / max (ms) | false expiries | left membership: unread by 99.9% (ms) | silent, still listed: unread by 99.9% (ms) |',
+    '| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
     ...ordered.map(
       (r) =>
-        `| ${r.agents} | ${r.loss * 100}% | ${fmt(r.propagation999.median)} / ${fmt(r.propagation999.p90)} / ${fmt(r.propagation999.max)}${r.propagation999.missed ? ` (${r.propagation999.missed} of ${r.trials} missed)` : ''} | ${r.bytesPerNodePerSec} | ${r.kbitPerNode} | ${r.datagramsPerNodePerSec} | ${r.ageP999} / ${r.ageMax} | ${r.falseExpiries} |`,
+        `| ${r.agents} | ${r.loss * 100}% | ${fmt(r.propagation999.median)} / ${fmt(r.propagation999.p90)} / ${fmt(r.propagation999.max)}${r.propagation999.missed ? ` (${r.propagation999.missed} of ${r.trials} missed)` : ''} | ${r.bytesPerNodePerSec} | ${r.kbitPerNode} | ${r.datagramsPerNodePerSec} | ${r.ageP999} / ${r.ageMax} | ${r.falseExpiries} | ${fmt(r.departedMs)} | ${fmt(r.silentMs)} |`,
     ),
   ].join('\n');
 
@@ -374,6 +442,7 @@ async function main(): Promise<void> {
       maxDatagram: MAX_DATAGRAM,
       podsPerNode: PODS_PER_NODE,
       latencyMs: LATENCY_MS,
+      discoverySpreadMs: DISCOVERY_SPREAD_MS,
     },
     goals: { propagation999At1000Ms: 1000, kbitPerNode: 50 },
     reference: { serfModel: { propagation999At1000Ms: 2000, kbitPerNode: 328 } },

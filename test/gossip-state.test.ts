@@ -84,7 +84,7 @@ describe('gossip state', () => {
 
   test('keeps an origin alive on heartbeats alone, with nothing to publish', () => {
     const nodes = names(5);
-    const sim = new GossipSim({ nodes, seed: 11, loss: 0.1 });
+    const sim = new GossipSim({ nodes, seed: 11, loss: 0.1, ttlMs: 3000 });
     sim.get('node-a').publishLocal(podEstimates('node-a', 3));
     sim.run(10_000);
     for (const n of nodes.slice(1)) {

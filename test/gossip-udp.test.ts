@@ -75,3 +75,38 @@ test('three agents on loopback converge, and a stopped one’s pods disappear wi
   assert.equal(a.stats().dropped.forged + a.stats().dropped.malformed, 0);
   assert.ok(a.stats().sent.datagrams > 0 && a.stats().received.bytes > 0);
 });
+
+test('two agents of one node (a surge) are both heard as origins, and one leaving the members stops being read', async () => {
+  const make = async (nodeId: string) => {
+    const n = new GossipNode({ nodeId, bind: '127.0.0.1:0', peers: [], key: KEY, intervalMs: INTERVAL_MS });
+    await n.start();
+    nodes.push(n);
+    return n;
+  };
+  const old = await make('node-x');
+  const surge = await make('node-x');
+  const peer = await make('node-y');
+  for (const n of [old, surge]) n.setPeers([peer.address()]);
+  peer.setPeers([old.address(), surge.address()]);
+  old.publishLocal(podEstimates('node-x', 2, {}, Date.now()));
+  surge.publishLocal(podEstimates('node-x', 2, { queuedNow: 5 }, Date.now() + 1));
+
+  const agents = () =>
+    peer
+      .stats()
+      .origins.map((o) => o.agent)
+      .sort();
+  await waitFor(() => agents().length === 2, 5000, 'both agents of node-x at the peer');
+  assert.deepEqual(agents(), [old.address(), surge.address()].sort());
+  // Each datagram counter is the sender's own: neither agent's datagrams look like replays of the other's.
+  assert.equal(peer.stats().dropped.replayed, 0);
+  assert.deepEqual(
+    peer.remoteEstimates().map((e) => e.queuedNow),
+    [5, 5],
+    'each pod once, from the later report',
+  );
+
+  // The old agent leaves the membership (its endpoint went): read no more, though it still gossips.
+  peer.setPeers([old.address(), surge.address()], [surge.address()]);
+  assert.deepEqual(agents(), [surge.address()]);
+});

@@ -75,6 +75,7 @@ describe('gossip wire format', () => {
       incarnation: 0,
       floor: 3,
       continuesFull: true,
+      agent: '',
       pods: [tombstone],
     };
     const payload: PayloadWire = {

@@ -8,6 +8,7 @@ import {
   modelServerPods,
   namespaceAnnotations,
   peerAddresses,
+  gossipMembers,
   policyObjects,
   servingPodsByIp,
   slimPod,
@@ -200,6 +201,25 @@ describe('namespaces, policies, peers', () => {
       '10.0.0.1:7946',
       '[fd00::3]:7946',
     ]);
+  });
+
+  it("gossip's membership: only agents whose pod is ready (serving; ready where serving is absent)", () => {
+    const slices: EndpointSliceObject[] = [
+      {
+        addressType: 'IPv4',
+        endpoints: [
+          { addresses: ['10.0.0.1'], nodeName: 'n1', conditions: { ready: true, serving: true } },
+          // Published not-ready (the gossip Service's publishNotReadyAddresses): ready is forced true.
+          { addresses: ['10.0.0.2'], nodeName: 'n2', conditions: { ready: true, serving: false } },
+          { addresses: ['10.0.0.3'], nodeName: 'n3', conditions: { ready: false } },
+          { addresses: ['10.0.0.4'], nodeName: 'n4', conditions: { serving: true, terminating: true } },
+          { addresses: ['10.0.0.5'], nodeName: 'n5' },
+        ],
+        ports: [{ name: 'gossip', port: 7946 }],
+      },
+    ];
+    assert.deepEqual(gossipMembers(slices, { node: 'nx' }), ['10.0.0.1:7946', '10.0.0.4:7946', '10.0.0.5:7946']);
+    assert.equal(peerAddresses(slices, { node: 'nx' }).length, 5, 'every agent is still a peer to gossip with');
   });
 });
 

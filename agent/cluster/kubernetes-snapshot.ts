@@ -305,15 +305,23 @@ function slicePort(slice: EndpointSliceObject): number | undefined {
 /**
  * Gossip addresses of the other agents. Not-ready agents are included on purpose (the gossip
  * Service publishes them): an agent becomes ready only after it has heard the cluster, and a
- * terminating one still owns its node's estimates while it drains.
+ * terminating one still owns its node's estimates while it drains. With `servingOnly`, only the
+ * agents whose pod is ready (`serving`, which stays true to readiness when the Service publishes
+ * not-ready addresses; `ready` on clusters without it): gossip's membership (see gossipMembers).
  */
-export function peerAddresses(slices: readonly EndpointSliceObject[], opts: PeerOptions): string[] {
+export function peerAddresses(
+  slices: readonly EndpointSliceObject[],
+  opts: PeerOptions,
+  servingOnly = false,
+): string[] {
   const peers = new Set<string>();
   for (const slice of slices) {
     if (slice.addressType === 'FQDN') continue;
     const port = opts.gossipPort ?? slicePort(slice) ?? DEFAULT_GOSSIP_PORT;
     for (const endpoint of slice.endpoints ?? []) {
       if (endpoint.nodeName !== undefined && endpoint.nodeName === opts.node) continue;
+      const conditions = endpoint.conditions ?? {};
+      if (servingOnly && (conditions.serving ?? conditions.ready) === false) continue;
       for (const address of endpoint.addresses ?? []) {
         if (address === opts.podIP) continue;
         peers.add(hostPort(address, port));
@@ -322,3 +330,11 @@ export function peerAddresses(slices: readonly EndpointSliceObject[], opts: Peer
   }
   return [...peers].sort();
 }
+
+/**
+ * Gossip's membership: the agents whose pod is ready. A crashed or hung agent fails its
+ * readiness probe, a deleted one leaves the slice; either way peers stop reading its estimates
+ * as soon as the slice says so, instead of after the gossip TTL (agent/gossip/origins.ts).
+ */
+export const gossipMembers = (slices: readonly EndpointSliceObject[], opts: PeerOptions): string[] =>
+  peerAddresses(slices, opts, true);

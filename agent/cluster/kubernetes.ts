@@ -32,6 +32,7 @@ import {
   slimPod,
   namespaceAnnotations,
   peerAddresses,
+  gossipMembers,
   policyObjects,
   POOL_LABEL,
   SERVICE_NAME_LABEL,
@@ -329,16 +330,15 @@ export function createKubernetesDiscovery(opts: KubernetesDiscoveryOptions): Kub
   function recompute(): void {
     if (stopped || !sources.every((s) => s.synced)) return;
     const pods = byName.pods.informer.list() as PodObject[];
+    const agentSlices = byName.peers.informer.list() as EndpointSliceObject[];
+    const peerOptions = { node, podIP: opts.podIP, gossipPort: opts.gossipPort };
     const next: ClusterSnapshot = {
       pods: modelServerPods(pods, node, podLabel),
       namespaces: namespaceAnnotations(byName.namespaces.informer.list()),
       policies: policyObjects(byName.policies.informer.list(), agentNamespace),
       providers: currentProviders(),
-      peers: peerAddresses(byName.peers.informer.list() as EndpointSliceObject[], {
-        node,
-        podIP: opts.podIP,
-        gossipPort: opts.gossipPort,
-      }),
+      peers: peerAddresses(agentSlices, peerOptions),
+      gossipMembers: gossipMembers(agentSlices, peerOptions),
       callers: callersByIp(pods),
       peerPods: { kind: 'cluster', pods: servingPodsByIp(pods, podLabel) },
     };
@@ -348,6 +348,7 @@ export function createKubernetesDiscovery(opts: KubernetesDiscoveryOptions): Kub
       next.policies,
       next.providers,
       next.peers,
+      next.gossipMembers,
       [...next.callers],
       [...(next.peerPods!.kind === 'cluster' ? next.peerPods!.pods : [])],
     ]);

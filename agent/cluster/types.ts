@@ -19,6 +19,12 @@ export interface ClusterSnapshot {
   providers: ProviderSettings[];
   /** Gossip addresses (host:port) of the other agents. */
   peers: string[];
+  /**
+   * The agents among them the cluster says are live (Kubernetes: ready endpoints); absent: all
+   * of the peers (static mode: the file's list). Gossip stops reading an agent's estimates as soon
+   * as it leaves this list.
+   */
+  gossipMembers?: string[];
   /** Pod IP anywhere in the cluster → who is calling (its namespace is the tenant). */
   callers: Map<string, Caller>;
   /** What a gossiped pod must match to be routable; absent: no gossiped pod is (fail closed). */

@@ -14,6 +14,8 @@ import { isIP } from 'node:net';
 import { compileDetectors, type DetectorSpec } from '../classify/custom.ts';
 import { cidrBlockList } from '../cluster/peer-pods.ts';
 import { parseHostPort } from '../gossip/node.ts';
+import { DEFAULT_TTL_MS } from '../gossip/state.ts';
+import { hostPort } from '../cluster/kubernetes-snapshot.ts';
 import { DEFAULT_SCAN_LIMITS } from '../classify/walk.ts';
 import { DEFAULT_PREFIX_MAX_BLOCKS } from '../prefix/blocks.ts';
 import { DEFAULT_MAX_BLOCKS_PER_POD } from '../prefix/index.ts';
@@ -58,8 +60,11 @@ export interface GossipSettings {
   key: SecretRef;
   intervalMs: number;
   fanout: number;
+  /** Backstop: an origin silent this long is dropped, even if membership lists its agent. */
   ttlMs: number;
   networkCostMs: number;
+  /** Our gossip address as peers list it (names our origin; checked against membership). */
+  advertise?: string;
 }
 
 export interface AgentSettings {
@@ -250,8 +255,9 @@ export function settingsFromObject(
             key: file.gossip.key,
             intervalMs: parseDuration(file.gossip.interval ?? '200ms'),
             fanout: file.gossip.fanout ?? 3,
-            ttlMs: parseDuration(file.gossip.ttl ?? '3s'),
+            ttlMs: file.gossip.ttl ? parseDuration(file.gossip.ttl) : DEFAULT_TTL_MS,
             networkCostMs: parseDuration(file.gossip.networkCost ?? '2ms'),
+            advertise: file.gossip.advertise ?? podGossipAddress(file),
           }
         : undefined,
     tenantHeader: (file.tenantHeader ?? 'x-kinference-tenant').toLowerCase(),
@@ -298,6 +304,12 @@ export function settingsFromObject(
     podCredentials: file.podCredentials ?? [],
     requestLogSample: file.requestLog?.sample ?? 0,
   };
+}
+
+/** Kubernetes: peers reach us at our pod IP (downward API) and the gossip port. */
+function podGossipAddress(file: AgentConfigFile): string | undefined {
+  const podIP = file.discovery === 'kubernetes' ? file.kubernetes?.podIP : undefined;
+  return podIP && file.listen.gossip ? hostPort(podIP, parseHostPort(file.listen.gossip).port) : undefined;
 }
 
 /** Without declared ranges, a peer's pods must sit at a peer agent's own IP (single-host setups, tests). */

@@ -95,7 +95,10 @@ const Gossip = Type.Object(
     key: SecretRef,
     interval: Type.Optional(DurationString),
     fanout: Type.Optional(Type.Integer({ minimum: 1, maximum: 16 })),
+    /** Backstop behind membership: an agent silent this long is dropped (default 30s; heartbeat ttl / 3). */
     ttl: Type.Optional(DurationString),
+    /** This agent's gossip address as peers list it; default: pod IP + gossip port (Kubernetes), else the bind address. */
+    advertise: Type.Optional(HostPort),
     /** Added to a peer pod's predicted TTFT: the cost of the cross-node hop. */
     networkCost: Type.Optional(DurationString),
     /** Static mode: address ranges a gossiped pod must lie in to be routable (default: the peers' own IPs). */

@@ -10,8 +10,6 @@ import type { DigestWire } from './wire.ts';
 export interface DigestSettings {
   /** Pod data this recent is offered to every peer. */
   readonly hotMs: number;
-  /** The gossip round: news younger than a round is pushed. */
-  readonly roundMs: number;
   /** Bytes of a digest spent on a complete shard of the origins. */
   readonly shardBytes: number;
 }
@@ -41,21 +39,19 @@ export const emptyComparison = (): Comparison => ({
   adopted: 0,
   offers: emptyDigest(),
 });
-// A reply offers every recent pod change the asker did not mention (up to this many), and a few
-// heartbeats: most agents hear those anyway, and the rest pull them when they fall behind.
+// A reply offers every recent pod change the asker did not mention (up to this many). Heartbeats
+// are not pushed: they are the TTL's backstop, so anti-entropy's shards carry them soon enough.
 const dataOffersPerReply = 32;
-const heartbeatOffersPerReply = 16;
 // A reply asks for at most this many origins about to age out (they are also in our digests).
 const atRiskWantsPerReply = 32;
 
 /**
- * What we know, in at most `maxBytes`. Two random agents differ on whichever origins advanced
- * in the last second or so, and on little else, so a digest lists, in order: our own origin;
- * origins whose pods changed recently (fresh data is what routing waits for); origins that
- * missed heartbeats (a peer may have heard them: pulled before they age out); what we learned
- * in the last round (pushed; `slot` of `slots` spreads it over this round's peers, so each
- * piece of news goes to two of them); and one complete shard of the id space, rotating with
- * `cursor` (repairs anything missed, and tells the receiver what we lack). A small cluster's
+ * What we know, in at most `maxBytes`. Two random agents differ on whichever origins' pods
+ * changed in the last second or so, and on heartbeats (slow, a backstop), so a digest lists,
+ * in order: our own origin; origins whose pods changed recently (fresh data is what routing
+ * waits for: pushed); origins that missed heartbeats (a peer may have heard them: pulled before
+ * they age out); and one complete shard of the id space, rotating with `cursor` (repairs
+ * anything missed, spreads heartbeats, and tells the receiver what we lack). A small cluster's
  * whole state fits the shard budget: then every digest is complete.
  */
 export function buildDigest(
@@ -64,8 +60,6 @@ export function buildDigest(
   maxBytes: number,
   cursor: number,
   now: number,
-  slot = 0,
-  slots = 1,
 ): DigestWire {
   const packer = new DigestPacker(maxBytes);
   packer.add(origins.self, maxBytes);
@@ -79,11 +73,6 @@ export function buildDigest(
   const room = maxBytes - shardBudget;
   origins.recentData.each(now, settings.hotMs, (o) => packer.add(o, room / 2));
   for (const o of origins.atRisk) if (!packer.add(o, (room * 3) / 4)) break;
-  // News goes to two of the round's peers: pushed to one, a heartbeat's spread is a critical
-  // branching process that loss snuffs out; to all three costs half as much again.
-  let i = 0;
-  const copies = Math.min(2, slots);
-  origins.recent.each(now, settings.roundMs, (o) => (i++ + slot) % slots >= copies || packer.add(o, room));
   packer.addShard(ids, (id) => origins.get(id)!, cursor, Math.min(shardBudget, maxBytes - packer.used));
   return packer.digest;
 }
@@ -136,9 +125,8 @@ export function compareDigest(
     }
   }
   // Push-pull: the news we hold that the peer did not mention, fresh pod data first.
-  let limit = dataOffersPerReply;
   const offer = (o: OriginRecord): boolean => {
-    if (result.offers.origins.length >= limit) return false;
+    if (result.offers.origins.length >= dataOffersPerReply) return false;
     if (!mentioned.has(o.id)) {
       mentioned.add(o.id);
       pushEntry(result.offers, o.id, o.version, o.version - o.dataVersion);
@@ -146,8 +134,6 @@ export function compareDigest(
     return true;
   };
   origins.recentData.each(now, settings.hotMs, offer);
-  limit = result.offers.origins.length + heartbeatOffersPerReply;
-  origins.recent.each(now, settings.roundMs, offer);
   return result;
 }
 

@@ -10,6 +10,9 @@ import type { PodEstimate } from '../types.ts';
 import { registerGossipMetrics } from './metrics.ts';
 import { GossipNode, type GossipStats } from './node.ts';
 
+/** Rounds without a datagram after which an agent with peers listed takes itself to be alone. */
+const SILENT_ROUNDS_ALONE = 15;
+
 /** Rejections counted once per pod, address and reason; the memory of them is bounded. */
 const MAX_COUNTED_REJECTIONS = 10_000;
 
@@ -53,6 +56,7 @@ export class GossipLink {
       nodeId: deps.node,
       bind: settings.bind,
       peers: deps.peers,
+      advertise: settings.advertise,
       key: Buffer.from(resolveSecret(settings.key)),
       intervalMs: settings.intervalMs,
       fanout: settings.fanout,
@@ -75,8 +79,9 @@ export class GossipLink {
     this.#publishTimer.unref();
   }
 
-  setPeers(peers: readonly string[]): void {
-    this.#node.setPeers(peers);
+  /** Peers to gossip with, and the members among them (whose estimates are read; default all). */
+  setPeers(peers: readonly string[], members?: readonly string[]): void {
+    this.#node.setPeers(peers, members);
   }
 
   /** New rules from discovery: screen what we hold again. */
@@ -96,12 +101,14 @@ export class GossipLink {
 
   /**
    * A new agent (a rollout's surge) is ready once it has heard a peer, so it routes with the
-   * cluster's view from its first request; alone in the cluster, one TTL of silence is enough.
+   * cluster's view from its first request; alone in the cluster, a few seconds of silence are
+   * enough (a peer answers a digest within a round).
    */
   readiness(peersKnown: boolean): { ok: boolean; detail?: string } {
     if (!peersKnown) return { ok: true };
     const heard = this.#node.stats().received.datagrams > 0;
-    return heard || this.#deps.now() - this.#startedAt >= this.#deps.settings.ttlMs
+    const { ttlMs, intervalMs } = this.#deps.settings;
+    return heard || this.#deps.now() - this.#startedAt >= Math.min(ttlMs, SILENT_ROUNDS_ALONE * intervalMs)
       ? { ok: true }
       : { ok: false, detail: 'no gossip heard yet' };
   }

@@ -16,10 +16,16 @@ export interface GossipNodeOptions {
   bind: string;
   /** Other agents' gossip `host:port`s. */
   peers: readonly string[];
+  /**
+   * This agent's gossip address as its peers list it (Kubernetes: pod IP and port); default:
+   * the bound address, unless bound to a wildcard. Names our origin, with the node.
+   */
+  advertise?: string;
   /** Cluster HMAC key, shared by all agents. */
   key: Buffer;
   intervalMs?: number;
   fanout?: number;
+  /** Backstop: an origin silent this long is dropped even if membership still lists its agent. */
   ttlMs?: number;
   /** Advance our version at least this often when nothing changes; default ttlMs / 3. */
   heartbeatMs?: number;
@@ -45,7 +51,7 @@ export interface GossipStats {
   rejected: number;
   expired: number;
   originsKnown: number;
-  origins: { origin: string; pods: number; version: number; ageMs: number }[];
+  origins: { origin: string; agent: string; pods: number; version: number; ageMs: number }[];
 }
 
 export function parseHostPort(hostPort: string): { host: string; port: number } {
@@ -55,6 +61,9 @@ export function parseHostPort(hostPort: string): { host: string; port: number } 
     throw new Error(`not host:port: ${hostPort}`);
   return { host: hostPort.slice(0, separator).replace(/^\[|\]$/g, ''), port };
 }
+
+/** The longest `host:port` an agent can advertise (a bracketed IPv6 literal and a port). */
+const MAX_ADDRESS_CHARS = 47;
 
 /** A peer sends a few datagrams a round (digests, replies); 200 a second is far above that. */
 const DEFAULT_MAX_DATAGRAMS_PER_SOURCE = 200;
@@ -68,12 +77,15 @@ export class GossipNode {
   #now: () => number;
   #rand: () => number;
   #protocol: GossipProtocol;
-  #sealer: Sealer;
+  #sealer: Sealer | undefined;
+  #key: Buffer;
+  #boot: number;
   #opener: Opener;
   #gate: SourceGate;
   #socket: Socket | undefined;
   #timer: NodeJS.Timeout | undefined;
   #peers: readonly string[];
+  #members: readonly string[];
   #self = '';
   #listeners = new Set<() => void>();
   #changePending = false;
@@ -92,7 +104,13 @@ export class GossipNode {
     this.#rand = options.rand ?? Math.random;
     // Whole ms: it travels as an integer (and names our origin instance: see originId).
     const boot = Math.floor(this.#now());
+    this.#boot = boot;
+    this.#key = options.key;
     const maxDatagram = options.maxDatagram ?? 1400;
+    // The sender is our address once bound (see start): room for the longest one.
+    const longestSender = 'x'.repeat(
+      Math.max(options.nodeId.length, options.advertise?.length ?? 0, MAX_ADDRESS_CHARS),
+    );
     this.#protocol = new GossipProtocol({
       nodeId: options.nodeId,
       incarnation: boot,
@@ -100,16 +118,16 @@ export class GossipNode {
       heartbeatMs: options.heartbeatMs,
       roundMs: this.intervalMs,
       fanout: options.fanout,
-      maxPayload: maxDatagram - envelopeOverhead(options.nodeId, boot),
+      maxPayload: maxDatagram - envelopeOverhead(longestSender, boot),
       maxDatagramsPerReply: options.maxDatagramsPerReply,
       groupBytes: Math.max(200, maxDatagram - 400),
     });
-    this.#sealer = new Sealer({ sender: options.nodeId, key: options.key, boot });
     this.#opener = new Opener({ key: options.key, maxDatagram, maxClockSkewMs: options.maxClockSkewMs ?? 30_000 });
     this.#gate = new SourceGate({
       maxPerSecond: options.maxDatagramsPerSecondPerSource ?? DEFAULT_MAX_DATAGRAMS_PER_SOURCE,
     });
     this.#peers = options.peers;
+    this.#members = options.peers;
   }
 
   async start(): Promise<void> {
@@ -127,7 +145,13 @@ export class GossipNode {
     this.#socket = socket;
     const bound = socket.address();
     this.#self = formatHostPort(bound.address, bound.port);
-    this.setPeers(this.#peers);
+    const wildcard = bound.address === '0.0.0.0' || bound.address === '::';
+    const agent = this.#options.advertise ?? (wildcard ? '' : this.#self);
+    this.#protocol.state.setAgent(agent);
+    // Replay windows are per sender: each agent its own, so two agents on one node (a rollout's
+    // surge) do not take each other's datagrams for replays.
+    this.#sealer = new Sealer({ sender: agent || this.nodeId, key: this.#key, boot: this.#boot });
+    this.setPeers(this.#peers, this.#members);
     this.#schedule();
   }
 
@@ -144,10 +168,17 @@ export class GossipNode {
     return this.#self;
   }
 
-  setPeers(peers: readonly string[]): void {
+  /**
+   * Who to gossip with and accept datagrams from (`peers`), and whose origins are live
+   * (`members`: the agents the cluster lists as live; default: the peers). An origin whose agent
+   * leaves the members is no longer read, at once; listeners hear of it.
+   */
+  setPeers(peers: readonly string[], members: readonly string[] = peers): void {
     this.#peers = peers;
+    this.#members = members;
     this.#gate.setPeers(peers);
     this.#protocol.setPeers(peers.filter((p) => p !== this.#self && p !== this.#options.bind));
+    if (this.#protocol.state.setMembers(new Set(members))) this.#changed();
   }
 
   /** Our pods' estimates; gossiped from the next round on, and only what changed meaningfully. */
@@ -232,10 +263,11 @@ export class GossipNode {
 
   #send(out: Outgoing[]): void {
     const socket = this.#socket;
-    if (!socket) return;
+    const sealer = this.#sealer;
+    if (!socket || !sealer) return;
     const now = this.#now();
     for (const o of out) {
-      const datagram = this.#sealer.seal(o.payload, now);
+      const datagram = sealer.seal(o.payload, now);
       const { host, port } = parseHostPort(o.to);
       this.#sent.datagrams++;
       this.#sent.bytes += datagram.length;

@@ -1,20 +1,30 @@
-// The origins a gossip node holds, indexed by id and by node, and their liveness: when each last
-// advanced, which are about to age out, and which ids not to fetch again. Pure: the caller passes
-// the clock in. GossipState decides what the versions mean; this only keeps them findable.
+// The origins a gossip node holds, indexed by id and by agent, and their liveness: whether the
+// cluster's membership still lists each one's agent, when each last advanced, which are about to
+// age out, and which ids not to fetch again. Pure: the caller passes the clock in. GossipState
+// decides what the versions mean; this only keeps them findable.
+//
+// Liveness: an origin whose agent the membership listed and no longer lists has left, and is not
+// read from then on (kept and relayed, in case the agent is listed again). The TTL is the backstop
+// for what membership cannot see (a lost node, a partition, an agent it names differently): an
+// origin silent that long is dropped, listed or not.
 import { Recent } from './recent.ts';
 import type { OriginRecord } from './records.ts';
+
+const agentKey = (node: string, agent: string): string => `${node}\u0000${agent}`;
 
 export class OriginTable {
   readonly self: OriginRecord;
   readonly ttlMs: number;
   /** An origin this long without advancing is asked about in every digest. */
   readonly riskMs: number;
-  /** Recent advances, oldest first: what digests offer first. Pod changes also in `recentData`. */
-  readonly recent = new Recent();
+  /** Recent pod changes, oldest first: what digests push first. */
   readonly recentData = new Recent();
   /** Keyed by id | 0: int32 keys are small integers to V8, where most uint32 ids would be boxed. */
   #byId = new Map<number, OriginRecord>();
-  #byNode = new Map<string, OriginRecord>();
+  /** Keyed by agentKey: an agent's newer incarnation replaces its older one. */
+  #byAgent = new Map<string, OriginRecord>();
+  /** Gossip addresses of the agents the cluster lists as live. */
+  #members: ReadonlySet<string> = new Set();
   /** Ids sorted ascending, for shard ranges; rebuilt when origins come or go. */
   #sortedIds: number[] | undefined;
   /** Ids not to fetch again: superseded incarnations (forever) and expired origins (unless newer). */
@@ -41,8 +51,41 @@ export class OriginTable {
     return this.#byId.get(id | 0);
   }
 
-  byNode(node: string): OriginRecord | undefined {
-    return this.#byNode.get(node);
+  /** The origin of the agent `agent` on `node` ('' for an agent that does not give its address). */
+  byAgent(node: string, agent = ''): OriginRecord | undefined {
+    return this.#byAgent.get(agentKey(node, agent));
+  }
+
+  /** Whether the router may read an origin: not our own, its agent has not left, not silent past the TTL. */
+  readable(o: OriginRecord, now: number): boolean {
+    return o !== this.self && o.membership !== 'left' && now - o.lastAdvance <= this.ttlMs;
+  }
+
+  /**
+   * The agents the cluster lists as live (gossip addresses). Returns whether an origin became
+   * readable or stopped being so.
+   */
+  setMembers(members: ReadonlySet<string>): boolean {
+    this.#members = members;
+    let moved = false;
+    for (const o of this.#byId.values()) if (this.#updateMembership(o)) moved = true;
+    return moved;
+  }
+
+  /** Our own agent's address, known once our socket is bound. */
+  setAgent(o: OriginRecord, agent: string): void {
+    if (this.#byAgent.get(agentKey(o.node, o.agent)) === o) this.#byAgent.delete(agentKey(o.node, o.agent));
+    o.agent = agent;
+    this.#byAgent.set(agentKey(o.node, agent), o);
+  }
+
+  #updateMembership(o: OriginRecord): boolean {
+    if (o === this.self || o.agent === '') return false;
+    const next = this.#members.has(o.agent) ? 'member' : o.membership === 'unknown' ? 'unknown' : 'left';
+    if (next === o.membership) return false;
+    const wasLeft = o.membership === 'left';
+    o.membership = next;
+    return wasLeft || next === 'left';
   }
 
   values(): IterableIterator<OriginRecord> {
@@ -56,14 +99,16 @@ export class OriginTable {
 
   add(o: OriginRecord): void {
     this.#byId.set(o.id | 0, o);
-    this.#byNode.set(o.node, o);
+    this.#byAgent.set(agentKey(o.node, o.agent), o);
+    this.#updateMembership(o);
     this.#sortedIds = undefined;
   }
 
   remove(o: OriginRecord): void {
     o.gone = true;
     this.#byId.delete(o.id | 0);
-    if (this.#byNode.get(o.node) === o) this.#byNode.delete(o.node);
+    const key = agentKey(o.node, o.agent);
+    if (this.#byAgent.get(key) === o) this.#byAgent.delete(key);
     this.#sortedIds = undefined;
   }
 
@@ -71,16 +116,18 @@ export class OriginTable {
   advance(o: OriginRecord, version: number, seenAt: number, now: number, data: boolean): void {
     o.version = version;
     o.lastAdvance = Math.max(o.lastAdvance, seenAt);
-    if (data) o.lastData = now;
-    else o.resumeAt = -1;
-    this.noteAdvance(o, now, data);
+    if (data) {
+      o.lastData = now;
+      this.noteData(o, now);
+    } else {
+      o.resumeAt = -1;
+    }
   }
 
-  noteAdvance(o: OriginRecord, at: number, data: boolean): void {
-    // Bounded: about two advances per origin known (the window read is a round or two).
-    const bound = 2 * this.#byId.size + 64;
-    this.recent.push(o, at, bound);
-    if (data) this.recentData.push(o, at, bound);
+  /** Pod data of `o` changed at `at`: pushed in digests for a while (see buildDigest). */
+  noteData(o: OriginRecord, at: number): void {
+    // Bounded: about two changes per origin known (the window read is a round or two).
+    this.recentData.push(o, at, 2 * this.#byId.size + 64);
   }
 
   /** Drops origins silent for longer than the TTL; returns their nodes. Notes those at risk. */

@@ -124,6 +124,7 @@ export function writeDelta(
     floor: full || continuesFull ? origin.floor : 0,
     continuesFull: continuesFull && !full,
     pods: [],
+    agent: full ? origin.agent : '',
   };
   const headerSize = deltaHeaderSize(header);
   const entries = from >= origin.dataVersion ? [] : [...origin.pods.values()].filter((r) => r.entry.version > from);

@@ -78,11 +78,11 @@ export class GossipProtocol {
     this.state.heartbeat(now);
     const out: Outgoing[] = [];
     const peers = pick(this.#peers, this.fanout, rand);
-    peers.forEach((to, slot) => {
+    for (const to of peers) {
       // Each peer gets the next shard, so a round covers `fanout` shards of a large cluster.
-      const digest = this.state.digest(this.maxPayload - 3, this.#cursor++, now, slot, peers.length);
+      const digest = this.state.digest(this.maxPayload - 3, this.#cursor++, now);
       out.push({ to, payload: encodePayload({ digest, deltas: [] }) });
-    });
+    }
     return { out, dataChanged: expired.length > 0, livenessChanged: false };
   }
 

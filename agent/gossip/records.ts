@@ -18,10 +18,19 @@ export interface PodRecord {
   pod?: Pod;
 }
 
+/**
+ * Whether the cluster's membership lists an origin's agent: `unknown` until it has (membership
+ * may lag a new agent, or name it differently), `left` once a listed agent is no longer listed.
+ */
+export type Membership = 'unknown' | 'member' | 'left';
+
 export interface OriginRecord {
   /** Wire id of this origin incarnation. */
   id: number;
   node: string;
+  /** The agent's gossip address ('' when unknown): with `node`, which agent this is. */
+  agent: string;
+  membership: Membership;
   incarnation: number;
   /** Highest version held: every entry at or below it is exactly as the origin wrote it. */
   version: number;
@@ -41,10 +50,12 @@ export interface OriginRecord {
   gone: boolean;
 }
 
-export function newOrigin(id: number, node: string, incarnation: number, now: number): OriginRecord {
+export function newOrigin(id: number, node: string, agent: string, incarnation: number, now: number): OriginRecord {
   return {
     id,
     node,
+    agent,
+    membership: 'unknown',
     incarnation,
     version: 0,
     dataVersion: 0,

@@ -8,6 +8,10 @@
 //   order, so v never overstates what is held.
 // - An origin advances at least every heartbeat, so "silent" means "its version stopped", and one
 //   silent for ttlMs is dropped, wherever its news came from (relayed deltas carry their age).
+//   That is the backstop: liveness comes first from the cluster's membership (setMembers), so the
+//   heartbeat can be slow and cheap (ttlMs / 3, default 10 s).
+// - An origin is one incarnation of one agent (node + gossip address): two agents on one node
+//   are two origins, and a pod both report is read once, from the fresher report.
 import type { PodEstimate } from '../types.ts';
 import { adoptHeartbeats, answerWant, buildDigest, compareDigest, type Comparison } from './compare.ts';
 import { OriginTable } from './origins.ts';
@@ -34,8 +38,13 @@ import {
   type PodInfoWire,
 } from './wire.ts';
 
+/** The default TTL: the backstop behind membership (see README, "Gossip liveness"). */
+export const DEFAULT_TTL_MS = 30_000;
+
 export interface GossipStateOptions {
   nodeId: string;
+  /** This agent's gossip address as its peers list it ('' or absent: unknown, see setAgent). */
+  agent?: string;
   /** This agent's boot time (ms): makes a restarted agent a new origin instance. */
   incarnation: number;
   ttlMs?: number;
@@ -94,10 +103,10 @@ export class GossipState {
   constructor(options: GossipStateOptions) {
     this.nodeId = options.nodeId;
     this.incarnation = Math.floor(options.incarnation); // sent as an integer, and hashed into our id
-    this.ttlMs = options.ttlMs ?? 3000;
+    this.ttlMs = options.ttlMs ?? DEFAULT_TTL_MS;
     this.heartbeatMs = options.heartbeatMs ?? Math.floor(this.ttlMs / 3);
     this.roundMs = options.roundMs ?? 200;
-    this.hotMs = 2 * this.roundMs;
+    this.hotMs = 4 * this.roundMs;
     // Past one heartbeat and half the time left before the TTL: a heartbeat was missed, not late.
     this.riskMs = this.heartbeatMs + (this.ttlMs - this.heartbeatMs) / 2;
     this.shardBytes = options.shardBytes ?? 160;
@@ -105,7 +114,8 @@ export class GossipState {
     this.maxOrigins = options.maxOrigins ?? 4096;
     this.maxPodsPerOrigin = options.maxPodsPerOrigin ?? 256;
     this.maxTombstonesPerOrigin = options.maxTombstonesPerOrigin ?? 64;
-    this.self = newOrigin(originId(this.nodeId, this.incarnation), this.nodeId, this.incarnation, options.incarnation);
+    const id = originId(this.nodeId, this.incarnation);
+    this.self = newOrigin(id, this.nodeId, options.agent ?? '', this.incarnation, options.incarnation);
     this.#lastBump = options.incarnation;
     this.#origins = new OriginTable(this.self, this.ttlMs, this.riskMs);
   }
@@ -165,9 +175,19 @@ export class GossipState {
     self.version = version;
     self.dataVersion = version;
     self.lastAdvance = self.lastData = this.#lastBump = now;
-    this.#origins.noteAdvance(self, now, true);
+    this.#origins.noteData(self, now);
     this.#evictTombstones(self);
     return true;
+  }
+
+  /** Our gossip address, once known (a socket bound to port 0 learns it late); before any full state leaves. */
+  setAgent(agent: string): void {
+    this.#origins.setAgent(this.self, agent);
+  }
+
+  /** The gossip addresses of the agents the cluster lists as live; true when what is readable changed. */
+  setMembers(members: ReadonlySet<string>): boolean {
+    return this.#origins.setMembers(members);
   }
 
   /** Advances our version if it has not moved for a heartbeat interval. */
@@ -175,7 +195,6 @@ export class GossipState {
     if (now - this.#lastBump < this.heartbeatMs) return false;
     this.self.version++;
     this.self.lastAdvance = this.#lastBump = now;
-    this.#origins.noteAdvance(this.self, now, false);
     return true;
   }
 
@@ -198,8 +217,8 @@ export class GossipState {
   // --- digests (compare.ts) ------------------------------------------------------------------
 
   /** What we know, in at most `maxBytes`: see buildDigest. */
-  digest(maxBytes: number, cursor: number, now: number, slot = 0, slots = 1): DigestWire {
-    return buildDigest(this.#origins, this, maxBytes, cursor, now, slot, slots);
+  digest(maxBytes: number, cursor: number, now: number): DigestWire {
+    return buildDigest(this.#origins, this, maxBytes, cursor, now);
   }
 
   /** Compares a peer's digest (or offers) with what we hold: see compareDigest. */
@@ -237,13 +256,15 @@ export class GossipState {
 
   #applyFull(d: OriginDeltaWire, now: number): 'data' | 'advanced' | 'stale' | 'rejected' | 'gap' {
     if (d.origin !== originId(d.node, d.incarnation)) return 'rejected';
-    if (d.node === this.nodeId) {
+    if (d.node === this.nodeId && d.agent === this.self.agent) {
       // Our own previous incarnation, still held by peers: nobody else writes our pods.
       this.#origins.ignore(d.origin, Infinity, now);
       return 'rejected';
     }
     if (this.#origins.isIgnored(d.origin, d.to, now)) return 'stale';
-    let o = this.#origins.byNode(d.node);
+    // Another agent on our node (a rollout's surge) is held and relayed like any origin; the pool
+    // never reads our node's pods from gossip.
+    let o = this.#origins.byAgent(d.node, d.agent);
     if (o && o.id !== d.origin) {
       if (o.incarnation > d.incarnation) {
         this.#origins.ignore(d.origin, Infinity, now);
@@ -258,7 +279,7 @@ export class GossipState {
     if (pods === undefined) return 'rejected';
     if (o === undefined) {
       if (this.#origins.size >= this.maxOrigins) return 'rejected';
-      o = newOrigin(d.origin, d.node, d.incarnation, now - d.ageMs);
+      o = newOrigin(d.origin, d.node, d.agent, d.incarnation, now - d.ageMs);
       this.#origins.add(o);
     }
     o.pods = pods;
@@ -330,30 +351,56 @@ export class GossipState {
 
   // --- reading --------------------------------------------------------------------------------
 
-  /** Every pod of every other origin heard from within the TTL. */
+  /**
+   * Every pod of every readable origin (see OriginTable.readable). A pod two agents of its node
+   * report (both run during a rollout's surge) is read once, from the report its agents produced
+   * last: they share the node's clock, so the reports' times compare exactly.
+   */
   remoteEstimates(now: number): RemoteEstimate[] {
     const out: RemoteEstimate[] = [];
+    const agentsByNode = new Map<string, OriginRecord[]>();
     for (const o of this.#origins.values()) {
-      if (o === this.self || now - o.lastAdvance > this.ttlMs) continue;
-      for (const r of o.pods.values()) if (!r.entry.removed) out.push(estimateOf(o, r, now));
+      if (!this.#origins.readable(o, now)) continue;
+      const agents = agentsByNode.get(o.node);
+      if (agents) agents.push(o);
+      else agentsByNode.set(o.node, [o]);
+    }
+    for (const agents of agentsByNode.values()) {
+      if (agents.length === 1) {
+        for (const r of agents[0].pods.values()) if (!r.entry.removed) out.push(estimateOf(agents[0], r, now));
+        continue;
+      }
+      const freshest = new Map<string, { estimate: RemoteEstimate; producedAt: number }>();
+      for (const o of agents) {
+        for (const r of o.pods.values()) {
+          if (r.entry.removed) continue;
+          const estimate = estimateOf(o, r, now);
+          const producedAt = o.incarnation + r.entry.at;
+          const held = freshest.get(estimate.pod.uid);
+          if (held === undefined || producedAt > held.producedAt)
+            freshest.set(estimate.pod.uid, { estimate, producedAt });
+        }
+      }
+      for (const { estimate } of freshest.values()) out.push(estimate);
     }
     return out;
   }
 
-  /** Other origins heard from within the TTL. */
-  origins(now: number): { origin: string; pods: number; version: number; ageMs: number }[] {
+  /** Readable origins (see OriginTable.readable). */
+  origins(now: number): { origin: string; agent: string; pods: number; version: number; ageMs: number }[] {
     const out = [];
     for (const o of this.#origins.values()) {
-      if (o === this.self || now - o.lastAdvance > this.ttlMs) continue;
+      if (!this.#origins.readable(o, now)) continue;
       let pods = 0;
       for (const r of o.pods.values()) if (!r.entry.removed) pods++;
-      out.push({ origin: o.node, pods, version: o.version, ageMs: Math.max(0, now - o.lastAdvance) });
+      out.push({ origin: o.node, agent: o.agent, pods, version: o.version, ageMs: Math.max(0, now - o.lastAdvance) });
     }
     return out;
   }
 
-  origin(node: string): OriginRecord | undefined {
-    return this.#origins.byNode(node);
+  /** The origin of the agent `agent` on `node`, readable or not. */
+  origin(node: string, agent = ''): OriginRecord | undefined {
+    return this.#origins.byAgent(node, agent);
   }
 
   get size(): number {

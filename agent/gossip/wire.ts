@@ -62,6 +62,8 @@ export interface OriginDeltaWire {
   floor: number;
   continuesFull: boolean;
   pods: PodEntryWire[];
+  /** Only when from = 0: the origin agent's gossip address ('' when it does not know it). */
+  agent: string;
 }
 
 export interface DigestWire {
@@ -213,6 +215,7 @@ function decodeDelta(m: Decoded): OriginDeltaWire {
     floor: num(m.floor),
     continuesFull: (m.continuesFull as boolean | undefined) ?? false,
     pods: pods.map(decodeEntry),
+    agent: str(m.agent, 'agent'),
   };
   if (delta.from === 0 && !delta.node) throw new WireError('a delta from version 0 must name its node');
   if (delta.from >= delta.to) throw new WireError('a delta must end after it starts');
@@ -331,7 +334,8 @@ export function deltaHeaderSize(d: Omit<OriginDeltaWire, 'pods'>): number {
     stringSize(d.node) +
     scalar(d.incarnation) +
     scalar(d.floor) +
-    (d.continuesFull ? 2 : 0)
+    (d.continuesFull ? 2 : 0) +
+    stringSize(d.agent)
   );
 }
 

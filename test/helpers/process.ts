@@ -34,7 +34,11 @@ export function runAgent(
   child.stderr!.on('data', (d) => (output += d));
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`agent did not start:\n${output}`)), 10_000);
+    const timer = setTimeout(() => {
+      // Nobody gets a handle on a process that did not start: end it, or it holds the test run open.
+      child.kill('SIGKILL');
+      reject(new Error(`agent did not start:\n${output}`));
+    }, 10_000);
     const onData = () => {
       const match = /ready to serve on (http:\/\/[\d.:]+)\/v1 \(admin (http:\/\/[\d.:]+)\)/.exec(output);
       if (!match) return;
