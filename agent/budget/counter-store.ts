@@ -176,7 +176,8 @@ export class CounterStore {
 
   /**
    * The cluster's usage of one tenant's window (and provider, if the limit names one), summed
-   * over origins; pending reservations count unless their origin has been silent too long.
+   * over origins (or one origin's); pending reservations count unless their origin has been
+   * silent too long.
    */
   used(
     tenant: string,
@@ -184,11 +185,13 @@ export class CounterStore {
     epoch: number,
     now: number,
     withPending = true,
+    onlyOrigin?: string,
   ): { tokens: number; requests: number } {
     let tokens = 0;
     let requests = 0;
     for (const { origin, counter: c } of this.#scopes.get(scopeKey(tenant, limit.window, epoch))?.values() ?? []) {
       if (limit.provider !== undefined && c.provider !== limit.provider) continue;
+      if (onlyOrigin !== undefined && origin !== onlyOrigin) continue;
       tokens += c.tokens;
       requests += c.requests;
       if (

@@ -132,14 +132,18 @@ export class BudgetLedger {
     return this.#store.revision;
   }
 
-  /** The agent has exchanged state with a peer: it now sees what the cluster counted. */
+  /**
+   * The agent sees what the cluster counted: a peer answered it in full (agent/budget/exchange.ts),
+   * or there is no cluster (gossip off). Before that it admits nothing for warmupMs, then at most
+   * 1/agents of each limit by its own count (partitioned, or its peers are slow to answer).
+   */
   markSynced(): void {
     this.#synced = true;
   }
 
-  /** Warm-up ends on the first sync, or after warmupMs (a lone agent has no peer to hear). */
-  get warm(): boolean {
-    return this.#synced || this.#o.now() - this.#startedAt >= this.#o.warmupMs;
+  /** Has this agent heard what the cluster counted (see markSynced)? */
+  get synced(): boolean {
+    return this.#synced;
   }
 
   /**
@@ -169,7 +173,7 @@ export class BudgetLedger {
   ): Extract<Admission, { ok: false }> | undefined {
     const now = this.#o.now();
     const applicable = limits.filter((l) => l.provider === undefined || l.provider === provider);
-    if (applicable.length > 0 && !this.warm) {
+    if (applicable.length > 0 && !this.#synced && now - this.#startedAt < this.#o.warmupMs) {
       return {
         ok: false,
         reason: 'warming',
@@ -180,7 +184,7 @@ export class BudgetLedger {
     }
     this.#share.pruneRecent(now);
     for (const limit of applicable) {
-      const refusal = this.#refusal(tenant, tokens, limit, now);
+      const refusal = this.#refusal(tenant, tokens, limit, now) ?? this.#unsyncedRefusal(tenant, tokens, limit, now);
       if (refusal) return refusal;
     }
     return undefined;
@@ -304,6 +308,35 @@ export class BudgetLedger {
       };
     }
     return undefined;
+  }
+
+  /**
+   * Past warm-up without having heard the cluster in full (partitioned, or peers slow to answer):
+   * it cannot tell what the others spent, so it spends at most 1/agents of the limit itself.
+   * Each such agent overshoots by at most that share (README: "Overflow budgets", overshoot).
+   */
+  #unsyncedRefusal(
+    tenant: string,
+    tokens: number,
+    limit: BudgetLimit,
+    now: number,
+  ): Extract<Admission, { ok: false }> | undefined {
+    if (this.#synced) return undefined;
+    const agents = Math.max(1, this.#o.agents?.() ?? 1);
+    if (agents === 1) return undefined;
+    const epoch = epochOf(limit.window, now);
+    const own = this.#store.used(tenant, limit, epoch, now, true, this.origin);
+    const over =
+      (limit.tokens !== undefined && own.tokens + tokens > limit.tokens / agents) ||
+      (limit.requests !== undefined && own.requests + 1 > limit.requests / agents);
+    if (!over) return undefined;
+    return {
+      ok: false,
+      reason: 'share',
+      scope: scopeName(limit),
+      retryAfterMs: Math.min(this.#o.convergenceMs, (epoch + 1) * WINDOW_MS[limit.window] - now),
+      message: `this agent has not yet heard what the cluster spent of tenant ${tenant}'s ${scopeName(limit)} overflow budget: it spends at most 1/${agents} of it`,
+    };
   }
 
   #finish(reservation: Reservation, tokens: number, requests: number): void {

@@ -81,6 +81,11 @@ export class ShareRule {
         mineRequests++;
       }
     }
+    // Granularity: a share smaller than one request would strand the rest of the budget (no agent
+    // could ever admit again), so each agent may admit one request per interval whatever its
+    // share (the sum check still holds). Near the end k spenders may each admit one blind:
+    // at most (k − 1) requests' estimates over (README: the overshoot bound).
+    if (mineRequests === 0) return true;
     // What remained before this interval's own admissions (own usage is exact in `used`).
     const tokensOk =
       limit.tokens === undefined || mineTokens + tokens <= (limit.tokens - used.tokens + mineTokens) * share;

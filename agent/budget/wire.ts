@@ -3,6 +3,7 @@
 import { createHash } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import protobuf from 'protobufjs';
+import { varintSize } from '../gossip/wire.ts';
 import { BUDGET_WINDOWS, WINDOW_MS, type BudgetWindow } from './limits.ts';
 import type { Counter } from './ledger.ts';
 
@@ -18,10 +19,25 @@ export interface BudgetDeltaWire {
   counters: Counter[];
 }
 
-export interface BudgetGossipWire {
+export interface BudgetDigestWire {
   /** Origin id → version. */
-  digest?: Map<number, number>;
+  versions: Map<number, number>;
+  /** shards > 0: every origin held in shard `shard` of `shards` (see budget.proto); 0: every origin. */
+  shard: number;
+  shards: number;
+}
+
+export interface BudgetGossipWire {
+  digest?: BudgetDigestWire;
   deltas: BudgetDeltaWire[];
+  /** An answer to a digest (see budget.proto): replied to with deltas only. */
+  answer?: boolean;
+  /** The asker has not synced yet: answer even when there is nothing to send. */
+  syncing?: boolean;
+  /** The answer cut nothing the asker lacked in shard `shard` of `shards`. */
+  complete?: boolean;
+  shard?: number;
+  shards?: number;
 }
 
 /** The digest id of an origin name (first 4 bytes of its SHA-256; 0 is reserved for "absent"). */
@@ -40,7 +56,12 @@ const originIds = new Map<string, number>();
 const WINDOW_CODES: Record<BudgetWindow, number> = { minute: 1, hour: 2, day: 3 };
 
 export function encodeBudgetGossip(message: BudgetGossipWire): Uint8Array {
-  const digest = message.digest && { origins: [...message.digest.keys()], versions: [...message.digest.values()] };
+  const digest = message.digest && {
+    origins: [...message.digest.versions.keys()],
+    versions: [...message.digest.versions.values()],
+    shard: message.digest.shard,
+    shards: message.digest.shards,
+  };
   const deltas = message.deltas.map((delta) => {
     const names: string[] = [];
     const index = new Map<string, number>();
@@ -66,10 +87,52 @@ export function encodeBudgetGossip(message: BudgetGossipWire): Uint8Array {
     }));
     return { origin: delta.origin, from: delta.from, to: delta.to, names, counters };
   });
-  return gossipType.encode({ ...(digest ? { digest } : {}), deltas }).finish();
+  const { answer, complete, shard, shards, syncing } = message;
+  return gossipType
+    .encode({ ...(digest ? { digest } : {}), deltas, answer, complete, shard, shards, syncing })
+    .finish();
+}
+
+// Upper bounds of encoded sizes, so an exchange fills a datagram without encoding twice: a
+// scalar field is its tag byte and its varint; a name reference is taken at 2 bytes.
+const scalarBytes = (n: number): number => (n === 0 ? 0 : 1 + varintSize(n));
+const lengthPrefixed = (n: number): number => 1 + varintSize(n) + n;
+
+/** Bytes one counter adds to a delta, at most (names referenced, not included). */
+export function counterBytes(c: Counter): number {
+  const body =
+    4 +
+    2 +
+    scalarBytes(c.epoch) +
+    scalarBytes(c.tokens) +
+    scalarBytes(c.requests) +
+    scalarBytes(c.pendingTokens) +
+    scalarBytes(c.pendingRequests) +
+    scalarBytes(c.version) +
+    scalarBytes(Math.max(0, c.changedAt - c.epoch * WINDOW_MS[c.window]));
+  return lengthPrefixed(body);
+}
+
+/** Bytes a name adds to a delta's name table. */
+export const nameBytes = (name: string): number => lengthPrefixed(Buffer.byteLength(name));
+
+/** Bytes a delta's own fields and framing take, at most, without its names and counters. */
+export function deltaHeaderBytes(origin: string, from: number, to: number): number {
+  // 3: the delta's tag and a length prefix of up to two bytes (a delta fits a datagram).
+  return 3 + nameBytes(origin) + scalarBytes(from) + scalarBytes(to);
+}
+
+/** Bytes a digest of `versions` takes as a field of BudgetGossip, at most. */
+export function digestBytes(versions: Iterable<number>, entries: number): number {
+  let sum = 0;
+  for (const v of versions) sum += varintSize(v);
+  // 3: the digest's tag and length prefix; 12: its shard fields.
+  return 3 + (entries ? lengthPrefixed(4 * entries) + lengthPrefixed(sum) : 0) + 12;
 }
 
 const MAX_NAME = 253;
+/** Shards of the origin id space a digest may name (the id's top 16 bits). */
+export const MAX_SHARDS = 1 << 16;
 
 /** Decodes and checks one message; throws BudgetWireError on anything malformed. */
 export function decodeBudgetGossip(bytes: Uint8Array): BudgetGossipWire {
@@ -79,12 +142,27 @@ export function decodeBudgetGossip(bytes: Uint8Array): BudgetGossipWire {
   } catch (error) {
     throw new BudgetWireError(`undecodable budget message: ${(error as Error).message}`);
   }
-  const out: BudgetGossipWire = { deltas: [] };
-  const digest = raw.digest as { origins: number[]; versions: number[] } | undefined;
+  const out: BudgetGossipWire = {
+    deltas: [],
+    answer: raw.answer as boolean,
+    syncing: raw.syncing as boolean,
+    complete: raw.complete as boolean,
+    shard: raw.shard as number,
+    shards: raw.shards as number,
+  };
+  const validShard = (shard: number, shards: number) =>
+    shards === 0 || (shards <= MAX_SHARDS && (shards & (shards - 1)) === 0 && shard < shards);
+  if (!validShard(out.shard!, out.shards!)) throw new BudgetWireError('bad shard');
+  const digest = raw.digest as { origins: number[]; versions: number[]; shard: number; shards: number } | undefined;
   if (digest) {
     if (digest.origins.length !== digest.versions.length)
       throw new BudgetWireError('digest origins and versions differ in length');
-    out.digest = new Map(digest.origins.map((id, i) => [id, digest.versions[i]]));
+    if (!validShard(digest.shard, digest.shards)) throw new BudgetWireError('bad digest shard');
+    out.digest = {
+      versions: new Map(digest.origins.map((id, i) => [id, digest.versions[i]])),
+      shard: digest.shard,
+      shards: digest.shards,
+    };
   }
   for (const d of raw.deltas as {
     origin: string;

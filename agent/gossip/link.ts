@@ -8,7 +8,7 @@ import type { AgentSettings, GossipSettings } from '../config/load.ts';
 import { resolveSecret } from '../config/secrets.ts';
 import type { PodEstimate } from '../types.ts';
 import { registerGossipMetrics } from './metrics.ts';
-import { GossipNode, type GossipStats } from './node.ts';
+import { GossipNode, type GossipRider, type GossipStats } from './node.ts';
 
 /** Rejections counted once per pod, address and reason; the memory of them is bounded. */
 const MAX_COUNTED_REJECTIONS = 10_000;
@@ -25,6 +25,10 @@ export interface GossipLinkDeps {
   log(level: 'warn', message: string): void;
   /** Where our estimates come from and where screened peers' estimates go. */
   pool: { localEstimates(): PodEstimate[]; setRemote(estimates: readonly PodEstimate[]): void };
+  /** Our gossip origin instance (ms), shared with the budget ledger's origin name. */
+  incarnation?: number;
+  /** State carried in gossip's datagrams: the overflow budget counters (agent/budget/exchange.ts). */
+  rider?: GossipRider;
 }
 
 /** The agent's gossip link from its settings, or none when gossip is off; peers come from discovery. */
@@ -59,6 +63,8 @@ export class GossipLink {
       ttlMs: settings.ttlMs,
       now: deps.now,
       rand: deps.rand,
+      incarnation: deps.incarnation,
+      rider: deps.rider,
     });
     this.#node.onChange(() => this.#screenPeers());
     registerGossipMetrics(deps.registry, this.#node);

@@ -34,6 +34,8 @@ export interface MetricsOptions {
       remainingRequests?: number;
     }[];
   }[];
+  /** Read at scrape time: the budget ledger's counters and origins held, what it dropped, whether it heard the cluster. */
+  budgetLedger?: () => { counters: number; origins: number; dropped: number; synced: boolean };
   /** Most tenant label values on the waiting gauge; the rest add up under `other`. */
   maxTenantLabels?: number;
 }
@@ -228,6 +230,38 @@ export function createMetrics(options: MetricsOptions = {}) {
             if (s.remainingRequests !== undefined)
               this.set({ tenant, window: s.scope, unit: 'requests' }, s.remainingRequests);
           }
+      },
+    }),
+    budgetHeld: new Gauge({
+      name: 'kinference_budget_counters',
+      help: 'Overflow budget counters this agent holds (every origin of the cluster, current windows), by kind (counters|origins).',
+      labelNames: ['kind'] as const,
+      registers: [registry],
+      collect() {
+        const ledger = options.budgetLedger?.();
+        if (!ledger) return;
+        this.set({ kind: 'counters' }, ledger.counters);
+        this.set({ kind: 'origins' }, ledger.origins);
+      },
+    }),
+    budgetDropped: new Counter({
+      name: 'kinference_budget_dropped_total',
+      help: 'Overflow budget counters dropped: a bound (limits) reached, or malformed from a peer.',
+      registers: [registry],
+      collect() {
+        const ledger = options.budgetLedger?.();
+        if (!ledger) return;
+        this.reset();
+        this.inc(ledger.dropped);
+      },
+    }),
+    budgetSynced: new Gauge({
+      name: 'kinference_budget_synced',
+      help: 'Whether this agent has heard what the cluster spent (1), or still admits only a conservative share of budgets (0).',
+      registers: [registry],
+      collect() {
+        const ledger = options.budgetLedger?.();
+        if (ledger) this.set(ledger.synced ? 1 : 0);
       },
     }),
     inFlight: new Gauge({
