@@ -92,7 +92,7 @@ function poolFor(settings: AgentSettings, now: () => number): PodPool {
  */
 function overflowBudgetFor(
   settings: AgentSettings,
-  now: () => number,
+  clock: { now: () => number; rand: () => number },
   incarnation: number,
 ): { budget: OverflowBudget; exchange?: BudgetExchange } {
   let exchange: BudgetExchange | undefined;
@@ -100,7 +100,7 @@ function overflowBudgetFor(
     origin: `${settings.node}#${incarnation}`,
     // A change reaches every agent within a few gossip rounds (bench:gossip); a share is measured over this.
     convergenceMs: Math.max(1000, 5 * (settings.gossip?.intervalMs ?? 200)),
-    now,
+    ...clock,
     agents: () => exchange?.agents ?? 1,
     ...DEFAULT_LEDGER_LIMITS,
   });
@@ -175,7 +175,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   });
   const callers = new Callers({ settings, metrics, log });
   const incarnation = Math.floor(now());
-  const { budget, exchange: budgetExchange } = overflowBudgetFor(settings, now, incarnation);
+  const { budget, exchange: budgetExchange } = overflowBudgetFor(settings, { now, rand }, incarnation);
   const overflow = overflowFor(settings, { now, providerRequests: metrics.providerRequests, log, budget });
   const { registry, peerPodsRejected } = metrics;
   const gossip = gossipFor(settings, {

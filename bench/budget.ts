@@ -84,6 +84,7 @@ function run(n: number, scenario: Scenario, shareRule: boolean, fair: boolean, s
       maxCounters: 100_000,
       maxOrigins: 4096,
       shareRule,
+      rand,
       // Called only once both exist: the slow start's N is what the exchange heard from gossip.
       agents: () => exchange.agents,
     });

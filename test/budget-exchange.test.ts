@@ -10,7 +10,11 @@ import { decodeBudgetGossip } from '../agent/budget/wire.ts';
 
 const T0 = Date.UTC(2026, 0, 15, 10, 0, 30);
 const DATAGRAM = 1300;
-const HOUR: BudgetLimit[] = [{ window: 'hour', tokens: 1_000_000 }];
+// Every window counted: a spend changes three counters (the most gossip a spend can cause).
+const EVERY_WINDOW: BudgetLimit[] = (['minute', 'hour', 'day'] as const).map((window) => ({
+  window,
+  tokens: 1_000_000,
+}));
 
 function node(origin: string, now: () => number, options: Partial<LedgerOptions> & { fair?: boolean } = {}) {
   const ledger = new BudgetLedger({
@@ -41,7 +45,7 @@ function exchange(asker: Node, answerer: Node): { ask?: Uint8Array; answers: Uin
 }
 
 function spend(n: Node, tenant: string, tokens: number): void {
-  const a = n.ledger.reserve(tenant, 'bedrock', tokens, HOUR);
+  const a = n.ledger.reserve(tenant, 'bedrock', tokens, EVERY_WINDOW);
   assert.ok(a.ok, a.ok ? '' : a.message);
   n.ledger.settle(a.reservation, tokens);
 }
@@ -179,4 +183,33 @@ test('past warm-up without a full answer (partitioned), an agent spends at most 
   lone.exchange.round(1);
   t += 3000;
   assert.ok(lone.ledger.reserve('t', 'p', 9000, limits).ok);
+});
+
+test('a reservation still running keeps counting while gossip says its agent is alive, and stops a TTL after the agent is gone', () => {
+  let t = T0;
+  const limits: BudgetLimit[] = [{ window: 'hour', tokens: 10_000 }];
+  const long = node('node-a#1768471200000', () => t, { pendingTtlMs: 60_000 });
+  long.ledger.markSynced();
+  const r = long.ledger.reserve('t', 'p', 4000, limits); // a long stream, still running
+  assert.ok(r.ok);
+  const peer = node('node-b#1768471200000', () => t, { pendingTtlMs: 60_000 });
+  peer.ledger.markSynced();
+  exchange(long, peer);
+  let aAlive = true;
+  const alive = (n: string, incarnation: number) => aAlive && n === 'node-a' && incarnation === 1768471200000;
+  for (let s = 0; s < 90; s++) {
+    t += 1000;
+    peer.exchange.round(2, alive);
+  }
+  assert.equal(
+    peer.ledger.state('t', limits)[0].usedTokens,
+    4000,
+    'alive per gossip: its pending still counts after 90 s',
+  );
+  aAlive = false;
+  for (let s = 0; s < 61; s++) {
+    t += 1000;
+    peer.exchange.round(2, alive);
+  }
+  assert.equal(peer.ledger.state('t', limits)[0].usedTokens, 0, 'gone: its unsettled estimate stops counting');
 });

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { BudgetLedger, type Admission, type Reservation } from '../agent/budget/ledger.ts';
 import { BudgetExchange } from '../agent/budget/exchange.ts';
-import { BudgetWireError, decodeBudgetGossip, encodeBudgetGossip } from '../agent/budget/wire.ts';
+import { budgetOriginId, BudgetWireError, decodeBudgetGossip, encodeBudgetGossip } from '../agent/budget/wire.ts';
 import type { BudgetLimit } from '../agent/budget/limits.ts';
 
 const T0 = Date.UTC(2026, 0, 15, 10, 0, 30);
@@ -90,4 +90,30 @@ test("one agent's counters for a tenant on one provider take a few dozen bytes",
   const bytes = exchange(b, a);
   // minute, hour and day counters + origin name + two names: 112 bytes when written; the bound guards against a format regression.
   assert.ok(bytes <= 128, `${bytes} bytes`);
+});
+
+test('a delta after version 0 carries its origin id, not its name: resolved from the origins held, else left out', () => {
+  const counter = {
+    tenant: 'team-a',
+    provider: 'bedrock',
+    window: 'hour' as const,
+    epoch: Math.floor(T0 / 3_600_000),
+    tokens: 10,
+    requests: 1,
+    pendingTokens: 0,
+    pendingRequests: 0,
+    version: 7,
+    changedAt: T0,
+  };
+  const later = encodeBudgetGossip({
+    deltas: [{ origin: 'node-a#1764560000000', from: 5, to: 7, counters: [counter] }],
+  });
+  const first = encodeBudgetGossip({
+    deltas: [{ origin: 'node-a#1764560000000', from: 0, to: 7, counters: [counter] }],
+  });
+  assert.ok(later.length <= first.length - 'node-a#1764560000000'.length, `${later.length} vs ${first.length} bytes`);
+  const held = (id: number) => (id === budgetOriginId('node-a#1764560000000') ? 'node-a#1764560000000' : undefined);
+  assert.deepEqual(decodeBudgetGossip(later, held).deltas[0].counters, [counter]);
+  const unheld = decodeBudgetGossip(later);
+  assert.deepEqual([unheld.deltas.length, unheld.unknown], [0, 1]);
 });

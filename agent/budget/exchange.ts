@@ -70,9 +70,17 @@ export class BudgetExchange {
     this.#ledger = options.ledger;
   }
 
-  /** Once a gossip round: membership from gossip, and counters of ended windows dropped. */
-  round(agentsAlive: number): void {
+  /**
+   * Once a gossip round: membership from gossip (how many agents; which origins are alive, so
+   * their pending reservations keep counting however long they run), and ended windows dropped.
+   * An origin is named `node#incarnation` after its agent's gossip origin (agent/agent.ts).
+   */
+  round(agentsAlive: number, alive: (node: string, incarnation: number) => boolean = () => false): void {
     this.agents = Math.max(1, agentsAlive);
+    for (const origin of this.#ledger.versions().keys()) {
+      const cut = origin.lastIndexOf('#');
+      if (cut > 0 && alive(origin.slice(0, cut), Number(origin.slice(cut + 1)))) this.#ledger.heard(origin);
+    }
     this.#ledger.prune();
   }
 
@@ -86,7 +94,7 @@ export class BudgetExchange {
     const message: BudgetGossipWire = { digest, deltas: [], syncing: !ledger.synced };
     const room = this.#maxBytes - FLAG_BYTES - digestBytes(digest.versions.values(), digest.versions.size);
     const own = ledger.origin;
-    const push = cutDelta(own, 0, ledger.versions().get(own) ?? 0, ledger.deltaSince(own, 0), room);
+    const push = cutDelta(own, 0, ledger.versions().get(own) ?? 0, ledger.deltaSince(own, 0), room, new Set());
     if (push && push.delta.counters.length > 0) message.deltas.push(push.delta);
     return encodeBudgetGossip(message);
   }
@@ -97,7 +105,10 @@ export class BudgetExchange {
    */
   receive(bytes: Uint8Array, maxBytes: number): Uint8Array[] {
     this.#maxBytes = maxBytes;
-    const message = decodeBudgetGossip(bytes);
+    let byId: Map<number, string> | undefined;
+    const originOf = (id: number) =>
+      (byId ??= new Map([...this.#ledger.versions().keys()].map((o) => [budgetOriginId(o), o]))).get(id);
+    const message = decodeBudgetGossip(bytes, originOf);
     for (const d of message.deltas) this.#ledger.merge(d.origin, d.from, d.to, d.counters);
     if (!message.answer) return message.digest ? this.#answer(message.digest, message.syncing ?? false) : [];
     if (message.complete) this.#cover(message.shard ?? 0, message.shards ?? 0);
@@ -175,13 +186,14 @@ export class BudgetExchange {
       this.#maxBytes -
       FLAG_BYTES -
       (first.digest ? digestBytes(first.digest.versions.values(), first.digest.versions.size) : 0);
+    let names = new Set<string>();
     let served = 0;
     outer: for (const c of candidates) {
       let from = c.held;
       let rest = this.#ledger.deltaSince(c.origin, from);
       for (;;) {
         const current = out.at(-1)!;
-        const cut = cutDelta(c.origin, from, c.version, rest, room);
+        const cut = cutDelta(c.origin, from, c.version, rest, room, names);
         if (cut) {
           current.deltas.push(cut.delta);
           room -= cut.bytes;
@@ -195,6 +207,7 @@ export class BudgetExchange {
         if (out.length >= this.#o.maxMessagesPerAnswer) break outer;
         out.push({ answer: true, deltas: [] });
         room = this.#maxBytes - FLAG_BYTES;
+        names = new Set();
       }
       served++;
     }
@@ -266,7 +279,8 @@ function shardTest(shard: number, shards: number): (id: number) => boolean {
 /**
  * The longest gap-free prefix of `counters` (changed after `from`, oldest first) that fits
  * `room` bytes as one delta; undefined when not even one counter fits. All of them: the delta
- * ends at `version` (the origin's own, which may be past its last counter's).
+ * ends at `version` (the origin's own, which may be past its last counter's). `names`: the
+ * message's name table so far; the names the delta's counters add go into it.
  */
 function cutDelta(
   origin: string,
@@ -274,9 +288,9 @@ function cutDelta(
   version: number,
   counters: readonly Counter[],
   room: number,
+  names: Set<string>,
 ): { delta: BudgetDeltaWire; bytes: number } | undefined {
   let bytes = deltaHeaderBytes(origin, from, version);
-  const names = new Set<string>();
   let n = 0;
   for (const c of counters) {
     let add = counterBytes(c);

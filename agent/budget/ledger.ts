@@ -64,6 +64,8 @@ export interface LedgerOptions {
   shareRule?: boolean;
   /** Agents alive in the cluster now (gossip membership), for the slow start; default 1 (no slow start). */
   agents?: () => number;
+  /** Uniform in [0, 1) (default Math.random): gives out shares smaller than one request (share-rule.ts). */
+  rand?: () => number;
 }
 
 export const DEFAULT_LEDGER_LIMITS = {
@@ -77,8 +79,8 @@ export interface Reservation {
   readonly tenant: string;
   readonly provider: string;
   readonly tokens: number;
-  /** The epoch of each window when reserved: the spend belongs there, even if settled later. */
-  readonly epochs: Readonly<Record<BudgetWindow, number>>;
+  /** The epoch of each window counted (those the tenant's limits use) when reserved: the spend belongs there, even if settled later. */
+  readonly epochs: Readonly<Partial<Record<BudgetWindow, number>>>;
   done: boolean;
 }
 
@@ -155,9 +157,14 @@ export class BudgetLedger {
     const refusal = this.check(tenant, provider, tokens, limits);
     if (refusal) return refusal;
     const now = this.#o.now();
-    const epochs = epochsAt(now);
+    const current = epochsAt(now);
+    // Only the windows some limit of the tenant uses are counted (a third of the gossip per
+    // window left out); a limit added mid-window counts from then on.
+    const epochs: Partial<Record<BudgetWindow, number>> = {};
     for (const window of BUDGET_WINDOWS) {
-      this.#store.bump({ tenant, window, epoch: epochs[window], provider }, 0, 0, tokens, 1, now);
+      if (!limits.some((l) => l.window === window)) continue;
+      epochs[window] = current[window];
+      this.#store.bump({ tenant, window, epoch: current[window], provider }, 0, 0, tokens, 1, now);
     }
     const reservation: Reservation = { tenant, provider, tokens, epochs, done: false };
     this.#share.admitted(reservation, now);
@@ -345,6 +352,7 @@ export class BudgetLedger {
     const now = this.#o.now();
     for (const window of BUDGET_WINDOWS) {
       const epoch = reservation.epochs[window];
+      if (epoch === undefined) continue;
       // The window ended while the request ran: its counters are gone everywhere, so is the spend.
       if (epoch < epochOf(window, now)) continue;
       this.#store.bump(

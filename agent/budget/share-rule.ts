@@ -12,6 +12,8 @@ export interface ShareRuleOptions {
   convergenceMs: number;
   /** Agents alive in the cluster now (gossip membership), for the slow start; default 1 (no slow start). */
   agents?: () => number;
+  /** Uniform in [0, 1): the draw that gives out shares smaller than one request (default Math.random). */
+  rand?: () => number;
 }
 
 interface RecentAdmission {
@@ -25,6 +27,8 @@ export class ShareRule {
   #recent: RecentAdmission[] = [];
   /** Per tenant: since when this agent has been spending without a pause (the slow start), and its last admission. */
   readonly #streaks = new Map<string, { since: number; last: number }>();
+  /** Per tenant and limit: the interval of the last draw for a share smaller than one request, and its outcome. */
+  readonly #draws = new Map<string, { interval: number; won: boolean }>();
 
   constructor(options: ShareRuleOptions) {
     this.#o = options;
@@ -81,17 +85,23 @@ export class ShareRule {
         mineRequests++;
       }
     }
-    // Granularity: a share smaller than one request would strand the rest of the budget (no agent
-    // could ever admit again), so each agent may admit one request per interval whatever its
-    // share (the sum check still holds). Near the end k spenders may each admit one blind:
-    // at most (k − 1) requests' estimates over (README: the overshoot bound).
-    if (mineRequests === 0) return true;
     // What remained before this interval's own admissions (own usage is exact in `used`).
-    const tokensOk =
-      limit.tokens === undefined || mineTokens + tokens <= (limit.tokens - used.tokens + mineTokens) * share;
-    const requestsOk =
-      limit.requests === undefined || mineRequests + 1 <= (limit.requests - used.requests + mineRequests) * share;
-    return tokensOk && requestsOk;
+    const tokenShare = limit.tokens === undefined ? Infinity : (limit.tokens - used.tokens + mineTokens) * share;
+    const requestShare =
+      limit.requests === undefined ? Infinity : (limit.requests - used.requests + mineRequests) * share;
+    if (mineTokens + tokens <= tokenShare && mineRequests + 1 <= requestShare) return true;
+    if (mineRequests > 0) return false;
+    // Granularity: a share smaller than one request would strand the rest of the budget (no
+    // agent could ever admit again). Such an agent admits one request in this interval with
+    // probability share / request, drawn once per interval: the k spenders together admit what
+    // remained on average. Worst case (every draw won): k − 1 requests over (README: overshoot).
+    const interval = Math.floor(now / this.#o.convergenceMs);
+    const key = `${tenant}\u0000${limit.window}\u0000${limit.provider ?? ''}`;
+    const drawn = this.#draws.get(key);
+    if (drawn?.interval === interval) return drawn.won;
+    const won = (this.#o.rand ?? Math.random)() < Math.min(tokenShare / tokens, requestShare);
+    this.#draws.set(key, { interval, won });
+    return won;
   }
 
   /** Forget admissions older than one convergence interval: they no longer use this interval's share. */
@@ -101,9 +111,11 @@ export class ShareRule {
     }
   }
 
-  /** Drop ended streaks and old admissions. */
+  /** Drop ended streaks, old draws and old admissions. */
   prune(now: number): void {
     for (const [tenant, streak] of this.#streaks) if (now - streak.last > this.activeMs) this.#streaks.delete(tenant);
+    const interval = Math.floor(now / this.#o.convergenceMs);
+    for (const [key, drawn] of this.#draws) if (drawn.interval < interval) this.#draws.delete(key);
     this.pruneRecent(now);
   }
 }

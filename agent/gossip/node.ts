@@ -42,8 +42,11 @@ export interface GossipNodeOptions {
  * like every datagram, to the peers gossip picks each round; gossip never decodes them.
  */
 export interface GossipRider {
-  /** Once a round, before asking: the agents gossip knows of (origins held or peers listed, the larger), itself included. */
-  round(agents: number): void;
+  /**
+   * Once a round, before asking: the agents gossip knows of (origins held or peers listed, the
+   * larger, itself included), and whether an origin instance (node, incarnation) is alive now.
+   */
+  round(agents: number, alive: (node: string, incarnation: number) => boolean): void;
   /** What to send one of this round's peers, at most `maxBytes`; undefined: nothing. */
   ask(maxBytes: number): Uint8Array | undefined;
   /** A peer's bytes: the answers to send back, each at most `maxBytes`. Throws when malformed. */
@@ -274,7 +277,12 @@ export class GossipNode {
     const rider = this.#options.rider;
     if (!rider) return;
     const peers = this.#peers.filter((p) => p !== this.#self && p !== this.#options.bind).length;
-    rider.round(Math.max(this.#protocol.state.size, peers + 1));
+    const state = this.#protocol.state;
+    const now = this.#now();
+    rider.round(Math.max(state.size, peers + 1), (node, incarnation) => {
+      const origin = state.origin(node);
+      return origin?.incarnation === incarnation && now - origin.lastAdvance <= state.ttlMs;
+    });
     for (const to of new Set(out.map((o) => o.to))) {
       const ask = rider.ask(this.#riderRoom());
       if (ask) this.#sendRider(to, [ask]);
