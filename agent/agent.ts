@@ -102,6 +102,7 @@ function overflowBudgetFor(
     convergenceMs: Math.max(1000, 5 * (settings.gossip?.intervalMs ?? 200)),
     ...clock,
     agents: () => exchange?.agents ?? 1,
+    ...(settings.gossip ? { sweeps: () => exchange!.sweeps } : {}),
     ...DEFAULT_LEDGER_LIMITS,
   });
   if (settings.gossip) exchange = new BudgetExchange({ ledger, maxMessagesPerAnswer: 4 });

@@ -87,6 +87,7 @@ function run(n: number, scenario: Scenario, shareRule: boolean, fair: boolean, s
       rand,
       // Called only once both exist: the slow start's N is what the exchange heard from gossip.
       agents: () => exchange.agents,
+      sweeps: () => exchange.sweeps,
     });
     ledger.markSynced();
     const exchange: BudgetExchange = new BudgetExchange({

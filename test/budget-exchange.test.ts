@@ -213,3 +213,46 @@ test('a reservation still running keeps counting while gossip says its agent is 
   }
   assert.equal(peer.ledger.state('t', limits)[0].usedTokens, 0, 'gone: its unsettled estimate stops counting');
 });
+
+test("the slow start doubles a new spender's share only after an interval in which it heard the whole cluster in full", () => {
+  let t = T0;
+  let sweeps = 0;
+  const limits: BudgetLimit[] = [{ window: 'hour', tokens: 1_000_000 }];
+  const spender = (paced: boolean) => {
+    const l = new BudgetLedger({
+      origin: `a#${paced}`,
+      now: () => t,
+      convergenceMs: 1000,
+      warmupMs: 0,
+      pendingTtlMs: 60_000,
+      maxCounters: 1000,
+      maxOrigins: 100,
+      agents: () => 100,
+      rand: () => 0.999, // no draw is won: only whole shares admit
+      ...(paced ? { sweeps: () => sweeps } : {}),
+    });
+    l.markSynced();
+    return l;
+  };
+  /** Requests of 1,000 tokens admitted over the next second, one asked every 10 ms. */
+  const second = (l: BudgetLedger) => {
+    let admitted = 0;
+    for (let i = 0; i < 100; i++, t += 10) if (l.reserve('t', 'p', 1000, limits).ok) admitted++;
+    return admitted;
+  };
+  const start = t;
+  const paced = spender(true);
+  const [first, blind] = [second(paced), second(paced)];
+  sweeps++; // the cluster heard in full
+  const heard = second(paced);
+  t = start;
+  const timed = spender(false);
+  const [timedFirst, timedSecond] = [second(timed), second(timed)];
+  assert.equal(first, 10, 'the first interval: 1/100 of what remains');
+  assert.ok(blind <= first, `no sweep, no doubling (${blind} after ${first})`);
+  assert.ok(heard > 1.5 * blind, `after a sweep it doubles (${heard} after ${blind})`);
+  assert.ok(
+    timedSecond > 1.5 * timedFirst,
+    `without gossip it doubles per interval (${timedSecond} after ${timedFirst})`,
+  );
+});

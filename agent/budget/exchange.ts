@@ -62,6 +62,11 @@ export class BudgetExchange {
   #shardCursor = 0;
   readonly #covered = new Uint8Array(COVERAGE);
   #coveredCount = 0;
+  /** The sweep under way: shards answered in full since the last sweep completed. */
+  readonly #sweep = new Uint8Array(COVERAGE);
+  #sweepCount = 0;
+  /** Full sweeps completed: every shard answered in full again (the ledger's slow start counts them). */
+  sweeps = 0;
   /** Agents alive as gossip sees them, this one included (the ledger's slow start). */
   agents = 1;
 
@@ -258,11 +263,21 @@ export class BudgetExchange {
     const width = shards === 0 ? COVERAGE : COVERAGE / shards;
     const start = shards === 0 ? 0 : shard * width;
     for (let i = start; i < start + width; i++) {
-      if (this.#covered[i]) continue;
-      this.#covered[i] = 1;
-      this.#coveredCount++;
+      if (!this.#covered[i]) {
+        this.#covered[i] = 1;
+        this.#coveredCount++;
+      }
+      if (!this.#sweep[i]) {
+        this.#sweep[i] = 1;
+        this.#sweepCount++;
+      }
     }
     if (this.synced) this.#ledger.markSynced();
+    if (this.#sweepCount === COVERAGE) {
+      this.sweeps++;
+      this.#sweep.fill(0);
+      this.#sweepCount = 0;
+    }
   }
 }
 

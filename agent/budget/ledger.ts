@@ -66,6 +66,8 @@ export interface LedgerOptions {
   agents?: () => number;
   /** Uniform in [0, 1) (default Math.random): gives out shares smaller than one request (share-rule.ts). */
   rand?: () => number;
+  /** Full sweeps of the cluster's counters heard so far (agent/budget/exchange.ts); paces the slow start. */
+  sweeps?: () => number;
 }
 
 export const DEFAULT_LEDGER_LIMITS = {

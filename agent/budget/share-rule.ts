@@ -14,6 +14,12 @@ export interface ShareRuleOptions {
   agents?: () => number;
   /** Uniform in [0, 1): the draw that gives out shares smaller than one request (default Math.random). */
   rand?: () => number;
+  /**
+   * Full sweeps so far: every origin heard in full from some peer (agent/budget/exchange.ts). With
+   * it, the slow start doubles at most once per sweep as well as per convergence interval, so a
+   * cluster that converges slower than assumed (a burst at 1,000 agents) does not double blind.
+   */
+  sweeps?: () => number;
 }
 
 interface RecentAdmission {
@@ -26,7 +32,7 @@ export class ShareRule {
   /** This agent's admissions within the last convergence interval. */
   #recent: RecentAdmission[] = [];
   /** Per tenant: since when this agent has been spending without a pause (the slow start), and its last admission. */
-  readonly #streaks = new Map<string, { since: number; last: number }>();
+  readonly #streaks = new Map<string, { since: number; last: number; sweeps: number }>();
   /** Per tenant and limit: the interval of the last draw for a share smaller than one request, and its outcome. */
   readonly #draws = new Map<string, { interval: number; won: boolean }>();
 
@@ -44,7 +50,7 @@ export class ShareRule {
     this.#recent.push({ at: now, reservation });
     const streak = this.#streaks.get(reservation.tenant);
     if (streak && now - streak.last <= this.activeMs) streak.last = now;
-    else this.#streaks.set(reservation.tenant, { since: now, last: now });
+    else this.#streaks.set(reservation.tenant, { since: now, last: now, sweeps: this.#o.sweeps?.() ?? 0 });
   }
 
   /** A released reservation spent nothing: it no longer uses this agent's share either. */
@@ -70,11 +76,15 @@ export class ShareRule {
     const k = 1 + otherSpenders;
     // Slow start: an agent that starts spending cannot know who else just started (their news
     // is not here yet). It begins at 1/(agents alive) of what remains and doubles its share each
-    // convergence interval, by when it hears of those that started with it. If all N start at
-    // once blind, together they admit at most what remained in the first interval.
+    // convergence interval (each full sweep, with gossip), by when it has heard of those that
+    // started with it. If all N start at once blind, together they admit at most what remained
+    // in the first interval.
     const streak = this.#streaks.get(tenant);
-    const intervals =
-      streak && now - streak.last <= this.activeMs ? Math.floor((now - streak.since) / this.#o.convergenceMs) : 0;
+    const live = streak !== undefined && now - streak.last <= this.activeMs;
+    // Doubling needs a convergence interval to have passed and, with gossip, a full sweep heard
+    // for each doubling: a sweep is evidence that the others' news is here.
+    const elapsed = Math.floor((now - (streak?.since ?? now)) / this.#o.convergenceMs);
+    const intervals = !live ? 0 : Math.min(elapsed, this.#o.sweeps ? this.#o.sweeps() - streak.sweeps : elapsed);
     const share = Math.min(1 / k, 2 ** Math.min(intervals, 30) / Math.max(1, this.#o.agents?.() ?? 1));
     if (share >= 1) return true;
     let mineTokens = 0;
