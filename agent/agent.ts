@@ -11,7 +11,7 @@ import { parseHostPort } from './gossip/node.ts';
 import { MAX_EXCLUDE_WINDOW_MS } from './policy/schema.ts';
 import { PodPool } from './pool/pool.ts';
 import { overflowFor, type Overflow } from './providers/overflow.ts';
-import { BudgetLedger, DEFAULT_LEDGER_LIMITS } from './budget/ledger.ts';
+import { BudgetLedger } from './budget/ledger.ts';
 import { OverflowBudget } from './budget/spend.ts';
 import { BudgetExchange } from './budget/exchange.ts';
 import { createAdminApp } from './server/admin.ts';
@@ -103,7 +103,10 @@ function overflowBudgetFor(
     ...clock,
     agents: () => exchange?.agents ?? 1,
     ...(settings.gossip ? { sweeps: () => exchange!.sweeps } : {}),
-    ...DEFAULT_LEDGER_LIMITS,
+    warmupMs: settings.limits.budgetWarmupMs,
+    pendingTtlMs: settings.limits.budgetPendingTtlMs,
+    maxCounters: settings.limits.budgetMaxCounters,
+    maxOrigins: settings.limits.budgetMaxOrigins,
   });
   if (settings.gossip) exchange = new BudgetExchange({ ledger, maxMessagesPerAnswer: 4 });
   else ledger.markSynced();

@@ -11,13 +11,14 @@
 // per origin: merge = keep the newer version, never add).
 //
 // Restarts: an agent does NOT try to recover its old counts. Every start is a new origin
-// (`agent/incarnation`); the previous incarnation's counters stay in every replica, frozen, until
-// their window ends, and the new one starts from zero. So a restart can neither double-count
-// (the old counters are never re-sent under a new name) nor lose a counted token (peers keep
-// the old origin, and the new agent learns it from them). Recovering its own origin instead
-// would need every peer to answer before the first write: a new origin only needs to hear the
-// cluster once before it spends, hence `warmupMs` (see reserve()). A pending reservation of an
-// origin nobody has heard from for `pendingTtlMs` is no longer counted (its agent is gone).
+// (`node#incarnation`, its gossip origin's); the previous incarnation's counters stay in every
+// replica, frozen, until their window ends, and the new one starts from zero. So a restart can
+// neither double-count (the old counters are never re-sent under a new name) nor lose a counted
+// token (peers keep the old origin, and the new agent learns it from them). Recovering its own
+// origin instead would need every peer to answer before the first write: a new origin only needs
+// to hear the cluster once before it spends. Until then it is unsynced (see markSynced): it admits
+// nothing for `warmupMs`, then at most 1/agents of each limit by its own count. A pending
+// reservation of an origin nobody has heard from for `pendingTtlMs` is no longer counted.
 //
 // Partitions: each side keeps counting its own origins; on healing, merging by version gives the
 // exact sum of both sides. During a partition each side enforces on what it sees, so the
@@ -29,9 +30,11 @@
 // what remains (see share-rule.ts). settle() replaces the estimate with the provider's usage;
 // release() drops it when nothing was sent. The worst-case overshoot is what agents admit
 // during one convergence interval without seeing each other: (N − 1) × remaining on the sum
-// alone. The share rule (1/k per interval among k known spenders) and the slow start (a new
-// spender begins at 1/N and doubles per interval) bound what N blind agents admit together by
-// what remained (README: "Overflow budgets and priority"; bench:budget measures it).
+// alone. The share rule (1/k per interval among k known spenders), the slow start (a new
+// spender begins at 1/N and doubles per interval, and per full sweep with gossip) and the
+// granularity draw (a share under one request admits one with probability share/request) bound
+// it by what remained plus (k − 1) requests' estimates (README: "Overflow budgets and priority";
+// bench:budget measures it; test/agent-budget-cluster.test.ts checks it through three agents).
 //
 // Seams: window arithmetic in epochs.ts, the per-origin counters and their merge in
 // counter-store.ts, the share rule and slow start in share-rule.ts; this file is the admission
