@@ -43,6 +43,9 @@ describe('an overflow budget shared by three agents over gossip', () => {
         listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0', gossip: `127.0.0.1:${ports[i]}` },
         peers: ports.filter((_, j) => j !== i).map((p) => `127.0.0.1:${p}`),
         gossip: { key: { file: join(dir, 'gossip.key') }, interval: '100ms', ttl: '1500ms' },
+        // An agent that has not heard the cluster admits nothing for this long: longer than any
+        // start-up on a loaded machine, so "not yet heard" can only mean "refused".
+        limits: { budgetWarmup: '30s' },
         providers: [{ name: 'hosted', kind: 'openai', endpoint: provider.url, models: { [MODEL]: 'hosted-llama' } }],
         // No pod meets a 1 ms SLO: every request of this tenant is an overflow candidate.
         policies: [
