@@ -60,15 +60,21 @@ export class CounterStore {
   dropped = 0;
   /** Grows on every change this replica takes (own or merged): a digest cached at one revision is still exact. */
   revision = 0;
+  #versions: { revision: number; map: Map<string, number> } | undefined;
 
   constructor(options: CounterStoreOptions, now: number) {
     this.#o = options;
     this.#origins.set(options.origin, { version: 0, heardAt: now, counters: new Map() });
   }
 
-  /** Origin → highest version held: what to put in a digest. */
-  versions(): Map<string, number> {
-    return new Map([...this.#origins].map(([origin, s]) => [origin, s.version]));
+  /** Origin → highest version held: what to put in a digest. Built once per revision (read-only). */
+  versions(): ReadonlyMap<string, number> {
+    if (this.#versions?.revision !== this.revision)
+      this.#versions = {
+        revision: this.revision,
+        map: new Map([...this.#origins].map(([origin, s]) => [origin, s.version])),
+      };
+    return this.#versions.map;
   }
 
   /** An origin's counters changed after `since`, oldest change first: a prefix is gap-free. */
@@ -92,7 +98,10 @@ export class CounterStore {
       this.#origins.set(origin, state);
     }
     state.heardAt = now;
-    state.version = Math.max(state.version, to);
+    if (to > state.version) {
+      state.version = to;
+      this.revision++;
+    }
     for (const counter of counters) {
       // Ended windows are gone everywhere; a window more than one ahead is a broken clock or a lie.
       if (
@@ -139,7 +148,10 @@ export class CounterStore {
           if (entries?.size === 0) this.#scopes.delete(scope);
         }
       }
-      if (origin !== this.#o.origin && state.counters.size === 0) this.#origins.delete(origin);
+      if (origin !== this.#o.origin && state.counters.size === 0) {
+        this.#origins.delete(origin);
+        this.revision++;
+      }
     }
   }
 

@@ -67,6 +67,7 @@ export class BudgetExchange {
   #sweepCount = 0;
   /** Full sweeps completed: every shard answered in full again (the ledger's slow start counts them). */
   sweeps = 0;
+  #ids: { versions: ReadonlyMap<string, number>; byId: ReadonlyMap<number, string> } | undefined;
   /** Agents alive as gossip sees them, this one included (the ledger's slow start). */
   agents = 1;
 
@@ -110,10 +111,7 @@ export class BudgetExchange {
    */
   receive(bytes: Uint8Array, maxBytes: number): Uint8Array[] {
     this.#maxBytes = maxBytes;
-    let byId: Map<number, string> | undefined;
-    const originOf = (id: number) =>
-      (byId ??= new Map([...this.#ledger.versions().keys()].map((o) => [budgetOriginId(o), o]))).get(id);
-    const message = decodeBudgetGossip(bytes, originOf);
+    const message = decodeBudgetGossip(bytes, (id) => this.#byId().get(id));
     for (const d of message.deltas) this.#ledger.merge(d.origin, d.from, d.to, d.counters);
     if (!message.answer) return message.digest ? this.#answer(message.digest, message.syncing ?? false) : [];
     if (message.complete) this.#cover(message.shard ?? 0, message.shards ?? 0);
@@ -122,6 +120,14 @@ export class BudgetExchange {
     const wanted = message.digest.versions;
     const candidates = this.#candidates((id) => wanted.has(id), wanted);
     return this.#pack(candidates, { answer: true, deltas: [] }).messages;
+  }
+
+  /** The origins held by id (deltas after version 0 carry only the id), built once per ledger revision. */
+  #byId(): ReadonlyMap<number, string> {
+    const versions = this.#ledger.versions();
+    if (this.#ids?.versions !== versions)
+      this.#ids = { versions, byId: new Map([...versions.keys()].map((o) => [budgetOriginId(o), o])) };
+    return this.#ids.byId;
   }
 
   /** Has every shard of the origin space been answered in full by some peer? */
@@ -134,11 +140,12 @@ export class BudgetExchange {
     const candidates = this.#candidates(inShard, digest.versions);
     // What the asker listed newer than we hold: ask for it back (push-pull).
     const ours = this.#ledger.versions();
+    const names = this.#byId();
     const want = new Map<number, number>();
-    const byId = new Map([...ours.keys()].map((origin) => [budgetOriginId(origin), ours.get(origin)!]));
     const wantRoom = this.#maxBytes / 3;
     for (const [id, theirs] of digest.versions) {
-      const mine = byId.get(id) ?? 0;
+      const name = names.get(id);
+      const mine = name === undefined ? 0 : ours.get(name)!;
       if (theirs > mine && id !== budgetOriginId(this.#ledger.origin)) {
         want.set(id, mine);
         if (digestBytes(want.values(), want.size) > wantRoom) {

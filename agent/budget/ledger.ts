@@ -239,8 +239,8 @@ export class BudgetLedger {
 
   // --- replication -------------------------------------------------------------------------
 
-  /** Origin → highest version held: what to put in a digest. */
-  versions(): Map<string, number> {
+  /** Origin → highest version held: what to put in a digest (read-only; rebuilt when the ledger changes). */
+  versions(): ReadonlyMap<string, number> {
     return this.#store.versions();
   }
 
