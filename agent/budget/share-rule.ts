@@ -24,6 +24,8 @@ export interface ShareRuleOptions {
 
 interface RecentAdmission {
   at: number;
+  /** Full sweeps completed when admitted. */
+  sweeps: number;
   reservation: Reservation;
 }
 
@@ -33,8 +35,8 @@ export class ShareRule {
   #recent: RecentAdmission[] = [];
   /** Per tenant: since when this agent has been spending without a pause (the slow start), and its last admission. */
   readonly #streaks = new Map<string, { since: number; last: number; sweeps: number }>();
-  /** Per tenant and limit: the interval of the last draw for a share smaller than one request, and its outcome. */
-  readonly #draws = new Map<string, { interval: number; won: boolean }>();
+  /** Per tenant and limit: the last draw for a share smaller than one request (when, sweeps then), and its outcome. */
+  readonly #draws = new Map<string, { at: number; sweeps: number; won: boolean }>();
 
   constructor(options: ShareRuleOptions) {
     this.#o = options;
@@ -47,7 +49,7 @@ export class ShareRule {
 
   /** This agent admitted `reservation`: it uses this interval's share and extends the tenant's streak. */
   admitted(reservation: Reservation, now: number): void {
-    this.#recent.push({ at: now, reservation });
+    this.#recent.push({ at: now, sweeps: this.#sweeps(), reservation });
     const streak = this.#streaks.get(reservation.tenant);
     if (streak && now - streak.last <= this.activeMs) streak.last = now;
     else this.#streaks.set(reservation.tenant, { since: now, last: now, sweeps: this.#o.sweeps?.() ?? 0 });
@@ -105,27 +107,39 @@ export class ShareRule {
     // agent could ever admit again). Such an agent admits one request in this interval with
     // probability share / request, drawn once per interval: the k spenders together admit what
     // remained on average. Worst case (every draw won): k − 1 requests over (README: overshoot).
-    const interval = Math.floor(now / this.#o.convergenceMs);
     const key = `${tenant}\u0000${limit.window}\u0000${limit.provider ?? ''}`;
     const drawn = this.#draws.get(key);
-    if (drawn?.interval === interval) return drawn.won;
+    if (drawn && !this.#past(drawn, now)) return drawn.won;
     const won = (this.#o.rand ?? Math.random)() < Math.min(tokenShare / tokens, requestShare);
-    this.#draws.set(key, { interval, won });
+    this.#draws.set(key, { at: now, sweeps: this.#sweeps(), won });
     return won;
   }
 
-  /** Forget admissions older than one convergence interval: they no longer use this interval's share. */
+  /**
+   * Forget admissions the others have heard of: older than one convergence interval and, with
+   * gossip, older than a full sweep that started after them (two sweeps completed since). Until
+   * then they use this interval's share: a cluster converging slower than C (a burst at 1,000
+   * agents) would otherwise see every agent take its share again on a stale view of what remains.
+   */
   pruneRecent(now: number): void {
-    if (this.#recent.length > 0 && now - this.#recent[0].at > this.#o.convergenceMs) {
-      this.#recent = this.#recent.filter((r) => now - r.at <= this.#o.convergenceMs);
+    if (this.#recent.length > 0 && this.#past(this.#recent[0], now)) {
+      this.#recent = this.#recent.filter((r) => !this.#past(r, now));
     }
+  }
+
+  /** An admission or draw at `at` belongs to an interval that has passed (see pruneRecent). */
+  #past(entry: { at: number; sweeps: number }, now: number): boolean {
+    return now - entry.at > this.#o.convergenceMs && (!this.#o.sweeps || this.#sweeps() >= entry.sweeps + 2);
+  }
+
+  #sweeps(): number {
+    return this.#o.sweeps?.() ?? 0;
   }
 
   /** Drop ended streaks, old draws and old admissions. */
   prune(now: number): void {
     for (const [tenant, streak] of this.#streaks) if (now - streak.last > this.activeMs) this.#streaks.delete(tenant);
-    const interval = Math.floor(now / this.#o.convergenceMs);
-    for (const [key, drawn] of this.#draws) if (drawn.interval < interval) this.#draws.delete(key);
+    for (const [key, drawn] of this.#draws) if (this.#past(drawn, now)) this.#draws.delete(key);
     this.pruneRecent(now);
   }
 }
