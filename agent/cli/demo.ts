@@ -133,7 +133,7 @@ class Summary {
     return [
       `Batch tenant (overflow budget ${BATCH_BUDGET_TOKENS} tokens/hour) ${batch.length} requests: ${overflowed.length} overflowed (${peakOverflow} at the peak), ${spent} tokens as the provider reported,` +
         ` ${spent <= BATCH_BUDGET_TOKENS ? 'within budget' : 'OVER BUDGET'}`,
-      `  ${refused.length} answered 429 overflow_budget_exhausted once the budget was spent` +
+      `  ${BATCH_BUDGET_TOKENS - spent} tokens left; ${refused.length} answered 429 overflow_budget_exhausted` +
         (this.firstBudgetRefusalS !== undefined ? ` (the first at ${this.firstBudgetRefusalS} s)` : '') +
         (retry.length ? ` (Retry-After ${Math.min(...retry)}–${Math.max(...retry)} s, when the hour refills)` : '') +
         `; ${batch.filter((o) => o.ok && o.route.startsWith('local')).length} served by the cluster's pods`,
