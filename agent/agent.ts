@@ -2,7 +2,6 @@
 // them and starts the two listeners. Nothing here decides anything; it only connects parts.
 import type { AddressInfo } from 'node:net';
 import { createServer, type Server } from 'node:http';
-import { randomUUID } from 'node:crypto';
 import { serve } from '@hono/node-server';
 import type { AgentSettings } from './config/load.ts';
 import { discoveryFor } from './cluster/discovery.ts';
@@ -12,8 +11,9 @@ import { parseHostPort } from './gossip/node.ts';
 import { MAX_EXCLUDE_WINDOW_MS } from './policy/schema.ts';
 import { PodPool } from './pool/pool.ts';
 import { overflowFor, type Overflow } from './providers/overflow.ts';
-import { BudgetLedger, DEFAULT_LEDGER_LIMITS } from './budget/ledger.ts';
+import { BudgetLedger } from './budget/ledger.ts';
 import { OverflowBudget } from './budget/spend.ts';
+import { BudgetExchange } from './budget/exchange.ts';
 import { createAdminApp } from './server/admin.ts';
 import { adminViews } from './server/admin-views.ts';
 import { createApiHandler, type ApiHandler } from './server/api.ts';
@@ -93,23 +93,39 @@ function poolFor(settings: AgentSettings, now: () => number): PodPool {
   });
 }
 
-/** Every start is a new ledger origin (see agent/budget/ledger.ts: restarts neither reset nor double-count). */
-function overflowBudgetFor(settings: AgentSettings, now: () => number): OverflowBudget {
+/**
+ * Every start is a new ledger origin, named after this start's gossip origin instance (see
+ * agent/budget/ledger.ts: restarts neither reset nor double-count). With gossip, the counters ride
+ * on it (agent/budget/exchange.ts) and the ledger is synced once peers answered in full; without
+ * gossip there is no cluster to hear, and it enforces on its own count.
+ */
+function overflowBudgetFor(
+  settings: AgentSettings,
+  clock: { now: () => number; rand: () => number },
+  incarnation: number,
+): { budget: OverflowBudget; exchange?: BudgetExchange } {
+  let exchange: BudgetExchange | undefined;
   const ledger = new BudgetLedger({
-    origin: `${settings.node}#${randomUUID()}`,
-    convergenceMs: 1000,
-    now,
-    ...DEFAULT_LEDGER_LIMITS,
+    origin: `${settings.node}#${incarnation}`,
+    // A change reaches every agent within a few gossip rounds (bench:gossip); a share is measured over this.
+    convergenceMs: Math.max(1000, 5 * (settings.gossip?.intervalMs ?? 200)),
+    ...clock,
+    agents: () => exchange?.agents ?? 1,
+    ...(settings.gossip ? { sweeps: () => exchange!.sweeps } : {}),
+    warmupMs: settings.limits.budgetWarmupMs,
+    pendingTtlMs: settings.limits.budgetPendingTtlMs,
+    maxCounters: settings.limits.budgetMaxCounters,
+    maxOrigins: settings.limits.budgetMaxOrigins,
   });
-  // Budget counters do not ride on gossip yet: this agent enforces on its own count, and there is
-  // no cluster to wait to hear from.
-  ledger.markSynced();
-  return new OverflowBudget({
+  if (settings.gossip) exchange = new BudgetExchange({ ledger, maxMessagesPerAnswer: 4 });
+  else ledger.markSynced();
+  const budget = new OverflowBudget({
     ledger,
     completionEstimate: settings.limits.budgetCompletionEstimate,
     maxUsageBodyBytes: settings.limits.maxUpstreamBodyBytes,
     maxShownTenants: settings.limits.maxLabelValues,
   });
+  return { budget, exchange };
 }
 
 /** Applies each discovery snapshot to the parts it feeds: pods, policies, providers, peers, callers, detectors. */
@@ -157,6 +173,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     discoveryConnected: () => discovery.status().connected,
     waiting: () => requestPath.waiting.depth(),
     budgetUsage: () => budget.usage(),
+    budgetLedger: () => budget.ledgerState(),
     maxTenantLabels: limits.maxLabelValues,
   });
   const discovery =
@@ -170,10 +187,20 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     windowSpanMs: MAX_EXCLUDE_WINDOW_MS,
   });
   const callers = new Callers({ settings, metrics, log });
-  const budget = overflowBudgetFor(settings, now);
+  const incarnation = Math.floor(now());
+  const { budget, exchange: budgetExchange } = overflowBudgetFor(settings, { now, rand }, incarnation);
   const overflow = overflowFor(settings, { now, providerRequests: metrics.providerRequests, log, budget });
   const { registry, peerPodsRejected } = metrics;
-  const gossip = gossipFor(settings, { now, rand, registry, peerPodsRejected, log, pool });
+  const gossip = gossipFor(settings, {
+    now,
+    rand,
+    registry,
+    peerPodsRejected,
+    log,
+    pool,
+    incarnation,
+    rider: budgetExchange,
+  });
 
   await discovery.start();
   const discovered = followDiscovery(discovery, { pool, scraper, callers, overflow, gossip });

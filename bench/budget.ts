@@ -1,9 +1,10 @@
 // Overflow budget enforcement at 10, 100 and 1,000 agents, in virtual time.
 //
-// Every agent is a real BudgetLedger; they exchange counters by push-pull anti-entropy with the
-// gossip bench's parameters (a round every 200 ms to 3 random peers, 1–5 ms one-way latency,
-// bench/gossip.ts measured ≈ 0.7 s to reach 99.9% of 1,000 agents), every message encoded and
-// decoded with the real wire format (shared/proto/budget.proto), cut to a datagram's worth.
+// Every agent is a real BudgetLedger and a real BudgetExchange (agent/budget/exchange.ts: the code
+// the gossip node runs, Payload.budget): each round (200 ms, ±10% phase) it asks 3 random peers;
+// every message goes through the real wire format (shared/proto/budget.proto), cut to what one
+// gossip datagram holds (1,400 bytes less the envelope), answers spanning at most 4 datagrams,
+// 1–5 ms one-way latency. Every agent is synced (a running cluster) and knows all N.
 //
 // One tenant overflows through EVERY agent at once (the worst case: each agent is blind to the
 // others' last admissions) against a limit of L tokens per minute. Each request reserves its
@@ -12,20 +13,19 @@
 //   steady: the cluster offers L every 3 s, spread over all agents (budget runs out after ~4 s);
 //   burst:  every agent offers 5 requests/s from the first instant (runs out within a second or two).
 // Enforcement error = (tokens settled in the window − L) / L: positive is overshoot, negative is
-// budget left unused although demand was there. Both with the share rule (default) and without
-// (enforcement on the cluster sum alone), side by side.
+// budget left unused although demand was there. Side by side: fair delta scheduling (default)
+// against a fixed order (phase A's), and the share rule on against the cluster sum alone.
 //
-// Bytes: what the counters add per agent per second, deltas (the part that rides inside gossip's
-// own exchange once wired: gossip's digest already carries each origin's version) and the
-// standalone digests this simulation also sends.
+// Bytes: what the counters add to gossip per agent per second: every budget datagram, its
+// envelope and HMAC included (agent/gossip/wire.ts envelopeOverhead).
 //
-//   node bench/budget.ts [--sizes 10,100,1000] [--seconds 8] [--scenarios steady,burst] [--share on,off]
+//   node bench/budget.ts [--sizes 10,100,1000] [--seconds 8] [--scenarios steady,burst] [--share on,off] [--fair on,off]
 // (1,000 agents take minutes per run: the options run parts, e.g. in parallel on two cores)
 import { mkdirSync, writeFileSync } from 'node:fs';
+import { BudgetExchange } from '../agent/budget/exchange.ts';
 import { BudgetLedger, type Reservation } from '../agent/budget/ledger.ts';
 import type { BudgetLimit } from '../agent/budget/limits.ts';
-import { applyBudgetDeltas, budgetDeltasFor, budgetDigest } from '../agent/budget/exchange.ts';
-import { decodeBudgetGossip, encodeBudgetGossip } from '../agent/budget/wire.ts';
+import { envelopeOverhead } from '../agent/gossip/wire.ts';
 import { mulberry32, type Rand } from '../shared/sim/random.ts';
 
 function arg(name: string, fallback: string): string {
@@ -37,8 +37,12 @@ const STEP_MS = 10;
 const INTERVAL_MS = 200;
 const FANOUT = 3;
 const LATENCY_MS = [1, 5];
-const CONVERGENCE_MS = 1000; // ≥ gossip's measured 99.9% propagation at 1,000 agents (≈ 0.7 s)
-const MAX_COUNTERS_PER_MESSAGE = 40; // ≈ 1,400 bytes of counters
+const CONVERGENCE_MS = 1000; // what the agent sets at a 200 ms gossip interval (agent/agent.ts)
+const BOOT = 1768471200000;
+const DATAGRAM = 1400;
+/** The budget bytes one datagram holds: the datagram less the envelope, less Payload.budget's own tag and length. */
+const MAX_BYTES = DATAGRAM - envelopeOverhead('node-999', BOOT) - 3;
+const MAX_MESSAGES_PER_ANSWER = 4;
 const LIMIT_TOKENS = 1_000_000;
 const ESTIMATE = 1000;
 const WINDOW_START = Date.UTC(2026, 0, 15, 10, 0, 0);
@@ -49,7 +53,6 @@ type Scenario = 'steady' | 'burst';
 interface Message {
   to: number;
   from: number;
-  kind: 'ask' | 'answer' | 'push';
   bytes: Uint8Array;
 }
 
@@ -57,22 +60,23 @@ interface Row {
   agents: number;
   scenario: Scenario;
   shareRule: boolean;
+  fair: boolean;
   settledTokens: number;
   errorPct: number;
   admitted: number;
   refused: number;
-  deltaBytesPerAgentPerSec: number;
-  digestBytesPerAgentPerSec: number;
+  bytesPerAgentPerSec: number;
+  datagramsPerAgentPerSec: number;
   wallSeconds: number;
 }
 
-function run(n: number, scenario: Scenario, shareRule: boolean, seconds: number): Row {
+function run(n: number, scenario: Scenario, shareRule: boolean, fair: boolean, seconds: number): Row {
   const started = performance.now();
   const rand: Rand = mulberry32(n * 7919 + (scenario === 'burst' ? 1 : 0) + (shareRule ? 2 : 0));
   let now = WINDOW_START;
   const agents = Array.from({ length: n }, (_, i) => {
-    const ledger = new BudgetLedger({
-      origin: `node-${i}#1768471200000`,
+    const ledger: BudgetLedger = new BudgetLedger({
+      origin: `node-${i}#${BOOT}`,
       now: () => now,
       convergenceMs: CONVERGENCE_MS,
       warmupMs: 0,
@@ -80,15 +84,18 @@ function run(n: number, scenario: Scenario, shareRule: boolean, seconds: number)
       maxCounters: 100_000,
       maxOrigins: 4096,
       shareRule,
-      agents: () => n,
+      rand,
+      // Called only once both exist: the slow start's N is what the exchange heard from gossip.
+      agents: () => exchange.agents,
+      sweeps: () => exchange.sweeps,
     });
     ledger.markSynced();
-    return {
+    const exchange: BudgetExchange = new BudgetExchange({
       ledger,
-      phase: Math.floor(rand() * (INTERVAL_MS / STEP_MS)),
-      credit: 0,
-      digest: { revision: -1, bytes: new Uint8Array() },
-    };
+      maxMessagesPerAnswer: MAX_MESSAGES_PER_ANSWER,
+      fair,
+    });
+    return { ledger, exchange, phase: Math.floor(rand() * (INTERVAL_MS / STEP_MS)), credit: 0 };
   });
   // Messages and settles due at each step.
   const inbox = new Map<number, Message[]>();
@@ -98,31 +105,18 @@ function run(n: number, scenario: Scenario, shareRule: boolean, seconds: number)
     list.push(item);
     map.set(step, list);
   };
-  let deltaBytes = 0;
-  let digestBytes = 0;
+  const datagramOverhead = DATAGRAM - MAX_BYTES;
+  let bytes = 0;
+  let datagrams = 0;
   let admitted = 0;
   let refused = 0;
   let settledTokens = 0;
   const latencySteps = () =>
     Math.max(1, Math.round((LATENCY_MS[0] + rand() * (LATENCY_MS[1] - LATENCY_MS[0])) / STEP_MS));
-  const send = (step: number, m: Message) => due(inbox, step + latencySteps(), m);
-  const deltasMessage = (from: number, digest: ReadonlyMap<number, number>) => {
-    const deltas = budgetDeltasFor(agents[from].ledger, digest, MAX_COUNTERS_PER_MESSAGE);
-    if (deltas.length === 0) return undefined;
-    const bytes = encodeBudgetGossip({ deltas });
-    deltaBytes += bytes.length;
-    return bytes;
-  };
-  const digestMessage = (from: number) => {
-    // Encoded again only when the ledger changed (the bytes would be the same).
-    const { ledger, digest } = agents[from];
-    if (digest.revision !== ledger.revision)
-      Object.assign(digest, {
-        revision: ledger.revision,
-        bytes: encodeBudgetGossip({ digest: budgetDigest(ledger), deltas: [] }),
-      });
-    digestBytes += digest.bytes.length;
-    return digest.bytes;
+  const send = (step: number, m: Message) => {
+    bytes += m.bytes.length + datagramOverhead;
+    datagrams++;
+    due(inbox, step + latencySteps(), m);
   };
 
   // Offered requests per agent per step.
@@ -131,23 +125,10 @@ function run(n: number, scenario: Scenario, shareRule: boolean, seconds: number)
   const steps = (seconds * 1000) / STEP_MS;
   for (let step = 0; step < steps; step++) {
     now = WINDOW_START + step * STEP_MS;
+    // Every message is handled the same way: merge, and the replies go back to its sender.
     for (const m of inbox.get(step) ?? []) {
-      const message = decodeBudgetGossip(m.bytes);
-      const target = agents[m.to].ledger;
-      applyBudgetDeltas(target, message.deltas);
-      if (m.kind === 'ask') {
-        // Answer with what the asker lacks, and ask back (push-pull).
-        const answer = deltasMessage(m.to, message.digest!);
-        send(step, {
-          to: m.from,
-          from: m.to,
-          kind: 'answer',
-          bytes: answer ? concat(answer, digestMessage(m.to)) : digestMessage(m.to),
-        });
-      } else if (m.kind === 'answer' && message.digest) {
-        const push = deltasMessage(m.to, message.digest);
-        if (push) send(step, { to: m.from, from: m.to, kind: 'push', bytes: push });
-      }
+      for (const reply of agents[m.to].exchange.receive(m.bytes, MAX_BYTES))
+        send(step, { to: m.from, from: m.to, bytes: reply });
     }
     inbox.delete(step);
     for (const s of settles.get(step) ?? []) {
@@ -158,11 +139,12 @@ function run(n: number, scenario: Scenario, shareRule: boolean, seconds: number)
     for (let i = 0; i < n; i++) {
       const agent = agents[i];
       if (step % (INTERVAL_MS / STEP_MS) === agent.phase) {
-        agent.ledger.prune();
-        for (let f = 0; f < FANOUT; f++) {
+        agent.exchange.round(n);
+        for (let f = 0; f < Math.min(FANOUT, n - 1); f++) {
           let peer = Math.floor(rand() * (n - 1));
           if (peer >= i) peer++;
-          send(step, { to: peer, from: i, kind: 'ask', bytes: digestMessage(i) });
+          const ask = agent.exchange.ask(MAX_BYTES);
+          if (ask) send(step, { to: peer, from: i, bytes: ask });
         }
       }
       agent.credit += perAgentPerStep;
@@ -190,22 +172,15 @@ function run(n: number, scenario: Scenario, shareRule: boolean, seconds: number)
     agents: n,
     scenario,
     shareRule,
+    fair,
     settledTokens,
     errorPct: Math.round(((settledTokens - LIMIT_TOKENS) / LIMIT_TOKENS) * 10_000) / 100,
     admitted,
     refused,
-    deltaBytesPerAgentPerSec: Math.round(deltaBytes / n / seconds),
-    digestBytesPerAgentPerSec: Math.round(digestBytes / n / seconds),
+    bytesPerAgentPerSec: Math.round(bytes / n / seconds),
+    datagramsPerAgentPerSec: Math.round((datagrams / n / seconds) * 10) / 10,
     wallSeconds: Math.round((performance.now() - started) / 100) / 10,
   };
-}
-
-/** Two encoded BudgetGossip messages as one: protobuf concatenation merges repeated fields. */
-function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
-  const out = new Uint8Array(a.length + b.length);
-  out.set(a);
-  out.set(b, a.length);
-  return out;
 }
 
 const sizes = arg('sizes', '10,100,1000').split(',').map(Number);
@@ -213,25 +188,31 @@ const sizes = arg('sizes', '10,100,1000').split(',').map(Number);
 const seconds = Number(arg('seconds', '8'));
 const rows: Row[] = [];
 const scenarios = arg('scenarios', 'steady,burst').split(',') as Scenario[];
-const shares = arg('share', 'on,off')
-  .split(',')
-  .map((v) => v === 'on');
+const onOff = (name: string, fallback: string) =>
+  arg(name, fallback)
+    .split(',')
+    .map((v) => v === 'on');
+const shares = onOff('share', 'on');
+const fairs = onOff('fair', 'on,off');
 for (const n of sizes) {
   for (const scenario of scenarios) {
     for (const shareRule of shares) {
-      const row = run(n, scenario, shareRule, seconds);
-      rows.push(row);
-      console.error(JSON.stringify(row));
+      for (const fair of fairs) {
+        const row = run(n, scenario, shareRule, fair, seconds);
+        rows.push(row);
+        console.error(JSON.stringify(row));
+      }
     }
   }
 }
 
+const sign = (x: number) => `${x > 0 ? '+' : ''}${x}%`;
 const table = [
-  '| agents | scenario | share rule | tokens settled (limit 1,000,000) | enforcement error | admitted / refused | counter bytes/agent/s: deltas + digests |',
-  '| ---: | --- | --- | ---: | ---: | ---: | ---: |',
+  '| agents | scenario | share rule | delta order | tokens settled (limit 1,000,000) | enforcement error | admitted / refused | budget gossip per agent: bytes/s, datagrams/s |',
+  '| ---: | --- | --- | --- | ---: | ---: | ---: | ---: |',
   ...rows.map(
     (r) =>
-      `| ${r.agents} | ${r.scenario} | ${r.shareRule ? 'on' : 'off'} | ${r.settledTokens.toLocaleString('en-US')} | ${r.errorPct > 0 ? '+' : ''}${r.errorPct}% | ${r.admitted} / ${r.refused} | ${r.deltaBytesPerAgentPerSec} + ${r.digestBytesPerAgentPerSec} |`,
+      `| ${r.agents} | ${r.scenario} | ${r.shareRule ? 'on' : 'off'} | ${r.fair ? 'fair' : 'fixed'} | ${r.settledTokens.toLocaleString('en-US')} | ${sign(r.errorPct)} | ${r.admitted} / ${r.refused} | ${r.bytesPerAgentPerSec.toLocaleString('en-US')}, ${r.datagramsPerAgentPerSec} |`,
   ),
 ].join('\n');
 const results = {
@@ -243,6 +224,8 @@ const results = {
     fanout: FANOUT,
     latencyMs: LATENCY_MS,
     convergenceMs: CONVERGENCE_MS,
+    maxBytes: MAX_BYTES,
+    maxMessagesPerAnswer: MAX_MESSAGES_PER_ANSWER,
     limitTokensPerMinute: LIMIT_TOKENS,
     estimate: ESTIMATE,
     seconds,

@@ -185,7 +185,11 @@ test('a partition: each side counts its own; after healing the sum is exact and 
 
 test('window roll-over: counters of an ended window are pruned, and a request settled after it ended does not count in the new one', () => {
   const c = clock();
-  const limits: BudgetLimit[] = [{ window: 'minute', tokens: 1000 }];
+  // Only windows some limit uses are counted: the hour limit makes the hour counted too.
+  const limits: BudgetLimit[] = [
+    { window: 'minute', tokens: 1000 },
+    { window: 'hour', tokens: 1_000_000 },
+  ];
   const a = ledger('a/1', c.now);
   const b = ledger('b/1', c.now);
   const late = admitted(a.reserve('t', 'p', 600, limits)).reservation;

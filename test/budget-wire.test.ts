@@ -1,8 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { BudgetLedger, type Admission, type Reservation } from '../agent/budget/ledger.ts';
-import { applyBudgetDeltas, budgetDeltasFor, budgetDigest } from '../agent/budget/exchange.ts';
-import { BudgetWireError, decodeBudgetGossip, encodeBudgetGossip } from '../agent/budget/wire.ts';
+import { BudgetExchange } from '../agent/budget/exchange.ts';
+import { budgetOriginId, BudgetWireError, decodeBudgetGossip, encodeBudgetGossip } from '../agent/budget/wire.ts';
 import type { BudgetLimit } from '../agent/budget/limits.ts';
 
 const T0 = Date.UTC(2026, 0, 15, 10, 0, 30);
@@ -25,12 +25,18 @@ function reserved(a: Admission): Reservation {
   return a.reservation;
 }
 
-/** A asks B (digest), B answers with deltas: both through the real encoding. */
-function exchange(asker: BudgetLedger, answerer: BudgetLedger, maxCounters = 1000): number {
-  const ask = decodeBudgetGossip(encodeBudgetGossip({ digest: budgetDigest(asker), deltas: [] }));
-  const bytes = encodeBudgetGossip({ deltas: budgetDeltasFor(answerer, ask.digest!, maxCounters) });
-  applyBudgetDeltas(asker, decodeBudgetGossip(bytes).deltas);
-  return bytes.length;
+/** A asks B (digest + A's own counters), B answers with what A lacks, A answers what B asked back: the real exchange and encoding. */
+function exchange(asker: BudgetLedger, answerer: BudgetLedger, maxBytes = 1300): number {
+  const a = new BudgetExchange({ ledger: asker, maxMessagesPerAnswer: 1 });
+  const b = new BudgetExchange({ ledger: answerer, maxMessagesPerAnswer: 1 });
+  const ask = a.ask(maxBytes);
+  if (!ask) return 0;
+  let bytes = 0;
+  for (const answer of b.receive(ask, maxBytes)) {
+    bytes += answer.length;
+    for (const back of a.receive(answer, maxBytes)) b.receive(back, maxBytes);
+  }
+  return bytes;
 }
 
 test('counters travel through the protobuf encoding unchanged, and a cut delta continues where it stopped', () => {
@@ -43,9 +49,9 @@ test('counters travel through the protobuf encoding unchanged, and a cut delta c
     a.settle(reserved(a.reserve(`tenant-${i % 5}`, i % 2 ? 'bedrock' : 'databricks', 700, LIMITS)), 650 + i);
   }
   a.reserve('tenant-0', 'bedrock', 4000, LIMITS); // pending
-  exchange(b, a, 7); // a datagram's worth only
+  exchange(b, a, 200); // a small datagram's worth only
   assert.ok(b.versions().get('node-a#1')! < a.versions().get('node-a#1')!);
-  while (b.versions().get('node-a#1')! < a.versions().get('node-a#1')!) exchange(b, a, 7);
+  while (b.versions().get('node-a#1')! < a.versions().get('node-a#1')!) exchange(b, a, 200);
   for (const tenant of ['tenant-0', 'tenant-1', 'tenant-4']) {
     for (const window of ['minute', 'hour', 'day'] as const)
       assert.deepEqual(b.spent(tenant, window), a.spent(tenant, window));
@@ -84,4 +90,30 @@ test("one agent's counters for a tenant on one provider take a few dozen bytes",
   const bytes = exchange(b, a);
   // minute, hour and day counters + origin name + two names: 112 bytes when written; the bound guards against a format regression.
   assert.ok(bytes <= 128, `${bytes} bytes`);
+});
+
+test('a delta after version 0 carries its origin id, not its name: resolved from the origins held, else left out', () => {
+  const counter = {
+    tenant: 'team-a',
+    provider: 'bedrock',
+    window: 'hour' as const,
+    epoch: Math.floor(T0 / 3_600_000),
+    tokens: 10,
+    requests: 1,
+    pendingTokens: 0,
+    pendingRequests: 0,
+    version: 7,
+    changedAt: T0,
+  };
+  const later = encodeBudgetGossip({
+    deltas: [{ origin: 'node-a#1764560000000', from: 5, to: 7, counters: [counter] }],
+  });
+  const first = encodeBudgetGossip({
+    deltas: [{ origin: 'node-a#1764560000000', from: 0, to: 7, counters: [counter] }],
+  });
+  assert.ok(later.length <= first.length - 'node-a#1764560000000'.length, `${later.length} vs ${first.length} bytes`);
+  const held = (id: number) => (id === budgetOriginId('node-a#1764560000000') ? 'node-a#1764560000000' : undefined);
+  assert.deepEqual(decodeBudgetGossip(later, held).deltas[0].counters, [counter]);
+  const unheld = decodeBudgetGossip(later);
+  assert.deepEqual([unheld.deltas.length, unheld.unknown], [0, 1]);
 });

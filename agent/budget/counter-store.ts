@@ -60,15 +60,21 @@ export class CounterStore {
   dropped = 0;
   /** Grows on every change this replica takes (own or merged): a digest cached at one revision is still exact. */
   revision = 0;
+  #versions: { revision: number; map: Map<string, number> } | undefined;
 
   constructor(options: CounterStoreOptions, now: number) {
     this.#o = options;
     this.#origins.set(options.origin, { version: 0, heardAt: now, counters: new Map() });
   }
 
-  /** Origin → highest version held: what to put in a digest. */
-  versions(): Map<string, number> {
-    return new Map([...this.#origins].map(([origin, s]) => [origin, s.version]));
+  /** Origin → highest version held: what to put in a digest. Built once per revision (read-only). */
+  versions(): ReadonlyMap<string, number> {
+    if (this.#versions?.revision !== this.revision)
+      this.#versions = {
+        revision: this.revision,
+        map: new Map([...this.#origins].map(([origin, s]) => [origin, s.version])),
+      };
+    return this.#versions.map;
   }
 
   /** An origin's counters changed after `since`, oldest change first: a prefix is gap-free. */
@@ -92,7 +98,10 @@ export class CounterStore {
       this.#origins.set(origin, state);
     }
     state.heardAt = now;
-    state.version = Math.max(state.version, to);
+    if (to > state.version) {
+      state.version = to;
+      this.revision++;
+    }
     for (const counter of counters) {
       // Ended windows are gone everywhere; a window more than one ahead is a broken clock or a lie.
       if (
@@ -139,7 +148,10 @@ export class CounterStore {
           if (entries?.size === 0) this.#scopes.delete(scope);
         }
       }
-      if (origin !== this.#o.origin && state.counters.size === 0) this.#origins.delete(origin);
+      if (origin !== this.#o.origin && state.counters.size === 0) {
+        this.#origins.delete(origin);
+        this.revision++;
+      }
     }
   }
 
@@ -176,7 +188,8 @@ export class CounterStore {
 
   /**
    * The cluster's usage of one tenant's window (and provider, if the limit names one), summed
-   * over origins; pending reservations count unless their origin has been silent too long.
+   * over origins (or one origin's); pending reservations count unless their origin has been
+   * silent too long.
    */
   used(
     tenant: string,
@@ -184,11 +197,13 @@ export class CounterStore {
     epoch: number,
     now: number,
     withPending = true,
+    onlyOrigin?: string,
   ): { tokens: number; requests: number } {
     let tokens = 0;
     let requests = 0;
     for (const { origin, counter: c } of this.#scopes.get(scopeKey(tenant, limit.window, epoch))?.values() ?? []) {
       if (limit.provider !== undefined && c.provider !== limit.provider) continue;
+      if (onlyOrigin !== undefined && origin !== onlyOrigin) continue;
       tokens += c.tokens;
       requests += c.requests;
       if (

@@ -11,13 +11,14 @@
 // per origin: merge = keep the newer version, never add).
 //
 // Restarts: an agent does NOT try to recover its old counts. Every start is a new origin
-// (`agent/incarnation`); the previous incarnation's counters stay in every replica, frozen, until
-// their window ends, and the new one starts from zero. So a restart can neither double-count
-// (the old counters are never re-sent under a new name) nor lose a counted token (peers keep
-// the old origin, and the new agent learns it from them). Recovering its own origin instead
-// would need every peer to answer before the first write: a new origin only needs to hear the
-// cluster once before it spends, hence `warmupMs` (see reserve()). A pending reservation of an
-// origin nobody has heard from for `pendingTtlMs` is no longer counted (its agent is gone).
+// (`node#incarnation`, its gossip origin's); the previous incarnation's counters stay in every
+// replica, frozen, until their window ends, and the new one starts from zero. So a restart can
+// neither double-count (the old counters are never re-sent under a new name) nor lose a counted
+// token (peers keep the old origin, and the new agent learns it from them). Recovering its own
+// origin instead would need every peer to answer before the first write: a new origin only needs
+// to hear the cluster once before it spends. Until then it is unsynced (see markSynced): it admits
+// nothing for `warmupMs`, then at most 1/agents of each limit by its own count. A pending
+// reservation of an origin nobody has heard from for `pendingTtlMs` is no longer counted.
 //
 // Partitions: each side keeps counting its own origins; on healing, merging by version gives the
 // exact sum of both sides. During a partition each side enforces on what it sees, so the
@@ -29,9 +30,11 @@
 // what remains (see share-rule.ts). settle() replaces the estimate with the provider's usage;
 // release() drops it when nothing was sent. The worst-case overshoot is what agents admit
 // during one convergence interval without seeing each other: (N − 1) × remaining on the sum
-// alone. The share rule (1/k per interval among k known spenders) and the slow start (a new
-// spender begins at 1/N and doubles per interval) bound what N blind agents admit together by
-// what remained (README: "Overflow budgets and priority"; bench:budget measures it).
+// alone. The share rule (1/k per interval among k known spenders), the slow start (a new
+// spender begins at 1/N and doubles per interval, and per full sweep with gossip) and the
+// granularity draw (a share under one request admits one with probability share/request) bound
+// it by what remained plus (k − 1) requests' estimates (README: "Overflow budgets and priority";
+// bench:budget measures it; test/agent-budget-cluster.test.ts checks it through three agents).
 //
 // Seams: window arithmetic in epochs.ts, the per-origin counters and their merge in
 // counter-store.ts, the share rule and slow start in share-rule.ts; this file is the admission
@@ -64,6 +67,10 @@ export interface LedgerOptions {
   shareRule?: boolean;
   /** Agents alive in the cluster now (gossip membership), for the slow start; default 1 (no slow start). */
   agents?: () => number;
+  /** Uniform in [0, 1) (default Math.random): gives out shares smaller than one request (share-rule.ts). */
+  rand?: () => number;
+  /** Full sweeps of the cluster's counters heard so far (agent/budget/exchange.ts); paces the slow start. */
+  sweeps?: () => number;
 }
 
 export const DEFAULT_LEDGER_LIMITS = {
@@ -77,8 +84,8 @@ export interface Reservation {
   readonly tenant: string;
   readonly provider: string;
   readonly tokens: number;
-  /** The epoch of each window when reserved: the spend belongs there, even if settled later. */
-  readonly epochs: Readonly<Record<BudgetWindow, number>>;
+  /** The epoch of each window counted (those the tenant's limits use) when reserved: the spend belongs there, even if settled later. */
+  readonly epochs: Readonly<Partial<Record<BudgetWindow, number>>>;
   done: boolean;
 }
 
@@ -132,14 +139,18 @@ export class BudgetLedger {
     return this.#store.revision;
   }
 
-  /** The agent has exchanged state with a peer: it now sees what the cluster counted. */
+  /**
+   * The agent sees what the cluster counted: a peer answered it in full (agent/budget/exchange.ts),
+   * or there is no cluster (gossip off). Before that it admits nothing for warmupMs, then at most
+   * 1/agents of each limit by its own count (partitioned, or its peers are slow to answer).
+   */
   markSynced(): void {
     this.#synced = true;
   }
 
-  /** Warm-up ends on the first sync, or after warmupMs (a lone agent has no peer to hear). */
-  get warm(): boolean {
-    return this.#synced || this.#o.now() - this.#startedAt >= this.#o.warmupMs;
+  /** Has this agent heard what the cluster counted (see markSynced)? */
+  get synced(): boolean {
+    return this.#synced;
   }
 
   /**
@@ -151,9 +162,14 @@ export class BudgetLedger {
     const refusal = this.check(tenant, provider, tokens, limits);
     if (refusal) return refusal;
     const now = this.#o.now();
-    const epochs = epochsAt(now);
+    const current = epochsAt(now);
+    // Only the windows some limit of the tenant uses are counted (a third of the gossip per
+    // window left out); a limit added mid-window counts from then on.
+    const epochs: Partial<Record<BudgetWindow, number>> = {};
     for (const window of BUDGET_WINDOWS) {
-      this.#store.bump({ tenant, window, epoch: epochs[window], provider }, 0, 0, tokens, 1, now);
+      if (!limits.some((l) => l.window === window)) continue;
+      epochs[window] = current[window];
+      this.#store.bump({ tenant, window, epoch: current[window], provider }, 0, 0, tokens, 1, now);
     }
     const reservation: Reservation = { tenant, provider, tokens, epochs, done: false };
     this.#share.admitted(reservation, now);
@@ -169,7 +185,7 @@ export class BudgetLedger {
   ): Extract<Admission, { ok: false }> | undefined {
     const now = this.#o.now();
     const applicable = limits.filter((l) => l.provider === undefined || l.provider === provider);
-    if (applicable.length > 0 && !this.warm) {
+    if (applicable.length > 0 && !this.#synced && now - this.#startedAt < this.#o.warmupMs) {
       return {
         ok: false,
         reason: 'warming',
@@ -180,7 +196,7 @@ export class BudgetLedger {
     }
     this.#share.pruneRecent(now);
     for (const limit of applicable) {
-      const refusal = this.#refusal(tenant, tokens, limit, now);
+      const refusal = this.#refusal(tenant, tokens, limit, now) ?? this.#unsyncedRefusal(tenant, tokens, limit, now);
       if (refusal) return refusal;
     }
     return undefined;
@@ -223,8 +239,8 @@ export class BudgetLedger {
 
   // --- replication -------------------------------------------------------------------------
 
-  /** Origin → highest version held: what to put in a digest. */
-  versions(): Map<string, number> {
+  /** Origin → highest version held: what to put in a digest (read-only; rebuilt when the ledger changes). */
+  versions(): ReadonlyMap<string, number> {
     return this.#store.versions();
   }
 
@@ -306,12 +322,42 @@ export class BudgetLedger {
     return undefined;
   }
 
+  /**
+   * Past warm-up without having heard the cluster in full (partitioned, or peers slow to answer):
+   * it cannot tell what the others spent, so it spends at most 1/agents of the limit itself.
+   * Each such agent overshoots by at most that share (README: "Overflow budgets", overshoot).
+   */
+  #unsyncedRefusal(
+    tenant: string,
+    tokens: number,
+    limit: BudgetLimit,
+    now: number,
+  ): Extract<Admission, { ok: false }> | undefined {
+    if (this.#synced) return undefined;
+    const agents = Math.max(1, this.#o.agents?.() ?? 1);
+    if (agents === 1) return undefined;
+    const epoch = epochOf(limit.window, now);
+    const own = this.#store.used(tenant, limit, epoch, now, true, this.origin);
+    const over =
+      (limit.tokens !== undefined && own.tokens + tokens > limit.tokens / agents) ||
+      (limit.requests !== undefined && own.requests + 1 > limit.requests / agents);
+    if (!over) return undefined;
+    return {
+      ok: false,
+      reason: 'share',
+      scope: scopeName(limit),
+      retryAfterMs: Math.min(this.#o.convergenceMs, (epoch + 1) * WINDOW_MS[limit.window] - now),
+      message: `this agent has not yet heard what the cluster spent of tenant ${tenant}'s ${scopeName(limit)} overflow budget: it spends at most 1/${agents} of it`,
+    };
+  }
+
   #finish(reservation: Reservation, tokens: number, requests: number): void {
     if (reservation.done) return;
     reservation.done = true;
     const now = this.#o.now();
     for (const window of BUDGET_WINDOWS) {
       const epoch = reservation.epochs[window];
+      if (epoch === undefined) continue;
       // The window ended while the request ran: its counters are gone everywhere, so is the spend.
       if (epoch < epochOf(window, now)) continue;
       this.#store.bump(

@@ -12,10 +12,20 @@ export interface ShareRuleOptions {
   convergenceMs: number;
   /** Agents alive in the cluster now (gossip membership), for the slow start; default 1 (no slow start). */
   agents?: () => number;
+  /** Uniform in [0, 1): the draw that gives out shares smaller than one request (default Math.random). */
+  rand?: () => number;
+  /**
+   * Full sweeps so far: every origin heard in full from some peer (agent/budget/exchange.ts). With
+   * it, the slow start doubles at most once per sweep as well as per convergence interval, so a
+   * cluster that converges slower than assumed (a burst at 1,000 agents) does not double blind.
+   */
+  sweeps?: () => number;
 }
 
 interface RecentAdmission {
   at: number;
+  /** Full sweeps completed when admitted. */
+  sweeps: number;
   reservation: Reservation;
 }
 
@@ -24,7 +34,9 @@ export class ShareRule {
   /** This agent's admissions within the last convergence interval. */
   #recent: RecentAdmission[] = [];
   /** Per tenant: since when this agent has been spending without a pause (the slow start), and its last admission. */
-  readonly #streaks = new Map<string, { since: number; last: number }>();
+  readonly #streaks = new Map<string, { since: number; last: number; sweeps: number }>();
+  /** Per tenant and limit: the last draw for a share smaller than one request (when, sweeps then), and its outcome. */
+  readonly #draws = new Map<string, { at: number; sweeps: number; won: boolean }>();
 
   constructor(options: ShareRuleOptions) {
     this.#o = options;
@@ -37,10 +49,10 @@ export class ShareRule {
 
   /** This agent admitted `reservation`: it uses this interval's share and extends the tenant's streak. */
   admitted(reservation: Reservation, now: number): void {
-    this.#recent.push({ at: now, reservation });
+    this.#recent.push({ at: now, sweeps: this.#sweeps(), reservation });
     const streak = this.#streaks.get(reservation.tenant);
     if (streak && now - streak.last <= this.activeMs) streak.last = now;
-    else this.#streaks.set(reservation.tenant, { since: now, last: now });
+    else this.#streaks.set(reservation.tenant, { since: now, last: now, sweeps: this.#o.sweeps?.() ?? 0 });
   }
 
   /** A released reservation spent nothing: it no longer uses this agent's share either. */
@@ -66,11 +78,15 @@ export class ShareRule {
     const k = 1 + otherSpenders;
     // Slow start: an agent that starts spending cannot know who else just started (their news
     // is not here yet). It begins at 1/(agents alive) of what remains and doubles its share each
-    // convergence interval, by when it hears of those that started with it. If all N start at
-    // once blind, together they admit at most what remained in the first interval.
+    // convergence interval (each full sweep, with gossip), by when it has heard of those that
+    // started with it. If all N start at once blind, together they admit at most what remained
+    // in the first interval.
     const streak = this.#streaks.get(tenant);
-    const intervals =
-      streak && now - streak.last <= this.activeMs ? Math.floor((now - streak.since) / this.#o.convergenceMs) : 0;
+    const live = streak !== undefined && now - streak.last <= this.activeMs;
+    // Doubling needs a convergence interval to have passed and, with gossip, a full sweep heard
+    // for each doubling: a sweep is evidence that the others' news is here.
+    const elapsed = Math.floor((now - (streak?.since ?? now)) / this.#o.convergenceMs);
+    const intervals = !live ? 0 : Math.min(elapsed, this.#o.sweeps ? this.#o.sweeps() - streak.sweeps : elapsed);
     const share = Math.min(1 / k, 2 ** Math.min(intervals, 30) / Math.max(1, this.#o.agents?.() ?? 1));
     if (share >= 1) return true;
     let mineTokens = 0;
@@ -82,23 +98,48 @@ export class ShareRule {
       }
     }
     // What remained before this interval's own admissions (own usage is exact in `used`).
-    const tokensOk =
-      limit.tokens === undefined || mineTokens + tokens <= (limit.tokens - used.tokens + mineTokens) * share;
-    const requestsOk =
-      limit.requests === undefined || mineRequests + 1 <= (limit.requests - used.requests + mineRequests) * share;
-    return tokensOk && requestsOk;
+    const tokenShare = limit.tokens === undefined ? Infinity : (limit.tokens - used.tokens + mineTokens) * share;
+    const requestShare =
+      limit.requests === undefined ? Infinity : (limit.requests - used.requests + mineRequests) * share;
+    if (mineTokens + tokens <= tokenShare && mineRequests + 1 <= requestShare) return true;
+    if (mineRequests > 0) return false;
+    // Granularity: a share smaller than one request would strand the rest of the budget (no
+    // agent could ever admit again). Such an agent admits one request in this interval with
+    // probability share / request, drawn once per interval: the k spenders together admit what
+    // remained on average. Worst case (every draw won): k − 1 requests over (README: overshoot).
+    const key = `${tenant}\u0000${limit.window}\u0000${limit.provider ?? ''}`;
+    const drawn = this.#draws.get(key);
+    if (drawn && !this.#past(drawn, now)) return drawn.won;
+    const won = (this.#o.rand ?? Math.random)() < Math.min(tokenShare / tokens, requestShare);
+    this.#draws.set(key, { at: now, sweeps: this.#sweeps(), won });
+    return won;
   }
 
-  /** Forget admissions older than one convergence interval: they no longer use this interval's share. */
+  /**
+   * Forget admissions the others have heard of: older than one convergence interval and, with
+   * gossip, older than a full sweep that started after them (two sweeps completed since). Until
+   * then they use this interval's share: a cluster converging slower than C (a burst at 1,000
+   * agents) would otherwise see every agent take its share again on a stale view of what remains.
+   */
   pruneRecent(now: number): void {
-    if (this.#recent.length > 0 && now - this.#recent[0].at > this.#o.convergenceMs) {
-      this.#recent = this.#recent.filter((r) => now - r.at <= this.#o.convergenceMs);
+    if (this.#recent.length > 0 && this.#past(this.#recent[0], now)) {
+      this.#recent = this.#recent.filter((r) => !this.#past(r, now));
     }
   }
 
-  /** Drop ended streaks and old admissions. */
+  /** An admission or draw at `at` belongs to an interval that has passed (see pruneRecent). */
+  #past(entry: { at: number; sweeps: number }, now: number): boolean {
+    return now - entry.at > this.#o.convergenceMs && (!this.#o.sweeps || this.#sweeps() >= entry.sweeps + 2);
+  }
+
+  #sweeps(): number {
+    return this.#o.sweeps?.() ?? 0;
+  }
+
+  /** Drop ended streaks, old draws and old admissions. */
   prune(now: number): void {
     for (const [tenant, streak] of this.#streaks) if (now - streak.last > this.activeMs) this.#streaks.delete(tenant);
+    for (const [key, drawn] of this.#draws) if (this.#past(drawn, now)) this.#draws.delete(key);
     this.pruneRecent(now);
   }
 }

@@ -48,6 +48,12 @@ export class OverflowBudget {
     return admission.ok ? admission.reservation : undefined;
   }
 
+  /** The ledger's own state (/debug/state, metrics): its origin, whether it heard the cluster, what it holds. */
+  ledgerState(): { origin: string; synced: boolean; origins: number; counters: number; dropped: number } {
+    const { ledger } = this;
+    return { origin: ledger.origin, synced: ledger.synced, ...ledger.size, dropped: ledger.dropped };
+  }
+
   /** Usage and what remains per shown tenant and limit, as this agent sees the cluster now (metrics). */
   usage(): { tenant: string; states: ReturnType<BudgetLedger['state']> }[] {
     return [...this.#shown].map(([tenant, limits]) => ({ tenant, states: this.ledger.state(tenant, limits) }));

@@ -1,10 +1,12 @@
 // `kinference demo`: the product in one process. Four simulated vLLM pods of different speeds,
 // a simulated hosted provider, one agent with a policy that overflows only what may leave, and
-// a load that ramps past local capacity and back. Prints a live summary each second; stops
-// after --duration seconds (or Ctrl-C) and leaves nothing running.
+// a load that ramps past local capacity and back. A quarter of the requests come from a batch
+// tenant with a small overflow budget, which it spends at the peak. Prints a live summary each
+// second; stops after --duration seconds (or Ctrl-C) and leaves nothing running.
 import { parseArgs } from 'node:util';
 import { request } from 'undici';
 import { startAgent } from '../agent.ts';
+import { usedTokens } from '../budget/spend.ts';
 import { settingsFromObject } from '../config/load.ts';
 import { DEFAULT_LATENCY } from '../../shared/sim/latency.ts';
 import { mulberry32 } from '../../shared/sim/random.ts';
@@ -17,6 +19,10 @@ const MEAN_OUTPUT_TOKENS = 48;
 const SLO_MS = 800;
 const PII_SHARE = 0.2;
 const PROVIDER_KEY_ENV = 'KINFERENCE_DEMO_PROVIDER_KEY';
+/** Share of requests from the batch tenant, and its overflow budget (tokens per hour). */
+const BATCH_SHARE = 0.25;
+const BATCH_BUDGET_TOKENS = 8000;
+const HOUR_MS = 3_600_000;
 
 /** Mean prompt of the demo's requests (words × ~6 characters / 4 characters per token). */
 const MEAN_PROMPT_TOKENS = 330;
@@ -47,6 +53,13 @@ interface Outcome {
   pii: boolean;
   /** Sent while the offered load was above local capacity. */
   peak: boolean;
+  tenant: 'demo' | 'batch';
+  /** Overflowed: prompt + completion tokens the provider reported (its stream's usage chunk). */
+  overflowTokens?: number;
+  /** 429 overflow_budget_exhausted: the Retry-After it carried (s). */
+  budgetRetryAfterS?: number;
+  /** The budget's hour window when the request was sent. */
+  hour: number;
 }
 
 /** Share of `items` answered within the SLO, as a percentage string. */
@@ -59,6 +72,9 @@ function withinSlo(items: Outcome[]): string {
 class Summary {
   readonly outcomes: Outcome[] = [];
   inFlight = 0;
+  readonly startedAt = performance.now();
+  /** Seconds into the run of the batch tenant's first 429 for its spent budget. */
+  firstBudgetRefusalS: number | undefined;
 
   line(elapsedS: number, offered: number, window: Outcome[]): string {
     const share = (items: Outcome[], prefix: string) =>
@@ -76,8 +92,18 @@ class Summary {
       `${String(elapsedS).padStart(4)}s  offered ${offered.toFixed(1).padStart(5)}/s  answered ${String(this.outcomes.length).padStart(5)}  in flight ${String(this.inFlight).padStart(3)}` +
       `  local ${String(share(window, 'local')).padStart(3)}%  overflow ${String(share(window, 'overflow')).padStart(3)}%  rejected ${String(share(window, 'rejected')).padStart(3)}%` +
       `  TTFT p50 ${pct(0.5).padStart(5)} p90 ${pct(0.9).padStart(5)} ms  in SLO ${String(inSlo).padStart(3)}%` +
-      ` (may leave ${withinSlo(window.filter((o) => !o.pii)).padStart(6)}, may not ${withinSlo(window.filter((o) => o.pii)).padStart(6)})`
+      ` (may leave ${withinSlo(window.filter((o) => !o.pii)).padStart(6)}, may not ${withinSlo(window.filter((o) => o.pii)).padStart(6)})` +
+      `  batch budget ${String(this.batchSpent()).padStart(6)}/${BATCH_BUDGET_TOKENS}`
     );
+  }
+
+  /** The batch tenant's overflow tokens in the most it spent in one budget window. */
+  batchSpent(): number {
+    const byHour = new Map<number, number>();
+    for (const o of this.outcomes)
+      if (o.overflowTokens !== undefined && o.tenant === 'batch')
+        byHour.set(o.hour, (byHour.get(o.hour) ?? 0) + o.overflowTokens);
+    return Math.max(0, ...byHour.values());
   }
 
   final(): string {
@@ -93,6 +119,24 @@ class Summary {
       `  requests that may leave:     ${withinSlo(all.filter((o) => !o.pii))} overall, ${withinSlo(all.filter((o) => !o.pii && o.peak))} at the peak (offered above local capacity)`,
       `  requests that may not leave: ${withinSlo(all.filter((o) => o.pii))} overall, ${withinSlo(all.filter((o) => o.pii && o.peak))} at the peak`,
       `PII-tagged requests ${pii.length}: ${pii.length - piiLeft} served in the cluster, ${piiLeft} sent to a provider${piiLeft === 0 ? ' (policy held)' : ' — POLICY VIOLATED'}`,
+      this.batchLine(),
+    ].join('\n');
+  }
+
+  batchLine(): string {
+    const batch = this.outcomes.filter((o) => o.tenant === 'batch');
+    const overflowed = batch.filter((o) => o.overflowTokens !== undefined);
+    const refused = batch.filter((o) => o.budgetRetryAfterS !== undefined);
+    const peakOverflow = overflowed.filter((o) => o.peak).length;
+    const spent = this.batchSpent();
+    const retry = refused.map((o) => o.budgetRetryAfterS!);
+    return [
+      `Batch tenant (overflow budget ${BATCH_BUDGET_TOKENS} tokens/hour) ${batch.length} requests: ${overflowed.length} overflowed (${peakOverflow} at the peak), ${spent} tokens as the provider reported,` +
+        ` ${spent <= BATCH_BUDGET_TOKENS ? 'within budget' : 'OVER BUDGET'}`,
+      `  ${BATCH_BUDGET_TOKENS - spent} tokens left; ${refused.length} answered 429 overflow_budget_exhausted` +
+        (this.firstBudgetRefusalS !== undefined ? ` (the first at ${this.firstBudgetRefusalS} s)` : '') +
+        (retry.length ? ` (Retry-After ${Math.min(...retry)}–${Math.max(...retry)} s, when the hour refills)` : '') +
+        `; ${batch.filter((o) => o.ok && o.route.startsWith('local')).length} served by the cluster's pods`,
     ].join('\n');
   }
 }
@@ -112,35 +156,65 @@ async function sendOne(
   peak: boolean,
 ): Promise<void> {
   const pii = rand() < PII_SHARE;
+  const tenant = rand() < BATCH_SHARE ? 'batch' : 'demo';
   const body = JSON.stringify({
     model: MODEL,
     stream: true,
+    // The batch tenant's usage comes back in the stream's last chunk, so the summary can count it.
+    ...(tenant === 'batch' ? { stream_options: { include_usage: true } } : {}),
     max_tokens: Math.round(MEAN_OUTPUT_TOKENS * (0.5 + rand())),
     messages: [{ role: 'user', content: prompt(rand, pii) }],
   });
   const started = performance.now();
+  const hour = Math.floor(Date.now() / HOUR_MS);
   summary.inFlight++;
-  let outcome: Outcome = { route: 'rejected', ttftMs: NaN, ok: false, pii, peak };
+  let outcome: Outcome = { route: 'rejected', ttftMs: NaN, ok: false, pii, peak, tenant, hour };
   try {
     const response = await request(`${apiUrl}/v1/chat/completions`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'x-kinference-tenant': 'demo' },
+      headers: { 'content-type': 'application/json', 'x-kinference-tenant': tenant },
       body,
       signal,
     });
     const route = String(response.headers['x-kinference-route'] ?? 'rejected');
+    const counted = tenant === 'batch' && route.startsWith('overflow');
+    let tail: Buffer[] = [];
     // Counted at the first token, so each second's line shows the routing of that second.
     for await (const chunk of response.body) {
+      if (counted) tail = [...tail.slice(-3), chunk as Buffer]; // the usage chunk comes last
       if (outcome.ok || chunk.length === 0) continue;
-      outcome = { route, ttftMs: performance.now() - started, ok: response.statusCode === 200, pii, peak };
+      outcome = {
+        route,
+        ttftMs: performance.now() - started,
+        ok: response.statusCode === 200,
+        pii,
+        peak,
+        tenant,
+        hour,
+      };
       summary.outcomes.push(outcome);
     }
-    if (!outcome.ok) outcome = { route, ttftMs: NaN, ok: false, pii, peak };
+    if (!outcome.ok) {
+      const budget = response.headers['x-kinference-budget'] !== undefined;
+      const retryAfter = Number(response.headers['retry-after']);
+      outcome = {
+        route,
+        ttftMs: NaN,
+        ok: false,
+        pii,
+        peak,
+        tenant,
+        hour,
+        ...(budget ? { budgetRetryAfterS: retryAfter } : {}),
+      };
+    } else if (counted) outcome.overflowTokens = usedTokens(Buffer.concat(tail), true) ?? 0;
   } catch {
     // Aborted at the end of the run, or the agent refused the connection: counted as failed.
   } finally {
     summary.inFlight--;
     if (!outcome.ok && !signal.aborted) summary.outcomes.push(outcome);
+    if (outcome.budgetRetryAfterS !== undefined)
+      summary.firstBudgetRefusalS ??= Math.round((performance.now() - summary.startedAt) / 1000);
   }
 }
 
@@ -211,6 +285,20 @@ export async function runDemoCommand(argv: string[]): Promise<number> {
               wait: { max: '3s' },
             },
           },
+          // The batch tenant (its namespace): the same, with a small overflow budget.
+          {
+            metadata: { name: 'batch', namespace: 'batch' },
+            spec: {
+              slo: { ttft: `${SLO_MS}ms`, attainment: '99%' },
+              exclude: [{ metric: 'queued', above: 2, window: '5s' }],
+              // deny.tags left out: a namespace policy inherits the platform floor's (pii, unscanned).
+              overflow: {
+                providers: ['hosted'],
+                budget: { limits: [{ window: 'hour', tokens: BATCH_BUDGET_TOKENS }] },
+              },
+              wait: { max: '3s' },
+            },
+          },
         ],
       },
       'demo',
@@ -229,6 +317,9 @@ export async function runDemoCommand(argv: string[]): Promise<number> {
     );
     console.log(
       `Policy: TTFT SLO ${SLO_MS} ms at 99%; overflow to "hosted" unless a pod makes it with that confidence; ${PII_SHARE * 100}% of prompts carry an e-mail address (PII) and must stay.`,
+    );
+    console.log(
+      `Tenant "batch" sends ${BATCH_SHARE * 100}% of the requests with an overflow budget of ${BATCH_BUDGET_TOKENS} tokens per hour; once it is spent, its requests wait for a pod (3 s at most), then get 429.`,
     );
     console.log(`Load ramps to 1.7x local capacity and back over ${durationS}s.\n`);
 

@@ -20,6 +20,7 @@ import { DEFAULT_SCAN_LIMITS } from '../classify/walk.ts';
 import { DEFAULT_PREFIX_MAX_BLOCKS } from '../prefix/blocks.ts';
 import { DEFAULT_MAX_BLOCKS_PER_POD } from '../prefix/index.ts';
 import { AgentConfigSchema, type AgentConfigFile } from './schema.ts';
+import { DEFAULT_LEDGER_LIMITS } from '../budget/ledger.ts';
 import { providerListProblems, providerSettings } from './providers.ts';
 import { dotPath } from '../../shared/json.ts';
 
@@ -35,6 +36,11 @@ export interface Limits {
   peerShortlist: number;
   /** Completion tokens an overflow reserves against its tenant's budget when the client set no max_tokens. */
   budgetCompletionEstimate: number;
+  /** The budget ledger's bounds and timings (agent/budget/ledger.ts). */
+  budgetWarmupMs: number;
+  budgetPendingTtlMs: number;
+  budgetMaxCounters: number;
+  budgetMaxOrigins: number;
   classifyMaxChars: number;
   classifyMaxDepth: number;
   classifyMaxValues: number;
@@ -105,6 +111,10 @@ export const DEFAULT_LIMITS: Limits = {
   maxWaiting: 1_000,
   peerShortlist: DEFAULT_PEER_SHORTLIST,
   budgetCompletionEstimate: 1_024,
+  budgetWarmupMs: DEFAULT_LEDGER_LIMITS.warmupMs,
+  budgetPendingTtlMs: DEFAULT_LEDGER_LIMITS.pendingTtlMs,
+  budgetMaxCounters: DEFAULT_LEDGER_LIMITS.maxCounters,
+  budgetMaxOrigins: DEFAULT_LEDGER_LIMITS.maxOrigins,
   classifyMaxChars: DEFAULT_SCAN_LIMITS.maxChars,
   classifyMaxDepth: DEFAULT_SCAN_LIMITS.maxDepth,
   classifyMaxValues: DEFAULT_SCAN_LIMITS.maxNodes,
@@ -283,6 +293,12 @@ export function settingsFromObject(
       maxWaiting: limits.maxWaiting ?? DEFAULT_LIMITS.maxWaiting,
       peerShortlist: limits.peerShortlist ?? DEFAULT_LIMITS.peerShortlist,
       budgetCompletionEstimate: limits.budgetCompletionEstimate ?? DEFAULT_LIMITS.budgetCompletionEstimate,
+      budgetWarmupMs: limits.budgetWarmup ? parseDuration(limits.budgetWarmup) : DEFAULT_LIMITS.budgetWarmupMs,
+      budgetPendingTtlMs: limits.budgetPendingTtl
+        ? parseDuration(limits.budgetPendingTtl)
+        : DEFAULT_LIMITS.budgetPendingTtlMs,
+      budgetMaxCounters: limits.budgetMaxCounters ?? DEFAULT_LIMITS.budgetMaxCounters,
+      budgetMaxOrigins: limits.budgetMaxOrigins ?? DEFAULT_LIMITS.budgetMaxOrigins,
       classifyMaxChars: limits.classifyMaxChars ?? DEFAULT_LIMITS.classifyMaxChars,
       classifyMaxDepth: limits.classifyMaxDepth ?? DEFAULT_LIMITS.classifyMaxDepth,
       classifyMaxValues: limits.classifyMaxValues ?? DEFAULT_LIMITS.classifyMaxValues,

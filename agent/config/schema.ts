@@ -43,6 +43,14 @@ const Limits = Type.Object(
     peerShortlist: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000 })),
     /** Completion tokens an overflow reserves against its tenant's budget when the client set no max_tokens. */
     budgetCompletionEstimate: Type.Optional(Type.Integer({ minimum: 0 })),
+    /** A new (or restarted) agent admits no budgeted overflow for this long unless it has heard the cluster's counters. */
+    budgetWarmup: Type.Optional(DurationString),
+    /** An agent gossip no longer sees: its unsettled reservations stop counting this long later. */
+    budgetPendingTtl: Type.Optional(DurationString),
+    /** Budget counters held over every agent (current windows); more are dropped and counted. */
+    budgetMaxCounters: Type.Optional(Type.Integer({ minimum: 100 })),
+    /** Agents (origins) whose budget counters are held. */
+    budgetMaxOrigins: Type.Optional(Type.Integer({ minimum: 2 })),
     /** Classification reads at most this many characters of a body; the rest makes it `unscanned`. */
     classifyMaxChars: Type.Optional(Type.Integer({ minimum: 1024 })),
     /** Deepest JSON nesting classification reads; deeper values make the request `unscanned`. */

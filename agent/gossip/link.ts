@@ -8,7 +8,7 @@ import type { AgentSettings, GossipSettings } from '../config/load.ts';
 import { resolveSecret } from '../config/secrets.ts';
 import type { PodEstimate } from '../types.ts';
 import { registerGossipMetrics } from './metrics.ts';
-import { GossipNode, type GossipStats } from './node.ts';
+import { GossipNode, type GossipRider, type GossipStats } from './node.ts';
 
 /** Rounds without a datagram after which an agent with peers listed takes itself to be alone. */
 const SILENT_ROUNDS_ALONE = 15;
@@ -28,6 +28,10 @@ export interface GossipLinkDeps {
   log(level: 'warn', message: string): void;
   /** Where our estimates come from and where screened peers' estimates go. */
   pool: { localEstimates(): PodEstimate[]; setRemote(estimates: readonly PodEstimate[]): void };
+  /** Our gossip origin instance (ms), shared with the budget ledger's origin name. */
+  incarnation?: number;
+  /** State carried in gossip's datagrams: the overflow budget counters (agent/budget/exchange.ts). */
+  rider?: GossipRider;
 }
 
 /** The agent's gossip link from its settings, or none when gossip is off; peers come from discovery. */
@@ -63,6 +67,8 @@ export class GossipLink {
       ttlMs: settings.ttlMs,
       now: deps.now,
       rand: deps.rand,
+      incarnation: deps.incarnation,
+      rider: deps.rider,
     });
     this.#node.onChange(() => this.#screenPeers());
     registerGossipMetrics(deps.registry, this.#node);

@@ -7,7 +7,7 @@ import { DROP_REASONS, Opener, Sealer, type DropReason } from './envelope.ts';
 import { GossipProtocol, type Outgoing } from './protocol.ts';
 import { SourceGate } from './source-gate.ts';
 import type { RemoteEstimate } from './state.ts';
-import { decodePayload, envelopeOverhead } from './wire.ts';
+import { decodePayload, encodePayload, envelopeOverhead } from './wire.ts';
 
 export interface GossipNodeOptions {
   /** This agent's node name: the origin of the pods it publishes. */
@@ -37,6 +37,26 @@ export interface GossipNodeOptions {
   maxDatagramsPerSecondPerSource?: number;
   now?: () => number;
   rand?: () => number;
+  /** Our origin instance (ms); default: now at construction. Other state naming its origin after it can share it. */
+  incarnation?: number;
+  /** Another state carried in gossip's datagrams (the overflow budget counters), in Payload.budget. */
+  rider?: GossipRider;
+}
+
+/**
+ * A state that rides on gossip: its bytes go in Payload.budget, in datagrams of their own, sealed
+ * like every datagram, to the peers gossip picks each round; gossip never decodes them.
+ */
+export interface GossipRider {
+  /**
+   * Once a round, before asking: the agents gossip knows of (origins held or peers listed, the
+   * larger, itself included), and whether an origin instance (node, incarnation) is alive now.
+   */
+  round(agents: number, alive: (node: string, incarnation: number) => boolean): void;
+  /** What to send one of this round's peers, at most `maxBytes`; undefined: nothing. */
+  ask(maxBytes: number): Uint8Array | undefined;
+  /** A peer's bytes: the answers to send back, each at most `maxBytes`. Throws when malformed. */
+  receive(bytes: Uint8Array, maxBytes: number): Uint8Array[];
 }
 
 export interface GossipStats {
@@ -103,7 +123,7 @@ export class GossipNode {
     this.#now = options.now ?? Date.now;
     this.#rand = options.rand ?? Math.random;
     // Whole ms: it travels as an integer (and names our origin instance: see originId).
-    const boot = Math.floor(this.#now());
+    const boot = Math.floor(options.incarnation ?? this.#now());
     this.#boot = boot;
     this.#key = options.key;
     const maxDatagram = options.maxDatagram ?? 1400;
@@ -225,6 +245,7 @@ export class GossipNode {
       if (!this.#socket) return;
       const step = this.#protocol.tick(this.#now(), this.#rand);
       this.#send(step.out);
+      this.#rideAlong(step.out);
       if (step.dataChanged || this.#livenessMoved) this.#changed();
       this.#livenessMoved = false;
       this.#schedule();
@@ -253,7 +274,15 @@ export class GossipNode {
       this.#dropped.malformed++;
       return;
     }
-    const step = this.#protocol.receive(formatHostPort(rinfo.address, rinfo.port), payload, now);
+    const from = formatHostPort(rinfo.address, rinfo.port);
+    if (payload.budget && this.#options.rider) {
+      try {
+        this.#sendRider(from, this.#options.rider.receive(payload.budget, this.#riderRoom()));
+      } catch {
+        this.#dropped.malformed++;
+      }
+    }
+    const step = this.#protocol.receive(from, payload, now);
     this.#send(step.out);
     // New pods or loads: tell listeners now. Liveness alone (most datagrams in a large cluster)
     // moves estimates' ages by less than a round: once a round is enough.
@@ -273,6 +302,32 @@ export class GossipNode {
       this.#sent.bytes += datagram.length;
       socket.send(datagram, port, host);
     }
+  }
+
+  /** The rider's turn in a round: an ask to each peer this round's digests went to. */
+  #rideAlong(out: Outgoing[]): void {
+    const rider = this.#options.rider;
+    if (!rider) return;
+    const peers = this.#peers.filter((p) => p !== this.#self && p !== this.#options.bind).length;
+    const state = this.#protocol.state;
+    const now = this.#now();
+    rider.round(Math.max(state.size, peers + 1), (node, incarnation) => {
+      const origin = state.origin(node);
+      return origin?.incarnation === incarnation && now - origin.lastAdvance <= state.ttlMs;
+    });
+    for (const to of new Set(out.map((o) => o.to))) {
+      const ask = rider.ask(this.#riderRoom());
+      if (ask) this.#sendRider(to, [ask]);
+    }
+  }
+
+  #sendRider(to: string, messages: Uint8Array[]): void {
+    this.#send(messages.map((budget) => ({ to, payload: encodePayload({ deltas: [], budget }) })));
+  }
+
+  /** A rider's message is Payload's only field: its tag and a length prefix of up to two bytes. */
+  #riderRoom(): number {
+    return this.#protocol.maxPayload - 3;
   }
 
   /** Listeners hear about a burst of datagrams once. */

@@ -82,6 +82,8 @@ export interface PayloadWire {
   heartbeats?: DigestWire;
   offers?: DigestWire;
   deltas: OriginDeltaWire[];
+  /** An encoded BudgetGossip (agent/budget/wire.ts), carried undecoded. */
+  budget?: Uint8Array;
 }
 
 export interface EnvelopeWire {
@@ -264,6 +266,7 @@ function decodePayloadUnchecked(bytes: Uint8Array): PayloadWire {
     heartbeats: decodeDigest(m.heartbeats as Decoded | undefined),
     offers: decodeDigest(m.offers as Decoded | undefined),
     deltas: deltas.map(decodeDelta),
+    ...((m.budget as Uint8Array | undefined)?.length ? { budget: m.budget as Uint8Array } : {}),
   };
 }
 

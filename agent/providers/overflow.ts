@@ -187,6 +187,11 @@ export class Overflow {
     }));
   }
 
+  /** For /debug/state: the budget ledger (origin, synced, counters held); undefined without budgets. */
+  budgetLedger() {
+    return this.#deps.budget?.ledgerState();
+  }
+
   /** For /debug/state: each provider with its breaker. */
   state(): {
     name: string;

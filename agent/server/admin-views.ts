@@ -82,6 +82,7 @@ export function adminViews(deps: AdminViewsDeps): Pick<AdminDeps, 'readiness' | 
         problems: policies.problems,
       },
       providers: deps.overflow.state(),
+      budget: deps.overflow.budgetLedger(),
       gossip: deps.gossip?.stats(),
       peerPodsRejected: deps.gossip?.rejected ?? [],
     };

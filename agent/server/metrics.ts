@@ -25,6 +25,8 @@ export interface MetricsOptions {
   waiting?: () => { byPriority: Record<string, number>; byTenant: ReadonlyMap<string, number> };
   /** Read at scrape time: each budgeted tenant's usage and remaining budget per limit. */
   budgetUsage?: () => { tenant: string; states: BudgetLimitState[] }[];
+  /** Read at scrape time: the budget ledger's counters and origins held, what it dropped, whether it heard the cluster. */
+  budgetLedger?: () => { counters: number; origins: number; dropped: number; synced: boolean };
   /** Most tenant label values on the waiting gauge; the rest add up under `other`. */
   maxTenantLabels?: number;
 }
@@ -236,6 +238,37 @@ export function createMetrics(options: MetricsOptions = {}) {
       'kinference_overflow_budget_remaining',
       "What is left of a tenant's overflow budget in the current window, per limit and unit (only units the limit bounds).",
       (s) => [s.remainingTokens, s.remainingRequests],
+    ),
+    budgetHeld: gauge(
+      'kinference_budget_counters',
+      'Overflow budget counters this agent holds (every origin of the cluster, current windows), by kind (counters|origins).',
+      ['kind'],
+      (g) => {
+        const ledger = options.budgetLedger?.();
+        if (!ledger) return;
+        g.set({ kind: 'counters' }, ledger.counters);
+        g.set({ kind: 'origins' }, ledger.origins);
+      },
+    ),
+    budgetDropped: new Counter({
+      name: 'kinference_budget_dropped_total',
+      help: 'Overflow budget counters dropped: a bound (limits) reached, or malformed from a peer.',
+      registers: [registry],
+      collect() {
+        const ledger = options.budgetLedger?.();
+        if (!ledger) return;
+        this.reset();
+        this.inc(ledger.dropped);
+      },
+    }),
+    budgetSynced: gauge(
+      'kinference_budget_synced',
+      'Whether this agent has heard what the cluster spent (1), or still admits only a conservative share of budgets (0).',
+      [],
+      (g) => {
+        const ledger = options.budgetLedger?.();
+        if (ledger) g.set(ledger.synced ? 1 : 0);
+      },
     ),
     inFlight: gauge('kinference_in_flight_requests', 'Requests being served now.', []),
     policyReloads: counter('kinference_policy_reloads_total', 'Policy (config) reloads, by outcome (ok|rejected).', [

@@ -17,6 +17,8 @@ export interface StackOptions {
   requestLog?: (line: string) => void;
   /** Pods that are not simulators (servers a test writes to misbehave), by host:port. */
   extraPods?: { name: string; address: string }[];
+  /** The agent's wall clock (default: the real one), for tests that move time on. */
+  now?: () => number;
 }
 
 export interface Stack {
@@ -53,7 +55,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     ],
     ...options.config,
   });
-  const agent = await startAgent(settings, { log: () => {}, requestLog: options.requestLog });
+  const agent = await startAgent(settings, { log: () => {}, requestLog: options.requestLog, now: options.now });
   await waitFor(async () => (await fetch(`${agent.adminUrl}/readyz`)).ok, 5000, 'agent ready');
   return {
     agent,
