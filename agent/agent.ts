@@ -161,6 +161,12 @@ function followDiscovery(
   return { peers: () => snapshot.peers };
 }
 
+/** `run` on the first call; every later call gets the first call's promise. */
+function once(run: () => Promise<void>): () => Promise<void> {
+  let started: Promise<void> | undefined;
+  return () => (started ??= run());
+}
+
 export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}): Promise<RunningAgent> {
   const now = deps.now ?? (() => performance.timeOrigin + performance.now());
   const rand = deps.rand ?? Math.random;
@@ -191,16 +197,8 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   const { budget, exchange: budgetExchange } = overflowBudgetFor(settings, { now, rand }, incarnation);
   const overflow = overflowFor(settings, { now, providerRequests: metrics.providerRequests, log, budget });
   const { registry, peerPodsRejected } = metrics;
-  const gossip = gossipFor(settings, {
-    now,
-    rand,
-    registry,
-    peerPodsRejected,
-    log,
-    pool,
-    incarnation,
-    rider: budgetExchange,
-  });
+  const gossipDeps = { now, rand, registry, peerPodsRejected, log, pool, incarnation, rider: budgetExchange };
+  const gossip = gossipFor(settings, gossipDeps);
 
   await discovery.start();
   const discovered = followDiscovery(discovery, { pool, scraper, callers, overflow, gossip });
@@ -251,18 +249,14 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     `node ${settings.node}: API ${urlOf(api)}, admin ${urlOf(admin)}${settings.gossip ? `, gossip udp ${settings.gossip.bind}` : ''}`,
   );
 
-  let shutdownPromise: Promise<void> | undefined;
-  const shutdown = () =>
-    (shutdownPromise ??= (async () => {
-      await drain.drain(api, limits.drainTimeoutMs, () => requestPath.endStreams());
-      await gossip?.stop();
-      await scraper.stop();
-      await discovery.stop();
-      await overflow.close();
-      await requestPath.deps.dispatcher.close().catch(() => {});
-      await new Promise<void>((resolve) => admin.close(() => resolve()));
-      admin.closeAllConnections();
-    })());
+  const shutdown = once(async () => {
+    await drain.drain(api, limits.drainTimeoutMs, () => requestPath.endStreams());
+    for (const part of [gossip, scraper, discovery]) await part?.stop();
+    await overflow.close();
+    await requestPath.deps.dispatcher.close().catch(() => {});
+    await new Promise<void>((resolve) => admin.close(() => resolve()));
+    admin.closeAllConnections();
+  });
 
   return { apiUrl: urlOf(api), adminUrl: urlOf(admin), gossipAddress: settings.gossip?.bind, pool, shutdown };
 }

@@ -96,7 +96,7 @@ test('two agents of one node (a surge) are both heard as origins, and one leavin
       .stats()
       .origins.map((o) => o.agent)
       .sort();
-  await waitFor(() => agents().length === 2, 5000, 'both agents of node-x at the peer');
+  await waitFor(() => agents().length === 2, 10_000, 'both agents of node-x at the peer');
   assert.deepEqual(agents(), [old.address(), surge.address()].sort());
   // Each datagram counter is the sender's own: neither agent's datagrams look like replays of the other's.
   assert.equal(peer.stats().dropped.replayed, 0);
