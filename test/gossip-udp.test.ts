@@ -110,3 +110,39 @@ test('two agents of one node (a surge) are both heard as origins, and one leavin
   peer.setPeers([old.address(), surge.address()], [surge.address()]);
   assert.deepEqual(agents(), [surge.address()]);
 });
+
+test('a rider hears a peer agent alive by node and incarnation, whatever address that agent gives', async () => {
+  // The budget ledger keeps a live origin's reservations counting (agent/budget/exchange.ts): its
+  // liveness must come from the agent's own origin, which is keyed by node, address and boot.
+  const seen: boolean[] = [];
+  const rider = {
+    round: (_agents: number, alive: (node: string, incarnation: number) => boolean) =>
+      seen.push(alive('node-q', 1_700_000_000_000)),
+    ask: () => undefined,
+    receive: () => [],
+  };
+  const watcher = new GossipNode({
+    nodeId: 'node-p',
+    bind: '127.0.0.1:0',
+    peers: [],
+    key: KEY,
+    intervalMs: INTERVAL_MS,
+    rider,
+  });
+  const peer = new GossipNode({
+    nodeId: 'node-q',
+    bind: '127.0.0.1:0',
+    peers: [],
+    key: KEY,
+    intervalMs: INTERVAL_MS,
+    incarnation: 1_700_000_000_000,
+  });
+  for (const n of [watcher, peer]) {
+    await n.start();
+    nodes.push(n);
+  }
+  watcher.setPeers([peer.address()]);
+  peer.setPeers([watcher.address()]);
+  peer.publishLocal(podEstimates('node-q', 1, {}, Date.now()));
+  await waitFor(() => seen.at(-1) === true, 10_000, 'the rider to see node-q alive');
+});

@@ -6,6 +6,8 @@ import type { Reservation } from './ledger.ts';
 
 /** An origin whose counter changed this many convergence intervals ago still counts as spending (a steady spender refreshes well within it). */
 const SPENDER_ACTIVE_INTERVALS = 4;
+/** Convergence intervals after which an admission or draw is past even if no sweep completed since. */
+const SWEEP_STALL_INTERVALS = 4;
 
 export interface ShareRuleOptions {
   /** How long until a change is known to every agent: the interval a share is measured over. */
@@ -127,9 +129,16 @@ export class ShareRule {
     }
   }
 
-  /** An admission or draw at `at` belongs to an interval that has passed (see pruneRecent). */
+  /**
+   * An admission or draw at `at` belongs to an interval that has passed (see pruneRecent). Sweeps
+   * advance only while the exchange has news to carry; when they stall (every agent already holds
+   * the same counters) a few intervals pass on time alone, or a share smaller than one request
+   * would be drawn once and never again, stranding the rest of the budget.
+   */
   #past(entry: { at: number; sweeps: number }, now: number): boolean {
-    return now - entry.at > this.#o.convergenceMs && (!this.#o.sweeps || this.#sweeps() >= entry.sweeps + 2);
+    const age = now - entry.at;
+    if (age <= this.#o.convergenceMs) return false;
+    return !this.#o.sweeps || this.#sweeps() >= entry.sweeps + 2 || age > SWEEP_STALL_INTERVALS * this.#o.convergenceMs;
   }
 
   #sweeps(): number {

@@ -312,8 +312,9 @@ export class GossipNode {
     const state = this.#protocol.state;
     const now = this.#now();
     rider.round(Math.max(state.size, peers + 1), (node, incarnation) => {
-      const origin = state.origin(node);
-      return origin?.incarnation === incarnation && now - origin.lastAdvance <= state.ttlMs;
+      // By instance, not by node: during a surge a node has two agents, each its own origin.
+      const origin = state.instance(node, incarnation);
+      return origin !== undefined && now - origin.lastAdvance <= state.ttlMs;
     });
     for (const to of new Set(out.map((o) => o.to))) {
       const ask = rider.ask(this.#riderRoom());

@@ -403,6 +403,12 @@ export class GossipState {
     return this.#origins.byAgent(node, agent);
   }
 
+  /** One origin instance by node and incarnation, whichever agent address it gives. */
+  instance(node: string, incarnation: number): OriginRecord | undefined {
+    const o = this.#origins.get(originId(node, incarnation));
+    return o?.node === node && o.incarnation === incarnation ? o : undefined;
+  }
+
   get size(): number {
     return this.#origins.size;
   }
