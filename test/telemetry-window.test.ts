@@ -133,17 +133,17 @@ test('PodTelemetry keeps windows of the scraped gauges and the last delta', () =
   assert.equal(pod.record(load(0, { waiting: 4, running: 8, kvCache: 0.5, ttftSum: 0, ttftCount: 0 })), undefined);
   pod.record(load(10_000, { waiting: 0, running: 8, kvCache: 0.9, ttftSum: 2, ttftCount: 4 }));
   pod.record(load(20_000, { waiting: 0, running: 2, kvCache: 0.9, ttftSum: 2, ttftCount: 4 }));
-  close(pod.averageQueued(20_000), 2);
-  close(pod.averageQueued(30_000, 30_000), 4 / 3);
-  assert.equal(pod.maxQueued(5_000), 0);
-  assert.equal(pod.maxRunning(20_000), 8);
-  close(pod.averageKvCache(20_000), 0.7);
-  assert.equal(pod.maxKvCache(30_000), 0.9);
-  close(pod.averageRunning(20_000, 30_000), (8 * 10 + 2 * 10) / 20);
+  close(pod.average('queued', 20_000), 2);
+  close(pod.average('queued', 30_000, 30_000), 4 / 3);
+  assert.equal(pod.max('queued', 5_000), 0);
+  assert.equal(pod.max('running', 20_000), 8);
+  close(pod.average('kvCache', 20_000), 0.7);
+  assert.equal(pod.max('kvCache', 30_000), 0.9);
+  close(pod.average('running', 20_000, 30_000), (8 * 10 + 2 * 10) / 20);
   assert.equal(pod.latest?.at, 20_000);
   assert.equal(pod.lastDelta?.ttft?.count, 0);
   pod.markUnknown(25_000); // e.g. scrapes started failing: 0 held until 25 s, then unknown
-  assert.equal(pod.averageQueued(30_000, 40_000), 0);
-  assert.ok(Number.isNaN(pod.averageQueued(10_000, 40_000)));
-  assert.ok(Number.isNaN(pod.maxRunning(10_000, 40_000)));
+  assert.equal(pod.average('queued', 30_000, 40_000), 0);
+  assert.ok(Number.isNaN(pod.average('queued', 10_000, 40_000)));
+  assert.ok(Number.isNaN(pod.max('running', 10_000, 40_000)));
 });

@@ -55,6 +55,17 @@ const originIds = new Map<string, number>();
 
 const WINDOW_CODES: Record<BudgetWindow, number> = { minute: 1, hour: 2, day: 3 };
 
+/** A counter's fields that travel as they are (names, window and change time are encoded). */
+type AsIs = 'epoch' | 'tokens' | 'requests' | 'pendingTokens' | 'pendingRequests' | 'version';
+const sentAsIs = (c: Pick<Counter, AsIs>): Pick<Counter, AsIs> => ({
+  epoch: c.epoch,
+  tokens: c.tokens,
+  requests: c.requests,
+  pendingTokens: c.pendingTokens,
+  pendingRequests: c.pendingRequests,
+  version: c.version,
+});
+
 export function encodeBudgetGossip(message: BudgetGossipWire): Uint8Array {
   const digest = message.digest && {
     origins: [...message.digest.versions.keys()],
@@ -83,12 +94,7 @@ export function encodeBudgetGossip(message: BudgetGossipWire): Uint8Array {
       tenant: ref(c.tenant),
       provider: ref(c.provider),
       window: WINDOW_CODES[c.window],
-      epoch: c.epoch,
-      tokens: c.tokens,
-      requests: c.requests,
-      pendingTokens: c.pendingTokens,
-      pendingRequests: c.pendingRequests,
-      version: c.version,
+      ...sentAsIs(c),
       changedMs: c.changedAt - c.epoch * WINDOW_MS[c.window],
     })),
   }));
@@ -204,12 +210,7 @@ export function decodeBudgetGossip(
         tenant,
         provider,
         window,
-        epoch: c.epoch,
-        tokens: c.tokens,
-        requests: c.requests,
-        pendingTokens: c.pendingTokens,
-        pendingRequests: c.pendingRequests,
-        version: c.version,
+        ...sentAsIs(c as Pick<Counter, AsIs>),
         changedAt: c.epoch * WINDOW_MS[window] + c.changedMs,
       };
     });

@@ -5,47 +5,48 @@ import type { GossipStats } from './node.ts';
 
 /** Registers kinference_gossip_* metrics that read `source.stats()` at scrape time. */
 export function registerGossipMetrics(registry: Registry, source: { stats(): GossipStats }): void {
-  new Counter({
-    name: 'kinference_gossip_bytes_total',
-    help: 'Gossip datagram bytes (envelope and HMAC included), by direction.',
-    labelNames: ['direction'] as const,
-    registers: [registry],
-    collect() {
-      const s = source.stats();
-      this.reset();
-      this.inc({ direction: 'sent' }, s.sent.bytes);
-      this.inc({ direction: 'received' }, s.received.bytes);
-    },
-  });
-  new Counter({
-    name: 'kinference_gossip_dropped_total',
-    help: 'Gossip datagrams dropped, by reason (forged, replayed, stale, oversized, malformed; unknown-source and rate-limited before the HMAC).',
-    labelNames: ['reason'] as const,
-    registers: [registry],
-    collect() {
-      const s = source.stats();
-      this.reset();
-      for (const reason of DROP_REASONS) this.inc({ reason }, s.dropped[reason]);
-    },
-  });
-  new Counter({
-    name: 'kinference_gossip_delta_gaps_total',
-    help: 'Deltas that did not follow on from the version held (a datagram before them was lost).',
-    registers: [registry],
-    collect() {
-      this.reset();
-      this.inc(source.stats().gaps);
-    },
-  });
-  new Counter({
-    name: 'kinference_gossip_origins_expired_total',
-    help: 'Origins dropped after their TTL without advancing.',
-    registers: [registry],
-    collect() {
-      this.reset();
-      this.inc(source.stats().expired);
-    },
-  });
+  /** A counter set at scrape time to the node's own totals, one per label set (`{}` when unlabelled). */
+  const totals = <L extends string>(
+    name: string,
+    help: string,
+    labelNames: readonly L[],
+    read: (s: GossipStats) => [Partial<Record<L, string>>, number][],
+  ) =>
+    new Counter<L>({
+      name,
+      help,
+      labelNames,
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const [labels, value] of read(source.stats())) this.inc(labels, value);
+      },
+    });
+
+  totals(
+    'kinference_gossip_bytes_total',
+    'Gossip datagram bytes (envelope and HMAC included), by direction.',
+    ['direction'],
+    (s) => [
+      [{ direction: 'sent' }, s.sent.bytes],
+      [{ direction: 'received' }, s.received.bytes],
+    ],
+  );
+  totals(
+    'kinference_gossip_dropped_total',
+    'Gossip datagrams dropped, by reason (forged, replayed, stale, oversized, malformed; unknown-source and rate-limited before the HMAC).',
+    ['reason'],
+    (s) => DROP_REASONS.map((reason) => [{ reason }, s.dropped[reason]]),
+  );
+  totals(
+    'kinference_gossip_delta_gaps_total',
+    'Deltas that did not follow on from the version held (a datagram before them was lost).',
+    [],
+    (s) => [[{}, s.gaps]],
+  );
+  totals('kinference_gossip_origins_expired_total', 'Origins dropped after their TTL without advancing.', [], (s) => [
+    [{}, s.expired],
+  ]);
   new Gauge({
     name: 'kinference_gossip_origins',
     help: 'Other agents heard from within the TTL.',

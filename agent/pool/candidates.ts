@@ -48,9 +48,7 @@ export function localCandidate(
     kvCache: load?.kvCache ?? NaN,
     average: (metric: WindowedMetric, windowMs: number) => {
       if (!telemetry) return 0;
-      const window =
-        metric === 'queued' ? telemetry.waiting : metric === 'running' ? telemetry.running : telemetry.kvCache;
-      const value = window.average(windowMs, now);
+      const value = telemetry.average(metric, windowMs, now);
       return Number.isNaN(value) ? 0 : value;
     },
     params: learner.params(local.pod.uid),

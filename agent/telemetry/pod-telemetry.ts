@@ -2,6 +2,7 @@
 // gauges policies name (`exclude: {metric: queued, window: 30s}`), and what changed in the last
 // interval. Pure: time comes from the loads themselves or from the caller.
 
+import type { WindowedMetric } from '../route/candidate.ts';
 import type { PodLoad } from '../types.ts';
 import { TimeWindow, type WindowOptions } from './window.ts';
 
@@ -123,29 +124,19 @@ export class PodTelemetry {
     this.kvCache.record(at, NaN);
   }
 
-  /** Time-weighted mean queue length over the last `windowMs`; `now` defaults to the last scrape. */
-  averageQueued(windowMs: number, now = this.#now()): number {
-    return this.waiting.average(windowMs, now);
+  /** The sliding window of a gauge, by the name policies give it. */
+  window(metric: WindowedMetric): TimeWindow {
+    return metric === 'queued' ? this.waiting : metric === 'running' ? this.running : this.kvCache;
   }
 
-  averageRunning(windowMs: number, now = this.#now()): number {
-    return this.running.average(windowMs, now);
+  /** Time-weighted mean of a gauge over the last `windowMs`; `now` defaults to the last scrape. */
+  average(metric: WindowedMetric, windowMs: number, now = this.#now()): number {
+    return this.window(metric).average(windowMs, now);
   }
 
-  averageKvCache(windowMs: number, now = this.#now()): number {
-    return this.kvCache.average(windowMs, now);
-  }
-
-  maxQueued(windowMs: number, now = this.#now()): number {
-    return this.waiting.max(windowMs, now);
-  }
-
-  maxRunning(windowMs: number, now = this.#now()): number {
-    return this.running.max(windowMs, now);
-  }
-
-  maxKvCache(windowMs: number, now = this.#now()): number {
-    return this.kvCache.max(windowMs, now);
+  /** Highest value of a gauge over the last `windowMs`; `now` defaults to the last scrape. */
+  max(metric: WindowedMetric, windowMs: number, now = this.#now()): number {
+    return this.window(metric).max(windowMs, now);
   }
 
   #now(): number {

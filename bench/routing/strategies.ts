@@ -12,6 +12,7 @@ import type { SimEngine } from '../../shared/sim/engine.ts';
 import { DEFAULT_PREFIX_MAX_BLOCKS, promptBlocks } from '../../agent/prefix/blocks.ts';
 import { promptTextOf, type Arrival } from './workload.ts';
 import { gieProfile } from './gie.ts';
+import { poolOptions, routePolicy, routeRequest } from '../../test/helpers/route-fixtures.ts';
 
 export interface BenchPod {
   index: number;
@@ -189,28 +190,15 @@ export function oracleCandidate(p: BenchPod, model: PredictorParams): Candidate 
 }
 
 export function benchPolicy(sloMs: number): EffectivePolicy {
-  return {
-    name: 'bench',
-    sloTtftMs: sloMs,
-    sloAttainment: 0.99,
-    exclude: [{ metric: 'queued', above: 2, windowMs: 30_000 }],
-    overflow: { providers: [], denyTags: [], denyTenants: [] },
-    waitMaxMs: 0,
-  };
+  return routePolicy({ name: 'bench', sloTtftMs: sloMs, exclude: [{ metric: 'queued', above: 2, windowMs: 30_000 }] });
 }
 
 export function benchRequest(a: Arrival): RouteRequest {
-  return {
-    kind: 'chat',
-    model: 'm',
-    tenant: 't',
-    namespace: 't',
-    tags: [],
+  return routeRequest({
     promptTokens: a.promptTokens,
-    stream: true,
     // As the agent computes them from the request's text (with the production default cap of blocks).
     ...(a.tokens ? { promptBlocks: promptBlocks(promptTextOf(a.tokens), undefined, DEFAULT_PREFIX_MAX_BLOCKS) } : {}),
-  };
+  });
 }
 
 /** The telemetry of an agent before prefix-cache awareness: no prefix counters, no KV capacity. */
@@ -228,15 +216,9 @@ function prefixBlind(load: PodLoad): PodLoad {
 const kinferenceWith =
   (streamed: boolean, prefixAware = true): StrategyFactory =>
   (ctx) => {
-    const pool = new PodPool({
-      node: 'bench',
-      scrapeIntervalMs: ctx.scrapeIntervalMs,
-      peerMaxAgeMs: 3000,
-      networkCostMs: 0,
-      referenceWindowMs: 30_000,
-      failureCooldownMs: 1000,
-      now: ctx.now,
-    });
+    const pool = new PodPool(
+      poolOptions(ctx.now, { node: 'bench', scrapeIntervalMs: ctx.scrapeIntervalMs, networkCostMs: 0 }),
+    );
     pool.setLocalPods(ctx.pods.map((p) => p.pod));
     const indexOf = new Map(ctx.pods.map((p) => [p.pod.uid, p.index]));
     const policy = benchPolicy(ctx.sloMs);
