@@ -22,6 +22,13 @@ function histogramNames(family: string): string[] {
   return [`${family}_sum`, `${family}_count`];
 }
 
+/** Every family an adapter names, histograms (`_sum` and `_count` only) expanded. */
+function everyFamily(names: Record<string, string>, histograms: readonly string[]): MetricSelector {
+  return new MetricSelector(
+    Object.values(names).flatMap((name) => (histograms.includes(name) ? histogramNames(name) : [name])),
+  );
+}
+
 function missing(engine: Engine, name: string): LoadResult {
   return { ok: false, error: `${engine} page has no ${name}` };
 }
@@ -93,20 +100,7 @@ function vllmKvCapacity(page: MetricPage): number | undefined {
 export const vllmAdapter: EngineAdapter = {
   engine: 'vllm',
   signature: VLLM.waiting,
-  selector: new MetricSelector([
-    VLLM.waiting,
-    VLLM.running,
-    VLLM.kv,
-    VLLM.kvBefore09,
-    ...histogramNames(VLLM.ttft),
-    ...histogramNames(VLLM.queueTime),
-    VLLM.promptTokens,
-    VLLM.generationTokens,
-    VLLM.finished,
-    VLLM.prefixQueries,
-    VLLM.prefixHits,
-    VLLM.cacheConfig,
-  ]),
+  selector: everyFamily(VLLM, [VLLM.ttft, VLLM.queueTime]),
   toLoad(page, at) {
     const waiting = page.sum(VLLM.waiting);
     const running = page.sum(VLLM.running);
@@ -250,18 +244,7 @@ function histogramRanks(page: MetricPage, family: string): { sum: number; count:
 export const sglangAdapter: EngineAdapter = {
   engine: 'sglang',
   signature: SGLANG.waiting,
-  selector: new MetricSelector([
-    SGLANG.waiting,
-    SGLANG.running,
-    SGLANG.kv,
-    ...histogramNames(SGLANG.ttft),
-    ...histogramNames(SGLANG.queueTime),
-    SGLANG.promptTokens,
-    SGLANG.generationTokens,
-    SGLANG.finished,
-    SGLANG.cacheHitRate,
-    SGLANG.kvCapacity,
-  ]),
+  selector: everyFamily(SGLANG, [SGLANG.ttft, SGLANG.queueTime]),
   toLoad(page, at) {
     const waiting = sumRanks(page, SGLANG.waiting);
     const running = sumRanks(page, SGLANG.running);
