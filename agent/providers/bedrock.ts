@@ -22,7 +22,6 @@ import {
 } from './bedrock-converse.ts';
 import { ConverseStreamTranslator, EventStreamDecoder, EventStreamError, type StreamEvent } from './bedrock-stream.ts';
 import {
-  createDispatcher,
   type ClosableProvider,
   type ProviderDeps,
   failure,
@@ -30,6 +29,7 @@ import {
   JSON_HEADERS,
   postUpstream,
   ProviderError,
+  providerDispatcher,
   providerLimits,
   readBounded,
   readText,
@@ -78,8 +78,7 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
   }
   const endpoint = settings.endpoint ?? `https://bedrock-runtime.${region}.amazonaws.com`;
   const limits = providerLimits(deps);
-  const ownDispatcher = deps.dispatcher ? undefined : createDispatcher(settings.timeoutMs, limits.idleTimeoutMs);
-  const dispatcher = deps.dispatcher ?? ownDispatcher!;
+  const { dispatcher, close } = providerDispatcher(deps, settings.timeoutMs, limits.idleTimeoutMs);
   const now = deps.now ?? Date.now;
 
   /** Auth headers for this request, secrets read now; returns the values to redact too. */
@@ -303,9 +302,7 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
     supports: (kind: RequestKind, model: string) => kind === 'chat' && Object.hasOwn(settings.models, model),
     refusal: (kind: RequestKind) => (kind === 'chat' ? undefined : bedrockRefusal(name, kind)),
     send,
-    close: async () => {
-      await ownDispatcher?.close();
-    },
+    close,
   };
 }
 

@@ -5,13 +5,11 @@
 // The response's `model` field is NOT rewritten back to the client's name: it names what actually
 // served the request (as OpenAI's own dated model ids do), and leaving it lets the stream relay
 // stay a byte copy. The Bedrock adapter follows the same rule (it reports the Bedrock model id).
-import type { Dispatcher } from 'undici';
 import { resolveSecret } from '../config/secrets.ts';
 import { API_PATHS, type RequestKind } from '../types.ts';
 import { errorResponse, SSE_DONE, sseErrorFrame } from '../../shared/openai/errors.ts';
 import type { ProviderCall, ProviderSettings } from './types.ts';
 import {
-  createDispatcher,
   type ClosableProvider,
   type ProviderDeps,
   failure,
@@ -19,6 +17,7 @@ import {
   JSON_HEADERS,
   postUpstream,
   ProviderError,
+  providerDispatcher,
   providerLimits,
   readBounded,
   readText,
@@ -188,8 +187,7 @@ export function lastEventEnd(bytes: Uint8Array): number {
 
 export function createOpenAIProvider(settings: ProviderSettings, deps: ProviderDeps = {}): ClosableProvider {
   const limits = providerLimits(deps);
-  const ownDispatcher = deps.dispatcher ? undefined : createDispatcher(settings.timeoutMs, limits.idleTimeoutMs);
-  const dispatcher = deps.dispatcher ?? (ownDispatcher as Dispatcher);
+  const { dispatcher, close } = providerDispatcher(deps, settings.timeoutMs, limits.idleTimeoutMs);
   const models = Object.keys(settings.models);
   const name = settings.name;
 
@@ -275,9 +273,7 @@ export function createOpenAIProvider(settings: ProviderSettings, deps: ProviderD
     models,
     supports: (_kind: RequestKind, model: string) => Object.hasOwn(settings.models, model),
     send,
-    close: async () => {
-      await ownDispatcher?.close();
-    },
+    close,
   };
 }
 

@@ -43,7 +43,21 @@ export class ProviderError extends Error {
 
 /** Keep-alive pool for one provider. Hosted APIs sit behind TLS, so reusing sockets is most of
  *  the latency win; idle sockets are kept well below the usual 60 s load-balancer idle cut. */
-export function createDispatcher(timeoutMs: number, idleTimeoutMs = DEFAULT_PROVIDER_LIMITS.idleTimeoutMs): Dispatcher {
+/**
+ * The provider's dispatcher: the injected one (not ours to close), or a keep-alive pool of its own
+ * that `close` closes with the provider.
+ */
+export function providerDispatcher(
+  deps: ProviderDeps,
+  timeoutMs: number,
+  idleTimeoutMs: number,
+): { dispatcher: Dispatcher; close: () => Promise<void> } {
+  if (deps.dispatcher) return { dispatcher: deps.dispatcher, close: async () => {} };
+  const own = createDispatcher(timeoutMs, idleTimeoutMs);
+  return { dispatcher: own, close: () => own.close() };
+}
+
+function createDispatcher(timeoutMs: number, idleTimeoutMs = DEFAULT_PROVIDER_LIMITS.idleTimeoutMs): Dispatcher {
   return new Agent({
     keepAliveTimeout: 30_000,
     keepAliveMaxTimeout: 55_000,
