@@ -6,6 +6,7 @@ import { serve } from '@hono/node-server';
 import type { AgentSettings } from './config/load.ts';
 import { discoveryFor } from './cluster/discovery.ts';
 import type { ClusterSnapshot, Discovery } from './cluster/types.ts';
+import type { ClockAndRandom } from './types.ts';
 import { gossipFor, type GossipLink } from './gossip/link.ts';
 import { parseHostPort } from './gossip/node.ts';
 import { MAX_EXCLUDE_WINDOW_MS } from './policy/schema.ts';
@@ -24,13 +25,11 @@ import { createMetrics, podPredictionsOf } from './server/metrics.ts';
 import { scraperFeedingPool } from './telemetry/pool-feed.ts';
 import type { Scraper } from './telemetry/scraper.ts';
 
-export interface AgentDeps {
+export interface AgentDeps extends ClockAndRandom {
   /** Replaces the discovery the settings name (tests, Kubernetes mode built by the CLI). */
   discovery?: Discovery;
   /** Static mode: watch this config file for policy and pod changes. */
   configPath?: string;
-  now?: () => number;
-  rand?: () => number;
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
   /** Where sampled per-request JSON lines go (default: stdout). */
   requestLog?: (line: string) => void;

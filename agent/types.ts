@@ -133,3 +133,9 @@ export interface EffectivePolicy {
   /** Waiting order; absent: standard, header ignored. */
   priority?: PriorityPolicy;
 }
+
+/** Time (ms since the epoch) and randomness, injected so tests and benches drive them (defaults: Date.now, Math.random). */
+export interface ClockAndRandom {
+  now?: () => number;
+  rand?: () => number;
+}

@@ -39,8 +39,9 @@ import {
 } from './kubernetes-snapshot.ts';
 import type { ConfigMapObject, EndpointSliceObject, PodObject } from './kubernetes-snapshot.ts';
 import type { ClusterSnapshot, Discovery, DiscoveryStatus } from './types.ts';
+import type { ClockAndRandom } from '../types.ts';
 
-export interface KubernetesDiscoveryOptions {
+export interface KubernetesDiscoveryOptions extends ClockAndRandom {
   /** This agent's node (downward API `spec.nodeName`). */
   nodeName: string;
   /** A KubeConfig or a kubeconfig file path; default: in-cluster when running in a pod, else $KUBECONFIG / ~/.kube/config. */
@@ -58,8 +59,6 @@ export interface KubernetesDiscoveryOptions {
   /** Label that marks a model-server pod (the annotation kinference.io/model does too). */
   podLabel?: string;
   debounceMs?: number;
-  now?: () => number;
-  rand?: () => number;
   /** start() resolves once every source listed, or after this long (status().synced tells which). */
   syncTimeoutMs?: number;
   /** Restart delay after an informer stopped on an error. */

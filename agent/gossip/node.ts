@@ -2,14 +2,14 @@
 // Everything it decides, it asks protocol.ts; everything it counts, stats() shows.
 import { createSocket, type RemoteInfo, type Socket } from 'node:dgram';
 import { isIPv6 } from 'node:net';
-import type { PodEstimate } from '../types.ts';
+import type { ClockAndRandom, PodEstimate } from '../types.ts';
 import { DROP_REASONS, Opener, Sealer, type DropReason } from './envelope.ts';
 import { GossipProtocol, type Outgoing } from './protocol.ts';
 import { SourceGate } from './source-gate.ts';
 import type { RemoteEstimate } from './state.ts';
 import { decodePayload, encodePayload, envelopeOverhead } from './wire.ts';
 
-export interface GossipNodeOptions {
+export interface GossipNodeOptions extends ClockAndRandom {
   /** This agent's node name: the origin of the pods it publishes. */
   nodeId: string;
   /** UDP `host:port` to listen on (port 0: any free port; see address()). */
@@ -35,8 +35,6 @@ export interface GossipNodeOptions {
   maxDatagramsPerReply?: number;
   /** Datagrams per second accepted from one source address (default 200); more are dropped unread. */
   maxDatagramsPerSecondPerSource?: number;
-  now?: () => number;
-  rand?: () => number;
   /** Our origin instance (ms); default: now at construction. Other state naming its origin after it can share it. */
   incarnation?: number;
   /** Another state carried in gossip's datagrams (the overflow budget counters), in Payload.budget. */
