@@ -23,6 +23,16 @@ function baseConfig(sim: SimServer, extra: Record<string, unknown> = {}) {
   };
 }
 
+/** Waits until the agent at `admin` has counted one rejected config reload. */
+async function rejectedReload(admin: string): Promise<void> {
+  await waitFor(
+    async () =>
+      /kinference_policy_reloads_total\{outcome="rejected"\} 1/.test(await (await fetch(`${admin}/metrics`)).text()),
+    3000,
+    'the rejected reload',
+  );
+}
+
 describe('kinference agent (process)', () => {
   let dir: string;
   let sim: SimServer;
@@ -71,14 +81,7 @@ describe('kinference agent (process)', () => {
           baseConfig(sim, { policies: [{ metadata: { name: 'p', namespace: '*' }, spec: { slo: { ttft: 'fast' } } }] }),
         ),
       );
-      await waitFor(
-        async () =>
-          /kinference_policy_reloads_total\{outcome="rejected"\} 1/.test(
-            await (await fetch(`${agent.admin}/metrics`)).text(),
-          ),
-        3000,
-        'the rejected reload',
-      );
+      await rejectedReload(agent.admin);
       assert.equal(await slo(), '700');
       assert.match(
         agent.output(),
@@ -107,14 +110,7 @@ describe('kinference agent (process)', () => {
       await waitFor(async () => (await tags('about falcon')).includes('confidential'), 3000, 'the changed detector');
       assert.deepEqual(await tags('about bluebird'), []);
       writeFileSync(path, stringify(baseConfig(sim, { detectors: detectors({ pattern: '(a+)+$' }) })));
-      await waitFor(
-        async () =>
-          /kinference_policy_reloads_total\{outcome="rejected"\} 1/.test(
-            await (await fetch(`${agent.admin}/metrics`)).text(),
-          ),
-        3000,
-        'the rejected reload',
-      );
+      await rejectedReload(agent.admin);
       assert.deepEqual(await tags('about falcon'), ['confidential']);
       assert.match(agent.output(), /detectors\[0\] \(codename\): pattern may take exponential time/);
     } finally {

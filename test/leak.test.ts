@@ -5,7 +5,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startOpenAIStandin, type OpenAIStandin } from './fixtures/openai-provider.ts';
-import { MODEL, postJson, startStack, waitFor, type Stack } from './helpers/stack.ts';
+import { MODEL, openaiProvider, postJson, startStack, waitFor, type Stack } from './helpers/stack.ts';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -295,16 +295,7 @@ describe('data leaves only when policy says so', () => {
     stack = await startStack({
       pods: [{ maxSeqs: 1 }],
       config: {
-        providers: [
-          {
-            name: 'hosted',
-            kind: 'openai',
-            endpoint: provider.url,
-            models: { [MODEL]: 'hosted-llama' },
-            apiKey: { env: KEY_ENV },
-            timeout: '2s',
-          },
-        ],
+        providers: [{ ...openaiProvider('hosted', provider.url, KEY_ENV), timeout: '2s' }],
         detectors: [{ name: 'codename', tag: 'confidential', keywords: ['bluebird'] }],
         policies: [
           {

@@ -7,7 +7,7 @@ import { promptBlocks } from '../agent/prefix/blocks.ts';
 import { predictedTtft } from '../agent/route/score.ts';
 import { decide } from '../agent/route/router.ts';
 import { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
-import type { Pod, PodLoad } from '../agent/types.ts';
+import type { Pod, PodEstimate, PodLoad } from '../agent/types.ts';
 import { poolOptions, routePod, routePolicy } from './helpers/route-fixtures.ts';
 
 const POLICY = routePolicy({ name: 't', sloTtftMs: 10_000 });
@@ -23,6 +23,19 @@ const scrape = (p: PodPool, name: string, load: Omit<PodLoad, 'engine'>, telemet
   p.recordLoad(`ns/${name}`, full, telemetry);
   return telemetry;
 };
+
+/** A peer's estimate of its pod `p<q>` (q requests waiting) on `node`, reported at `at`. */
+const peerEstimate = (q: number, node: string, at: number, model = 'm'): PodEstimate => ({
+  pod: { uid: `p/${q}`, name: `p${q}`, namespace: 'ns', node, address: `10.0.0.${q}:8000`, models: [model] },
+  queued: q,
+  queuedNow: q,
+  running: 0,
+  kvCache: 0,
+  params: { base: 50, perQueued: 100, perRunning: 5, perKPromptTokens: 10 },
+  at,
+  origin: node,
+  version: 1,
+});
 
 function pool(now: { t: number }) {
   const p = newPool(() => now.t);
@@ -247,24 +260,7 @@ test('candidates for a model: its local pods exactly, and a shortlist of the fas
   const p = newPool(() => now.t, { peerShortlist: 3 });
   p.setLocalPods([pod('a'), { ...pod('c'), models: ['other'] }]);
   // Ten peers' pods of model m, the i-th with i waiting: the shortlist holds the three least loaded.
-  const peer = (i: number, model = 'm') => ({
-    pod: {
-      uid: `p/${i}`,
-      name: `p${i}`,
-      namespace: 'ns',
-      node: `node-${i}`,
-      address: `10.0.0.${i}:8000`,
-      models: [model],
-    },
-    queued: i,
-    queuedNow: i,
-    running: 0,
-    kvCache: 0,
-    params: { base: 50, perQueued: 100, perRunning: 5, perKPromptTokens: 10 },
-    at: now.t,
-    origin: `node-${i}`,
-    version: 1,
-  });
+  const peer = (i: number, model = 'm') => peerEstimate(i, `node-${i}`, now.t, model);
   p.setRemote([9, 4, 0, 7, 2, 5, 1, 8, 3, 6].map((i) => peer(i)).concat(peer(20, 'other')));
   const names = (model: string) => p.candidates(model).map((c) => c.pod.name);
   assert.deepEqual(names('m'), ['a', 'p0', 'p1', 'p2']);
@@ -279,19 +275,8 @@ test('candidates for a model: its local pods exactly, and a shortlist of the fas
 test("debugState lists every local pod and only the fastest peers' pods past its bound, with the count known", () => {
   const now = { t: 1000 };
   const p = pool(now);
-  p.setRemote(
-    [5, 1, 3].map((q) => ({
-      pod: { uid: `p/${q}`, name: `p${q}`, namespace: 'ns', node: 'other', address: `10.0.0.${q}:8000`, models: ['m'] },
-      queued: q,
-      queuedNow: q,
-      running: 0,
-      kvCache: 0,
-      params: { base: 50, perQueued: 100, perRunning: 5, perKPromptTokens: 10 },
-      at: now.t,
-      origin: 'other',
-      version: 1,
-    })),
-  );
+  p.setRemote([5, 1, 3].map((q) => peerEstimate(q, 'other', now.t)));
+
   const state = p.debugState(2);
   assert.equal(state.local.length, 2);
   assert.equal(state.remoteKnown, 3);
@@ -439,28 +424,8 @@ test('predictions for /metrics: every local pod, and the fastest pod of the fast
   const now = { t: 1000 };
   const p = pool(now);
   // Node n<k> has pods with queues k and k + 10: its fastest pod is the first.
-  p.setRemote(
-    [3, 1, 2].flatMap((k) =>
-      [k, k + 10].map((q) => ({
-        pod: {
-          uid: `p/${q}`,
-          name: `p${q}`,
-          namespace: 'ns',
-          node: `n${k}`,
-          address: `10.0.0.${q}:8000`,
-          models: ['m'],
-        },
-        queued: q,
-        queuedNow: q,
-        running: 0,
-        kvCache: 0,
-        params: { base: 50, perQueued: 100, perRunning: 5, perKPromptTokens: 10 },
-        at: now.t,
-        origin: `n${k}`,
-        version: 1,
-      })),
-    ),
-  );
+  p.setRemote([3, 1, 2].flatMap((k) => [k, k + 10].map((q) => peerEstimate(q, `n${k}`, now.t))));
+
   const predictions = p.predictions(2);
   assert.deepEqual(
     predictions.local.map((l) => l.pod.name),
