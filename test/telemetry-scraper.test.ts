@@ -233,9 +233,14 @@ test('stop() ends every loop', async (t) => {
   scraper.start();
   await waitFor(() => server.requests >= 3, 5000, 'some scrapes');
   await scraper.stop();
+  // A request written just before stop() (the tick and this test's poll can share a timer turn)
+  // may still reach the server; after that, nothing.
   const after = server.requests;
   await sleep(60);
-  assert.equal(server.requests, after);
+  assert.ok(server.requests <= after + 1, `${server.requests - after} requests arrived after stop()`);
+  const settled = server.requests;
+  await sleep(60);
+  assert.equal(server.requests, settled);
   assert.equal(scraper.running, false);
 });
 
