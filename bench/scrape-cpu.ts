@@ -96,14 +96,30 @@ class HttpOnlyScrapeConnection {
       );
   }
   start(): void {
-    const sink = {
-      head: () => {},
-      data: () => {},
-      end: () => this.#onAnswer(),
-      error: (message: string) => console.error(message),
-    };
+    // One sink per connection; like the scraper, a pod whose last answer hasn't come is skipped.
+    const pods = this.#connections.map((connection) => {
+      const pod = {
+        connection,
+        busy: false,
+        head: () => {},
+        data: () => {},
+        end: () => {
+          pod.busy = false;
+          this.#onAnswer();
+        },
+        error: (message: string) => {
+          pod.busy = false;
+          console.error(message);
+        },
+      };
+      return pod;
+    });
     const tick = () => {
-      for (const connection of this.#connections) connection.get(sink);
+      for (const pod of pods) {
+        if (pod.busy) continue;
+        pod.busy = true;
+        pod.connection.get(pod);
+      }
     };
     tick();
     this.#ticker = setInterval(tick, this.#intervalMs);
@@ -121,6 +137,7 @@ variants.push({
 const server = spawn(process.execPath, [new URL('./scrape/pages.ts', import.meta.url).pathname, ...files], {
   stdio: ['ignore', 'pipe', 'inherit'],
 });
+process.on('exit', () => server.kill()); // also when the bench fails
 const listed = await new Promise<{ name: string; address: string }[]>((done, fail) => {
   let output = '';
   server.stdout.on('data', (d: Buffer) => {
