@@ -293,6 +293,26 @@ test('garbage, an oversized page and a mismatched engine are failures, not loads
   assert.equal(scraper.pod('inference/garbage')?.engine, undefined);
 });
 
+test('a response head over maxHeaderBytes fails the scrape, and the next one reconnects', async (t) => {
+  let bloated = true;
+  const server = await fakeModelServer((_req, res) => {
+    if (bloated) res.setHeader('x-padding', 'p'.repeat(2_000));
+    bloated = false;
+    serve(() => vllmPage(2, 3))(_req, res);
+  });
+  const { scraper, loads, errors } = recordingScraper({ intervalMs: 25, maxHeaderBytes: 1_024 });
+  t.after(async () => {
+    await scraper.stop();
+    await server.close();
+  });
+  scraper.setPods([pod('a', server.address)]);
+  scraper.start();
+  await waitFor(() => loads.length > 0, 5000, 'a load after the refused head');
+  assert.equal(errors[0]?.error, 'response head larger than 1024 bytes');
+  assert.equal(loads[0].load.waiting, 2);
+  assert.equal(server.connections, 2);
+});
+
 test('an unreachable pod is a failure with the reason', async (t) => {
   const server = await fakeModelServer(serve(() => ''));
   const address = server.address;

@@ -33,6 +33,8 @@ export interface ScraperOptions {
   now?: () => number;
   /** A page larger than this is an error, not a memory problem. */
   maxBodyBytes?: number;
+  /** Limit for a response's head, a chunk-size line and a chunked body's trailers (scrape-connection.ts; 16 KiB). */
+  maxHeaderBytes?: number;
   /**
    * Ask for gzip. Off by default: model servers sit on the same node, where the bytes are cheap
    * and compressing a page 40 times a second is not. A gzipped answer is decoded either way.
@@ -100,6 +102,7 @@ export class Scraper {
   readonly timeoutMs: number;
   readonly #now: () => number;
   readonly #maxBodyBytes: number;
+  readonly #maxHeaderBytes: number | undefined;
   readonly #gzip: boolean;
   readonly #windows: Partial<WindowOptions>;
   readonly #staleAfterIntervals: number;
@@ -118,6 +121,7 @@ export class Scraper {
       throw new Error('scrape interval and timeout must be positive');
     this.#now = options.now ?? Date.now;
     this.#maxBodyBytes = options.maxBodyBytes ?? DEFAULTS.maxBodyBytes;
+    this.#maxHeaderBytes = options.maxHeaderBytes;
     this.#gzip = options.gzip ?? false;
     this.#windows = options.windows ?? {};
     this.#staleAfterIntervals = options.staleAfterIntervals ?? STALE_AFTER_INTERVALS;
@@ -215,6 +219,7 @@ export class Scraper {
     state.connection = new ScrapeConnection({
       address: state.pod.address,
       ...this.#request,
+      maxHeaderBytes: this.#maxHeaderBytes,
       // Below uvicorn's 5 s keep-alive, so we replace idle connections before the server closes
       // them (a server-side close racing our next request would cost a failed scrape).
       idleReuseMs: 4_000,
