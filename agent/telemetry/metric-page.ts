@@ -48,7 +48,10 @@ class ByLength {
     return undefined;
   }
 
-  /** Whether a stored string equals the ASCII bytes `bytes[start, end)`. Compared from the end: names of one family share their start. */
+  /**
+   * Whether a stored string equals the ASCII bytes `bytes[start, end)`. Compared from the end:
+   * names of one family share their start.
+   */
   hasBytes(bytes: Uint8Array, start: number, end: number): boolean {
     const bucket = this.#table[end - start];
     if (bucket === undefined) return false;

@@ -2,21 +2,22 @@
 // is sent again and again, one at a time. Everything else in the agent uses undici; scrapes don't
 // because they are the one request made tens of times a second per pod for its whole life, and
 // undici's general machinery (request objects, header lists, the llhttp parser, a Buffer per
-// read, stream and promise plumbing) cost 0.27 ms of CPU per scrape against 0.07 ms for this
-// (bench:scrape, HTTP-only rows, side by side; a 40 KB page on loopback). Here the socket reads
-// into one buffer owned by the connection (`onread`), the response head is parsed once as text,
-// and the body goes to the sink as views of that buffer, framing removed (Content-Length,
+// read, stream and promise plumbing) cost 0.21–0.24 ms of CPU per exchange against 0.08 ms for
+// this (bench:scrape, HTTP-only rows, side by side; 40 KB pages on loopback). Here the socket
+// reads into one buffer owned by the connection (`onread`), the response head is parsed once as
+// text, and the body goes to the sink as views of that buffer, framing removed (Content-Length,
 // chunked, or until close).
 //
 // Two parts: `ResponseReader`, the pure HTTP/1.1 response reader (bytes in any pieces → head,
-// body, end), and `ScrapeConnection`, the socket around it. Robustness is the point of keeping it small: a response head, a chunk-size line and trailers
-// have a size limit; anything outside HTTP/1.1's grammar ends the response with an error and drops
-// the connection; bytes no request asked for drop it too (no pipelining, so they cannot be
-// trusted); a server's `Connection: close` (or an HTTP/1.0 answer) closes it after the response;
-// a connection idle longer than `idleReuseMs` is replaced rather than reused (servers close idle
-// ones; uvicorn after 5 s), and a socket error or close fails the response in flight. A response
-// never waits on this class alone: the caller bounds each request by its own timeout and calls
-// `abort` (the scraper's scrape timeout), which destroys the socket; the next `get` reconnects.
+// body, end), and `ScrapeConnection`, the socket around it. Robustness is the point of keeping
+// it small: a response head, a chunk-size line and trailers have a size limit; anything outside
+// HTTP/1.1's grammar ends the response with an error and drops the connection; bytes no request
+// asked for drop it too (no pipelining, so they cannot be trusted); a server's `Connection:
+// close` (or an HTTP/1.0 answer) closes it after the response; a connection idle longer than
+// `idleReuseMs` is replaced rather than reused (servers close idle ones; uvicorn after 5 s), and a
+// socket error or close fails the response in flight. A response never waits on this class
+// alone: the caller bounds each request by its own timeout and calls `abort` (the scraper's scrape
+// timeout), which destroys the socket; the next `get` reconnects.
 import { connect, type Socket } from 'node:net';
 import { describeError } from '../../shared/describe-error.ts';
 
