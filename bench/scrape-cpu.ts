@@ -6,13 +6,15 @@
 //   git archive f9e7199 agent shared | tar -x -C /tmp/kinference-before
 //   ln -s "$PWD/node_modules" /tmp/kinference-before/node_modules
 //   npm run bench:scrape -- --before /tmp/kinference-before
-// A third row, `HTTP only`, is the floor under both: the same requests on per-pod undici
-// connections, every body dropped unread (no parse, no load): what the HTTP exchange alone costs.
+// Two more rows, `HTTP only`, are the floor under both: the same requests on per-pod connections,
+// every body dropped unread (no parse, no load): what the HTTP exchange alone costs, with undici
+// (what scrapes used before) and with the scraper's own connection (scrape-connection.ts).
 // Flags: --interval MS (100), --seconds S per round (4), --rounds N (3), --pages a.txt,b.txt (8 pods).
 import { spawn } from 'node:child_process';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Client } from 'undici';
+import { ScrapeConnection } from '../agent/telemetry/scrape-connection.ts';
 import { Scraper } from '../agent/telemetry/scraper.ts';
 import type { Pod } from '../agent/types.ts';
 
@@ -75,11 +77,67 @@ class HttpOnly {
     await Promise.all(this.#clients.map((c) => c.destroy()));
   }
 }
-variants.push({ name: 'HTTP only (floor)', Scraper: HttpOnly as unknown as ScraperClass });
+variants.push({ name: 'HTTP only, undici (floor)', Scraper: HttpOnly as unknown as ScraperClass });
+
+/** The same floor on the scraper's own connections (scrape-connection.ts): why scrapes don't use undici. */
+class HttpOnlyScrapeConnection {
+  readonly #connections: ScrapeConnection[] = [];
+  #ticker: NodeJS.Timeout | undefined;
+  readonly #onAnswer: () => void;
+  readonly #intervalMs: number;
+  constructor(options: { intervalMs: number }, onAnswer: () => void) {
+    this.#intervalMs = options.intervalMs;
+    this.#onAnswer = onAnswer;
+  }
+  setPods(list: readonly Pod[]): void {
+    for (const pod of list)
+      this.#connections.push(
+        new ScrapeConnection({ address: pod.address, path: '/metrics', headers: { accept: 'text/plain' } }),
+      );
+  }
+  start(): void {
+    // One sink per connection; like the scraper, a pod whose last answer hasn't come is skipped.
+    const pods = this.#connections.map((connection) => {
+      const pod = {
+        connection,
+        busy: false,
+        head: () => {},
+        data: () => {},
+        end: () => {
+          pod.busy = false;
+          this.#onAnswer();
+        },
+        error: (message: string) => {
+          pod.busy = false;
+          console.error(message);
+        },
+      };
+      return pod;
+    });
+    const tick = () => {
+      for (const pod of pods) {
+        if (pod.busy) continue;
+        pod.busy = true;
+        pod.connection.get(pod);
+      }
+    };
+    tick();
+    this.#ticker = setInterval(tick, this.#intervalMs);
+  }
+  async stop(): Promise<void> {
+    clearInterval(this.#ticker);
+    await Promise.all(this.#connections.map((connection) => connection.close()));
+  }
+}
+variants.push({
+  name: 'HTTP only, scrape connection (floor)',
+  Scraper: HttpOnlyScrapeConnection as unknown as ScraperClass,
+});
 
 const server = spawn(process.execPath, [new URL('./scrape/pages.ts', import.meta.url).pathname, ...files], {
   stdio: ['ignore', 'pipe', 'inherit'],
 });
+process.on('exit', () => server.kill()); // also when the bench fails
 const listed = await new Promise<{ name: string; address: string }[]>((done, fail) => {
   let output = '';
   server.stdout.on('data', (d: Buffer) => {

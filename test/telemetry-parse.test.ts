@@ -296,3 +296,63 @@ test('a label value in UTF-8 reads whole even when a chunk boundary cuts one of 
     assert.equal(page.errors, 0);
   }
 });
+
+test('lines the selector does not want are skipped in the bytes exactly as the text reader would judge them', () => {
+  const select = new MetricSelector(['want', 'want_sum', 'vllm:num_requests_waiting']);
+  const page = [
+    '# HELP want A wanted family.',
+    '# TYPE want summary',
+    '# TYPE other gauge',
+    '#TYPE other2 counter',
+    '#\tHELP\tx tabs',
+    '# HELP',
+    '# HELPER not help',
+    '# TYPE lonely',
+    '# TYPE other3 ',
+    '# TYPE other4 sideways',
+    '# TYPE want sideways',
+    '# UNIT other seconds',
+    '# just a comment',
+    'other{a="b"} 1',
+    'other 2',
+    'other\t3',
+    'other{a="b" 1',
+    'other',
+    'other-x 1',
+    '1other 1',
+    ' other 1',
+    'othér 1',
+    'want_sum{quantile="x"} 4',
+    'want_sum 5 1700000000000',
+    'want_count 6',
+    'vllm:num_requests_waiting{model_name="naïve"} 7',
+    'other_bucket{le="+Inf"} 9\r',
+    '# TYPE other5 gauge\r',
+    '# TYPE other6\r',
+    '# TYPE other7 \r',
+    'other 1 2 3',
+    '',
+  ].join('\n');
+  const bytes = Buffer.from(page, 'utf8');
+  const whole = parsePromText(page, select);
+  assert.ok(whole.errors >= 8, 'the page holds errors in unwanted lines, which must still count');
+  const content = (p: MetricPage) => ({
+    ...pageContent(p),
+    types: ['want', 'other', 'other2', 'other3', 'other4', 'other5', 'lonely'].map((f) => p.type(f)),
+  });
+  for (let size = 1; size <= bytes.length; size++) {
+    assert.deepEqual(content(readInChunks(bytes, size, select)), content(whole), `chunks of ${size}`);
+  }
+});
+
+test('real pages read in chunks through each engine adapter’s selector equal the page read whole', () => {
+  for (const file of readdirSync(realPages).filter((f) => f.endsWith('.txt'))) {
+    const bytes = readFileSync(new URL(file, realPages));
+    for (const adapter of Object.values(ADAPTERS)) {
+      const whole = pageContent(parsePromText(bytes.toString('utf8'), adapter.selector));
+      for (const size of [1, 2, 13, 100, 4096, 65_536]) {
+        assert.deepEqual(pageContent(readInChunks(bytes, size, adapter.selector)), whole, `${file}, chunks of ${size}`);
+      }
+    }
+  }
+});

@@ -53,6 +53,8 @@ export type Regime = 'free' | 'queued';
 /** Key for the node-wide distribution (every local pod's observations). */
 const NODE = '\u0000node';
 const key = (uid: string, regime: Regime) => `${uid}\u0000${regime}`;
+/** The node's keys, made once: margin() runs for every candidate of every decision. */
+const NODE_KEY: Readonly<Record<Regime, string>> = { free: key(NODE, 'free'), queued: key(NODE, 'queued') };
 
 function quantileOf(r: Residuals, q: number): number {
   const n = Math.min(r.count, r.values.length);
@@ -84,7 +86,7 @@ export class Calibration {
       return;
     const logRatio = Math.log(measuredMs / predictedMs);
     this.#push(key(uid, regime), logRatio);
-    this.#push(key(NODE, regime), logRatio);
+    this.#push(NODE_KEY[regime], logRatio);
   }
 
   forget(uid: string): void {
@@ -99,18 +101,21 @@ export class Calibration {
   margin(uid: string | undefined, q: number, regime: Regime = 'free'): number {
     const needed = Math.max(this.options.minWarmObservations, Math.ceil(2 / (1 - q)));
     const cold = this.options.coldLogMargin;
-    // The cold margin is a floor while evidence is thin, not an addition: a cold start must still
-    // admit idle pods, or no request would ever reach them to teach the calibration.
-    const blend = (r: Residuals, floor: number) => {
-      const own = this.#own(r, q);
-      const w = Math.min(1, r.count / needed);
-      return w * own + (1 - w) * Math.max(own, floor);
-    };
-    const node = this.#residuals.get(key(NODE, regime));
-    const nodeMargin = node ? blend(node, cold) : cold;
+    const node = this.#residuals.get(NODE_KEY[regime]);
+    const nodeMargin = node ? this.#blend(node, q, needed, cold) : cold;
     if (uid === undefined) return nodeMargin;
     const pod = this.#residuals.get(key(uid, regime));
-    return pod ? blend(pod, Math.max(nodeMargin, cold)) : Math.max(nodeMargin, cold);
+    return pod ? this.#blend(pod, q, needed, Math.max(nodeMargin, cold)) : Math.max(nodeMargin, cold);
+  }
+
+  /**
+   * The cold margin is a floor while evidence is thin, not an addition: a cold start must still
+   * admit idle pods, or no request would ever reach them to teach the calibration.
+   */
+  #blend(r: Residuals, q: number, needed: number, floor: number): number {
+    const own = this.#own(r, q);
+    const w = Math.min(1, r.count / needed);
+    return w * own + (1 - w) * Math.max(own, floor);
   }
 
   stats(uid: string, regime: Regime = 'free'): { observations: number; recentBias: number } {

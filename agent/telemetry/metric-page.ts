@@ -48,6 +48,21 @@ class ByLength {
     return undefined;
   }
 
+  /**
+   * Whether a stored string equals the ASCII bytes `bytes[start, end)`. Compared from the end:
+   * names of one family share their start.
+   */
+  hasBytes(bytes: Uint8Array, start: number, end: number): boolean {
+    const bucket = this.#table[end - start];
+    if (bucket === undefined) return false;
+    for (const name of bucket) {
+      let i = name.length - 1;
+      while (i >= 0 && name.charCodeAt(i) === bytes[start + i]) i--;
+      if (i < 0) return true;
+    }
+    return false;
+  }
+
   *[Symbol.iterator](): IterableIterator<string> {
     for (const bucket of this.#table) if (bucket) yield* bucket;
   }
@@ -107,6 +122,26 @@ export class MetricSelector {
       if (prefix.length <= end - start && text.startsWith(prefix, start)) return text.slice(start, end);
     }
     return undefined;
+  }
+
+  /** Whether the name in the page's bytes `bytes[start, end)` is wanted: `nameAt` without making a string. */
+  wantsNameBytes(bytes: Uint8Array, start: number, end: number): boolean {
+    return this.#names.hasBytes(bytes, start, end) || this.#wantsPrefixBytes(bytes, start, end);
+  }
+
+  #wantsPrefixBytes(bytes: Uint8Array, start: number, end: number): boolean {
+    for (const prefix of this.#prefixes) {
+      if (prefix.length > end - start) continue;
+      let i = 0;
+      while (i < prefix.length && prefix.charCodeAt(i) === bytes[start + i]) i++;
+      if (i === prefix.length) return true;
+    }
+    return false;
+  }
+
+  /** `wantsFamilyAt` for the page's bytes `bytes[start, end)`, without making a string. */
+  wantsFamilyBytes(bytes: Uint8Array, start: number, end: number): boolean {
+    return this.#families.hasBytes(bytes, start, end) || this.#wantsPrefixBytes(bytes, start, end);
   }
 
   /** Whether a TYPE line for the family at `text[start, end)` is worth keeping. */

@@ -1,77 +1,79 @@
-// One scrape of one pod's /metrics as an undici dispatch handler: the body's chunks go straight
-// from the socket into the page reader, so the page is parsed while it arrives and never exists
-// whole (no stream object, no chunk list, no concatenated buffer, no page string). An error body is
-// read and dropped so the kept-alive connection stays reusable.
+// One scrape of one pod's /metrics as the sink of its connection's response (scrape-connection.ts):
+// the body's bytes go straight from the socket's read buffer into the page reader, so the page is
+// parsed while it arrives and never exists whole (no stream object, no chunk list, no
+// concatenated buffer, no page string). An error body is read and dropped so the kept-alive
+// connection stays reusable.
 import { createGunzip, type Gunzip } from 'node:zlib';
-import type { Dispatcher } from 'undici';
 import { describeError } from '../../shared/describe-error.ts';
 import type { MetricPage, MetricSelector } from './metric-page.ts';
 import { PromTextReader } from './promtext.ts';
+import type { ResponseSink } from './scrape-connection.ts';
 
 /** The scrape's end: a page, or why there is none. Called exactly once, unless cancelled. */
 export type PageDone = (result: { page: MetricPage } | { error: string }) => void;
 
-export class PageFetch implements Dispatcher.DispatchHandler {
+export class PageFetch implements ResponseSink {
   readonly #reader: PromTextReader;
   readonly #maxBodyBytes: number;
   readonly #done: PageDone;
-  #controller: Dispatcher.DispatchController | undefined;
+  /** Stops the response on its connection (dropping the connection): for when this scrape ends first. */
+  readonly #abort: (fetch: PageFetch) => void;
   #status = 0;
   #bytes = 0;
+  #compressedBytes = 0;
   #gunzip: Gunzip | undefined;
   #finished = false;
 
   /** `select`: the samples to keep (the pod's engine adapter's, or every engine's to detect it). */
-  constructor(select: MetricSelector, maxBodyBytes: number, done: PageDone) {
+  constructor(select: MetricSelector, maxBodyBytes: number, done: PageDone, abort: (fetch: PageFetch) => void) {
     this.#reader = new PromTextReader(select);
     this.#maxBodyBytes = maxBodyBytes;
     this.#done = done;
+    this.#abort = abort;
   }
 
   /** Ends the scrape now with `error` (a timeout) and drops the connection it was using. */
   fail(error: string): void {
     this.#finish({ error });
-    this.#controller?.abort(new Error(error));
+    this.#abort(this);
   }
 
   /** Ends the scrape without a result (pod removed, scraper stopped). */
   cancel(): void {
     this.#finished = true;
     this.#gunzip?.destroy();
-    this.#controller?.abort(new Error('cancelled'));
+    this.#abort(this);
   }
 
-  onRequestStart(controller: Dispatcher.DispatchController): void {
-    this.#controller = controller;
-    if (this.#finished) controller.abort(new Error('cancelled'));
+  head(status: number, contentEncoding: string): void {
+    this.#status = status;
+    if (status !== 200) return;
+    if (contentEncoding === 'gzip' || contentEncoding === 'x-gzip') this.#gunzip = this.#gunzipInto();
+    else if (contentEncoding !== 'identity') this.fail(`unsupported content-encoding ${contentEncoding}`);
   }
 
-  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, unknown>) {
-    this.#status = statusCode;
-    if (statusCode !== 200) return;
-    const encoding = String(headers['content-encoding'] ?? 'identity').toLowerCase();
-    if (encoding === 'gzip' || encoding === 'x-gzip') this.#gunzip = this.#gunzipInto();
-    else if (encoding !== 'identity') this.fail(`unsupported content-encoding ${encoding}`);
-  }
-
-  onResponseData(_controller: Dispatcher.DispatchController, chunk: Buffer): void {
+  data(chunk: Buffer): void {
     if (this.#finished || this.#status !== 200) return; // an error body is read to its end and dropped
     if (this.#gunzip !== undefined) {
-      this.#gunzip.write(chunk);
+      // Compressed bytes have the same limit (a stream that inflates to little must still end),
+      // and are copied: zlib reads them later, the connection reuses its buffer at once.
+      this.#compressedBytes += chunk.length;
+      if (this.#compressedBytes > this.#maxBodyBytes) this.fail(`page larger than ${this.#maxBodyBytes} bytes`);
+      else this.#gunzip.write(Buffer.from(chunk));
       return;
     }
     if (this.#count(chunk.length)) this.#reader.write(chunk);
   }
 
-  onResponseEnd(): void {
+  end(): void {
     if (this.#finished) return;
     if (this.#status !== 200) this.#finish({ error: `HTTP ${this.#status}` });
     else if (this.#gunzip !== undefined) this.#gunzip.end();
     else this.#finish({ page: this.#reader.end() });
   }
 
-  onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
-    this.#finish({ error: describeError(error) });
+  error(message: string): void {
+    this.#finish({ error: message });
   }
 
   /** Counts page bytes; past the limit the scrape fails (a page larger than that is an error, not a memory problem). */

@@ -34,9 +34,10 @@ const OPEN_BRACE = 123;
 const CLOSE_BRACE = 125;
 
 // Character classes by code, for the per-character loops (a table read beats a chain of compares).
-const NAME_START = new Uint8Array(128);
-const NAME_CHAR = new Uint8Array(128);
-const LABEL_NAME_CHAR = new Uint8Array(128);
+// 256 entries, so a byte indexes them without a range check (bytes above 127 are 0: never in a name).
+const NAME_START = new Uint8Array(256);
+const NAME_CHAR = new Uint8Array(256);
+const LABEL_NAME_CHAR = new Uint8Array(256);
 for (let c = 0; c < 128; c++) {
   const letter = (c >= 97 && c <= 122) || (c >= 65 && c <= 90) || c === 95; // a-z A-Z _
   const digit = c >= 48 && c <= 57;
@@ -123,6 +124,12 @@ export function parsePromText(text: string, select: MetricSelector = EVERYTHING)
 /**
  * One page read from its bytes in any number of chunks, as they arrive: `write` each chunk, then
  * `end` for the page. The same result as `parsePromText` of the whole page decoded as UTF-8.
+ *
+ * Most of a page is lines the selector doesn't want (a histogram's buckets, other families, HELP
+ * text). Those are recognised in the bytes themselves (`skippable`) and never become strings;
+ * every other line is read as Latin-1 text by the same code as `parsePromText`. So a scrape leaves
+ * the GC a few short strings instead of the whole page, and a chunk boundary can never split a
+ * character (only a line cut by a boundary is carried over to the next chunk, as text).
  */
 export class PromTextReader {
   readonly #select: MetricSelector;
@@ -138,34 +145,38 @@ export class PromTextReader {
   write(chunk: Buffer): void {
     const page = this.#page;
     if (this.#ended) return;
-    const text = chunk.toString('latin1');
     if (page.eof) {
-      checkAfterEof(text, 0, page);
+      checkAfterEof(latin1(chunk, 0, chunk.length), 0, page);
       return;
     }
+    const length = chunk.length;
     let pos = 0;
     if (this.#carry !== '') {
-      const next = text.indexOf('\n');
+      const next = chunk.indexOf(LF);
       if (next === -1) {
-        this.#carry += text;
+        this.#carry += latin1(chunk, 0, length);
         return;
       }
-      const line = this.#carry + text.slice(0, next);
+      const line = this.#carry + latin1(chunk, 0, next);
       this.#carry = '';
       readLine(line, 0, line.length, this.#select, page);
       pos = next + 1;
     }
-    const length = text.length;
     while (pos < length && !page.eof) {
-      const next = text.indexOf('\n', pos);
-      if (next === -1) {
-        this.#carry = text.slice(pos);
-        return;
+      let next = skippable(chunk, pos, length, this.#select);
+      if (next >= 0) {
+        page.lines++;
+      } else {
+        next = pos;
+        while (next < length && chunk[next] !== LF) next++;
+        if (next === length) break;
+        const line = latin1(chunk, pos, next);
+        readLine(line, 0, line.length, this.#select, page);
       }
-      readLine(text, pos, next, this.#select, page);
       pos = next + 1;
     }
-    if (page.eof) checkAfterEof(text, pos, page);
+    if (page.eof) checkAfterEof(latin1(chunk, pos, length), 0, page);
+    else if (pos < length) this.#carry = latin1(chunk, pos, length);
   }
 
   /** The page; a last line without a newline counts. */
@@ -177,6 +188,67 @@ export class PromTextReader {
     this.#carry = '';
     return finish(page);
   }
+}
+
+const LF = 10;
+
+function latin1(bytes: Buffer, start: number, end: number): string {
+  return bytes.toString('latin1', start, end);
+}
+
+/**
+ * If the line at `bytes[start…]` is whole in this chunk and reading it could change nothing but
+ * the line count, the index of its LF; otherwise -1 (read it as text). Such lines: a sample of a
+ * well-formed name the selector doesn't want (`readSample` would stop at its name), `# HELP`, and
+ * `# TYPE` of a family the selector doesn't want, named and typed (`readComment` would stop there).
+ * Anything else, including every line with an error to count, goes to the text reader.
+ */
+function skippable(bytes: Buffer, start: number, length: number, select: MetricSelector): number {
+  let i = start;
+  if (bytes[i] === HASH) {
+    i = skipBlankBytes(bytes, i + 1, length);
+    const word = i;
+    while (i < length && NAME_CHAR[bytes[i]] === 1) i++;
+    if (i === length || (bytes[i] !== SPACE && bytes[i] !== TAB)) return -1;
+    if (i - word === 4 && isWord(bytes, word, HELP)) return lineEnd(bytes, i, length);
+    if (i - word !== 4 || !isWord(bytes, word, TYPE)) return -1;
+    // `# TYPE name type`: ignored when the family isn't wanted and both tokens are there.
+    const name = skipBlankBytes(bytes, i, length);
+    i = name;
+    while (i < length && bytes[i] !== SPACE && bytes[i] !== TAB && bytes[i] !== LF) i++;
+    if (i === name || select.wantsFamilyBytes(bytes, name, i)) return -1;
+    i = skipBlankBytes(bytes, i, length);
+    const type = bytes[i];
+    if (i === length || type === LF || type === CR) return -1;
+    return lineEnd(bytes, i, length);
+  }
+  if (NAME_START[bytes[i]] !== 1) return -1;
+  i++;
+  while (i < length && NAME_CHAR[bytes[i]] === 1) i++;
+  if (i === length) return -1;
+  const after = bytes[i];
+  if (after !== OPEN_BRACE && after !== SPACE && after !== TAB) return -1;
+  if (select.wantsNameBytes(bytes, start, i)) return -1;
+  return lineEnd(bytes, i, length);
+}
+
+const HELP = [72, 69, 76, 80];
+const TYPE = [84, 89, 80, 69];
+const CR = 13;
+
+function isWord(bytes: Buffer, at: number, word: readonly number[]): boolean {
+  return bytes[at] === word[0] && bytes[at + 1] === word[1] && bytes[at + 2] === word[2] && bytes[at + 3] === word[3];
+}
+
+function skipBlankBytes(bytes: Buffer, i: number, length: number): number {
+  while (i < length && (bytes[i] === SPACE || bytes[i] === TAB)) i++;
+  return i;
+}
+
+/** The index of the LF that ends the line at or after `i`, or -1 when the chunk ends first. */
+function lineEnd(bytes: Buffer, i: number, length: number): number {
+  while (i < length && bytes[i] !== LF) i++;
+  return i < length ? i : -1;
 }
 
 /** One line, `text[start, end)` without its newline. */

@@ -5,16 +5,17 @@
 // pod is never scraped twice at once and never delays the others, and the scraper wakes once per
 // interval for all pods rather than once per pod (on this kind of host a wake-up costs as much
 // CPU as parsing a page); a scrape still in flight past its timeout is failed at a tick. Each pod has its own kept-alive
-// connection (an undici Client): at 10–40 scrapes a second per pod, a TCP handshake per scrape
-// would cost more than the scrape. A scrape is one dispatch whose body chunks are parsed as they
-// arrive (page-fetch.ts), reading only the samples the pod's engine adapter uses: a scrape's CPU
-// is the HTTP exchange and a pass over the bytes, with almost nothing left for the GC.
+// connection (scrape-connection.ts, a minimal HTTP/1.1 client; why not undici is said there): at
+// 10–40 scrapes a second per pod, a TCP handshake per scrape would cost more than the scrape. A
+// scrape's body bytes are parsed as they arrive (page-fetch.ts), reading only the samples the
+// pod's engine adapter uses: a scrape's CPU is the HTTP exchange and a pass over the bytes, with
+// almost nothing left for the GC.
 
-import { Client } from 'undici';
 import type { Engine, Pod, PodLoad } from '../types.ts';
 import { ADAPTERS, ANY_ENGINE_SELECTOR, detectEngine, toPodLoad } from './adapters.ts';
 import type { MetricPage } from './metric-page.ts';
 import { PageFetch } from './page-fetch.ts';
+import { ScrapeConnection } from './scrape-connection.ts';
 import { PodTelemetry } from './pod-telemetry.ts';
 import { DEFAULT_PLAUSIBILITY, implausibility, type PlausibilityBounds } from './plausible.ts';
 import type { WindowOptions } from './window.ts';
@@ -32,6 +33,8 @@ export interface ScraperOptions {
   now?: () => number;
   /** A page larger than this is an error, not a memory problem. */
   maxBodyBytes?: number;
+  /** Limit for a response's head, a chunk-size line and a chunked body's trailers (scrape-connection.ts; 16 KiB). */
+  maxHeaderBytes?: number;
   /**
    * Ask for gzip. Off by default: model servers sit on the same node, where the bytes are cheap
    * and compressing a page 40 times a second is not. A gzipped answer is decoded either way.
@@ -63,7 +66,7 @@ export type OnError = (pod: Pod, error: string, kind: 'failed' | 'implausible') 
 interface PodState {
   pod: Pod;
   /** The pod's kept-alive connection; made when scraping starts. */
-  client: Client | undefined;
+  connection: ScrapeConnection | undefined;
   health: PodHealth;
   telemetry: PodTelemetry;
   inFlight: PageFetch | undefined;
@@ -99,6 +102,7 @@ export class Scraper {
   readonly timeoutMs: number;
   readonly #now: () => number;
   readonly #maxBodyBytes: number;
+  readonly #maxHeaderBytes: number | undefined;
   readonly #gzip: boolean;
   readonly #windows: Partial<WindowOptions>;
   readonly #staleAfterIntervals: number;
@@ -108,7 +112,7 @@ export class Scraper {
   readonly #pods = new Map<string, PodState>();
   #ticker: NodeJS.Timeout | undefined;
   /** The same request every scrape. */
-  readonly #request: { path: string; method: 'GET'; headers: Record<string, string> };
+  readonly #request: { path: string; headers: Record<string, string> };
 
   constructor(options: ScraperOptions, onLoad: OnLoad, onError: OnError) {
     this.intervalMs = options.intervalMs ?? DEFAULTS.intervalMs;
@@ -117,6 +121,7 @@ export class Scraper {
       throw new Error('scrape interval and timeout must be positive');
     this.#now = options.now ?? Date.now;
     this.#maxBodyBytes = options.maxBodyBytes ?? DEFAULTS.maxBodyBytes;
+    this.#maxHeaderBytes = options.maxHeaderBytes;
     this.#gzip = options.gzip ?? false;
     this.#windows = options.windows ?? {};
     this.#staleAfterIntervals = options.staleAfterIntervals ?? STALE_AFTER_INTERVALS;
@@ -125,7 +130,6 @@ export class Scraper {
     this.#onError = onError;
     this.#request = {
       path: '/metrics',
-      method: 'GET',
       headers: {
         accept: 'text/plain;version=0.0.4;q=1, */*;q=0.1',
         'accept-encoding': this.#gzip ? 'gzip' : 'identity',
@@ -151,7 +155,7 @@ export class Scraper {
       if (this.#pods.has(pod.uid)) continue;
       const state: PodState = {
         pod: { ...pod },
-        client: undefined,
+        connection: undefined,
         health: { consecutiveFailures: 0, scrapes: 0, parseErrors: 0 },
         telemetry: new PodTelemetry(this.#windows),
         inFlight: undefined,
@@ -212,23 +216,24 @@ export class Scraper {
 
   /** Opens the pod's connection and scrapes it at once (the ticks take over from there). */
   #begin(state: PodState): void {
-    state.client = new Client(`http://${state.pod.address}`, {
-      // Below uvicorn's 5 s keep-alive, so we close idle connections before the server does
-      // (a server-side close racing our next request would cost a failed scrape).
-      keepAliveTimeout: 4_000,
-      keepAliveMaxTimeout: 4_000,
-      connect: { timeout: this.timeoutMs },
+    state.connection = new ScrapeConnection({
+      address: state.pod.address,
+      ...this.#request,
+      maxHeaderBytes: this.#maxHeaderBytes,
+      // Below uvicorn's 5 s keep-alive, so we replace idle connections before the server closes
+      // them (a server-side close racing our next request would cost a failed scrape).
+      idleReuseMs: 4_000,
     });
     this.#scrape(state);
   }
 
   /** Stops the pod's scrape in flight and closes its connection. */
-  async #cancel(state: PodState): Promise<void> {
+  #cancel(state: PodState): Promise<void> {
     state.inFlight?.cancel();
     state.inFlight = undefined;
-    const client = state.client;
-    state.client = undefined;
-    await client?.destroy().catch(() => {});
+    const connection = state.connection;
+    state.connection = undefined;
+    return connection?.close() ?? Promise.resolve();
   }
 
   #tick(): void {
@@ -242,19 +247,24 @@ export class Scraper {
   }
 
   #scrape(state: PodState): void {
-    const client = state.client;
-    if (client === undefined || state.removed) return;
+    const connection = state.connection;
+    if (connection === undefined || state.removed) return;
     state.startedAt = performance.now();
     state.health.scrapes++;
     const known = state.pod.engine;
     const select = known === undefined ? ANY_ENGINE_SELECTOR : ADAPTERS[known].selector;
-    const fetch = new PageFetch(select, this.#maxBodyBytes, (result) => {
-      if (state.inFlight === fetch) state.inFlight = undefined;
-      if ('page' in result) this.#accept(state, result.page, known);
-      else this.#fail(state, result.error);
-    });
+    const fetch = new PageFetch(
+      select,
+      this.#maxBodyBytes,
+      (result) => {
+        if (state.inFlight === fetch) state.inFlight = undefined;
+        if ('page' in result) this.#accept(state, result.page, known);
+        else this.#fail(state, result.error);
+      },
+      (aborted) => connection.abort(aborted),
+    );
     state.inFlight = fetch;
-    client.dispatch(this.#request, fetch);
+    connection.get(fetch);
   }
 
   /** `known`: the engine the page was read for (its adapter's samples), if it was known. */

@@ -74,8 +74,9 @@ function agent(rule: 'mean' | 'calibrated' | 'queue'): PeakStrategyFactory {
     return {
       scraped: (p, load) => pool.recordLoad(p.pod.uid, load, p.telemetry),
       decide: (a, waitedMs) => {
-        let candidates = pool.candidates();
-        if (rule === 'mean') candidates = candidates.map((c) => ({ ...c, logMargin: undefined }));
+        const candidates = pool.candidates();
+        // Fresh objects per call; shadowing the method keeps the rest of each candidate (a spread copy would drop it).
+        if (rule === 'mean') for (const c of candidates) c.logMargin = undefined;
         return toAction(decideArrival(ctx, policy, a, waitedMs, candidates), ctx.pods, (c) => {
           const ticket = pool.begin(c, a.promptTokens);
           return { firstToken: (ms) => ticket.firstByte(ms), done: () => ticket.end(true) };
