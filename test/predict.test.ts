@@ -54,6 +54,58 @@ test('tracks a pod that slows down (forgetting)', () => {
   assert.ok(Math.abs(p.predict(state) - truth) / truth < 0.1, `${p.predict(state)} vs ${truth}`);
 });
 
+/**
+ * A pod like the simulator's (8B on one GPU, batch of 16): prefill slows as the batch fills, and a
+ * full batch adds the wait for a slot to free, which no linear feature shows (`running` is stuck at 16).
+ */
+const simLikeTtft = (q: number, r: number, p: number, pending: number) =>
+  13 + 0.25 * p * (1 + (0.5 * r) / 16) + 1.6 * r + 250 * q + 0.3 * pending + (r >= 16 ? 1500 : 0);
+
+function observeSaturated(p: TtftPredictor, n: number, rand: () => number) {
+  for (let i = 0; i < n; i++) {
+    const f = {
+      queued: Math.floor(rand() * 4),
+      running: 16,
+      promptTokens: 50 + Math.floor(rand() * 1500),
+      pendingPromptTokens: 2000 + Math.floor(rand() * 8000),
+    };
+    p.observe(f, simLikeTtft(f.queued, f.running, f.promptTokens, f.pendingPromptTokens) * (0.8 + 0.4 * rand()));
+  }
+}
+
+test('a saturated pod teaches queueing, not its idle cost (the price of a held request)', () => {
+  const idle = { queued: 0, running: 0, promptTokens: 256 };
+  const trueIdle = simLikeTtft(0, 0, 256, 0);
+  const saturated = { queued: 2, running: 16, promptTokens: 300, pendingPromptTokens: 6000 };
+  const trueSaturated = simLikeTtft(2, 16, 300, 6000);
+  const check = (p: TtftPredictor, when: string) => {
+    const idleRatio = p.predict(idle) / trueIdle;
+    assert.ok(idleRatio > 0.75 && idleRatio < 1.35, `${when}: idle cost ${p.predict(idle)} vs ${trueIdle}`);
+    const satRatio = p.predict(saturated) / trueSaturated;
+    assert.ok(satRatio > 0.9 && satRatio < 1.1, `${when}: saturated ${p.predict(saturated)} vs ${trueSaturated}`);
+  };
+  // Saturated from its first request (a cold start into a burst): before the fix the intercept
+  // took the queueing and wound up without bound (5·10⁷ ms).
+  const rand = seeded(5);
+  const cold = new TtftPredictor();
+  observeSaturated(cold, 400, rand);
+  check(cold, 'saturated from the start');
+  // Light load first, then saturation: before the fix the idle cost rose 53 %.
+  const warm = new TtftPredictor();
+  for (let i = 0; i < 300; i++) {
+    const busy = rand() < 0.2;
+    const f = {
+      queued: busy ? 1 : 0,
+      running: Math.floor(rand() * 6),
+      promptTokens: 50 + Math.floor(rand() * 1500),
+      pendingPromptTokens: busy ? Math.floor(rand() * 800) : 0,
+    };
+    warm.observe(f, simLikeTtft(f.queued, f.running, f.promptTokens, f.pendingPromptTokens) * (0.8 + 0.4 * rand()));
+  }
+  observeSaturated(warm, 400, rand);
+  check(warm, 'light load, then saturated');
+});
+
 test('ignores non-finite observations and never predicts below the floor', () => {
   const p = new TtftPredictor();
   p.observe({ queued: 0, running: 0, promptTokens: 10 }, NaN);

@@ -2,17 +2,28 @@
 // scaled by each pod's speed (node-model.ts).
 //
 // TTFT is, to first order, linear in what stands in front of the request:
-//   ttft ≈ base + perQueued·queued + perRunning·running + perKPromptTokens·(promptTokens/1000)
-//          + perKPendingTokens·(pendingPromptTokens/1000)
-// `queued` (requests ahead, including this agent's not yet scraped) is the wait for a batch
-// slot, `running` slows prefill and interleaves decode steps, and prompt size sets prefill
-// work. A pod half as fast has every coefficient doubled, which is exactly what the per-pod
-// speed factor learns. (We tried a hinge at the batch size — "slots to wait for" — and dropped it: the batch
-// size is not in any engine's metrics, and estimating it from the peak running count put the
-// hinge in the wrong place on pods that had not yet been full, doubling the error.)
+//   ttft ≈ base + perRunning·running + perKPromptTokens·(promptTokens/1000)       its own prefill
+//        + perQueued·queued + perKPendingTokens·(pendingPromptTokens/1000)         the wait ahead of it
+// `running` slows prefill and interleaves decode steps, the prompt's (uncached) tokens set the
+// prefill work; `queued` (requests ahead, including this agent's not yet scraped) is the wait for a
+// batch slot and pending prompt tokens the prefill work ahead of it. A pod half as fast has every
+// coefficient doubled, which is exactly what the per-pod speed factor learns. (We tried a hinge at
+// the batch size — "slots to wait for" — and dropped it: the batch size is not in any engine's
+// metrics, and estimating it from the peak running count put the hinge in the wrong place on pods
+// that had not yet been full, doubling the error.)
+//
+// The two parts are learned apart. The own prefill learns only from requests that found nothing
+// ahead (no queue, none of this agent's prefills pending), which carry no information about the
+// wait anyway; the wait learns from the others, on what the own prefill leaves of them. Fitted
+// jointly, a saturated pod — every request behind a queue, `running` stuck at the batch size —
+// cannot tell the intercept from the load, and the waits for a slot went into `base` (1.4 s in
+// bench:routing-prefix at 1.6× load; without bound when a pod was saturated from its first
+// request). `base` + the prefill of a typical prompt is what the router's load term prices a held
+// request at (route/score.ts unloadedTtft), so saturation made every held request look 15× dearer.
+// Apart, saturation teaches the wait and leaves the idle cost where unloaded requests measured it.
 //
 // Fit: recursive least squares with exponential forgetting, weighted to minimise relative
-// error. It is O(d²) = 25 multiply-adds per observation (d = 5 features), needs no stored history, tracks drift
+// error. It is O(d²) multiply-adds per observation (d ≤ 3), needs no stored history, tracks drift
 // (a pod slowing as its output mix changes) through the forgetting factor, and starts from a
 // prior that is sensible before any data. A prediction is 5 multiply-adds.
 import type { PredictorParams } from '../types.ts';
@@ -44,12 +55,6 @@ export const DEFAULT_PREDICTOR: PredictorOptions = {
   minTtftMs: 1,
 };
 
-const DIM = 5;
-
-function featureVector(f: Features): [number, number, number, number, number] {
-  return [1, f.queued, f.running, f.promptTokens / 1000, (f.pendingPromptTokens ?? 0) / 1000];
-}
-
 export function predictWith(params: PredictorParams, f: Features, minTtftMs = DEFAULT_PREDICTOR.minTtftMs): number {
   const y =
     params.base +
@@ -60,11 +65,79 @@ export function predictWith(params: PredictorParams, f: Features, minTtftMs = DE
   return y > minTtftMs ? y : minTtftMs;
 }
 
+/** Nothing waits ahead of the request: its TTFT is its own prefill in the batch it joins. */
+const nothingAhead = (f: Features): boolean => f.queued <= 0 && !(f.pendingPromptTokens ?? 0);
+
+/**
+ * Recursive least squares over a few non-negative coefficients, with forgetting and a bound on
+ * each coefficient's variance.
+ */
+class Rls {
+  readonly theta: number[];
+  /** Inverse-covariance-like matrix P of RLS, row-major d×d. */
+  readonly #p: Float64Array;
+  readonly #d: number;
+  readonly priorVariance: number;
+  readonly forgetting: number;
+
+  constructor(initial: number[], priorVariance: number, forgetting: number) {
+    this.priorVariance = priorVariance;
+    this.forgetting = forgetting;
+    this.theta = [...initial];
+    this.#d = initial.length;
+    this.#p = new Float64Array(this.#d * this.#d);
+    for (let i = 0; i < this.#d; i++) this.#p[i * this.#d + i] = priorVariance;
+  }
+
+  /** One observation: features `x` explain `target`, both already scaled by the observation's weight. */
+  observe(x: readonly number[], target: number): void {
+    const d = this.#d;
+    const p = this.#p;
+    const theta = this.theta;
+    const lambda = this.forgetting;
+    // k = P·x / (λ + xᵀ·P·x)
+    const px = new Array<number>(d).fill(0);
+    for (let i = 0; i < d; i++) {
+      let s = 0;
+      for (let j = 0; j < d; j++) s += p[i * d + j] * x[j];
+      px[i] = s;
+    }
+    let denominator = lambda;
+    for (let i = 0; i < d; i++) denominator += x[i] * px[i];
+    let fitted = 0;
+    for (let i = 0; i < d; i++) fitted += theta[i] * x[i];
+    const error = target - fitted;
+    for (let i = 0; i < d; i++) theta[i] += (px[i] / denominator) * error;
+    // Every cost is physical, so none is negative: project back onto θ ≥ 0. Without this a
+    // burst of noisy samples can tilt a coefficient below zero and make a long queue look free.
+    for (let i = 0; i < d; i++) if (theta[i] < 0) theta[i] = 0;
+    // P = (P - k·xᵀ·P) / λ ; P is symmetric so xᵀ·P = (P·x)ᵀ.
+    for (let i = 0; i < d; i++) {
+      for (let j = 0; j < d; j++) p[i * d + j] = (p[i * d + j] - (px[i] * px[j]) / denominator) / lambda;
+    }
+    // Bound each coefficient's variance so a feature that stays constant (an idle pod, a feature
+    // this agent never sees move) cannot wind its gain up under forgetting. Scaling as D·P·D with
+    // a diagonal D keeps P symmetric and positive definite, and leaves the other coefficients'
+    // gains alone (a cap on the trace would let one idle feature starve the rest).
+    const maxVariance = this.priorVariance * 100;
+    const scale = new Array<number>(d).fill(1);
+    let wound = false;
+    for (let i = 0; i < d; i++) {
+      if (p[i * d + i] > maxVariance) {
+        scale[i] = Math.sqrt(maxVariance / p[i * d + i]);
+        wound = true;
+      }
+    }
+    if (wound) for (let i = 0; i < d; i++) for (let j = 0; j < d; j++) p[i * d + j] *= scale[i] * scale[j];
+  }
+}
+
 export class TtftPredictor {
   readonly options: PredictorOptions;
-  #theta: number[];
-  /** Inverse-covariance-like matrix P of RLS, row-major DIM×DIM. */
-  #p: Float64Array;
+  /** base, perRunning, perKPromptTokens: the request's own prefill in the batch it joins. */
+  readonly #own: Rls;
+  /** perQueued, perKPendingTokens: the wait for what is ahead of it. */
+  readonly #ahead: Rls;
   #observations = 0;
   /** Running mean absolute percentage error of predictions made just before each observation. */
   #apeSum = 0;
@@ -72,13 +145,14 @@ export class TtftPredictor {
   constructor(options: Partial<PredictorOptions> = {}) {
     this.options = { ...DEFAULT_PREDICTOR, ...options };
     const { base, perQueued, perRunning, perKPromptTokens, perKPendingTokens = 0 } = this.options.prior;
-    this.#theta = [base, perQueued, perRunning, perKPromptTokens, perKPendingTokens];
-    this.#p = new Float64Array(DIM * DIM);
-    for (let i = 0; i < DIM; i++) this.#p[i * DIM + i] = this.options.priorVariance;
+    const { priorVariance, forgetting } = this.options;
+    this.#own = new Rls([base, perRunning, perKPromptTokens], priorVariance, forgetting);
+    this.#ahead = new Rls([perQueued, perKPendingTokens], priorVariance, forgetting);
   }
 
   get params(): PredictorParams {
-    const [base, perQueued, perRunning, perKPromptTokens, perKPendingTokens] = this.#theta;
+    const [base, perRunning, perKPromptTokens] = this.#own.theta;
+    const [perQueued, perKPendingTokens] = this.#ahead.theta;
     return { base, perQueued, perRunning, perKPromptTokens, perKPendingTokens };
   }
 
@@ -106,43 +180,13 @@ export class TtftPredictor {
     // what routing compares (a 50 ms miss matters at 60 ms, not at 6 s). Unweighted, the rare
     // multi-second queue waits dominate the squares and light requests are over-predicted 2×.
     const scale = 1 / Math.max(ttftMs, 10 * this.options.minTtftMs);
-    const x = featureVector(f).map((v) => v * scale);
-    const target = ttftMs * scale;
-    const lambda = this.options.forgetting;
-    const p = this.#p;
-    // k = P·x / (λ + xᵀ·P·x)
-    const px = new Array<number>(DIM).fill(0);
-    for (let i = 0; i < DIM; i++) {
-      let s = 0;
-      for (let j = 0; j < DIM; j++) s += p[i * DIM + j] * x[j];
-      px[i] = s;
+    if (nothingAhead(f)) {
+      this.#own.observe([scale, f.running * scale, (f.promptTokens / 1000) * scale], ttftMs * scale);
+    } else {
+      // The wait is what the own prefill leaves of the measurement.
+      const [base, perRunning, perKPromptTokens] = this.#own.theta;
+      const own = base + perRunning * f.running + (perKPromptTokens * f.promptTokens) / 1000;
+      this.#ahead.observe([f.queued * scale, ((f.pendingPromptTokens ?? 0) / 1000) * scale], (ttftMs - own) * scale);
     }
-    let denominator = lambda;
-    for (let i = 0; i < DIM; i++) denominator += x[i] * px[i];
-    let fitted = 0;
-    for (let i = 0; i < DIM; i++) fitted += this.#theta[i] * x[i];
-    const error = target - fitted;
-    for (let i = 0; i < DIM; i++) this.#theta[i] += (px[i] / denominator) * error;
-    // Every cost is physical, so none is negative: project back onto θ ≥ 0. Without this a
-    // burst of noisy samples can tilt a coefficient below zero and make a long queue look free.
-    for (let i = 0; i < DIM; i++) if (this.#theta[i] < 0) this.#theta[i] = 0;
-    // P = (P - k·xᵀ·P) / λ ; P is symmetric so xᵀ·P = (P·x)ᵀ.
-    for (let i = 0; i < DIM; i++) {
-      for (let j = 0; j < DIM; j++) p[i * DIM + j] = (p[i * DIM + j] - (px[i] * px[j]) / denominator) / lambda;
-    }
-    // Bound each coefficient's variance so a feature that stays constant (an idle pod, a feature
-    // this agent never sees move) cannot wind its gain up under forgetting. Scaling as D·P·D with
-    // a diagonal D keeps P symmetric and positive definite, and leaves the other coefficients'
-    // gains alone (a cap on the trace would let one idle feature starve the rest).
-    const maxVariance = this.options.priorVariance * 100;
-    const d = new Array<number>(DIM).fill(1);
-    let wound = false;
-    for (let i = 0; i < DIM; i++) {
-      if (p[i * DIM + i] > maxVariance) {
-        d[i] = Math.sqrt(maxVariance / p[i * DIM + i]);
-        wound = true;
-      }
-    }
-    if (wound) for (let i = 0; i < DIM; i++) for (let j = 0; j < DIM; j++) p[i * DIM + j] *= d[i] * d[j];
   }
 }

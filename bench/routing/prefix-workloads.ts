@@ -139,6 +139,8 @@ export function calibrateWorkload(
  * A lower bound on each request's TTFT that no router can beat: the request alone on the fastest
  * pod, which holds every block any earlier request computed (prompts and answers, never evicted),
  * so it prefills only the tokens no earlier request had (at least one, as vLLM). Arrivals in time order.
+ * Every step at the least jitter, no batch to slow it, no wait: idle first turns included, nothing a
+ * router does goes below it (test/bench-floor.test.ts checks each request of real runs against it).
  */
 export function ttftFloors(arrivals: readonly Arrival[], shape: PodShape, speeds: readonly number[]): number[] {
   const l = DEFAULT_LATENCY;

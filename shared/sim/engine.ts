@@ -131,6 +131,12 @@ export interface EngineSnapshot {
   busyMs: number;
   /** Blocks cached but held by no running request: reusable, evicted first-released-first when space is short. */
   prefixCachedBlocks: number;
+  /**
+   * Of the latest step that prefilled, the share of its requests' prompt tokens the prefix cache
+   * served: cached prefixes of the requests it admitted over those plus the tokens it computed
+   * (SGLang's cache_hit_rate, set per prefill batch). 0 before any prefill.
+   */
+  lastPrefillHitRate: number;
   counters: EngineCounters;
   histograms: Record<LatencyHistogram, HistogramSnapshot>;
 }
@@ -203,6 +209,7 @@ export class SimEngine {
   #step: Step | undefined;
   #inAdvance = false;
   #busyMs = 0;
+  #lastPrefillHitRate = 0;
   #wake: (() => void) | undefined;
   // Generated tokens per step inside the throughput window: parallel arrays, oldest first.
   #tpAt: number[] = [];
@@ -387,6 +394,7 @@ export class SimEngine {
       genThroughput: this.#tpSum / (this.#windowMs / 1000),
       busyMs: this.#busyMs,
       prefixCachedBlocks: this.#prefix?.evictable ?? 0,
+      lastPrefillHitRate: this.#lastPrefillHitRate,
       counters: { ...c, finished: { ...c.finished } },
       histograms: Object.fromEntries(HISTOGRAMS.map((name) => [name, this.#hist[name].snapshot()])) as Record<
         LatencyHistogram,
@@ -407,6 +415,7 @@ export class SimEngine {
     let decodes = 0;
     let prefillTokens = 0;
     let contextTokens = 0;
+    let admittedHitTokens = 0;
     // Decodes not yet scheduled this step: a prefill chunk leaves one token of budget for each.
     let decodesAhead = this.#running.filter((s) => !isPrefilling(s)).length;
 
@@ -436,7 +445,10 @@ export class SimEngine {
       this.#waiting.shift();
       this.#running.push(seq);
       seq.state = 'running';
-      if (seq.scheduledAt === undefined) seq.hitTokens = hit * this.blockSize;
+      if (seq.scheduledAt === undefined) {
+        seq.hitTokens = hit * this.blockSize;
+        admittedHitTokens += seq.hitTokens;
+      }
       seq.scheduledAt ??= at;
       this.#acquirePrefix(seq, hit);
       this.#setHeld(seq, seq.held + want);
@@ -448,6 +460,7 @@ export class SimEngine {
     }
 
     if (work.length === 0) return; // idle
+    if (prefillTokens > 0) this.#lastPrefillHitRate = admittedHitTokens / (admittedHitTokens + prefillTokens);
     const cost = stepDurationMs(
       { decodes, prefillTokens, contextTokens, running: this.#running.length, maxSeqs: this.maxSeqs },
       this.latency,

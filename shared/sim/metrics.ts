@@ -220,8 +220,9 @@ function sglangFamilies(snap: EngineSnapshot, ctx: MetricsContext): Family[] {
     s('sglang:token_usage', 'The token usage.', snap.kvCache),
     s('sglang:gen_throughput', 'The generation throughput (token/s).', snap.genThroughput),
     s('sglang:num_queue_reqs', 'The number of requests in the waiting queue.', snap.waiting),
-    // SGLang reports the share of prefill tokens its radix cache served; here over the pod's lifetime.
-    s('sglang:cache_hit_rate', 'The prefix cache hit rate.', c.prefixQueries > 0 ? c.prefixHits / c.prefixQueries : 0),
+    // As SGLang's scheduler sets it (log_prefill_stats): the share of the latest prefill batch's
+    // tokens its radix cache served, not a lifetime ratio.
+    s('sglang:cache_hit_rate', 'The prefix cache hit rate.', snap.lastPrefillHitRate),
     s('sglang:max_total_num_tokens', 'Maximum total number of tokens in the KV cache pool.', snap.kvCapacityTokens),
     // A gauge in the client's default multiprocess mode ("all") gets a per-process `pid` label.
     gauge('sglang:num_retracted_reqs', 'The number of retracted requests.', { ...scheduler, pid: '4242' }, 0),
