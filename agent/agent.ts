@@ -20,6 +20,7 @@ import { adminViews } from './server/admin-views.ts';
 import { createApiHandler, type ApiHandler } from './server/api.ts';
 import { Callers } from './server/caller.ts';
 import { Drain } from './server/drain.ts';
+import { memoryReducingGc, startIdleRelease } from './memory/idle-release.ts';
 import { requestPathFor } from './server/inference.ts';
 import { createMetrics, podPredictionsOf } from './server/metrics.ts';
 import { scraperFeedingPool } from './telemetry/pool-feed.ts';
@@ -224,6 +225,17 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     settings.listen.api,
   );
   drain.track(api);
+  const idleRelease =
+    limits.releaseMemoryAfterIdleMs > 0
+      ? startIdleRelease({
+          quietMs: limits.releaseMemoryAfterIdleMs,
+          now,
+          received: () => drain.received,
+          open: () => drain.active,
+          release: memoryReducingGc(),
+          released: () => metrics.memoryReleases.inc(),
+        })
+      : undefined;
   const views = adminViews({
     node: settings.node,
     discoveryMode: settings.discovery,
@@ -249,6 +261,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   );
 
   const shutdown = once(async () => {
+    idleRelease?.stop();
     await drain.drain(api, limits.drainTimeoutMs, () => requestPath.endStreams());
     for (const part of [gossip, scraper, discovery]) await part?.stop();
     await overflow.close();

@@ -113,7 +113,7 @@ try {
   );
   const flags = values.flags!.split(' ').filter(Boolean);
   const launch = imageLaunch(values.entry === 'source' ? 'source' : 'image', flags);
-  const agent = await runAgent(config, { ...process.env, ...launch.env }, launch);
+  const agent = await runAgent(config, { ...launch.env, ...process.env }, launch);
   const memory = new MemorySampler(agent.child.pid!, agent.admin);
   const known = async () => {
     const state = (await (await fetch(`${agent.admin}/debug/state`)).json()) as { pods: { remoteKnown: number } };

@@ -111,10 +111,13 @@ export const IMAGE_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=2', '
  * buffers of 1 MiB and more (large request bodies) get their own mapping, returned when freed; by
  * default glibc raises the threshold to the largest buffer freed (up to 32 MiB), after which such
  * buffers come from the main heap and fragment it (+27 MB kept after the soak's 3 MB bodies).
- * MALLOC_ARENA_MAX=2 was measured and left out: -3.5 MB idle, but worker threads then share the
- * main heap, which kept 8 MB more after the soak.
+ * MALLOC_ARENA_MAX=2: worker threads (V8's, libuv's) share two arenas instead of one each; the
+ * arenas otherwise kept 5–10 MB freed after the soak's 1,000 streams (README "Soak": every run).
  */
-export const IMAGE_ENV: Readonly<Record<string, string>> = { MALLOC_MMAP_THRESHOLD_: '1048576' };
+export const IMAGE_ENV: Readonly<Record<string, string>> = {
+  MALLOC_MMAP_THRESHOLD_: '1048576',
+  MALLOC_ARENA_MAX: '2',
+};
 
 /**
  * How the agent is started for a memory measurement: as the image runs it (compiled by

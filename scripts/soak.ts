@@ -9,9 +9,10 @@
 // It prints the agent's memory over time (RSS, and where it is: bench/process-memory.ts), whether
 // RSS came back within 20% of its start, errors by kind, how the streams spread over the pods, and
 // the p99 of a small probe request in each phase. The agent runs as the image runs it (compiled
-// dist/, the image's node flags); SOAK_ENTRY=source runs the TypeScript sources, SOAK_NODE_FLAGS
-// replaces the flags. Not part of `npm test` (minutes, and it loads both cores). Exits 1 on a
-// crash, an error, or RSS not back within 20%.
+// dist/, the image's node flags and malloc settings); SOAK_ENTRY=source runs the TypeScript sources,
+// SOAK_NODE_FLAGS replaces the flags, and a malloc variable set for the soak (e.g.
+// MALLOC_ARENA_MAX=2 npm run soak) replaces the image's. Not part of `npm test` (minutes, and it
+// loads both cores). Exits 1 on a crash, an error, or RSS not back within 20%.
 import { writeFileSync, mkdtempSync } from 'node:fs';
 import { createSocket } from 'node:dgram';
 import { connect } from 'node:net';
@@ -68,7 +69,7 @@ const launch = imageLaunch(
   process.env.SOAK_ENTRY === 'source' ? 'source' : 'image',
   process.env.SOAK_NODE_FLAGS?.split(' ').filter(Boolean),
 );
-const agent = await runAgent(config, { ...process.env, ...launch.env }, launch);
+const agent = await runAgent(config, { ...launch.env, ...process.env }, launch);
 const pid = agent.child.pid!;
 console.log(`agent pid ${pid}`);
 const client = new Agent({ connections: 4096, keepAliveTimeout: 10_000 });

@@ -50,6 +50,8 @@ export interface Limits {
   maxUpstreamBodyBytes: number;
   providerIdleTimeoutMs: number;
   scrapeFailureLogIntervalMs: number;
+  /** 0: never (agent/memory/idle-release.ts). */
+  releaseMemoryAfterIdleMs: number;
   prefixMaxBlocks: number;
   prefixBlocksPerPod: number;
 }
@@ -124,6 +126,7 @@ export const DEFAULT_LIMITS: Limits = {
   maxUpstreamBodyBytes: 32 * 1024 * 1024,
   providerIdleTimeoutMs: 60_000,
   scrapeFailureLogIntervalMs: 30_000,
+  releaseMemoryAfterIdleMs: 10_000,
   prefixMaxBlocks: DEFAULT_PREFIX_MAX_BLOCKS,
   prefixBlocksPerPod: DEFAULT_MAX_BLOCKS_PER_POD,
 };
@@ -312,6 +315,9 @@ export function settingsFromObject(
       scrapeFailureLogIntervalMs: limits.scrapeFailureLogInterval
         ? parseDuration(limits.scrapeFailureLogInterval)
         : DEFAULT_LIMITS.scrapeFailureLogIntervalMs,
+      releaseMemoryAfterIdleMs: limits.releaseMemoryAfterIdle
+        ? parseDuration(limits.releaseMemoryAfterIdle)
+        : DEFAULT_LIMITS.releaseMemoryAfterIdleMs,
       prefixMaxBlocks: limits.prefixMaxBlocks ?? DEFAULT_LIMITS.prefixMaxBlocks,
       prefixBlocksPerPod: limits.prefixBlocksPerPod ?? DEFAULT_LIMITS.prefixBlocksPerPod,
     },

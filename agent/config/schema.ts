@@ -69,6 +69,8 @@ const Limits = Type.Object(
     providerIdleTimeout: Type.Optional(DurationString),
     /** At most one log line per pod per interval about failing scrapes. */
     scrapeFailureLogInterval: Type.Optional(DurationString),
+    /** After serving requests, this long with none open → one memory-reducing GC; `0s` never. */
+    releaseMemoryAfterIdle: Type.Optional(DurationString),
     /** Prompt blocks (64 characters each) hashed per request for the prefix index; the rest is not matched. */
     prefixMaxBlocks: Type.Optional(Type.Integer({ minimum: 1, maximum: 65_536 })),
     /** Prompt blocks the prefix index remembers per local pod (~190 bytes each). */

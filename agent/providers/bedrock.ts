@@ -5,8 +5,6 @@
 // model's chat template, so serving it here would quietly change what the client asked for;
 // `supports()` says no and the chain moves on. Embeddings are a different Bedrock API.
 import { randomUUID } from 'node:crypto';
-import { Sha256 } from '@aws-crypto/sha256-js';
-import { SignatureV4 } from '@smithy/signature-v4';
 import { resolveSecret } from '../config/secrets.ts';
 import type { RequestKind } from '../types.ts';
 import { errorResponse } from '../../shared/openai/errors.ts';
@@ -20,7 +18,7 @@ import {
   type ConverseRequest,
   type ConverseResponse,
 } from './bedrock-converse.ts';
-import { ConverseStreamTranslator, EventStreamDecoder, EventStreamError, type StreamEvent } from './bedrock-stream.ts';
+import type { StreamEvent } from './bedrock-stream.ts';
 import {
   type ClosableProvider,
   type ProviderDeps,
@@ -37,6 +35,23 @@ import {
   SSE_HEADERS,
   type UpstreamResponse,
 } from './upstream.ts';
+
+/**
+ * The AWS pieces: the SigV4 signer and the binary event-stream codec (bedrock-stream.ts). They
+ * load when a Bedrock provider is created, not with the agent: ~3 MB of resident memory (module
+ * code and sources) that an agent without Bedrock never needs.
+ */
+async function importAwsPieces() {
+  const [{ SignatureV4 }, { Sha256 }, stream] = await Promise.all([
+    import('@smithy/signature-v4'),
+    import('@aws-crypto/sha256-js'),
+    import('./bedrock-stream.ts'),
+  ]);
+  return { SignatureV4, Sha256, ...stream };
+}
+type AwsPieces = Awaited<ReturnType<typeof importAwsPieces>>;
+let awsPieces: Promise<AwsPieces> | undefined;
+const loadAwsPieces = () => (awsPieces ??= importAwsPieces());
 
 export interface BedrockDeps extends ProviderDeps {
   /** Clock (ms) for `created` and SigV4 dates. */
@@ -80,9 +95,13 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
   const limits = providerLimits(deps);
   const { dispatcher, close } = providerDispatcher(deps, settings.timeoutMs, limits.idleTimeoutMs);
   const now = deps.now ?? Date.now;
+  // Loading starts now, so the first request does not wait for it; a failure surfaces on use.
+  const awsLoading = loadAwsPieces();
+  awsLoading.catch(() => {});
 
   /** Auth headers for this request, secrets read now; returns the values to redact too. */
   async function authorize(
+    { SignatureV4, Sha256 }: AwsPieces,
     url: URL,
     headers: Record<string, string>,
     body: string,
@@ -144,7 +163,9 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
     const stream = call.body.stream === true;
     const url = converseUrl(endpoint, modelId, stream);
     const body = JSON.stringify(converse);
+    const aws = await awsLoading;
     const { headers, secrets } = await authorize(
+      aws,
       url,
       {
         ...call.headers,
@@ -196,7 +217,7 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
       }
       return new Response(JSON.stringify(fromConverseResponse(parsed, meta)), { status: 200, headers: JSON_HEADERS });
     }
-    return streamResponse(res, call, meta);
+    return streamResponse(aws, res, call, meta);
   }
 
   /**
@@ -205,6 +226,7 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
    * byte, which the chain can fail over on.
    */
   async function streamResponse(
+    { EventStreamDecoder, EventStreamError, ConverseStreamTranslator }: AwsPieces,
     res: UpstreamResponse,
     call: ProviderCall,
     meta: { id: string; created: number; model: string },

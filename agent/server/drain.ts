@@ -8,12 +8,14 @@ export const DRAIN_FLUSH_MS = 1_000;
 export class Drain {
   #draining = false;
   #active = 0;
+  #received = 0;
   #waiters: (() => void)[] = [];
 
   /** Counts the server's requests until their responses close. */
   track(server: Server): void {
     server.on('request', (_req, res) => {
       this.#active++;
+      this.#received++;
       res.once('close', () => {
         this.#active--;
         if (this.#active === 0) for (const done of this.#waiters.splice(0)) done();
@@ -27,6 +29,11 @@ export class Drain {
 
   get active(): number {
     return this.#active;
+  }
+
+  /** Requests received since the start (agent/memory/idle-release.ts: when the agent turned quiet). */
+  get received(): number {
+    return this.#received;
   }
 
   /** Resolves when no request is open, or after `ms`. */

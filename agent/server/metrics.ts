@@ -271,6 +271,10 @@ export function createMetrics(options: MetricsOptions = {}) {
       },
     ),
     inFlight: gauge('kinference_in_flight_requests', 'Requests being served now.', []),
+    memoryReleases: counter(
+      'kinference_memory_releases_total',
+      'Memory-reducing GCs the agent ran after turning quiet (limits.releaseMemoryAfterIdle).',
+    ),
     policyReloads: counter('kinference_policy_reloads_total', 'Policy (config) reloads, by outcome (ok|rejected).', [
       'outcome',
     ]),
