@@ -20,12 +20,12 @@ export class RequestError extends Error {
  * The body as bytes, read once from the request's socket stream (node:http's `IncomingMessage`),
  * refusing (413) past `limit` without keeping the rest in memory.
  */
-export async function readBoundedBody(
+export function readBoundedBody(
   req: { headers: HeaderReader; incoming: Readable },
   limit: number,
 ): Promise<Uint8Array> {
   const declared = Number(req.headers.get('content-length') ?? NaN);
-  if (declared > limit) throw tooLarge(`request body is ${declared} bytes; the limit is ${limit}`);
+  if (declared > limit) return Promise.reject(tooLarge(`request body is ${declared} bytes; the limit is ${limit}`));
   return readIncoming(req.incoming, limit);
 }
 
