@@ -55,7 +55,8 @@ function readIncoming(incoming: Readable, limit: number): Promise<Uint8Array> {
       done();
       reject(new RequestError(499, 'client closed the request before its body ended', null, 'client_closed'));
     };
-    incoming.on('data', onData).once('end', onEnd).once('close', onClose).once('error', onClose);
+    // `on`, not `once`: every handler removes all four first (done), so no once-wrappers per request.
+    incoming.on('data', onData).on('end', onEnd).on('close', onClose).on('error', onClose);
   });
 }
 
