@@ -2,8 +2,11 @@
 // directly and with nginx (when installed) in front of the same pod, in one run on this machine.
 // Every target proxies one trivially fast upstream (bench/proxy/upstream.ts) on loopback; the load
 // comes from a separate process (bench/proxy/load.ts; wrk for the throughput point when installed).
-// Figures: added latency = target's p50/p99 − direct's at the same rate; throughput as a ratio to
-// nginx's. Flags: --duration S per point (default 10), --targets direct,nginx,kinference, and
+// "bare-node" (bench/proxy/bare-node.ts) is the floor: a Node proxy that only moves the bytes
+// (node:http + undici, no routing), so what Node costs and what the agent adds are told apart.
+// Figures: added latency = target's p50/p99 − direct's at the same rate; throughput and CPU per
+// request as ratios to nginx's and bare-node's. Flags: --duration S per point (default 10),
+// --targets direct,nginx,bare-node,kinference, and
 // --before DIR: also run the agent of another checkout (e.g. `git archive <commit>` with
 // node_modules linked) as target "before", for a before/after side by side in the same run;
 // --rounds N repeats the whole sequence and prints each target's medians (the machine may be shared).
@@ -16,7 +19,7 @@ import { parseArgs } from 'node:util';
 const { values } = parseArgs({
   options: {
     duration: { type: 'string', default: '10' },
-    targets: { type: 'string', default: 'direct,nginx,kinference' },
+    targets: { type: 'string', default: 'direct,nginx,bare-node,kinference' },
     before: { type: 'string' },
     rounds: { type: 'string', default: '1' },
   },
@@ -92,6 +95,15 @@ http {
   children.push(child);
   await waitForPort(port);
   return `127.0.0.1:${port}`;
+}
+
+async function startBareNode(upstream: string): Promise<string> {
+  const match = await start(
+    process.execPath,
+    [join(here, 'proxy/bare-node.ts'), '--upstream', upstream],
+    /listening (\d+)/,
+  );
+  return `127.0.0.1:${match[1]}`;
 }
 
 async function startAgent(upstream: string, root = join(here, '..')): Promise<string> {
@@ -215,12 +227,14 @@ interface Row {
   vsNginx: number;
   cpuUs: number;
   cpuVsNginx: number;
+  cpuVsBare: number;
   errors: number;
 }
 
 function rowsOf(results: Measured[]): Row[] {
   const direct = results.find((r) => r.name === 'direct');
   const nginx = results.find((r) => r.name === 'nginx');
+  const bare = results.find((r) => r.name === 'bare-node');
   const added = (r: Measured, v: number, base: number | undefined) =>
     direct && r !== direct && base !== undefined ? v - base : v;
   return results.map((r) => ({
@@ -232,6 +246,7 @@ function rowsOf(results: Measured[]): Row[] {
     vsNginx: nginx ? r.max.perS / nginx.max.perS : NaN,
     cpuUs: r.cpuUsPerRequest,
     cpuVsNginx: nginx ? nginx.cpuUsPerRequest / r.cpuUsPerRequest : NaN,
+    cpuVsBare: bare ? bare.cpuUsPerRequest / r.cpuUsPerRequest : NaN,
     errors: r.plain.errors + r.streamed.errors + r.busy.errors + r.max.errors,
   }));
 }
@@ -239,12 +254,12 @@ function rowsOf(results: Measured[]): Row[] {
 function printTable(title: string, rows: Row[]): void {
   console.log(`\n${title}`);
   console.log(
-    'target       | p50 @200/s | TTFB p50 @200/s stream | p99 @1000/s | max req/s (64 conns) | vs nginx | CPU µs/req | nginx CPU / CPU | errors',
+    'target       | p50 @200/s | TTFB p50 @200/s stream | p99 @1000/s | max req/s (64 conns) | vs nginx | CPU µs/req | nginx CPU / CPU | bare-node CPU / CPU | errors',
   );
   const plus = (r: Row, v: number) => (r.name === 'direct' ? fmt(v) : `${v >= 0 ? '+' : ''}${fmt(v)}`);
   for (const r of rows)
     console.log(
-      `${r.name.padEnd(12)} | ${plus(r, r.p50).padStart(10)} | ${plus(r, r.ttfb).padStart(22)} | ${plus(r, r.p99).padStart(11)} | ${Math.round(r.perS).toString().padStart(20)} | ${fmt(r.vsNginx).padStart(8)} | ${Math.round(r.cpuUs).toString().padStart(10)} | ${fmt(r.cpuVsNginx).padStart(15)} | ${r.errors}`,
+      `${r.name.padEnd(12)} | ${plus(r, r.p50).padStart(10)} | ${plus(r, r.ttfb).padStart(22)} | ${plus(r, r.p99).padStart(11)} | ${Math.round(r.perS).toString().padStart(20)} | ${fmt(r.vsNginx).padStart(8)} | ${Math.round(r.cpuUs).toString().padStart(10)} | ${fmt(r.cpuVsNginx).padStart(15)} | ${fmt(r.cpuVsBare).padStart(19)} | ${r.errors}`,
     );
 }
 
@@ -261,6 +276,7 @@ try {
       const pid = () => children.at(-1)!.pid!;
       if (target === 'direct') results.push(await measure('direct', upstream, upstreamPid));
       else if (target === 'nginx' && NGINX) results.push(await measure('nginx', await startNginx(upstream), pid()));
+      else if (target === 'bare-node') results.push(await measure('bare-node', await startBareNode(upstream), pid()));
       else if (target === 'kinference') results.push(await measure('kinference', await startAgent(upstream), pid()));
       else if (target === 'before')
         results.push(await measure('before', await startAgent(upstream, values.before), pid()));
@@ -286,6 +302,7 @@ try {
         vsNginx: of('vsNginx'),
         cpuUs: of('cpuUs'),
         cpuVsNginx: of('cpuVsNginx'),
+        cpuVsBare: of('cpuVsBare'),
         errors: perRound.reduce((sum, rows) => sum + rows[i].errors, 0),
       };
     });

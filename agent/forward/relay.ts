@@ -82,7 +82,7 @@ export function relayTo(res: ServerResponse, body: UpstreamBody, stop?: RelaySto
       // A blank line first: whatever partial event was in flight is closed off, not merged with ours.
       res.end(`\n\n${sseErrorFrame(503, message, { code: 'agent_shutting_down' })}${SSE_DONE}`);
     };
-    res.on('drain', onDrain).once('close', onClose);
+    res.on('drain', onDrain).on('close', onClose); // finish() removes both
     if (res.destroyed) return onClose(); // the client left before its answer began
     if (watchStop) {
       if (stop.signal.aborted) return onStop();

@@ -106,7 +106,8 @@ export async function writeAnswer(res: ServerResponse, answer: Answer, stop?: Re
   }
   const body = answer.body ?? '';
   const length = typeof body === 'string' ? Buffer.byteLength(body) : body.byteLength;
-  res.writeHead(answer.status, { ...answer.headers, 'content-length': String(length) });
+  answer.headers['content-length'] = String(length);
+  res.writeHead(answer.status, answer.headers);
   // Handed to the socket in one write; a client gone by now is the socket's concern, not the answer's.
   res.end(body);
   return { ok: !res.destroyed, bytes: length };

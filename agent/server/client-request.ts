@@ -26,7 +26,7 @@ export class ClientRequest {
       },
     };
     // 'close' before the answer finished: the client left (mid-body, waiting, or mid-stream).
-    res.once('close', () => {
+    res.on('close', () => {
       if (!res.writableFinished) this.#left.abort(new Error('client disconnected'));
     });
   }

@@ -4,6 +4,7 @@ import type { DroppedCandidate } from '../route/router.ts';
 
 /** One request's record. Tags are names only: never a byte of the request's text. */
 export interface RequestRecord {
+  /** When the request arrived (ISO 8601); formatted only when its line is written. */
   time: string;
   requestId: string;
   api: string;

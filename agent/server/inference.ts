@@ -6,6 +6,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import { decide, type Decision } from '../route/router.ts';
+import type { Candidate } from '../route/candidate.ts';
 import type { RequestKind, RouteRequest } from '../types.ts';
 import { BoundedLabel } from './metrics.ts';
 import { parseInferenceRequest, readBoundedBody, RequestError, type ParsedRequest } from './request.ts';
@@ -132,31 +133,31 @@ export class RequestPath {
     const tags = deps.classify(req.headers.get('x-kinference-tags'), parsed.body);
     const request = this.routeRequest(parsed, identity, tags);
     const policy = deps.policyFor(identity, parsed.model);
-    Object.assign(record, {
-      model: parsed.model,
-      tenant: identity.tenant,
-      namespace: identity.namespace,
-      policy: policy.name,
-      tags,
-      stream: parsed.stream,
-      promptTokensEstimate: request.promptTokens,
-    });
+    record.model = parsed.model;
+    record.tenant = identity.tenant;
+    record.namespace = identity.namespace;
+    record.policy = policy.name;
+    record.tags = tags;
+    record.stream = parsed.stream;
+    record.promptTokensEstimate = request.promptTokens;
     const started = deps.now();
     const tried = new Set<string>();
+    const untried = (candidates: Candidate[]) =>
+      tried.size === 0 ? candidates : candidates.filter((c) => !tried.has(c.pod.uid));
     let podAttempts = 0;
     let waited = false;
     const priority = priorityOf(policy.priority ?? DEFAULT_PRIORITY, req.headers.get(PRIORITY_HEADER) ?? undefined);
     /** Whether a change in the pool lets this request act now: a pod for it, or it may leave. */
     const canAct = () => {
       const leave = deps.leaveVerdict(policy, request);
-      const candidates = deps.pool.candidates(request.model, request.promptBlocks).filter((c) => !tried.has(c.pod.uid));
+      const candidates = untried(deps.pool.candidates(request.model, request.promptBlocks));
       const d = decide({ request, policy, candidates, leave, waitedMs: deps.now() - started, rand: deps.rand });
       return d.action === 'pod' || d.action === 'overflow';
     };
 
     for (;;) {
       const leave = deps.leaveVerdict(policy, request);
-      const candidates = deps.pool.candidates(request.model, request.promptBlocks).filter((c) => !tried.has(c.pod.uid));
+      const candidates = untried(deps.pool.candidates(request.model, request.promptBlocks));
       const decision = decide({ request, policy, candidates, leave, waitedMs: deps.now() - started, rand: deps.rand });
       for (const d of decision.dropped) deps.metrics.dropped.inc({ reason: d.reason });
 

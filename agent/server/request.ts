@@ -20,12 +20,12 @@ export class RequestError extends Error {
  * The body as bytes, read once from the request's socket stream (node:http's `IncomingMessage`),
  * refusing (413) past `limit` without keeping the rest in memory.
  */
-export async function readBoundedBody(
+export function readBoundedBody(
   req: { headers: HeaderReader; incoming: Readable },
   limit: number,
 ): Promise<Uint8Array> {
   const declared = Number(req.headers.get('content-length') ?? NaN);
-  if (declared > limit) throw tooLarge(`request body is ${declared} bytes; the limit is ${limit}`);
+  if (declared > limit) return Promise.reject(tooLarge(`request body is ${declared} bytes; the limit is ${limit}`));
   return readIncoming(req.incoming, limit);
 }
 
@@ -55,7 +55,8 @@ function readIncoming(incoming: Readable, limit: number): Promise<Uint8Array> {
       done();
       reject(new RequestError(499, 'client closed the request before its body ended', null, 'client_closed'));
     };
-    incoming.on('data', onData).once('end', onEnd).once('close', onClose).once('error', onClose);
+    // `on`, not `once`: every handler removes all four first (done), so no once-wrappers per request.
+    incoming.on('data', onData).on('end', onEnd).on('close', onClose).on('error', onClose);
   });
 }
 

@@ -21,6 +21,7 @@ export class RequestRecorder {
   readonly #policyLabel: BoundedLabel;
   /** Fired at the drain deadline: streams still running end with an error event and [DONE]. */
   readonly #drainDeadline = new AbortController();
+  readonly #drainStop = { signal: this.#drainDeadline.signal, message: DRAIN_END };
 
   constructor(deps: RecorderDeps, maxLabelValues: number) {
     this.#deps = deps;
@@ -42,12 +43,14 @@ export class RequestRecorder {
   ): Promise<void> {
     const { metrics } = this.#deps;
     const started = this.#deps.now();
+    // Formatted only for a sampled log line: an ISO date per request is a measurable share of it.
+    const startedAt = Date.now();
     const requestId = requestIdFor(req.headers.get('x-request-id'), this.#deps.newRequestId);
     const ctx: RequestContext = {
       started,
       upstreamHeaders: propagatedHeaders(req.headers, requestId),
       record: {
-        time: new Date().toISOString(),
+        time: '',
         requestId,
         api,
         tags: [],
@@ -81,18 +84,20 @@ export class RequestRecorder {
     // A client that left before its answer is its own outcome, not the status we could not send.
     const ok = answer.status >= 200 && answer.status < 300;
     r.outcome = req.signal.aborted || answer.status === 499 ? 'cancelled' : ok ? 'ok' : String(answer.status);
+    const slash = r.route.indexOf('/'); // local/<pod> → local
     metrics.requests.inc({
       api,
-      route: r.route.split('/')[0],
+      route: slash < 0 ? r.route : r.route.slice(0, slash),
       outcome: r.outcome,
       model: r.model === undefined ? 'none' : this.#modelLabel.value(r.model),
       policy: r.policy === undefined ? 'none' : this.#policyLabel.value(r.policy),
     });
     answer.headers['x-request-id'] = requestId;
-    const sent = await writeAnswer(res, answer, { signal: this.#drainDeadline.signal, message: DRAIN_END });
+    const sent = await writeAnswer(res, answer, this.#drainStop);
     const { requestLog } = this.#deps;
     if (requestLog.sample <= 0 || this.#deps.rand() >= requestLog.sample) return;
     if (!sent.ok && r.outcome === 'ok') r.outcome = 'broken';
+    r.time = new Date(startedAt).toISOString();
     r.durationMs = Math.round(this.#deps.now() - started);
     requestLog.write(logLine(r));
   }
