@@ -28,6 +28,8 @@ import type { Arrival } from './routing/workload.ts';
 const MINUTE = 60_000;
 const SEEDS = Number(process.env.SEEDS ?? 3);
 const LOAD = Number(process.env.LOAD ?? 0.8);
+// SEED_FROM=k: seeds k … k+SEEDS−1 (each workload's seed + 1000·i), e.g. held-out seeds after tuning on 0–4.
+const SEED_FROM = Number(process.env.SEED_FROM ?? 0);
 // SHAPE=<name>: one of bench:routing's pool shapes (harness.ts POOL_SHAPES), default vLLM 16 seqs.
 const SHAPE = process.env.SHAPE ? POOL_SHAPES.find((s) => s.name === process.env.SHAPE) : DEFAULT_SHAPE;
 if (!SHAPE) throw new Error(`SHAPE must be one of: ${POOL_SHAPES.map((s) => s.name).join('; ')}`);
@@ -64,7 +66,7 @@ for (const w of WORKLOADS) {
   // The floor: each request alone on a pod holding every block computed before it (prefix-workloads.ts).
   const floors = Array.from({ length: SEEDS }, (_, i) => {
     const total = capacity * SPEEDS.reduce((a, b) => a + b, 0);
-    const arrivals = w.generate(w.seed + 1000 * i, durationMs, LOAD * total);
+    const arrivals = w.generate(w.seed + 1000 * (SEED_FROM + i), durationMs, LOAD * total);
     return ttftFloors(arrivals, SHAPE, SPEEDS).sort((a, b) => a - b);
   });
   const floorAvg = (f: (sorted: number[]) => number) => floors.reduce((s, x) => s + f(x), 0) / SEEDS;
@@ -88,7 +90,7 @@ for (const w of WORKLOADS) {
         phases: [{ ms: durationMs, load: LOAD }],
         mix: { longShare: 0 },
         sloMs: w.sloMs,
-        seed: w.seed + 1000 * i,
+        seed: w.seed + 1000 * (SEED_FROM + i),
         workload: (seed, total) => w.generate(seed, durationMs, LOAD * total),
       };
       return runScenario(scenario, factory, capacity, oracle);
@@ -103,7 +105,7 @@ for (const w of WORKLOADS) {
 
 const pct = (x: number) => (Number.isNaN(x) ? '–' : `${(x * 100).toFixed(1)}%`);
 const lines = [
-  `Mean of ${SEEDS} seeds per cell; ${SHAPE.name}, ${SPEEDS.length} pods (speeds ${SPEEDS.join(', ')}), ${LOAD * 100}% of the prefix-blind capacity, 5 minutes; TTFT in ms.`,
+  `Mean of ${SEEDS} seeds per cell${SEED_FROM ? ` (from seed index ${SEED_FROM})` : ''}; ${SHAPE.name}, ${SPEEDS.length} pods (speeds ${SPEEDS.join(', ')}), ${LOAD * 100}% of the prefix-blind capacity, 5 minutes; TTFT in ms.`,
   '',
   '| workload (SLO) | strategy | requests | TTFT p50 | p90 | p99 | SLO attainment | cache hit rate |',
   '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |',
@@ -137,7 +139,7 @@ for (const w of WORKLOADS) {
 }
 console.log(lines.join('\n'));
 console.log(`\ntotal ${((performance.now() - started) / 1000).toFixed(1)} s`);
-if (!only && !picked) {
+if (!only && !picked && !SEED_FROM) {
   mkdirSync('bench/results', { recursive: true });
   writeFileSync(
     `bench/results/routing-prefix-${LOAD}${process.env.SHAPE ? `-${SHAPE.name.replace(/[^a-z0-9]+/gi, '_')}` : ''}${process.env.SPEEDS ? `-speeds-${SPEEDS.join('_')}` : ''}.json`,

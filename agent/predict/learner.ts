@@ -10,6 +10,13 @@ import type { Features, PredictorOptions } from './predictor.ts';
 /** Own measurements younger than this are the teacher; older, the pod's TTFT histogram is. */
 const OWN_OBSERVATIONS_FRESH_MS = 5000;
 
+/**
+ * Scrapes kept per pod to find the state an interval's requests met when they arrived: their
+ * TTFT before it was scraped (a 6 s TTFT at 100 ms scrapes needs the last 60). Bounded, so the
+ * learner's memory per pod is fixed; an older arrival is given the oldest state kept.
+ */
+const ARRIVAL_HISTORY = 128;
+
 /** Calibration keeps the errors of requests that found a queue apart from those that did not. */
 export const regimeOf = (queuedAhead: number): Regime => (queuedAhead > 0 ? 'queued' : 'free');
 
@@ -20,6 +27,8 @@ export class Learner {
   readonly #calibration = new Calibration();
   /** When this agent last measured a TTFT at each pod. */
   readonly #lastOwnObservationAt = new Map<string, number>();
+  /** Each pod's recent scrapes (time, waiting, running): what the scrape path's requests met. */
+  readonly #history = new Map<string, ScrapeHistory>();
 
   constructor(predictor?: Partial<PredictorOptions>) {
     this.#model = new NodeModel(predictor);
@@ -31,6 +40,7 @@ export class Learner {
     this.#embeddings.forget(uid);
     this.#calibration.forget(uid);
     this.#lastOwnObservationAt.delete(uid);
+    this.#history.delete(uid);
   }
 
   params(uid: string): PredictorParams {
@@ -75,17 +85,24 @@ export class Learner {
    * previous scrape as the features those requests met. Coarser, so only as a fallback.
    */
   observeScrape(uid: string, previous: PodLoad | undefined, load: PodLoad, delta: IntervalDelta | undefined): void {
+    let history = this.#history.get(uid);
+    if (!history) this.#history.set(uid, (history = new ScrapeHistory(ARRIVAL_HISTORY)));
+    if (previous && history.size === 0) history.push(previous);
+    history.push(load);
     const lastOwn = this.#lastOwnObservationAt.get(uid) ?? -Infinity;
     if (!previous || !delta?.ttft || delta.ttft.count <= 0 || load.at - lastOwn <= OWN_OBSERVATIONS_FRESH_MS) return;
     // Tokens the pod computed, not those its prefix cache served: cache hits make TTFTs short, and
     // learning them against whole prompts would teach that long prompts are cheap.
     const computed = delta.computedPromptTokens ?? delta.promptTokens;
     const promptTokens = computed !== undefined ? Math.max(1, computed / delta.ttft.count) : 256;
-    this.#model.observe(
-      uid,
-      { queued: previous.waiting, running: previous.running, promptTokens },
-      delta.ttft.mean * 1000,
-    );
+    // The interval's requests met the pod as it was when they arrived, one TTFT before this
+    // scrape: the previous scrape for TTFTs shorter than the interval, an older one for longer.
+    // Taken from the previous scrape alone, a saturated pod's seconds-long TTFTs were learned as
+    // met with no queue whenever its queue had just drained, and taught the own prefill's `base`
+    // the wait (3 s at 1.6× load in bench:routing-prefix, non-streamed).
+    const ttftMs = delta.ttft.mean * 1000;
+    const met = history.at(Math.min(previous.at, load.at - ttftMs)) ?? previous;
+    this.#model.observe(uid, { queued: met.waiting, running: met.running, promptTokens }, ttftMs);
   }
 
   /** For /debug/state. */
@@ -103,5 +120,40 @@ export class Learner {
 
   #modelFor(kind: RequestKind): NodeModel {
     return kind === 'embeddings' ? this.#embeddings : this.#model;
+  }
+}
+
+/** A bounded ring of a pod's recent scrapes: time, waiting and running. */
+class ScrapeHistory {
+  readonly #at: Float64Array;
+  readonly #waiting: Float64Array;
+  readonly #running: Float64Array;
+  #next = 0;
+  size = 0;
+
+  constructor(capacity: number) {
+    this.#at = new Float64Array(capacity);
+    this.#waiting = new Float64Array(capacity);
+    this.#running = new Float64Array(capacity);
+  }
+
+  push(load: PodLoad): void {
+    const n = this.#at.length;
+    const last = (this.#next + n - 1) % n;
+    if (this.size > 0 && load.at <= this.#at[last]) return;
+    this.#at[this.#next] = load.at;
+    this.#waiting[this.#next] = load.waiting;
+    this.#running[this.#next] = load.running;
+    this.#next = (this.#next + 1) % n;
+    if (this.size < n) this.size++;
+  }
+
+  /** The latest scrape at or before `t` (the oldest kept if all are later). */
+  at(t: number): { waiting: number; running: number } | undefined {
+    const n = this.#at.length;
+    if (this.size === 0) return undefined;
+    let i = (this.#next + n - 1) % n;
+    for (let k = 1; k < this.size && this.#at[i] > t; k++) i = (i + n - 1) % n;
+    return { waiting: this.#waiting[i], running: this.#running[i] };
   }
 }
