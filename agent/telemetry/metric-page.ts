@@ -72,15 +72,24 @@ class ByLength {
  * Which sample names to read. Names are sample names as they appear on the line
  * (`vllm:time_to_first_token_seconds_sum`, `vllm:prompt_tokens_total`), so one selector works for
  * the Prometheus and OpenMetrics variants alike. Prefixes select every name that starts with them.
+ * `labels`, when given, are the only label names kept on the selected series (the others are
+ * still checked, never made into strings): an adapter that sums a gauge over its series needs
+ * none of them, and building label objects was most of the cost of a wanted line.
  */
 export class MetricSelector {
   readonly #names = new ByLength();
   readonly #prefixes: readonly string[];
   /** Family names (suffix stripped) whose TYPE lines are worth recording. */
   readonly #families = new ByLength();
+  /** The label names kept; undefined keeps every label. */
+  readonly #labels: ByLength | undefined;
 
-  constructor(names: Iterable<string>, prefixes: Iterable<string> = []) {
+  constructor(names: Iterable<string>, prefixes: Iterable<string> = [], labels?: Iterable<string>) {
     this.#prefixes = [...new Set(prefixes)];
+    if (labels !== undefined) {
+      this.#labels = new ByLength();
+      for (const label of labels) this.#labels.add(label);
+    }
     for (const name of names) {
       this.#names.add(name);
       this.#families.add(name);
@@ -97,14 +106,29 @@ export class MetricSelector {
 
   /** The union of several selectors (e.g. every engine's, for detection). */
   static union(...selectors: MetricSelector[]): MetricSelector {
+    const everyLabel = selectors.some((s) => s.#labels === undefined);
     return new MetricSelector(
       selectors.flatMap((s) => [...s.#names]),
       selectors.flatMap((s) => s.#prefixes),
+      everyLabel ? undefined : selectors.flatMap((s) => [...s.#labels!]),
     );
   }
 
   names(): string[] {
     return [...this.#names];
+  }
+
+  /** Whether every label of a selected series is kept. */
+  get keepsEveryLabel(): boolean {
+    return this.#labels === undefined;
+  }
+
+  /**
+   * The kept label name equal to `text[start, end)` (the selector's own string), or undefined.
+   * Only when `keepsEveryLabel` is false.
+   */
+  labelAt(text: string, start: number, end: number): string | undefined {
+    return this.#labels?.find(text, start, end);
   }
 
   wants(name: string): boolean {
