@@ -257,7 +257,8 @@ let picked = 0;
  */
 function sumOnePerDpGroup(series: readonly Series[]): number {
   let ranked = false;
-  for (const s of series) {
+  for (let k = 0; k < series.length; k++) {
+    const s = series[k];
     if (s.labels.dp_rank !== undefined) {
       const groups = onePerDpGroup(series);
       picked = groups.length;
@@ -267,12 +268,13 @@ function sumOnePerDpGroup(series: readonly Series[]): number {
   }
   if (!ranked) {
     let total = 0;
-    for (const s of series) total += s.value;
+    for (let k = 0; k < series.length; k++) total += series[k].value;
     picked = series.length;
     return total;
   }
   let best = series[0];
-  for (const s of series) {
+  for (let k = 0; k < series.length; k++) {
+    const s = series[k];
     const tp = rankOf(s, 'tp_rank') - rankOf(best, 'tp_rank');
     if (tp < 0 || (tp === 0 && rankOf(s, 'pp_rank') < rankOf(best, 'pp_rank'))) best = s;
   }

@@ -44,7 +44,8 @@ class ByLength {
   find(text: string, start: number, end: number): string | undefined {
     const bucket = this.#table[end - start];
     if (bucket === undefined) return undefined;
-    for (const name of bucket) if (text.startsWith(name, start)) return name;
+    // Indexed loops here and below: no iterator object, whichever tier runs the code.
+    for (let k = 0; k < bucket.length; k++) if (text.startsWith(bucket[k], start)) return bucket[k];
     return undefined;
   }
 
@@ -55,7 +56,8 @@ class ByLength {
   hasBytes(bytes: Uint8Array, start: number, end: number): boolean {
     const bucket = this.#table[end - start];
     if (bucket === undefined) return false;
-    for (const name of bucket) {
+    for (let k = 0; k < bucket.length; k++) {
+      const name = bucket[k];
       let i = name.length - 1;
       while (i >= 0 && name.charCodeAt(i) === bytes[start + i]) i--;
       if (i < 0) return true;
@@ -142,8 +144,9 @@ export class MetricSelector {
   nameAt(text: string, start: number, end: number): string | undefined {
     const known = this.#names.find(text, start, end);
     if (known !== undefined) return known;
-    for (const prefix of this.#prefixes) {
-      if (prefix.length <= end - start && text.startsWith(prefix, start)) return text.slice(start, end);
+    const prefixes = this.#prefixes;
+    for (let k = 0; k < prefixes.length; k++) {
+      if (prefixes[k].length <= end - start && text.startsWith(prefixes[k], start)) return text.slice(start, end);
     }
     return undefined;
   }
@@ -154,7 +157,9 @@ export class MetricSelector {
   }
 
   #wantsPrefixBytes(bytes: Uint8Array, start: number, end: number): boolean {
-    for (const prefix of this.#prefixes) {
+    const prefixes = this.#prefixes;
+    for (let k = 0; k < prefixes.length; k++) {
+      const prefix = prefixes[k];
       if (prefix.length > end - start) continue;
       let i = 0;
       while (i < prefix.length && prefix.charCodeAt(i) === bytes[start + i]) i++;
@@ -171,8 +176,9 @@ export class MetricSelector {
   /** Whether a TYPE line for the family at `text[start, end)` is worth keeping. */
   wantsFamilyAt(text: string, start: number, end: number): boolean {
     if (this.#families.find(text, start, end) !== undefined) return true;
-    for (const prefix of this.#prefixes) {
-      if (prefix.length <= end - start && text.startsWith(prefix, start)) return true;
+    const prefixes = this.#prefixes;
+    for (let k = 0; k < prefixes.length; k++) {
+      if (prefixes[k].length <= end - start && text.startsWith(prefixes[k], start)) return true;
     }
     return false;
   }
@@ -224,14 +230,17 @@ export class MetricPage {
   }
 
   first(name: string, where?: LabelMatch): Series | undefined {
-    for (const s of this.#samples.get(name) ?? NONE) if (where === undefined || labelsMatch(s.labels, where)) return s;
+    const all = this.#samples.get(name) ?? NONE;
+    for (let k = 0; k < all.length; k++) if (where === undefined || labelsMatch(all[k].labels, where)) return all[k];
     return undefined;
   }
 
   /** Sum over matching series; undefined when none match (absent is not zero). */
   sum(name: string, where?: LabelMatch): number | undefined {
     let total: number | undefined;
-    for (const s of this.#samples.get(name) ?? NONE) {
+    const all = this.#samples.get(name) ?? NONE;
+    for (let k = 0; k < all.length; k++) {
+      const s = all[k];
       if (where === undefined || labelsMatch(s.labels, where)) total = (total ?? 0) + s.value;
     }
     return total;
@@ -239,7 +248,9 @@ export class MetricPage {
 
   max(name: string, where?: LabelMatch): number | undefined {
     let best: number | undefined;
-    for (const s of this.#samples.get(name) ?? NONE) {
+    const all = this.#samples.get(name) ?? NONE;
+    for (let k = 0; k < all.length; k++) {
+      const s = all[k];
       if ((where === undefined || labelsMatch(s.labels, where)) && (best === undefined || s.value > best))
         best = s.value;
     }
@@ -249,7 +260,9 @@ export class MetricPage {
   mean(name: string, where?: LabelMatch): number | undefined {
     let total = 0;
     let n = 0;
-    for (const s of this.#samples.get(name) ?? NONE) {
+    const all = this.#samples.get(name) ?? NONE;
+    for (let k = 0; k < all.length; k++) {
+      const s = all[k];
       if (where === undefined || labelsMatch(s.labels, where)) {
         total += s.value;
         n++;

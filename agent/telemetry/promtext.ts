@@ -229,7 +229,8 @@ function skippable(bytes: Buffer, start: number, length: number, select: MetricS
   const after = bytes[i];
   if (after !== OPEN_BRACE && after !== SPACE && after !== TAB) return -1;
   if (select.wantsNameBytes(bytes, start, i)) return -1;
-  return lineEnd(bytes, i, length);
+  // A label set makes the rest of the line long: the native search wins there, the loop on `name value`.
+  return after === OPEN_BRACE ? bytes.indexOf(LF, i) : lineEnd(bytes, i, length);
 }
 
 const HELP = [72, 69, 76, 80];
