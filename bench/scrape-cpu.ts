@@ -10,9 +10,12 @@
 // every body dropped unread (no parse, no load): what the HTTP exchange alone costs, with undici
 // (what scrapes used before) and with the scraper's own connection (scrape-connection.ts).
 // Flags: --interval MS (100), --seconds S per round (4), --rounds N (3), --pages a.txt,b.txt (8 pods).
+// Prints each variant's median over rounds (and every round), and now/before as the median of
+// the ratios taken within each round.
 import { spawn } from 'node:child_process';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+import { loadavg as osLoadavg } from 'node:os';
 import { Client } from 'undici';
 import { ScrapeConnection } from '../agent/telemetry/scrape-connection.ts';
 import { Scraper } from '../agent/telemetry/scraper.ts';
@@ -156,6 +159,7 @@ const pods: Pod[] = listed.map((p) => ({
   models: ['m'],
 }));
 
+const loadavg = (): string => osLoadavg()[0].toFixed(1);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** One round: a fresh scraper of every pod, warmed up, then CPU and scrapes counted for `roundMs`. */
@@ -189,39 +193,47 @@ async function round(
   return counted;
 }
 
-const totals = new Map(variants.map((v) => [v.name, { scrapes: 0, errors: 0, cpuUs: 0, systemUs: 0, seconds: 0 }]));
+const started = loadavg();
+/** Each variant's rounds, in order. */
+const results = new Map<string, Awaited<ReturnType<typeof round>>[]>(variants.map((v) => [v.name, []]));
 for (let r = 0; r < rounds; r++) {
   for (const v of variants) {
-    const result = await round(v.Scraper);
-    const total = totals.get(v.name)!;
-    total.scrapes += result.scrapes;
-    total.errors += result.errors;
-    total.cpuUs += result.cpuUs;
-    total.systemUs += result.systemUs;
-    total.seconds += result.seconds;
+    results.get(v.name)!.push(await round(v.Scraper));
     await sleep(200);
   }
 }
 server.kill();
 
+const median = (xs: number[]): number => {
+  const sorted = [...xs].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+};
+const perScrapeMs = (r: { cpuUs: number; scrapes: number }) => r.cpuUs / 1000 / r.scrapes;
+
 console.log(
-  `${pods.length} pods (${files.join(', ')}), every ${intervalMs} ms, ${rounds} × ${roundMs / 1000} s per scraper; node ${process.version}`,
+  `${pods.length} pods (${files.join(', ')}), every ${intervalMs} ms, ${rounds} × ${roundMs / 1000} s per scraper; node ${process.version}; load average ${started} → ${loadavg()}`,
 );
-const rows = [...totals].map(([name, t]) => {
-  const perScrapeMs = t.cpuUs / 1000 / t.scrapes;
+const rows = [...results].map(([name, list]) => {
+  const scrapes = list.reduce((n, r) => n + r.scrapes, 0);
+  const seconds = list.reduce((n, r) => n + r.seconds, 0);
+  const cpuUs = list.reduce((n, r) => n + r.cpuUs, 0);
   return {
     scraper: name,
-    scrapes: t.scrapes,
-    failed: t.errors,
-    'CPU ms/scrape': perScrapeMs.toFixed(3),
-    'of which kernel': (t.systemUs / 1000 / t.scrapes).toFixed(3),
-    [`% of a core (${pods.length} pods @ ${intervalMs} ms)`]: (((t.cpuUs / 1e6) * 100) / t.seconds).toFixed(2),
+    scrapes,
+    failed: list.reduce((n, r) => n + r.errors, 0),
+    'CPU ms/scrape (median)': median(list.map(perScrapeMs)).toFixed(3),
+    'of which kernel': median(list.map((r) => r.systemUs / 1000 / r.scrapes)).toFixed(3),
+    'each round': list.map((r) => perScrapeMs(r).toFixed(3)).join(' '),
+    [`% of a core (${pods.length} pods @ ${intervalMs} ms)`]: (((cpuUs / 1e6) * 100) / seconds).toFixed(2),
   };
 });
 console.table(rows);
 if (values.before !== undefined) {
-  const [before, now] = [...totals.values()];
+  // Ratios within each round (the two ran seconds apart), then their median.
+  const [before, now] = [...results.values()];
+  const ratios = now.map((r, i) => perScrapeMs(r) / perScrapeMs(before[i]));
   console.log(
-    `now / before CPU per scrape: ${(now.cpuUs / now.scrapes / (before.cpuUs / before.scrapes)).toFixed(2)}×`,
+    `now / before CPU per scrape: median ${median(ratios).toFixed(2)}× (rounds: ${ratios.map((x) => x.toFixed(2)).join(' ')})`,
   );
 }

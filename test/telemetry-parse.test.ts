@@ -356,3 +356,110 @@ test('real pages read in chunks through each engine adapter’s selector equal t
     }
   }
 });
+
+test('a selector that keeps some labels reads the same series, values and verdicts, with only those labels', () => {
+  const names = ADAPTERS.vllm.selector.names().concat(ADAPTERS.sglang.selector.names(), ['m', 'good']);
+  const keep = ['num_gpu_blocks', 'block_size', 'tp_rank', 'dp_rank', 'a'];
+  const all = new MetricSelector(names);
+  const some = new MetricSelector(names, [], keep);
+  const malformed = [
+    'good{zz="1"} 1',
+    'm{zz="b" 1',
+    'm{zz=b} 1',
+    'm{zz="b"',
+    'm{zz="x\\',
+    'm{zz="x\\"} 1',
+    'm{zz="a\\"b",a="é"} 3',
+    'm{zz="b"c="d"} 1',
+    'm{zz."b"="c"} 1',
+    'm{zz="b",} 2',
+    'm{a="1",zz="\\\\"} 4 1700000000000',
+    'good 2',
+    '',
+  ].join('\n');
+  const pages = [
+    ...readdirSync(realPages)
+      .filter((f) => f.endsWith('.txt'))
+      .map((f) => readFileSync(new URL(f, realPages), 'utf8')),
+    fixture('edge-cases.txt'),
+    malformed,
+  ];
+  for (const text of pages) {
+    const full = parsePromText(text, all);
+    const kept = parsePromText(text, some);
+    const chunked = readInChunks(Buffer.from(text), 5, some);
+    assert.deepEqual(pageContent(chunked), pageContent(kept));
+    const strip = (p: MetricPage) => ({
+      ...pageContent(p),
+      series: [...p.names()].map((n) => [
+        n,
+        p.series(n).map((s) => ({
+          ...s,
+          labels: Object.fromEntries(Object.entries(s.labels).filter(([k]) => keep.includes(k))),
+        })),
+      ]),
+    });
+    assert.deepEqual(strip(kept), strip(full));
+  }
+  const page = parsePromText(malformed, some);
+  assert.equal(page.errors, 7, JSON.stringify(page.diagnostics));
+  assert.deepEqual(
+    page.series('m').map((s) => [{ ...s.labels }, s.value]),
+    [
+      [{ a: 'é' }, 3],
+      [{}, 2],
+      [{ a: '1' }, 4],
+    ],
+  );
+  // The selector's own label strings: a union keeps every label as soon as one selector does.
+  assert.equal(MetricSelector.union(some, all).keepsEveryLabel, true);
+  assert.equal(MetricSelector.union(some, ADAPTERS.tgi.selector).keepsEveryLabel, false);
+});
+
+test('plain decimal sample values read exactly as Number reads them; other forms as before', () => {
+  let seed = 7;
+  const random = () => (seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31;
+  const digits = (n: number) => Array.from({ length: n }, () => Math.floor(random() * 10)).join('');
+  const values = [
+    '0',
+    '-0',
+    '0.0',
+    '-0.0',
+    '1.',
+    '.5',
+    '-.5',
+    '00.25',
+    '3.0',
+    '0.4375',
+    '0.6341463414634146',
+    '9007199254740991',
+    '9007199254740993',
+    '90071992547409.93',
+    '123456789012345678901234567890',
+    '0.1234567890123456789012',
+    '0.12345678901234567890123',
+    '1e3',
+    '1.7e+09',
+    '4.296073216e+010',
+    '+1',
+    '+Inf',
+    '-Inf',
+    'NaN',
+    '0x1F',
+    '1..2',
+    '1.2.3',
+    '-',
+    '.',
+    '-.',
+  ];
+  for (let i = 0; i < 2000; i++) {
+    const sign = random() < 0.3 ? '-' : '';
+    const int = digits(Math.floor(random() * 18));
+    values.push(random() < 0.3 ? sign + int : `${sign}${int}.${digits(Math.floor(random() * 25))}`);
+  }
+  const page = parsePromText(values.map((v, i) => `v{i="${i}"} ${v}`).join('\n'));
+  const read = new Map(page.series('v').map((s) => [Number(s.labels.i), s.value]));
+  for (const [i, text] of values.entries()) {
+    assert.equal(read.get(i), parseFloatToken(text), `value ${JSON.stringify(text)}`);
+  }
+});

@@ -22,11 +22,25 @@ function histogramNames(family: string): string[] {
   return [`${family}_sum`, `${family}_count`];
 }
 
-/** Every family an adapter names, histograms (`_sum` and `_count` only) expanded. */
-function everyFamily(names: Record<string, string>, histograms: readonly string[]): MetricSelector {
+/**
+ * Every family an adapter names, histograms (`_sum` and `_count` only) expanded; `labels`: the
+ * label names `toLoad` reads (no others are kept on the page).
+ */
+function everyFamily(
+  names: Record<string, string>,
+  histograms: readonly string[],
+  labels: readonly string[],
+): MetricSelector {
   return new MetricSelector(
     Object.values(names).flatMap((name) => (histograms.includes(name) ? histogramNames(name) : [name])),
+    [],
+    labels,
   );
+}
+
+/** A histogram's `_sum` and `_count` (names given whole: no string built per scrape). */
+function totals(sum: number | undefined, count: number | undefined): { sum: number; count: number } | undefined {
+  return sum === undefined || count === undefined ? undefined : { sum, count };
 }
 
 function missing(engine: Engine, name: string): LoadResult {
@@ -87,6 +101,9 @@ const VLLM = {
   cacheConfig: 'vllm:cache_config_info',
 } as const;
 
+const VLLM_TTFT = histogramNames(VLLM.ttft);
+const VLLM_QUEUE_TIME = histogramNames(VLLM.queueTime);
+
 /** KV capacity in tokens: each engine's num_gpu_blocks × block_size, summed (labels of an info gauge). */
 function vllmKvCapacity(page: MetricPage): number | undefined {
   let total: number | undefined;
@@ -100,7 +117,7 @@ function vllmKvCapacity(page: MetricPage): number | undefined {
 export const vllmAdapter: EngineAdapter = {
   engine: 'vllm',
   signature: VLLM.waiting,
-  selector: everyFamily(VLLM, [VLLM.ttft, VLLM.queueTime]),
+  selector: everyFamily(VLLM, [VLLM.ttft, VLLM.queueTime], ['num_gpu_blocks', 'block_size']),
   toLoad(page, at) {
     const waiting = page.sum(VLLM.waiting);
     const running = page.sum(VLLM.running);
@@ -114,8 +131,8 @@ export const vllmAdapter: EngineAdapter = {
       load: withOptional(
         { at, engine: 'vllm', waiting, running, kvCache },
         {
-          ttft: page.histogram(VLLM.ttft),
-          queueTime: page.histogram(VLLM.queueTime),
+          ttft: totals(page.sum(VLLM_TTFT[0]), page.sum(VLLM_TTFT[1])),
+          queueTime: totals(page.sum(VLLM_QUEUE_TIME[0]), page.sum(VLLM_QUEUE_TIME[1])),
           promptTokens: page.sum(VLLM.promptTokens),
           generationTokens: page.sum(VLLM.generationTokens),
           finished: page.sum(VLLM.finished), // over finished_reason (stop, length, abort, …) and engines
@@ -141,18 +158,24 @@ const TGI = {
   finished: 'tgi_request_success',
 } as const;
 
+const TGI_QUEUE_TIME = histogramNames(TGI.queueTime);
+
 export const tgiAdapter: EngineAdapter = {
   engine: 'tgi',
   signature: TGI.waiting,
-  selector: new MetricSelector([
-    TGI.waiting,
-    TGI.running,
-    ...histogramNames(TGI.queueTime),
-    `${TGI.inputLength}_sum`,
-    `${TGI.generatedTokens}_sum`,
-    TGI.finished,
-    `${TGI.finished}_total`,
-  ]),
+  selector: new MetricSelector(
+    [
+      TGI.waiting,
+      TGI.running,
+      ...histogramNames(TGI.queueTime),
+      `${TGI.inputLength}_sum`,
+      `${TGI.generatedTokens}_sum`,
+      TGI.finished,
+      `${TGI.finished}_total`,
+    ],
+    [],
+    [], // every number is summed over its series
+  ),
   toLoad(page, at) {
     const waiting = page.sum(TGI.waiting);
     const running = page.sum(TGI.running);
@@ -163,7 +186,7 @@ export const tgiAdapter: EngineAdapter = {
       load: withOptional(
         { at, engine: 'tgi', waiting, running, kvCache: NaN },
         {
-          queueTime: page.histogram(TGI.queueTime),
+          queueTime: totals(page.sum(TGI_QUEUE_TIME[0]), page.sum(TGI_QUEUE_TIME[1])),
           promptTokens: page.sum(`${TGI.inputLength}_sum`),
           generationTokens: page.sum(`${TGI.generatedTokens}_sum`),
           finished: page.sum(TGI.finished) ?? page.sum(`${TGI.finished}_total`),
@@ -225,26 +248,57 @@ export function onePerDpGroup(series: readonly Series[]): Series[] {
   return picked;
 }
 
+/** How many series the last `sumOnePerDpGroup` picked. */
+let picked = 0;
+
+/**
+ * The sum of `onePerDpGroup(series)`'s values, in its order (sets `picked`). Pages without
+ * data-parallel groups (the usual case) are folded without building the groups.
+ */
+function sumOnePerDpGroup(series: readonly Series[]): number {
+  let ranked = false;
+  for (let k = 0; k < series.length; k++) {
+    const s = series[k];
+    if (s.labels.dp_rank !== undefined) {
+      const groups = onePerDpGroup(series);
+      picked = groups.length;
+      return groups.reduce((total, g) => total + g.value, 0);
+    }
+    if (s.labels.tp_rank !== undefined) ranked = true;
+  }
+  if (!ranked) {
+    let total = 0;
+    for (let k = 0; k < series.length; k++) total += series[k].value;
+    picked = series.length;
+    return total;
+  }
+  let best = series[0];
+  for (let k = 0; k < series.length; k++) {
+    const s = series[k];
+    const tp = rankOf(s, 'tp_rank') - rankOf(best, 'tp_rank');
+    if (tp < 0 || (tp === 0 && rankOf(s, 'pp_rank') < rankOf(best, 'pp_rank'))) best = s;
+  }
+  picked = 1;
+  return 0 + best.value;
+}
+
 function sumRanks(page: MetricPage, name: string): number | undefined {
-  const picked = onePerDpGroup(page.series(name));
-  return picked.length === 0 ? undefined : picked.reduce((total, s) => total + s.value, 0);
+  const total = sumOnePerDpGroup(page.series(name));
+  return picked === 0 ? undefined : total;
 }
 
 function meanRanks(page: MetricPage, name: string): number | undefined {
-  const picked = onePerDpGroup(page.series(name));
-  return picked.length === 0 ? undefined : picked.reduce((total, s) => total + s.value, 0) / picked.length;
+  const total = sumOnePerDpGroup(page.series(name));
+  return picked === 0 ? undefined : total / picked;
 }
 
-function histogramRanks(page: MetricPage, family: string): { sum: number; count: number } | undefined {
-  const sum = sumRanks(page, `${family}_sum`);
-  const count = sumRanks(page, `${family}_count`);
-  return sum === undefined || count === undefined ? undefined : { sum, count };
-}
+const SGLANG_TTFT = histogramNames(SGLANG.ttft);
+const SGLANG_QUEUE_TIME = histogramNames(SGLANG.queueTime);
 
 export const sglangAdapter: EngineAdapter = {
   engine: 'sglang',
   signature: SGLANG.waiting,
-  selector: everyFamily(SGLANG, [SGLANG.ttft, SGLANG.queueTime]),
+  selector: everyFamily(SGLANG, [SGLANG.ttft, SGLANG.queueTime], ['dp_rank', 'tp_rank', 'pp_rank']),
   toLoad(page, at) {
     const waiting = sumRanks(page, SGLANG.waiting);
     const running = sumRanks(page, SGLANG.running);
@@ -255,8 +309,8 @@ export const sglangAdapter: EngineAdapter = {
       load: withOptional(
         { at, engine: 'sglang', waiting, running, kvCache: meanRanks(page, SGLANG.kv) ?? NaN },
         {
-          ttft: histogramRanks(page, SGLANG.ttft),
-          queueTime: histogramRanks(page, SGLANG.queueTime),
+          ttft: totals(sumRanks(page, SGLANG_TTFT[0]), sumRanks(page, SGLANG_TTFT[1])),
+          queueTime: totals(sumRanks(page, SGLANG_QUEUE_TIME[0]), sumRanks(page, SGLANG_QUEUE_TIME[1])),
           promptTokens: sumRanks(page, SGLANG.promptTokens),
           generationTokens: sumRanks(page, SGLANG.generationTokens),
           finished: sumRanks(page, SGLANG.finished),

@@ -44,7 +44,8 @@ class ByLength {
   find(text: string, start: number, end: number): string | undefined {
     const bucket = this.#table[end - start];
     if (bucket === undefined) return undefined;
-    for (const name of bucket) if (text.startsWith(name, start)) return name;
+    // Indexed loops here and below: no iterator object, whichever tier runs the code.
+    for (let k = 0; k < bucket.length; k++) if (text.startsWith(bucket[k], start)) return bucket[k];
     return undefined;
   }
 
@@ -55,7 +56,8 @@ class ByLength {
   hasBytes(bytes: Uint8Array, start: number, end: number): boolean {
     const bucket = this.#table[end - start];
     if (bucket === undefined) return false;
-    for (const name of bucket) {
+    for (let k = 0; k < bucket.length; k++) {
+      const name = bucket[k];
       let i = name.length - 1;
       while (i >= 0 && name.charCodeAt(i) === bytes[start + i]) i--;
       if (i < 0) return true;
@@ -72,15 +74,24 @@ class ByLength {
  * Which sample names to read. Names are sample names as they appear on the line
  * (`vllm:time_to_first_token_seconds_sum`, `vllm:prompt_tokens_total`), so one selector works for
  * the Prometheus and OpenMetrics variants alike. Prefixes select every name that starts with them.
+ * `labels`, when given, are the only label names kept on the selected series (the others are
+ * still checked, never made into strings): an adapter that sums a gauge over its series needs
+ * none of them, and building label objects was most of the cost of a wanted line.
  */
 export class MetricSelector {
   readonly #names = new ByLength();
   readonly #prefixes: readonly string[];
   /** Family names (suffix stripped) whose TYPE lines are worth recording. */
   readonly #families = new ByLength();
+  /** The label names kept; undefined keeps every label. */
+  readonly #labels: ByLength | undefined;
 
-  constructor(names: Iterable<string>, prefixes: Iterable<string> = []) {
+  constructor(names: Iterable<string>, prefixes: Iterable<string> = [], labels?: Iterable<string>) {
     this.#prefixes = [...new Set(prefixes)];
+    if (labels !== undefined) {
+      this.#labels = new ByLength();
+      for (const label of labels) this.#labels.add(label);
+    }
     for (const name of names) {
       this.#names.add(name);
       this.#families.add(name);
@@ -97,14 +108,29 @@ export class MetricSelector {
 
   /** The union of several selectors (e.g. every engine's, for detection). */
   static union(...selectors: MetricSelector[]): MetricSelector {
+    const everyLabel = selectors.some((s) => s.#labels === undefined);
     return new MetricSelector(
       selectors.flatMap((s) => [...s.#names]),
       selectors.flatMap((s) => s.#prefixes),
+      everyLabel ? undefined : selectors.flatMap((s) => [...s.#labels!]),
     );
   }
 
   names(): string[] {
     return [...this.#names];
+  }
+
+  /** Whether every label of a selected series is kept. */
+  get keepsEveryLabel(): boolean {
+    return this.#labels === undefined;
+  }
+
+  /**
+   * The kept label name equal to `text[start, end)` (the selector's own string), or undefined.
+   * Only when `keepsEveryLabel` is false.
+   */
+  labelAt(text: string, start: number, end: number): string | undefined {
+    return this.#labels?.find(text, start, end);
   }
 
   wants(name: string): boolean {
@@ -118,8 +144,9 @@ export class MetricSelector {
   nameAt(text: string, start: number, end: number): string | undefined {
     const known = this.#names.find(text, start, end);
     if (known !== undefined) return known;
-    for (const prefix of this.#prefixes) {
-      if (prefix.length <= end - start && text.startsWith(prefix, start)) return text.slice(start, end);
+    const prefixes = this.#prefixes;
+    for (let k = 0; k < prefixes.length; k++) {
+      if (prefixes[k].length <= end - start && text.startsWith(prefixes[k], start)) return text.slice(start, end);
     }
     return undefined;
   }
@@ -130,7 +157,9 @@ export class MetricSelector {
   }
 
   #wantsPrefixBytes(bytes: Uint8Array, start: number, end: number): boolean {
-    for (const prefix of this.#prefixes) {
+    const prefixes = this.#prefixes;
+    for (let k = 0; k < prefixes.length; k++) {
+      const prefix = prefixes[k];
       if (prefix.length > end - start) continue;
       let i = 0;
       while (i < prefix.length && prefix.charCodeAt(i) === bytes[start + i]) i++;
@@ -147,8 +176,9 @@ export class MetricSelector {
   /** Whether a TYPE line for the family at `text[start, end)` is worth keeping. */
   wantsFamilyAt(text: string, start: number, end: number): boolean {
     if (this.#families.find(text, start, end) !== undefined) return true;
-    for (const prefix of this.#prefixes) {
-      if (prefix.length <= end - start && text.startsWith(prefix, start)) return true;
+    const prefixes = this.#prefixes;
+    for (let k = 0; k < prefixes.length; k++) {
+      if (prefixes[k].length <= end - start && text.startsWith(prefixes[k], start)) return true;
     }
     return false;
   }
@@ -200,14 +230,17 @@ export class MetricPage {
   }
 
   first(name: string, where?: LabelMatch): Series | undefined {
-    for (const s of this.#samples.get(name) ?? NONE) if (where === undefined || labelsMatch(s.labels, where)) return s;
+    const all = this.#samples.get(name) ?? NONE;
+    for (let k = 0; k < all.length; k++) if (where === undefined || labelsMatch(all[k].labels, where)) return all[k];
     return undefined;
   }
 
   /** Sum over matching series; undefined when none match (absent is not zero). */
   sum(name: string, where?: LabelMatch): number | undefined {
     let total: number | undefined;
-    for (const s of this.#samples.get(name) ?? NONE) {
+    const all = this.#samples.get(name) ?? NONE;
+    for (let k = 0; k < all.length; k++) {
+      const s = all[k];
       if (where === undefined || labelsMatch(s.labels, where)) total = (total ?? 0) + s.value;
     }
     return total;
@@ -215,7 +248,9 @@ export class MetricPage {
 
   max(name: string, where?: LabelMatch): number | undefined {
     let best: number | undefined;
-    for (const s of this.#samples.get(name) ?? NONE) {
+    const all = this.#samples.get(name) ?? NONE;
+    for (let k = 0; k < all.length; k++) {
+      const s = all[k];
       if ((where === undefined || labelsMatch(s.labels, where)) && (best === undefined || s.value > best))
         best = s.value;
     }
@@ -225,7 +260,9 @@ export class MetricPage {
   mean(name: string, where?: LabelMatch): number | undefined {
     let total = 0;
     let n = 0;
-    for (const s of this.#samples.get(name) ?? NONE) {
+    const all = this.#samples.get(name) ?? NONE;
+    for (let k = 0; k < all.length; k++) {
+      const s = all[k];
       if (where === undefined || labelsMatch(s.labels, where)) {
         total += s.value;
         n++;

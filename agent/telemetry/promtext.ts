@@ -229,7 +229,8 @@ function skippable(bytes: Buffer, start: number, length: number, select: MetricS
   const after = bytes[i];
   if (after !== OPEN_BRACE && after !== SPACE && after !== TAB) return -1;
   if (select.wantsNameBytes(bytes, start, i)) return -1;
-  return lineEnd(bytes, i, length);
+  // A label set makes the rest of the line long: the native search wins there, the loop on `name value`.
+  return after === OPEN_BRACE ? bytes.indexOf(LF, i) : lineEnd(bytes, i, length);
 }
 
 const HELP = [72, 69, 76, 80];
@@ -318,17 +319,17 @@ function readSample(text: string, start: number, end: number, select: MetricSele
   let labels = NO_LABELS;
   i = skipBlanks(text, i, end); // blanks may separate the name from `{`
   if (i < end && text.charCodeAt(i) === OPEN_BRACE) {
-    const read = readLabels(text, i + 1, end, page.bytesAsLatin1);
+    const read = readLabels(text, i + 1, end, page.bytesAsLatin1, select);
     if (typeof read === 'string') {
       page.fail(read);
       return;
     }
-    labels = read.labels;
-    i = read.next;
+    labels = read;
+    i = labelsEnd;
   }
   i = skipBlanks(text, i, end);
   const valueEnd = tokenEnd(text, i, end);
-  const value = parseFloatToken(text.slice(i, valueEnd));
+  const value = numberAt(text, i, valueEnd);
   if (value === undefined) {
     page.fail(i === valueEnd ? 'sample without a value' : 'invalid sample value');
     return;
@@ -356,31 +357,88 @@ function readSample(text: string, start: number, end: number, select: MetricSele
   else list.push(series);
 }
 
+/** Where `readLabels` ended: the index after `}`. */
+let labelsEnd = 0;
+
+/** 10^k for k ≤ 22: exact in a double. */
+const POW10 = Array.from({ length: 23 }, (_, k) => 10 ** k);
+
 /**
- * Reads `name="value", ...}` starting after `{`; returns the labels and the index after `}`, or an
- * error. `bytesAsLatin1`: values with non-ASCII characters are UTF-8 bytes, decoded here.
+ * `parseFloatToken(text.slice(start, end))`, without the string for a plain decimal (the usual
+ * sample value: `3.0`, `0.4375`, `-12`). Exact: a decimal of at most 2^53 as an integer with at
+ * most 22 digits after the point is that integer divided by a power of ten, both exact doubles, so
+ * the one division rounds correctly, as `Number` does. Anything else is parsed from its string.
+ */
+function numberAt(text: string, start: number, end: number): number | undefined {
+  let i = start;
+  const negative = i < end && text.charCodeAt(i) === 45; // -
+  if (negative) i++;
+  let mantissa = 0;
+  let digits = 0;
+  let fraction = -1; // digits after the point; -1 before one
+  for (; i < end; i++) {
+    const c = text.charCodeAt(i);
+    if (c >= 48 && c <= 57) {
+      if (mantissa > 900_719_925_474_098) break; // ×10 + 9 would pass 2^53
+      mantissa = mantissa * 10 + (c - 48);
+      digits++;
+      if (fraction >= 0) fraction++;
+    } else if (c === 46 && fraction < 0)
+      fraction = 0; // .
+    else break;
+  }
+  if (i !== end || digits === 0 || fraction > 22) return parseFloatToken(text.slice(start, end));
+  const value = fraction > 0 ? mantissa / POW10[fraction] : mantissa;
+  return negative ? -value : value;
+}
+
+/**
+ * Reads `name="value", ...}` starting after `{`; returns the labels (and sets `labelsEnd`), or an
+ * error. `bytesAsLatin1`: values with non-ASCII characters are UTF-8 bytes, decoded here. Labels
+ * the selector doesn't keep are checked the same way but never made into strings.
  */
 function readLabels(
   text: string,
   i: number,
   end: number,
   bytesAsLatin1: boolean,
-): { labels: Labels; next: number } | string {
-  const labels: Record<string, string> = {};
+  select: MetricSelector,
+): Labels | string {
+  const every = select.keepsEveryLabel;
+  let labels: Record<string, string> | undefined = every ? {} : undefined;
   while (true) {
     i = skipBlanks(text, i, end);
     if (i >= end) return 'unterminated label set';
-    if (text.charCodeAt(i) === CLOSE_BRACE) return { labels, next: i + 1 };
+    if (text.charCodeAt(i) === CLOSE_BRACE) {
+      labelsEnd = i + 1;
+      return labels ?? NO_LABELS;
+    }
 
     const nameStart = i;
     while (i < end && isLabelNameChar(text.charCodeAt(i))) i++;
     if (i === nameStart) return 'expected a label name';
-    const name = text.slice(nameStart, i);
+    const name = every ? text.slice(nameStart, i) : select.labelAt(text, nameStart, i);
     i = skipBlanks(text, i, end);
     if (i >= end || text.charCodeAt(i) !== EQUALS) return 'expected = after a label name';
     i = skipBlanks(text, i + 1, end);
     if (i >= end || text.charCodeAt(i) !== QUOTE) return 'expected a quoted label value';
     i++;
+
+    if (name === undefined) {
+      // Not kept: find the closing quote past any escapes, as `readEscapedValue` would.
+      while (i < end) {
+        const c = text.charCodeAt(i);
+        if (c === QUOTE) break;
+        i += c === BACKSLASH ? 2 : 1;
+      }
+      if (i >= end) return 'unterminated label value';
+      i = skipBlanks(text, i + 1, end);
+      if (i >= end) return 'unterminated label set';
+      const c = text.charCodeAt(i);
+      if (c === COMMA) i++;
+      else if (c !== CLOSE_BRACE) return 'expected , or } after a label value';
+      continue;
+    }
 
     // Fast path: no escapes, one slice.
     let j = i;
@@ -403,6 +461,7 @@ function readLabels(
     }
     // Escapes are ASCII, so the bytes between them are whole UTF-8 characters.
     if (bytesAsLatin1 && nonAscii) value = Buffer.from(value, 'latin1').toString('utf8');
+    labels ??= {};
     if (name === '__proto__') Object.defineProperty(labels, name, { value, enumerable: true });
     else labels[name] = value;
 
