@@ -132,7 +132,13 @@ try {
       }),
     );
     launch = imageLaunch(values.entry === 'source' ? 'source' : 'image', flags, root);
-    const agent = await runAgent(config, { ...launch.env, ...process.env }, launch);
+    // A loaded shared machine can take longer than runAgent's 10 s to start one: try again.
+    let agent: AgentProcess | undefined;
+    for (let attempt = 1; !agent; attempt++)
+      agent = await runAgent(config, { ...launch.env, ...process.env }, launch).catch((error: unknown) => {
+        if (attempt === 3) throw error;
+        return undefined;
+      });
     targets.push({
       label: roots.length > 1 ? root : 'agent',
       agent,
