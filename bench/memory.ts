@@ -8,14 +8,16 @@
 //   --nodes N --pods M   peers and pods per peer (default 125 x 8 = 1,000 known pods)
 //   --flags="…"    node flags for the agent (default: the image's, IMAGE_NODE_FLAGS)
 //   --entry image|source   compiled dist/ as the image runs it (default), or the TypeScript sources
+//   --before DIR   also run the agent of another tree (built there), side by side: each agent with
+//                  its own peers and its own wrk, all saturated at the same time (repeatable)
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { stringify } from 'yaml';
-import { freeUdpPort, runAgent, stopAgent } from '../test/helpers/process.ts';
-import { IMAGE_NODE_FLAGS, imageLaunch, MemorySampler } from './process-memory.ts';
+import { freeUdpPort, runAgent, stopAgent, type AgentProcess } from '../test/helpers/process.ts';
+import { IMAGE_NODE_FLAGS, imageLaunch, MemorySampler, type MemorySample } from './process-memory.ts';
 
 const { values } = parseArgs({
   options: {
@@ -25,6 +27,7 @@ const { values } = parseArgs({
     pods: { type: 'string', default: '8' },
     flags: { type: 'string', default: IMAGE_NODE_FLAGS.join(' ') },
     entry: { type: 'string', default: 'image' },
+    before: { type: 'string', multiple: true, default: [] },
   },
 });
 const here = new URL('.', import.meta.url).pathname;
@@ -83,72 +86,116 @@ function saturate(api: string, seconds: number): Promise<{ perS: number; errors:
   });
 }
 
+/** One agent under test: its tree, its peers, its process and its memory samples. */
+interface Target {
+  label: string;
+  agent: AgentProcess;
+  memory: MemorySampler;
+  idle?: MemorySample;
+  runs: { n: number; perS: number; errors: string; peak: number; after: MemorySample; known: number }[];
+}
+
 try {
   const DURATION = Number(values.duration);
   const REST = Number(values.rest);
+  const roots = [...values.before!.map((d) => resolve(d)), resolve(here, '..')];
+  if (roots.length > 1 && values.entry === 'source')
+    throw new Error('--before compares compiled trees (--entry image)');
   const upstream = `127.0.0.1:${(await start('proxy/upstream.ts', [], /listening (\d+)/))[1]}`;
-  const gossipPort = await freeUdpPort();
   process.env.KINFERENCE_BENCH_GOSSIP_KEY = 'bench-memory-gossip-key-0123456789';
-  const peers = JSON.parse(
-    (
-      await start(
-        'memory/peers.ts',
-        ['--nodes', values.nodes!, '--pods', values.pods!, '--agent', `127.0.0.1:${gossipPort}`, '--pod', upstream],
-        /peers (\[.*\])\n/,
-      )
-    )[1],
-  ) as string[];
-  const config = join(work, 'agent.yaml');
-  writeFileSync(
-    config,
-    stringify({
-      node: 'bench',
-      listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0', gossip: `127.0.0.1:${gossipPort}` },
-      scrapeInterval: '100ms',
-      gossip: { key: { env: 'KINFERENCE_BENCH_GOSSIP_KEY' }, ttl: '10s', peerPodCidrs: ['127.0.0.0/8'] },
-      peers,
-      pods: [{ name: 'fast-0', namespace: 'bench', address: upstream, engine: 'vllm', models: [MODEL] }],
-      logLevel: 'error',
-    }),
-  );
   const flags = values.flags!.split(' ').filter(Boolean);
-  const launch = imageLaunch(values.entry === 'source' ? 'source' : 'image', flags);
-  const agent = await runAgent(config, { ...launch.env, ...process.env }, launch);
-  const memory = new MemorySampler(agent.child.pid!, agent.admin);
-  const known = async () => {
-    const state = (await (await fetch(`${agent.admin}/debug/state`)).json()) as { pods: { remoteKnown: number } };
+  const targets: Target[] = [];
+  let launch: ReturnType<typeof imageLaunch> | undefined;
+  for (const [i, root] of roots.entries()) {
+    // Each agent has its own 125 peers (the peers' process gossips to one agent).
+    const gossipPort = await freeUdpPort();
+    const peers = JSON.parse(
+      (
+        await start(
+          'memory/peers.ts',
+          ['--nodes', values.nodes!, '--pods', values.pods!, '--agent', `127.0.0.1:${gossipPort}`, '--pod', upstream],
+          /peers (\[.*\])\n/,
+        )
+      )[1],
+    ) as string[];
+    const config = join(work, `agent-${i}.yaml`);
+    writeFileSync(
+      config,
+      stringify({
+        node: 'bench',
+        listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0', gossip: `127.0.0.1:${gossipPort}` },
+        scrapeInterval: '100ms',
+        gossip: { key: { env: 'KINFERENCE_BENCH_GOSSIP_KEY' }, ttl: '10s', peerPodCidrs: ['127.0.0.0/8'] },
+        peers,
+        pods: [{ name: 'fast-0', namespace: 'bench', address: upstream, engine: 'vllm', models: [MODEL] }],
+        logLevel: 'error',
+      }),
+    );
+    launch = imageLaunch(values.entry === 'source' ? 'source' : 'image', flags, root);
+    // A loaded shared machine can take longer than runAgent's 10 s to start one: try again.
+    let agent: AgentProcess | undefined;
+    for (let attempt = 1; !agent; attempt++)
+      agent = await runAgent(config, { ...launch.env, ...process.env }, launch).catch((error: unknown) => {
+        if (attempt === 3) throw error;
+        return undefined;
+      });
+    targets.push({
+      label: roots.length > 1 ? root : 'agent',
+      agent,
+      memory: new MemorySampler(agent.child.pid!, agent.admin),
+      runs: [],
+    });
+  }
+  const known = async (t: Target) => {
+    const state = (await (await fetch(`${t.agent.admin}/debug/state`)).json()) as { pods: { remoteKnown: number } };
     return state.pods.remoteKnown;
   };
   const wanted = Number(values.nodes) * Number(values.pods);
-  for (let i = 0; i < 100 && (await known()) < wanted; i++) await sleep(0.2);
-  memory.phase = 'idle';
+  for (let i = 0; i < 100 && (await Promise.all(targets.map(known))).some((k) => k < wanted); i++) await sleep(0.2);
+  for (const t of targets) t.memory.phase = 'idle';
   await sleep(10);
-  const idle = await memory.sample();
-  const runs = [];
+  for (const t of targets) t.idle = await t.memory.sample();
   for (const n of [1, 2]) {
-    memory.phase = `run ${n}`;
-    const load = await saturate(agent.api, DURATION);
-    memory.phase = `rest ${n}`;
-    const peak = Math.max(...memory.samples.filter((m) => m.phase === `run ${n}`).map((m) => m.rssMb));
+    for (const t of targets) t.memory.phase = `run ${n}`;
+    // Side by side: every agent saturated at once, each by its own wrk, so they share the machine's load.
+    const loads = await Promise.all(targets.map((t) => saturate(t.agent.api, DURATION)));
+    for (const t of targets) t.memory.phase = `rest ${n}`;
     await sleep(REST);
-    runs.push({ n, ...load, peak, after: await memory.sample(), known: await known() });
+    for (const [i, t] of targets.entries()) {
+      const peak = Math.max(...t.memory.samples.filter((m) => m.phase === `run ${n}`).map((m) => m.rssMb));
+      t.runs.push({ n, ...loads[i], peak, after: await t.memory.sample(), known: await known(t) });
+    }
   }
-  memory.stop();
-  await stopAgent(agent);
+  for (const t of targets) {
+    t.memory.stop();
+    await stopAgent(t.agent);
+  }
   const wrkVersion = spawnSync(WRK, ['-v'], { encoding: 'utf8' }).stdout.split('\n')[0];
   console.log(
-    `bench:memory: node ${process.version}, agent ${launch.main ? 'dist/ (as the image)' : 'TypeScript sources'} with "${flags.join(' ')}", ${wanted} known pods (${values.nodes} peers x ${values.pods}), ${wrkVersion.split(' ').slice(0, 2).join(' ')} -c64 ${DURATION} s x 2, rest ${REST} s`,
+    `bench:memory: node ${process.version}, agent ${launch!.main ? 'dist/ (as the image)' : 'TypeScript sources'} with "${flags.join(' ')}", ${wanted} known pods (${values.nodes} peers x ${values.pods}), ${wrkVersion.split(' ').slice(0, 2).join(' ')} -c64 ${DURATION} s x 2, rest ${REST} s${targets.length > 1 ? `, ${targets.length} agents side by side` : ''}`,
   );
-  console.log(memory.table());
-  console.log(`idle: RSS ${idle.rssMb} MB (V8 heap ${idle.v8TotalMb} MB)`);
-  for (const r of runs)
+  for (const t of targets) {
+    console.log(`\n${t.label}:`);
+    console.log(t.memory.table());
+    console.log(`idle: RSS ${t.idle!.rssMb} MB (V8 heap ${t.idle!.v8TotalMb} MB)`);
+    for (const r of t.runs)
+      console.log(
+        `run ${r.n}: ${Math.round(r.perS)} req/s${r.errors ? ` (${r.errors})` : ''}, RSS peak ${r.peak} MB, ${REST} s after ${r.after.rssMb} MB (V8 heap ${r.after.v8TotalMb} MB, used ${r.after.v8UsedMb} MB, external ${r.after.externalMb} MB); known pods ${r.known}`,
+      );
+    const [first, second] = t.runs;
     console.log(
-      `run ${r.n}: ${Math.round(r.perS)} req/s${r.errors ? ` (${r.errors})` : ''}, RSS peak ${r.peak} MB, ${REST} s after ${r.after.rssMb} MB (V8 heap ${r.after.v8TotalMb} MB, used ${r.after.v8UsedMb} MB, external ${r.after.externalMb} MB); known pods ${r.known}`,
+      `after the 2nd run vs the 1st: ${second.after.rssMb - first.after.rssMb >= 0 ? '+' : ''}${second.after.rssMb - first.after.rssMb} MB; ≤ 100 MB after the load: ${second.after.rssMb <= 100 ? 'yes' : 'no'}`,
     );
-  const [first, second] = runs;
-  console.log(
-    `after the 2nd run vs the 1st: ${second.after.rssMb - first.after.rssMb >= 0 ? '+' : ''}${second.after.rssMb - first.after.rssMb} MB; ≤ 100 MB after the load: ${second.after.rssMb <= 100 ? 'yes' : 'no'}`,
-  );
+  }
+  if (targets.length > 1) {
+    console.log('\nside by side (MB): idle | peak run 1 / run 2 | after run 1 → run 2 | req/s run 1 / run 2');
+    for (const t of targets) {
+      const [a, b] = t.runs;
+      console.log(
+        `${t.label}: ${t.idle!.rssMb} | ${a.peak} / ${b.peak} | ${a.after.rssMb} → ${b.after.rssMb} | ${Math.round(a.perS)} / ${Math.round(b.perS)}`,
+      );
+    }
+  }
 } finally {
   for (const child of children) child.kill('SIGTERM');
   rmSync(work, { recursive: true, force: true });

@@ -122,14 +122,15 @@ export const IMAGE_ENV: Readonly<Record<string, string>> = {
 /**
  * How the agent is started for a memory measurement: as the image runs it (compiled by
  * `npm run build`, with IMAGE_NODE_FLAGS and IMAGE_ENV), or from the TypeScript sources
- * (`source`, glibc's defaults) with `flags`.
+ * (`source`, glibc's defaults) with `flags`; `root` is the tree (default this one; bench:memory's
+ * `--before DIR` runs another).
  */
 export function imageLaunch(
   entry: 'image' | 'source',
   flags: readonly string[] = IMAGE_NODE_FLAGS,
+  root = new URL('..', import.meta.url).pathname,
 ): { nodeFlags: readonly string[]; main?: string; env: Readonly<Record<string, string>> } {
   if (entry === 'source') return { nodeFlags: flags, env: {} };
-  const root = new URL('..', import.meta.url).pathname;
   const built = spawnSync('npm', ['run', 'build'], { cwd: root, encoding: 'utf8' });
   if (built.status !== 0) throw new Error(`npm run build failed:\n${built.stdout}${built.stderr}`);
   return { nodeFlags: flags, main: join(root, 'dist/agent/cli/main.js'), env: IMAGE_ENV };

@@ -2,7 +2,8 @@
 // mode), and turns it into typed settings with milliseconds and defaults. Errors name the key, what was expected and what was found.
 import { DEFAULT_PEER_SHORTLIST } from '../pool/pool.ts';
 import { readFileSync } from 'node:fs';
-import { Value } from '@sinclair/typebox/value';
+// Only the error iterator (`Value.Errors`): '@sinclair/typebox/value' loads every value operation.
+import { Errors } from '@sinclair/typebox/errors';
 import { parse as parseYaml } from 'yaml';
 import type { Pod } from '../types.ts';
 import type { ProviderSettings } from '../providers/types.ts';
@@ -155,10 +156,10 @@ function expectation(schema: unknown, fallback: string): string {
 }
 
 /** Schema errors as `path: message (found X)`, one per path, most specific first. */
-export function schemaProblems(schema: Parameters<typeof Value.Errors>[0], value: unknown): string[] {
+export function schemaProblems(schema: Parameters<typeof Errors>[0], value: unknown): string[] {
   const seen = new Set<string>();
   const problems: string[] = [];
-  for (const error of Value.Errors(schema, value)) {
+  for (const error of Errors(schema, value)) {
     const path = dotPath(error.path) || '(root)';
     if (seen.has(path)) continue;
     seen.add(path);

@@ -1,6 +1,7 @@
 // One concern: send one request to one pod and hand back its answer, holding the first byte
 // back so a failure before it can still be retried on another pod.
-import { Agent, errors as undiciErrors, type Dispatcher } from 'undici';
+import type { Dispatcher } from 'undici';
+import { Agent, errors as undiciErrors } from '../../shared/undici.ts';
 import type { ChunkSink, ChunkSource } from './relay.ts';
 import { credentialFor } from './headers.ts';
 import type { PodCredential } from '../config/load.ts';

@@ -1,0 +1,68 @@
+// What a running agent has loaded (README "Memory": every loaded module's code and source stay in
+// the heap for the process's life): an agent in static mode that served requests has loaded the
+// undici parts it uses but not undici's index (fetch, WebSocket, caches, mocks), typebox's error
+// iterator but not its value operations, and nothing of the Kubernetes client. Checked in a fresh
+// Node process that records every module resolved (import and require) while a real agent starts,
+// forwards a request to a pod, and serves its admin pages.
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { startSim } from '../shared/sim/server.ts';
+
+const root = new URL('..', import.meta.url).href;
+
+async function modulesLoaded(podAddress: string): Promise<string[]> {
+  const script = `
+    import { registerHooks } from 'node:module';
+    const resolved = [];
+    registerHooks({ resolve(specifier, context, next) { const r = next(specifier, context); resolved.push(r.url); return r; } });
+    const { startAgent } = await import(${JSON.stringify(`${root}agent/agent.ts`)});
+    const { settingsFromObject } = await import(${JSON.stringify(`${root}agent/config/load.ts`)});
+    const settings = settingsFromObject({
+      node: 'startup', listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' }, scrapeInterval: '50ms',
+      pods: [{ name: 'pod-0', address: ${JSON.stringify(podAddress)}, engine: 'vllm', models: ['m'] }],
+      providers: [{ name: 'oa', kind: 'openai', endpoint: 'http://127.0.0.1:9', models: { m: 'm' }, apiKey: { env: 'STARTUP_TEST_KEY' } }],
+    });
+    const agent = await startAgent(settings, { log: () => {}, requestLog: () => {} });
+    await new Promise((r) => setTimeout(r, 300));
+    const res = await fetch(agent.apiUrl + '/v1/chat/completions', {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }),
+    });
+    const status = res.status;
+    await res.text();
+    for (const path of ['/metrics', '/debug/state', '/healthz']) await (await fetch(agent.adminUrl + path)).text();
+    await agent.shutdown();
+    console.log(JSON.stringify({ status, resolved }));
+  `;
+  const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', script], {
+    env: { ...process.env, STARTUP_TEST_KEY: 'k' },
+  });
+  const { status, resolved } = JSON.parse(stdout.trim().split('\n').at(-1)!) as { status: number; resolved: string[] };
+  assert.equal(status, 200, 'the agent forwarded the request to its pod');
+  return resolved;
+}
+
+describe('modules a static-mode agent loads', () => {
+  it("loads undici's connection pools, not its index; typebox's errors, not its values; no Kubernetes client", async () => {
+    const pod = await startSim({ models: ['m'] });
+    try {
+      const loaded = await modulesLoaded(`127.0.0.1:${pod.port}`);
+      const has = (pattern: RegExp) => loaded.filter((u) => pattern.test(u));
+      assert.ok(has(/undici\/lib\/dispatcher\/agent\.js$/).length > 0, 'undici Agent loaded');
+      assert.ok(has(/undici\/lib\/dispatcher\/client-h1\.js$/).length > 0, 'the HTTP/1.1 client ran');
+      assert.deepEqual(has(/node_modules\/undici\/index\.js$/), [], "undici's index");
+      assert.deepEqual(
+        has(/node_modules\/undici\/lib\/(web|mock|cache)\//),
+        [],
+        'undici fetch, WebSocket, mocks, caches',
+      );
+      assert.ok(has(/@sinclair\/typebox\/.*errors/).length > 0, "typebox's error iterator loaded");
+      assert.deepEqual(has(/@sinclair\/typebox\/build\/(esm|cjs)\/value\/value\//), [], "typebox's value operations");
+      assert.deepEqual(has(/@kubernetes\/client-node/), [], 'the Kubernetes client');
+    } finally {
+      await pod.close();
+    }
+  });
+});
