@@ -8,6 +8,16 @@ import { resolveSecret } from '../config/secrets.ts';
 import type { Pod } from '../types.ts';
 import { describeError } from '../../shared/describe-error.ts';
 
+/**
+ * Whether the client of a request left, and a call when it does: an AbortSignal fits, and so does
+ * the API listener's request (agent/server/client-request.ts), which needs no EventTarget.
+ */
+export interface ClientPresence {
+  readonly aborted: boolean;
+  addEventListener(type: 'abort', listener: () => void): void;
+  removeEventListener(type: 'abort', listener: () => void): void;
+}
+
 export interface PodTimeouts {
   /** Until the pod's response headers, for a streamed request (they come with the first token). */
   connectMs: number;
@@ -84,7 +94,7 @@ export type PodAttempt =
  */
 class PodExchange implements PodResponseHandler, ChunkSource {
   readonly #settle: (attempt: PodAttempt) => void;
-  readonly #signal: AbortSignal;
+  readonly #signal: ClientPresence;
   readonly #now: () => number;
   readonly #started: number;
   /** Until response headers; started at send, so time queued for a connection counts too. */
@@ -104,7 +114,7 @@ class PodExchange implements PodResponseHandler, ChunkSource {
   #held: Buffer[] | undefined;
   #ended: { error?: Error } | undefined;
 
-  constructor(settle: (attempt: PodAttempt) => void, signal: AbortSignal, now: () => number, headersMs: number) {
+  constructor(settle: (attempt: PodAttempt) => void, signal: ClientPresence, now: () => number, headersMs: number) {
     this.#settle = settle;
     this.#signal = signal;
     this.#now = now;
@@ -256,7 +266,7 @@ export function sendToPod(
   address: string,
   path: string,
   body: Uint8Array,
-  clientSignal: AbortSignal,
+  clientSignal: ClientPresence,
   timeouts: PodTimeouts,
   options: {
     /** The request is not streamed: its headers wait for the whole answer (responseMs, not connectMs). */

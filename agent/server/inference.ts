@@ -171,10 +171,10 @@ export class RequestPath {
         record.podAttempts = podAttempts;
         record.predictedTtftMs = Math.round(decision.predictedTtftMs * 10) / 10;
         const slo = { leavable: leave.allowed, started, sloTtftMs: policy.sloTtftMs };
-        const answer = await attemptPod(deps, chosen, parsed, body, request, decision.chosen, slo, req.signal, ctx);
+        const answer = await attemptPod(deps, chosen, parsed, body, request, decision.chosen, slo, req, ctx);
         if (answer) return answer;
         tried.add(chosen.pod.uid);
-        if (req.signal.aborted) throw new Error('client gone');
+        if (req.aborted) throw new Error('client gone');
         if (podAttempts > deps.limits.maxRetries) return podsFailed(podAttempts, ctx.lastPodError);
         deps.metrics.retries.inc();
         continue;

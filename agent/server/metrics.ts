@@ -69,6 +69,92 @@ export function podPredictionsOf(
   };
 }
 
+/**
+ * A counter on the request path: increments are summed here per label values (nested maps, no
+ * label hashing or validation per call) and handed to prom-client when the metric is read, so the
+ * exposition is the same. prom-client hashes and checks the labels on every `inc` (0.35 µs with 5
+ * labels, `labels()` children included), which the request path paid several times per request.
+ */
+export class HotCounter<L extends string> {
+  readonly counter: Counter<L>;
+  readonly #names: readonly L[];
+  readonly #root = new Map<string, unknown>();
+  /** Cells with a count not yet handed over. */
+  readonly #dirty: { labels: Record<L, string>; delta: number }[] = [];
+
+  constructor(registry: Registry, name: string, help: string, labelNames: readonly L[]) {
+    this.#names = labelNames;
+    const flush = () => this.#flush();
+    this.counter = new Counter<L>({
+      name,
+      help,
+      labelNames,
+      registers: [registry],
+      collect() {
+        flush();
+      },
+    });
+  }
+
+  inc(labels: Record<L, string>, value = 1): void {
+    const names = this.#names;
+    let map = this.#root;
+    const last = names.length - 1;
+    for (let i = 0; i < last; i++) {
+      const key = labels[names[i]];
+      let next = map.get(key) as Map<string, unknown> | undefined;
+      if (next === undefined) {
+        next = new Map();
+        map.set(key, next);
+      }
+      map = next;
+    }
+    const key = labels[names[last]];
+    let cell = map.get(key) as { labels: Record<L, string>; delta: number } | undefined;
+    if (cell === undefined) {
+      cell = { labels: { ...labels }, delta: 0 };
+      map.set(key, cell);
+    }
+    if (cell.delta === 0) this.#dirty.push(cell);
+    cell.delta += value;
+  }
+
+  /** The counter's series, as prom-client reads them (counts so far included). */
+  get(): ReturnType<Counter<L>['get']> {
+    return this.counter.get();
+  }
+
+  #flush(): void {
+    for (const cell of this.#dirty) {
+      if (cell.delta > 0) this.counter.inc(cell.labels, cell.delta);
+      cell.delta = 0;
+    }
+    this.#dirty.length = 0;
+  }
+}
+
+/** A gauge the request path moves by one: a plain number, read into prom-client when the metric is read. */
+export class HotGauge {
+  value = 0;
+  constructor(registry: Registry, name: string, help: string) {
+    const read = () => this.value;
+    new Gauge({
+      name,
+      help,
+      registers: [registry],
+      collect() {
+        this.set(read());
+      },
+    });
+  }
+  inc(): void {
+    this.value++;
+  }
+  dec(): void {
+    this.value--;
+  }
+}
+
 export function createMetrics(options: MetricsOptions = {}) {
   const registry = new Registry();
   if (options.defaultMetrics) collectDefaultMetrics({ register: registry, prefix: 'kinference_' });
@@ -78,6 +164,9 @@ export function createMetrics(options: MetricsOptions = {}) {
   /** A plain counter on this agent's registry (most metrics here are just that). */
   const counter = <L extends string>(name: string, help: string, labelNames: readonly L[] = []) =>
     new Counter<L>({ name, help, labelNames, registers: [registry] });
+  /** A request-path counter on this agent's registry (see HotCounter). */
+  const hotCounter = <L extends string>(name: string, help: string, labelNames: readonly L[]) =>
+    new HotCounter<L>(registry, name, help, labelNames);
   /** A histogram on this agent's registry. */
   const histogram = <L extends string>(name: string, help: string, labelNames: readonly L[], buckets: number[]) =>
     new Histogram<L>({ name, help, labelNames, buckets, registers: [registry] });
@@ -117,7 +206,7 @@ export function createMetrics(options: MetricsOptions = {}) {
     });
   const m = {
     registry,
-    requests: counter(
+    requests: hotCounter(
       'kinference_requests_total',
       'Requests handled, by API, route taken (local|peer|overflow|rejected), outcome, model and policy (bounded: "other" past limits.maxLabelValues, "none" before either is known).',
       ['api', 'route', 'outcome', 'model', 'policy'],
@@ -150,17 +239,17 @@ export function createMetrics(options: MetricsOptions = {}) {
       "Requests answered 429 because their tenant's overflow budget kept them in the cluster and no pod freed in time, by tenant (bounded) and reason (exhausted|share|warming).",
       ['tenant', 'reason'],
     ),
-    sloRequests: counter(
+    sloRequests: hotCounter(
       'kinference_slo_requests_total',
       'Answered requests whose TTFT could be measured (streamed, embeddings, overflow), by route, whether policy let them leave, and whether their TTFT (from arrival at the agent) met the SLO.',
       ['route', 'leavable', 'within_slo'],
     ),
-    admissionCalibration: counter(
+    admissionCalibration: hotCounter(
       'kinference_admission_calibration_total',
       "Requests served by a local pod whose TTFT could be measured, by whether it was within the predicted quantile (at the policy's attainment) they were admitted on; the within share should sit near that attainment.",
       ['pod', 'within_quantile'],
     ),
-    prefixTokens: counter(
+    prefixTokens: hotCounter(
       'kinference_prefix_tokens_total',
       'Estimated prompt tokens sent to pods (kind="prompt"), and of those expected in the pod\'s prefix cache (kind="expected_cached").',
       ['kind'],
@@ -174,9 +263,11 @@ export function createMetrics(options: MetricsOptions = {}) {
       'Requests that waited for a pod, by how the wait ended (pod|timeout|cancelled|full|shed: a higher priority took its place).',
       ['outcome'],
     ),
-    dropped: counter('kinference_candidates_dropped_total', 'Candidate pods dropped by a routing filter, by reason.', [
-      'reason',
-    ]),
+    dropped: hotCounter(
+      'kinference_candidates_dropped_total',
+      'Candidate pods dropped by a routing filter, by reason.',
+      ['reason'],
+    ),
     providerRequests: counter(
       'kinference_provider_requests_total',
       'Overflow attempts per provider and outcome (ok|declined|failed|skipped|client_error).',
@@ -270,7 +361,7 @@ export function createMetrics(options: MetricsOptions = {}) {
         if (ledger) g.set(ledger.synced ? 1 : 0);
       },
     ),
-    inFlight: gauge('kinference_in_flight_requests', 'Requests being served now.', []),
+    inFlight: new HotGauge(registry, 'kinference_in_flight_requests', 'Requests being served now.'),
     memoryReleases: counter(
       'kinference_memory_releases_total',
       'Memory-reducing GCs the agent ran after turning quiet (limits.releaseMemoryAfterIdle).',

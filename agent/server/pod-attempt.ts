@@ -2,7 +2,7 @@
 // (TTFT, prediction error, SLO and calibration counters, prefix tokens).
 import { responsesErrorEvent } from '../../shared/openai/errors.ts';
 import { readRest } from '../forward/relay.ts';
-import { sendToPod } from '../forward/pod.ts';
+import { sendToPod, type ClientPresence } from '../forward/pod.ts';
 import { candidateName } from '../route/router.ts';
 import type { Candidate } from '../route/candidate.ts';
 import type { Scored } from '../route/picker.ts';
@@ -21,7 +21,7 @@ export async function attemptPod(
   request: RouteRequest,
   admitted: Scored,
   slo: { leavable: boolean; started: number; sloTtftMs: number },
-  signal: AbortSignal,
+  signal: ClientPresence,
   ctx: RequestContext,
 ): Promise<Answer | undefined> {
   const route = candidateName(candidate);

@@ -69,7 +69,7 @@ export class RequestRecorder {
     } catch (error) {
       if (error instanceof RequestError) {
         answer = errorAnswer(error.status, error.message, { param: error.param, code: error.code });
-      } else if (req.signal.aborted) {
+      } else if (req.aborted) {
         answer = errorAnswer(499, 'client closed the request', { code: 'client_closed' });
       } else {
         this.#deps.log('error', `unexpected error on the request path: ${describeUnexpected(error)}`);
@@ -83,7 +83,7 @@ export class RequestRecorder {
     r.status = answer.status;
     // A client that left before its answer is its own outcome, not the status we could not send.
     const ok = answer.status >= 200 && answer.status < 300;
-    r.outcome = req.signal.aborted || answer.status === 499 ? 'cancelled' : ok ? 'ok' : String(answer.status);
+    r.outcome = req.aborted || answer.status === 499 ? 'cancelled' : ok ? 'ok' : String(answer.status);
     const slash = r.route.indexOf('/'); // local/<pod> → local
     metrics.requests.inc({
       api,
