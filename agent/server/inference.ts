@@ -159,7 +159,7 @@ export class RequestPath {
       const leave = deps.leaveVerdict(policy, request);
       const candidates = untried(deps.pool.candidates(request.model, request.promptBlocks));
       const decision = decide({ request, policy, candidates, leave, waitedMs: deps.now() - started, rand: deps.rand });
-      for (const d of decision.dropped) deps.metrics.dropped.inc({ reason: d.reason });
+      for (const d of decision.dropped) deps.metrics.dropped.add(1, d.reason);
 
       if (decision.action === 'pod') {
         if (waited) {
@@ -206,14 +206,10 @@ export class RequestPath {
           const answer = answerOfResponse(result.response);
           const provider = answer.headers['x-kinference-route']?.slice('overflow/'.length) ?? 'unknown';
           deps.metrics.overflows.inc({ provider, reason });
-          deps.metrics.upstreamTtft.observe({ route: 'overflow', stream: String(parsed.stream) }, ttftMs / 1000);
+          deps.metrics.upstreamTtft.observe(ttftMs / 1000, 'overflow', String(parsed.stream));
           // The provider's answer is in hand at its first byte when streamed: close enough to its TTFT.
           if (parsed.stream)
-            deps.metrics.sloRequests.inc({
-              route: 'overflow',
-              leavable: 'true',
-              within_slo: String(deps.now() - started <= policy.sloTtftMs),
-            });
+            deps.metrics.sloRequests.add(1, 'overflow', 'true', String(deps.now() - started <= policy.sloTtftMs));
           return answer;
         }
         return errorAnswer(result.status, `no pod can answer in time and ${result.message}`, {

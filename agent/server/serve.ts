@@ -85,13 +85,15 @@ export class RequestRecorder {
     const ok = answer.status >= 200 && answer.status < 300;
     r.outcome = req.aborted || answer.status === 499 ? 'cancelled' : ok ? 'ok' : String(answer.status);
     const slash = r.route.indexOf('/'); // local/<pod> → local
-    metrics.requests.inc({
+    // Label values in the counter's order: api, route, outcome, model, policy.
+    metrics.requests.add(
+      1,
       api,
-      route: slash < 0 ? r.route : r.route.slice(0, slash),
-      outcome: r.outcome,
-      model: r.model === undefined ? 'none' : this.#modelLabel.value(r.model),
-      policy: r.policy === undefined ? 'none' : this.#policyLabel.value(r.policy),
-    });
+      slash < 0 ? r.route : r.route.slice(0, slash),
+      r.outcome,
+      r.model === undefined ? 'none' : this.#modelLabel.value(r.model),
+      r.policy === undefined ? 'none' : this.#policyLabel.value(r.policy),
+    );
     answer.headers['x-request-id'] = requestId;
     const sent = await writeAnswer(res, answer, this.#drainStop);
     const { requestLog } = this.#deps;
