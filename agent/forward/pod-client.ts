@@ -119,9 +119,12 @@ export function parseResponseHead(text: string): ResponseHead | string {
     (lineEnd > 12 && text.charCodeAt(12) !== 32)
   )
     return `not an HTTP/1.x status line: ${JSON.stringify(text.slice(0, Math.min(lineEnd, 40)))}`;
-  const status = Number(text.slice(9, 12));
-  if (!Number.isInteger(status) || text.charCodeAt(9) < 49 || text.charCodeAt(9) > 57)
+  const d0 = text.charCodeAt(9) - 48;
+  const d1 = text.charCodeAt(10) - 48;
+  const d2 = text.charCodeAt(11) - 48;
+  if (d0 < 1 || d0 > 9 || d1 < 0 || d1 > 9 || d2 < 0 || d2 > 9)
     return `not an HTTP/1.x status line: ${JSON.stringify(text.slice(0, Math.min(lineEnd, 40)))}`;
+  const status = d0 * 100 + d1 * 10 + d2;
   const http11 = text.charCodeAt(7) === 49;
   let connection = '';
   let transferEncoding: string | undefined;
