@@ -1,13 +1,22 @@
 // One concern: send one request to one pod and hand back its answer, holding the first byte
 // back so a failure before it can still be retried on another pod.
-import type { Dispatcher } from 'undici';
-import { Agent, errors as undiciErrors } from '../../shared/undici.ts';
+import { PodClient, type PodRequest, type PodResponseHandler } from './pod-client.ts';
 import type { ChunkSink, ChunkSource } from './relay.ts';
 import { credentialFor } from './headers.ts';
 import type { PodCredential } from '../config/load.ts';
 import { resolveSecret } from '../config/secrets.ts';
 import type { Pod } from '../types.ts';
 import { describeError } from '../../shared/describe-error.ts';
+
+/**
+ * Whether the client of a request left, and a call when it does: an AbortSignal fits, and so does
+ * the API listener's request (agent/server/client-request.ts), which needs no EventTarget.
+ */
+export interface ClientPresence {
+  readonly aborted: boolean;
+  addEventListener(type: 'abort', listener: () => void): void;
+  removeEventListener(type: 'abort', listener: () => void): void;
+}
 
 export interface PodTimeouts {
   /** Until the pod's response headers, for a streamed request (they come with the first token). */
@@ -23,18 +32,12 @@ export interface PodTimeouts {
 }
 
 /**
- * Keep-alive connection pools, one per pod origin, shared by every request of the agent. The
- * router admits at most `maxConnectionsPerPod` requests to one pod at a time (the pool's
- * at-capacity filter), and this is the same bound: a request never waits inside undici's queue,
- * where no timer runs and the router cannot see it.
+ * Keep-alive connections to pods, shared by every request of the agent. The router admits at most
+ * `maxConnectionsPerPod` requests to one pod at a time (the pool's at-capacity filter), and this
+ * is the same bound: a request never waits in the client's queue, where the router cannot see it.
  */
-export function createPodDispatcher(maxConnectionsPerPod: number): Agent {
-  return new Agent({
-    keepAliveTimeout: 30_000,
-    keepAliveMaxTimeout: 300_000,
-    connections: maxConnectionsPerPod,
-    pipelining: 1,
-  });
+export function createPodDispatcher(maxConnectionsPerPod: number): PodClient {
+  return new PodClient({ maxConnectionsPerPod, keepAliveMs: 30_000, maxKeepAliveMs: 300_000 });
 }
 
 /** The headers that authenticate the agent to a pod: its most specific configured API key, if any. */
@@ -83,28 +86,22 @@ export type PodAttempt =
       error: string;
     };
 
-/** undici's two timeouts in words; anything else as every error is described. */
-function describe(error: unknown): string {
-  if (error instanceof undiciErrors.HeadersTimeoutError) return 'timed out waiting for response headers';
-  if (error instanceof undiciErrors.BodyTimeoutError) return 'timed out waiting for the body';
-  return describeError(error);
-}
-
 /**
- * One request to a pod on undici's dispatch callbacks: no body stream, no async iterator, no
- * abort-signal plumbing per request. It settles the attempt at the first body byte (or the
- * failure before it), then hands the rest to one sink as it arrives, pausing the pod's socket
- * when the sink is full (the client reads slowly) and until a sink is attached.
+ * One request to a pod on the agent's own client (pod-client.ts). It settles the attempt at the
+ * first body byte (or the failure before it), then hands the rest to one sink as it arrives,
+ * pausing the pod's socket when the sink is full (the client reads slowly) and until a sink is
+ * attached.
  */
-class PodExchange implements Dispatcher.DispatchHandler, ChunkSource {
+class PodExchange implements PodResponseHandler, ChunkSource {
   readonly #settle: (attempt: PodAttempt) => void;
-  readonly #clientGone: () => boolean;
+  readonly #signal: ClientPresence;
   readonly #now: () => number;
   readonly #started: number;
   /** Until response headers; started at send, so time queued for a connection counts too. */
   readonly #headersDeadline: NodeJS.Timeout;
+  readonly #headersMs: number;
   #settled = false;
-  #controller: Dispatcher.DispatchController | undefined;
+  #request: PodRequest | undefined;
   /** Why we stopped the request ourselves (deadline, client gone, body too large). */
   #stopped: Error | undefined;
   #status = 0;
@@ -114,23 +111,30 @@ class PodExchange implements Dispatcher.DispatchHandler, ChunkSource {
   #errorBytes = 0;
   #sink: ChunkSink | undefined;
   /** Chunks (and the end) that arrived after the first byte, before a sink was attached. */
-  #held: Buffer[] = [];
+  #held: Buffer[] | undefined;
   #ended: { error?: Error } | undefined;
 
-  constructor(settle: (attempt: PodAttempt) => void, clientGone: () => boolean, now: () => number, headersMs: number) {
+  constructor(settle: (attempt: PodAttempt) => void, signal: ClientPresence, now: () => number, headersMs: number) {
     this.#settle = settle;
-    this.#clientGone = clientGone;
+    this.#signal = signal;
     this.#now = now;
     this.#started = now();
-    this.#headersDeadline = setTimeout(
-      () => this.#stop(new Error(`no response headers within ${headersMs} ms`)),
-      headersMs,
-    );
+    this.#headersMs = headersMs;
+    this.#headersDeadline = setTimeout(onHeadersDeadline, headersMs, this);
   }
 
-  #fail(error: unknown): void {
-    const reason = this.#stopped && !this.#clientGone() ? this.#stopped.message : describe(error);
-    this.#settleOnce({ ok: false, retryable: !this.#clientGone(), error: reason });
+  start(request: PodRequest): void {
+    this.#request = request;
+  }
+
+  headersDeadline(): void {
+    this.#stop(new Error(`no response headers within ${this.#headersMs} ms`));
+  }
+
+  #fail(error: Error): void {
+    const clientGone = this.#signal.aborted;
+    const reason = this.#stopped && !clientGone ? this.#stopped.message : describeError(error);
+    this.#settleOnce({ ok: false, retryable: !clientGone, error: reason });
   }
 
   #settleOnce(attempt: PodAttempt): void {
@@ -140,45 +144,42 @@ class PodExchange implements Dispatcher.DispatchHandler, ChunkSource {
     this.#settle(attempt);
   }
 
-  onRequestStart(controller: Dispatcher.DispatchController): void {
-    this.#controller = controller;
-    if (this.#stopped) controller.abort(this.#stopped);
-  }
-
-  onResponseStart(_controller: Dispatcher.DispatchController, status: number, headers: Record<string, unknown>): void {
+  head(status: number, contentType: string | undefined): void {
     clearTimeout(this.#headersDeadline);
     this.#status = status;
-    const type = headers['content-type'];
-    if (type !== undefined) this.#contentType = String(type);
+    if (contentType !== undefined) this.#contentType = contentType;
     if (status >= 400) this.#errorBody = [];
   }
 
-  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+  data(chunk: Buffer): boolean {
     if (this.#errorBody) {
       this.#errorBytes += chunk.byteLength;
       if (this.#errorBytes <= MAX_ERROR_BODY_BYTES) this.#errorBody.push(chunk);
-      else this.#stop(new Error(`pod answered ${this.#status} with an error body over ${MAX_ERROR_BODY_BYTES} bytes`));
-      return;
+      else {
+        const reason = new Error(`pod answered ${this.#status} with an error body over ${MAX_ERROR_BODY_BYTES} bytes`);
+        if (!this.#signal.aborted)
+          this.#settleOnce({ ok: false, retryable: true, status: this.#status, error: reason.message });
+        this.#stop(reason);
+      }
+      return true;
     }
-    if (!this.#settled) return this.#answered(chunk);
-    if (!this.#sink) {
-      this.#held.push(chunk);
-      controller.pause();
-    } else if (!this.#sink.data(chunk)) controller.pause();
+    if (!this.#settled) {
+      this.#answered(chunk);
+      return true;
+    }
+    if (this.#sink) return this.#sink.data(chunk);
+    (this.#held ??= []).push(chunk);
+    return false;
   }
 
-  onResponseEnd(): void {
+  end(): void {
     if (this.#errorBody) return this.#errorAnswer(Buffer.concat(this.#errorBody, this.#errorBytes));
     if (!this.#settled) this.#answered(undefined);
     this.#end({});
   }
 
-  onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
-    if (!this.#settled) {
-      if (this.#errorBody && this.#stopped && !this.#clientGone())
-        return this.#settleOnce({ ok: false, retryable: true, status: this.#status, error: this.#stopped.message });
-      return this.#fail(error);
-    }
+  error(error: Error): void {
+    if (!this.#settled) return this.#fail(error);
     this.#end({ error: this.#stopped ?? error });
   }
 
@@ -223,31 +224,36 @@ class PodExchange implements Dispatcher.DispatchHandler, ChunkSource {
     else this.#ended = how;
   }
 
-  /** Stops the request: before the answer, the attempt fails with `reason` at once (even while queued). */
+  /** Stops the request; before the answer, the attempt fails with `reason` at once; after it, a flowing sink ends with it. */
   #stop(reason: Error): void {
     if (this.#stopped) return;
     this.#stopped = reason;
-    if (this.#controller) this.#controller.abort(reason);
-    else if (!this.#settled) this.#fail(reason);
+    this.#request?.abort();
+    if (!this.#settled) this.#fail(reason);
+    else if (!this.#ended) this.#end({ error: reason });
   }
 
   // ChunkSource: the rest of the body, after the first chunk.
   flow(sink: ChunkSink): void {
     this.#sink = sink;
     let more = true;
-    for (const chunk of this.#held.splice(0)) more = sink.data(chunk);
+    if (this.#held) for (const chunk of this.#held.splice(0)) more = sink.data(chunk);
     if (this.#ended) return sink.end(this.#ended.error);
     if (more) this.resume();
   }
 
   resume(): void {
-    this.#controller?.resume();
+    this.#request?.resume();
   }
 
-  /** Stops the request (headers deadline, client gone, relay ended); before the answer, it fails at once. */
+  /** Stops the request (client gone, relay ended, body too large); before the answer, it fails at once. */
   abort(reason: Error): void {
     this.#stop(reason);
   }
+}
+
+function onHeadersDeadline(exchange: PodExchange): void {
+  exchange.headersDeadline();
 }
 
 /**
@@ -256,11 +262,11 @@ class PodExchange implements Dispatcher.DispatchHandler, ChunkSource {
  * client's own (its Authorization above all) never reach the pod.
  */
 export function sendToPod(
-  dispatcher: Dispatcher,
+  client: PodClient,
   address: string,
   path: string,
   body: Uint8Array,
-  clientSignal: AbortSignal,
+  clientSignal: ClientPresence,
   timeouts: PodTimeouts,
   options: {
     /** The request is not streamed: its headers wait for the whole answer (responseMs, not connectMs). */
@@ -269,10 +275,8 @@ export function sendToPod(
     now?: () => number;
   },
 ): Promise<PodAttempt> {
-  const { wholeAnswer, headers = {}, now = performance.now.bind(performance) } = options;
+  const { wholeAnswer, headers, now = performanceNow } = options;
   return new Promise((resolve) => {
-    // undici's headersTimeout starts once a connection is free; the exchange's own starts now, so
-    // time spent queued for a connection counts too.
     const headersMs = wholeAnswer ? timeouts.responseMs : timeouts.connectMs;
     const onClientGone = () => exchange.abort(new Error('client disconnected'));
     const exchange = new PodExchange(
@@ -280,24 +284,17 @@ export function sendToPod(
         clientSignal.removeEventListener('abort', onClientGone);
         resolve(attempt);
       },
-      () => clientSignal.aborted,
+      clientSignal,
       now,
       headersMs,
     );
     if (clientSignal.aborted) return onClientGone();
-    clientSignal.addEventListener('abort', onClientGone, { once: true });
-    // undici reports every failure, a synchronous one too, through onResponseError.
-    dispatcher.dispatch(
-      {
-        origin: `http://${address}`,
-        path,
-        method: 'POST',
-        headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers },
-        body,
-        headersTimeout: headersMs,
-        bodyTimeout: timeouts.idleMs,
-      },
-      exchange,
-    );
+    clientSignal.addEventListener('abort', onClientGone);
+    const sent: Record<string, string> = { 'content-type': 'application/json', accept: ACCEPT };
+    if (headers) for (const name in headers) sent[name] = headers[name];
+    exchange.start(client.post(address, path, sent, body, exchange, timeouts.idleMs));
   });
 }
+
+const ACCEPT = 'application/json, text/event-stream';
+const performanceNow = () => performance.now();

@@ -1,16 +1,33 @@
 // The client's request as the request path sees it, straight from node:http: headers read from
-// the parsed header object (no web Headers), an abort signal that fires when the client leaves
-// before its answer is sent, and the socket stream its body is read from (once).
+// the parsed header object (no web Headers), whether the client left before its answer was sent
+// (a plain listener list: an AbortController and its EventTarget per request cost more than the
+// rest of this object, and most requests never need one), and the socket stream its body is
+// read from (once).
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { HeaderReader } from '../forward/headers.ts';
+import type { ClientPresence } from '../forward/pod.ts';
 
-export class ClientRequest {
+/** node:http's parsed headers read by (lowercase) name, repeated ones joined. */
+class NodeHeaders implements HeaderReader {
+  readonly #raw: IncomingMessage['headers'];
+  constructor(raw: IncomingMessage['headers']) {
+    this.#raw = raw;
+  }
+  get(name: string): string | null {
+    const value = this.#raw[name];
+    return value === undefined ? null : Array.isArray(value) ? value.join(', ') : value;
+  }
+}
+
+export class ClientRequest implements ClientPresence {
   readonly incoming: IncomingMessage;
   readonly headers: HeaderReader;
   /** The path asked for, without the query. */
   readonly path: string;
   readonly remoteIp: string | undefined;
-  readonly #left = new AbortController();
+  #left = false;
+  #listeners: (() => void)[] | undefined;
+  #controller: AbortController | undefined;
 
   constructor(incoming: IncomingMessage, res: ServerResponse) {
     this.incoming = incoming;
@@ -18,21 +35,46 @@ export class ClientRequest {
     const query = url.indexOf('?');
     this.path = query < 0 ? url : url.slice(0, query);
     this.remoteIp = incoming.socket.remoteAddress;
-    const raw = incoming.headers;
-    this.headers = {
-      get: (name) => {
-        const value = raw[name];
-        return value === undefined ? null : Array.isArray(value) ? value.join(', ') : value;
-      },
-    };
+    this.headers = new NodeHeaders(incoming.headers);
     // 'close' before the answer finished: the client left (mid-body, waiting, or mid-stream).
     res.on('close', () => {
-      if (!res.writableFinished) this.#left.abort(new Error('client disconnected'));
+      if (!res.writableFinished) this.#leave();
     });
   }
 
-  /** Aborted when the client leaves before its answer is complete. */
+  #leave(): void {
+    if (this.#left) return;
+    this.#left = true;
+    this.#controller?.abort(new Error('client disconnected'));
+    const listeners = this.#listeners;
+    this.#listeners = undefined;
+    if (listeners) for (const listener of listeners) listener();
+  }
+
+  /** The client left before its answer was complete. */
+  get aborted(): boolean {
+    return this.#left;
+  }
+
+  /** Calls `listener` once when the client leaves before its answer is complete. */
+  addEventListener(_type: 'abort', listener: () => void): void {
+    if (this.#left) return;
+    (this.#listeners ??= []).push(listener);
+  }
+
+  removeEventListener(_type: 'abort', listener: () => void): void {
+    const listeners = this.#listeners;
+    if (!listeners) return;
+    const at = listeners.indexOf(listener);
+    if (at >= 0) listeners.splice(at, 1);
+  }
+
+  /** Aborted when the client leaves before its answer is complete (made when first asked for). */
   get signal(): AbortSignal {
-    return this.#left.signal;
+    if (!this.#controller) {
+      this.#controller = new AbortController();
+      if (this.#left) this.#controller.abort(new Error('client disconnected'));
+    }
+    return this.#controller.signal;
   }
 }

@@ -159,7 +159,7 @@ export class RequestPath {
       const leave = deps.leaveVerdict(policy, request);
       const candidates = untried(deps.pool.candidates(request.model, request.promptBlocks));
       const decision = decide({ request, policy, candidates, leave, waitedMs: deps.now() - started, rand: deps.rand });
-      for (const d of decision.dropped) deps.metrics.dropped.inc({ reason: d.reason });
+      for (const d of decision.dropped) deps.metrics.dropped.add(1, d.reason);
 
       if (decision.action === 'pod') {
         if (waited) {
@@ -171,10 +171,10 @@ export class RequestPath {
         record.podAttempts = podAttempts;
         record.predictedTtftMs = Math.round(decision.predictedTtftMs * 10) / 10;
         const slo = { leavable: leave.allowed, started, sloTtftMs: policy.sloTtftMs };
-        const answer = await attemptPod(deps, chosen, parsed, body, request, decision.chosen, slo, req.signal, ctx);
+        const answer = await attemptPod(deps, chosen, parsed, body, request, decision.chosen, slo, req, ctx);
         if (answer) return answer;
         tried.add(chosen.pod.uid);
-        if (req.signal.aborted) throw new Error('client gone');
+        if (req.aborted) throw new Error('client gone');
         if (podAttempts > deps.limits.maxRetries) return podsFailed(podAttempts, ctx.lastPodError);
         deps.metrics.retries.inc();
         continue;
@@ -206,14 +206,10 @@ export class RequestPath {
           const answer = answerOfResponse(result.response);
           const provider = answer.headers['x-kinference-route']?.slice('overflow/'.length) ?? 'unknown';
           deps.metrics.overflows.inc({ provider, reason });
-          deps.metrics.upstreamTtft.observe({ route: 'overflow', stream: String(parsed.stream) }, ttftMs / 1000);
+          deps.metrics.upstreamTtft.observe(ttftMs / 1000, 'overflow', String(parsed.stream));
           // The provider's answer is in hand at its first byte when streamed: close enough to its TTFT.
           if (parsed.stream)
-            deps.metrics.sloRequests.inc({
-              route: 'overflow',
-              leavable: 'true',
-              within_slo: String(deps.now() - started <= policy.sloTtftMs),
-            });
+            deps.metrics.sloRequests.add(1, 'overflow', 'true', String(deps.now() - started <= policy.sloTtftMs));
           return answer;
         }
         return errorAnswer(result.status, `no pod can answer in time and ${result.message}`, {

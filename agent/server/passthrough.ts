@@ -107,26 +107,21 @@ async function passthrough(path: RequestPath, req: ClientRequest, ctx: RequestCo
     // Counted as in flight (load for the next decision); nothing is predicted, so nothing is learned.
     const ticket = deps.pool.begin(candidate, 0, 'chat', false);
     const headers = { ...ctx.upstreamHeaders, ...deps.podAuth(candidate.pod), 'content-type': contentType };
-    const sent = await sendToPod(
-      deps.dispatcher,
-      candidate.pod.address,
-      upstreamPath,
-      body,
-      req.signal,
-      deps.limits.pod,
-      { wholeAnswer: true, headers },
-    );
+    const sent = await sendToPod(deps.dispatcher, candidate.pod.address, upstreamPath, body, req, deps.limits.pod, {
+      wholeAnswer: true,
+      headers,
+    });
     const routeHeaders = { 'x-kinference-route': candidateName(candidate) };
     if (!sent.ok) {
       ticket.end(false);
       if (sent.retryable) ctx.lastPodError = sent.error;
-      if (sent.retryable && !req.signal.aborted && attempt < deps.limits.maxRetries) {
+      if (sent.retryable && !req.aborted && attempt < deps.limits.maxRetries) {
         deps.pool.markFailed(candidate);
         deps.metrics.retries.inc();
         tried.add(candidate.pod.uid);
         continue;
       }
-      if (req.signal.aborted) throw new Error('client gone');
+      if (req.aborted) throw new Error('client gone');
       if (sent.retryable) return podsFailed(attempt + 1, sent.error);
       return {
         status: sent.status ?? 502,
@@ -145,7 +140,7 @@ async function passthrough(path: RequestPath, req: ClientRequest, ctx: RequestCo
       return { status: sent.status, headers: { 'content-type': sent.contentType, ...routeHeaders }, body: bytes };
     } catch (error) {
       ticket.end(false);
-      if (req.signal.aborted) throw error;
+      if (req.aborted) throw error;
       return errorAnswer(502, `the model server failed while answering: ${(error as Error).message}`, {
         code: 'upstream_failed',
         headers: routeHeaders,

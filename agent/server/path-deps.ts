@@ -1,5 +1,5 @@
 // What the request path needs from the rest of the agent, and what it carries per request.
-import type { Agent as Dispatcher } from 'undici';
+import type { PodClient } from '../forward/pod-client.ts';
 import type { PodTimeouts } from '../forward/pod.ts';
 import type { HeaderReader } from '../forward/headers.ts';
 import type { LeaveVerdict } from '../route/router.ts';
@@ -29,7 +29,7 @@ export type OverflowResult =
 /** What the request path needs from the rest of the agent. */
 export interface RequestPathDeps {
   metrics: Metrics;
-  dispatcher: Dispatcher;
+  dispatcher: PodClient;
   limits: {
     maxBodyBytes: number;
     maxRetries: number;

@@ -2,7 +2,7 @@
 // (TTFT, prediction error, SLO and calibration counters, prefix tokens).
 import { responsesErrorEvent } from '../../shared/openai/errors.ts';
 import { readRest } from '../forward/relay.ts';
-import { sendToPod } from '../forward/pod.ts';
+import { sendToPod, type ClientPresence } from '../forward/pod.ts';
 import { candidateName } from '../route/router.ts';
 import type { Candidate } from '../route/candidate.ts';
 import type { Scored } from '../route/picker.ts';
@@ -21,15 +21,15 @@ export async function attemptPod(
   request: RouteRequest,
   admitted: Scored,
   slo: { leavable: boolean; started: number; sloTtftMs: number },
-  signal: AbortSignal,
+  signal: ClientPresence,
   ctx: RequestContext,
 ): Promise<Answer | undefined> {
   const route = candidateName(candidate);
   const predictedMs = admitted.predictedMs;
   const ticket = deps.pool.begin(candidate, request.promptTokens, request.kind, parsed.stream, request.promptBlocks);
-  deps.metrics.prefixTokens.inc({ kind: 'prompt' }, request.promptTokens);
+  deps.metrics.prefixTokens.add(request.promptTokens, 'prompt');
   const cached = Math.min(candidate.expectedCachedTokens ?? 0, request.promptTokens);
-  if (cached > 0) deps.metrics.prefixTokens.inc({ kind: 'expected_cached' }, cached);
+  if (cached > 0) deps.metrics.prefixTokens.add(cached, 'expected_cached');
   const headersOut = { ...ctx.upstreamHeaders, ...deps.podAuth(candidate.pod) };
   const attempt = await sendToPod(
     deps.dispatcher,
@@ -63,34 +63,32 @@ export async function attemptPod(
   ctx.record.ttftMs = Math.round(attempt.firstByteMs * 10) / 10;
   // Non-streamed answers arrive whole, so their first byte is the whole answer: recorded under
   // stream="false" for the operator.
-  deps.metrics.upstreamTtft.observe({ route: routeLabel, stream: streamLabel }, attempt.firstByteMs / 1000);
+  deps.metrics.upstreamTtft.observe(attempt.firstByteMs / 1000, routeLabel, streamLabel);
   if (candidate.where === 'local' && attempt.firstByteMs > 0) {
     deps.metrics.predictionError.observe(
-      { stream: streamLabel },
       Math.abs(predictedMs - attempt.firstByteMs) / attempt.firstByteMs,
+      streamLabel,
     );
   }
   // A TTFT exists for streamed requests (first byte) and embeddings (all prefill); a non-streamed
   // generation's first byte is its whole answer, so it is not counted against the TTFT SLO.
   const measured = (ms: number) => {
     if (!parsed.stream && parsed.kind !== 'embeddings') return;
-    deps.metrics.sloRequests.inc({
-      route: routeLabel,
-      leavable: String(slo.leavable),
-      within_slo: String(deps.now() - slo.started <= slo.sloTtftMs),
-    });
+    deps.metrics.sloRequests.add(
+      1,
+      routeLabel,
+      String(slo.leavable),
+      String(deps.now() - slo.started <= slo.sloTtftMs),
+    );
     if (candidate.where === 'local')
-      deps.metrics.admissionCalibration.inc({
-        pod: candidate.pod.name,
-        within_quantile: String(ms <= admitted.quantileMs),
-      });
+      deps.metrics.admissionCalibration.add(1, candidate.pod.name, String(ms <= admitted.quantileMs));
   };
   if (parsed.stream) {
     ticket.firstByte(attempt.firstByteMs);
     measured(attempt.firstByteMs);
     if (candidate.where === 'local') {
-      deps.metrics.podTtft.observe({ pod: candidate.pod.name, source: 'measured' }, attempt.firstByteMs / 1000);
-      deps.metrics.podTtft.observe({ pod: candidate.pod.name, source: 'predicted' }, predictedMs / 1000);
+      deps.metrics.podTtft.observe(attempt.firstByteMs / 1000, candidate.pod.name, 'measured');
+      deps.metrics.podTtft.observe(predictedMs / 1000, candidate.pod.name, 'predicted');
     }
     return podStreamAnswer(attempt, headers, {
       brokenEnd:

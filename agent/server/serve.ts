@@ -69,7 +69,7 @@ export class RequestRecorder {
     } catch (error) {
       if (error instanceof RequestError) {
         answer = errorAnswer(error.status, error.message, { param: error.param, code: error.code });
-      } else if (req.signal.aborted) {
+      } else if (req.aborted) {
         answer = errorAnswer(499, 'client closed the request', { code: 'client_closed' });
       } else {
         this.#deps.log('error', `unexpected error on the request path: ${describeUnexpected(error)}`);
@@ -83,15 +83,17 @@ export class RequestRecorder {
     r.status = answer.status;
     // A client that left before its answer is its own outcome, not the status we could not send.
     const ok = answer.status >= 200 && answer.status < 300;
-    r.outcome = req.signal.aborted || answer.status === 499 ? 'cancelled' : ok ? 'ok' : String(answer.status);
+    r.outcome = req.aborted || answer.status === 499 ? 'cancelled' : ok ? 'ok' : String(answer.status);
     const slash = r.route.indexOf('/'); // local/<pod> → local
-    metrics.requests.inc({
+    // Label values in the counter's order: api, route, outcome, model, policy.
+    metrics.requests.add(
+      1,
       api,
-      route: slash < 0 ? r.route : r.route.slice(0, slash),
-      outcome: r.outcome,
-      model: r.model === undefined ? 'none' : this.#modelLabel.value(r.model),
-      policy: r.policy === undefined ? 'none' : this.#policyLabel.value(r.policy),
-    });
+      slash < 0 ? r.route : r.route.slice(0, slash),
+      r.outcome,
+      r.model === undefined ? 'none' : this.#modelLabel.value(r.model),
+      r.policy === undefined ? 'none' : this.#policyLabel.value(r.policy),
+    );
     answer.headers['x-request-id'] = requestId;
     const sent = await writeAnswer(res, answer, this.#drainStop);
     const { requestLog } = this.#deps;
