@@ -8,9 +8,11 @@
 //   abuse        slowloris sockets, 4 clients posting 3 MB bodies, and a forged-gossip flood, for
 //                SOAK_SECONDS / 2
 //   after        SOAK_AFTER_SECONDS (30) s without load, then the last RSS reading
-// Three processes besides the agent, so that nothing measured shares an event loop with the load:
+// Four processes besides the agent, so that nothing measured shares an event loop with the load:
 // this one (the probe, a one-token request every 50 ms, and the samplers), scripts/soak/sims.ts
-// (the two pods) and one scripts/soak/load.ts per phase (the load). It prints the agent's memory
+// twice (the two pods the load goes to; the probe's own pod, serving a model of its own so the
+// probe measures the agent rather than pods busy with the load) and one scripts/soak/load.ts per
+// phase (the load). It prints the agent's memory
 // over time (RSS, and where it is: bench/process-memory.ts), whether RSS came back within 20 % of
 // its start, errors by kind, the probe's p99 and the agent's own event-loop delay per phase (from
 // its /metrics, read every second), how the streams spread over the pods and the most each pod
@@ -36,6 +38,10 @@ const FUZZ = Number(process.env.SOAK_FUZZ ?? 10_000);
 const STREAMS = Number(process.env.SOAK_STREAMS ?? 1_000);
 const SECONDS = Number(process.env.SOAK_SECONDS ?? 60);
 const SLOWLORIS = Number(process.env.SOAK_SLOWLORIS ?? 300);
+/** Which abuse the abuse phase sends (to attribute; the acceptance run sends all three). */
+const ABUSE = (process.env.SOAK_ABUSE ?? 'slowloris,large,gossip').split(',') as LoadSpec['abuse'];
+/** Sets the agent's limits.bodyWorkers (0: large bodies judged on the event loop, to compare). */
+const BODY_WORKERS = process.env.SOAK_BODY_WORKERS;
 /** Seconds without load before the last RSS reading. */
 const AFTER = Number(process.env.SOAK_AFTER_SECONDS ?? 30);
 /** Seconds without requests after the idle phase before the start reading (> the 10 s idle release). */
@@ -44,7 +50,11 @@ const WARM_QUIET = 16;
 const POD_CAP = 1024;
 
 const here = new URL('.', import.meta.url).pathname;
-const sims = fork(join(here, 'soak/sims.ts'), [MODEL, String(POD_CAP)], { stdio: 'inherit' });
+/** The probe's model, served by a pod of its own in a process of its own: the probe measures the
+ *  agent, not the pods the load keeps busy (1,000 streams, 3 MB bodies parsed on their loop). */
+const PROBE_MODEL = 'soak-probe';
+const sims = fork(join(here, 'soak/sims.ts'), [MODEL, String(POD_CAP), '2', 'pod-'], { stdio: 'inherit' });
+const probePod = fork(join(here, 'soak/sims.ts'), [PROBE_MODEL, '64', '1', 'probe-'], { stdio: 'inherit' });
 const message = <T>(child: ChildProcess, key: string) =>
   new Promise<T>((resolve) => {
     const on = (m: Record<string, unknown>) => {
@@ -55,6 +65,7 @@ const message = <T>(child: ChildProcess, key: string) =>
     child.on('message', on);
   });
 const { urls } = await message<{ urls: string[] }>(sims, 'urls');
+const probeUrl = (await message<{ urls: string[] }>(probePod, 'urls')).urls[0];
 const gossipPort = await freeUdpPort();
 const dir = mkdtempSync(join(tmpdir(), 'kinference-soak-'));
 const config = join(dir, 'agent.yaml');
@@ -73,10 +84,15 @@ writeFileSync(
       models: [MODEL],
       maxConcurrency: POD_CAP,
     })),
+    ...[{ name: 'probe-0', address: new URL(probeUrl).host, engine: 'vllm', models: [PROBE_MODEL] }],
     policies: [
       { metadata: { name: 'default', namespace: '*' }, spec: { slo: { ttft: '120s' }, wait: { max: '30s' } } },
     ],
-    limits: { maxConnectionsPerPod: POD_CAP, maxWaiting: 5000 },
+    limits: {
+      maxConnectionsPerPod: POD_CAP,
+      maxWaiting: 5000,
+      ...(BODY_WORKERS === undefined ? {} : { bodyWorkers: Number(BODY_WORKERS) }),
+    },
     logLevel: 'error',
   }),
 );
@@ -130,7 +146,7 @@ async function probe(during: Promise<unknown>): Promise<number> {
   const times: number[] = [];
   let done = false;
   void during.finally(() => (done = true));
-  const body = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'ping' }], max_tokens: 1 });
+  const body = JSON.stringify({ model: PROBE_MODEL, messages: [{ role: 'user', content: 'ping' }], max_tokens: 1 });
   while (!done) {
     const t = performance.now();
     const res = await request(`${agent.api}/v1/chat/completions`, {
@@ -159,6 +175,7 @@ function load(which: LoadSpec['phase'], seconds = SECONDS): Promise<LoadResult> 
     seconds,
     slowloris: SLOWLORIS,
     gossipPort,
+    abuse: ABUSE,
   };
   const child = fork(join(here, 'soak/load.ts'), [JSON.stringify(spec)], { stdio: 'inherit' });
   const exited = new Promise<never>((_, reject) =>
@@ -203,6 +220,7 @@ const crashed = agent.child.exitCode !== null;
 await stopAgent(agent);
 await client.close();
 sims.send('stop');
+probePod.send('stop');
 
 const results = { fuzz: await fuzz, streams: await streams, abuse: await abuse };
 for (const r of Object.values(results)) for (const [k, n] of Object.entries(r.errors)) count(k, n);
@@ -218,7 +236,7 @@ const median = (xs: number[] | undefined) => {
 };
 
 console.log(
-  `node ${process.version} ${launch.nodeFlags.join(' ')} ${launch.main ? 'dist/ (as the image)' : 'TypeScript sources'}; fuzz ${FUZZ}, streams ${STREAMS} x ${SECONDS}s, slowloris ${SLOWLORIS}, 4 x 3 MB bodies, gossip flood 20k datagrams/s`,
+  `node ${process.version} ${launch.nodeFlags.join(' ')} ${launch.main ? 'dist/ (as the image)' : 'TypeScript sources'}; fuzz ${FUZZ}, streams ${STREAMS} x ${SECONDS}s, slowloris ${SLOWLORIS}, 4 x 3 MB bodies, gossip flood 20k datagrams/s; abuse: ${ABUSE.join(' + ')}; bodyWorkers ${BODY_WORKERS ?? 'default'}`,
 );
 console.log(
   `load average (1 min) at the end of fuzz ${loads.fuzz[0].toFixed(1)}, streams ${loads.streams[0].toFixed(1)}, abuse ${loads.abuse[0].toFixed(1)}`,
@@ -231,7 +249,7 @@ console.log(
 );
 const abuseRatio = abuseP99 / idleP99;
 console.log(
-  `probe p99: idle ${ms(idleP99)} ms, fuzz ${ms(fuzzP99)} ms, ${STREAMS} streams ${ms(streamsP99)} ms (the pods' batch, not the agent), slowloris + large bodies + gossip flood ${ms(abuseP99)} ms (${abuseRatio.toFixed(2)}x idle: ${abuseRatio <= 2 ? 'within 2x' : 'NOT within 2x'})`,
+  `probe p99: idle ${ms(idleP99)} ms, fuzz ${ms(fuzzP99)} ms, ${STREAMS} streams ${ms(streamsP99)} ms, slowloris + large bodies + gossip flood ${ms(abuseP99)} ms (${abuseRatio.toFixed(2)}x idle: ${abuseRatio <= 2 ? 'within 2x' : 'NOT within 2x'})`,
 );
 console.log(
   `agent event-loop delay by phase, ms (median / worst of ~1 s windows' p99; worst max; 10 ms resolution): ${[

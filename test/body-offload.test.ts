@@ -148,6 +148,14 @@ describe('body offload: a worker reaches the event loop’s verdict', () => {
     assert.ok(offload.threads >= 1 && offload.threads <= 2);
   });
 
+  it('the caller keeps its bytes (the worker gets a copy of its own)', async () => {
+    const text = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: filler(200_000) }] });
+    const bytes = Buffer.from(text);
+    const verdict = await offload.judge('chat', bytes, null);
+    assert.equal(verdict?.ok, true);
+    assert.equal(bytes.toString('utf8'), text);
+  });
+
   it('small bodies stay on the loop; the parsed body is read only when asked for', async () => {
     const small = new BodyOffload({ ...optionsOf(), minBytes: 1000 });
     assert.equal(await small.judge('chat', bytesOf('{"model":"m"}'), null), undefined);

@@ -17,6 +17,8 @@ export interface LoadSpec {
   seconds: number;
   slowloris: number;
   gossipPort: number;
+  /** Which abuse runs (default all three). */
+  abuse: ('slowloris' | 'large' | 'gossip')[];
 }
 
 export interface LoadResult {
@@ -96,7 +98,7 @@ async function streams(): Promise<void> {
 async function abuse(): Promise<void> {
   const until = Date.now() + spec.seconds * 1000;
   const url = new URL(spec.api);
-  const slowloris = Array.from({ length: spec.slowloris }, () => {
+  const slowloris = Array.from({ length: spec.abuse.includes('slowloris') ? spec.slowloris : 0 }, () => {
     const socket = connect(Number(url.port), url.hostname);
     socket.on('error', () => {});
     socket.write(
@@ -114,7 +116,7 @@ async function abuse(): Promise<void> {
     max_tokens: 1,
   });
   const large = Promise.all(
-    Array.from({ length: 4 }, async () => {
+    Array.from({ length: spec.abuse.includes('large') ? 4 : 0 }, async () => {
       while (Date.now() < until) {
         const r = await post(big);
         if (r.status >= 500 || r.status === 0) count(`large body ${r.status}`);
@@ -124,9 +126,10 @@ async function abuse(): Promise<void> {
   const udp = createSocket('udp4');
   const junk = Buffer.alloc(1200, 0x42);
   const flood = setInterval(() => {
-    for (let i = 0; i < 200; i++) udp.send(junk, spec.gossipPort, '127.0.0.1');
+    if (spec.abuse.includes('gossip')) for (let i = 0; i < 200; i++) udp.send(junk, spec.gossipPort, '127.0.0.1');
   }, 10);
   await large;
+  await new Promise((r) => setTimeout(r, until - Date.now()));
   clearInterval(flood);
   udp.close();
   for (const stop of slowloris) stop();
@@ -138,6 +141,9 @@ for (const [route, times] of Object.entries(headerTimes)) {
   result.headersP99[route] = Math.round(times[Math.floor(times.length * 0.99)] ?? NaN);
 }
 await client.close();
+process.send!(result, () => process.exit(0));
+process.send!(result, () => process.exit(0));
+process.send!(result, () => process.exit(0));
 process.send!(result, () => process.exit(0));
 process.send!(result, () => process.exit(0));
 process.send!(result, () => process.exit(0));

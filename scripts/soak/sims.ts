@@ -1,13 +1,16 @@
-// `npm run soak`'s two simulated vLLM pods, in their own process so that their work (streams,
-// parsing 3 MB bodies) runs on neither the agent's nor the probe's event loop. Tells the parent
-// their URLs, then, when asked ('report'), the most requests each engine held at once (running +
-// waiting, sampled every 100 ms): the check that no pod was given more than it can take.
+// Simulated vLLM pods for `npm run soak`, in a process of their own so that their work (streams,
+// parsing 3 MB bodies) runs on neither the agent's nor the probe's event loop. Arguments: model,
+// max-num-seqs, how many pods, their name prefix. Tells the parent their URLs, then, when asked
+// ('report'), the most requests each engine held at once (running + waiting, sampled every
+// 100 ms): the check that no pod was given more than it can take.
 import { startSim } from '../../shared/sim/server.ts';
 
 const model = process.argv[2] ?? 'llama-3-8b';
 const maxSeqs = Number(process.argv[3] ?? 1024);
+const count = Number(process.argv[4] ?? 2);
+const prefix = process.argv[5] ?? 'pod-';
 const sims = await Promise.all(
-  [0, 1].map((i) => startSim({ models: [model], seed: 100 + i, name: `pod-${i}`, maxSeqs })),
+  Array.from({ length: count }, (_, i) => startSim({ models: [model], seed: 100 + i, name: `${prefix}${i}`, maxSeqs })),
 );
 const peak = sims.map(() => 0);
 const timer = setInterval(() => {
