@@ -77,14 +77,16 @@ writeFileSync(
     listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0', gossip: `127.0.0.1:${gossipPort}` },
     gossip: { key: { env: 'KINFERENCE_SOAK_GOSSIP_KEY' } },
     peers: ['127.0.0.2:7946'],
-    pods: urls.map((url, i) => ({
-      name: `pod-${i}`,
-      address: new URL(url).host,
-      engine: 'vllm',
-      models: [MODEL],
-      maxConcurrency: POD_CAP,
-    })),
-    ...[{ name: 'probe-0', address: new URL(probeUrl).host, engine: 'vllm', models: [PROBE_MODEL] }],
+    pods: [
+      ...urls.map((url, i) => ({
+        name: `pod-${i}`,
+        address: new URL(url).host,
+        engine: 'vllm',
+        models: [MODEL],
+        maxConcurrency: POD_CAP,
+      })),
+      { name: 'probe-0', address: new URL(probeUrl).host, engine: 'vllm', models: [PROBE_MODEL] },
+    ],
     policies: [
       { metadata: { name: 'default', namespace: '*' }, spec: { slo: { ttft: '120s' }, wait: { max: '30s' } } },
     ],

@@ -33,6 +33,7 @@ export interface LoadResult {
 }
 
 const spec = JSON.parse(process.argv[2]) as LoadSpec;
+process.on('disconnect', () => process.exit(0)); // the soak ended (or died): so does its load
 const client = new Agent({ connections: 4096, keepAliveTimeout: 10_000 });
 const result: LoadResult = { errors: {}, byStatus: {}, routes: {}, headersP99: {}, sent: 0 };
 const headerTimes: Record<string, number[]> = {};
@@ -141,6 +142,7 @@ for (const [route, times] of Object.entries(headerTimes)) {
   result.headersP99[route] = Math.round(times[Math.floor(times.length * 0.99)] ?? NaN);
 }
 await client.close();
+process.send!(result, () => process.exit(0));
 process.send!(result, () => process.exit(0));
 process.send!(result, () => process.exit(0));
 process.send!(result, () => process.exit(0));

@@ -20,6 +20,7 @@ const timer = setInterval(() => {
   });
 }, 100);
 
+process.on('disconnect', () => process.exit(0)); // the soak ended (or died): so do its pods
 process.on('message', (m: unknown) => {
   if (m === 'report') process.send!({ peak });
   if (m === 'stop') {
