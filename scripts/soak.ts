@@ -287,6 +287,9 @@ console.log(
     )}; most held at once: ${peaks.map((p, i) => `pod-${i} ${p}`).join(', ')} (cap ${POD_CAP}): ${capped ? 'no pod past its cap, no pool queue' : 'a pod held more than its cap'}`,
 );
 console.log(`gossip: ${gossipDrops}`);
+console.log(
+  `requests without an answer, by error: ${JSON.stringify({ fuzz: results.fuzz.failures, streams: results.streams.failures, abuse: results.abuse.failures })}`,
+);
 console.log(`crashed: ${crashed}; errors (5xx, lost streams, connection errors): ${JSON.stringify(errors)}`);
 const ok = !crashed && Object.keys(errors).length === 0 && within && abuseRatio <= 2 && capped;
 console.log(`acceptance (issue 12): ${ok ? 'holds' : 'does NOT hold'}`);

@@ -30,12 +30,14 @@ export interface LoadResult {
   /** p99 time to the answer's headers per pod, ms (streams: the pod's first token). */
   headersP99: Record<string, number>;
   sent: number;
+  /** Requests that failed without an answer, by error code. */
+  failures: Record<string, number>;
 }
 
 const spec = JSON.parse(process.argv[2]) as LoadSpec;
 process.on('disconnect', () => process.exit(0)); // the soak ended (or died): so does its load
 const client = new Agent({ connections: 4096, keepAliveTimeout: 10_000 });
-const result: LoadResult = { errors: {}, byStatus: {}, routes: {}, headersP99: {}, sent: 0 };
+const result: LoadResult = { errors: {}, byStatus: {}, routes: {}, headersP99: {}, sent: 0, failures: {} };
 const headerTimes: Record<string, number[]> = {};
 const count = (kind: string) => (result.errors[kind] = (result.errors[kind] ?? 0) + 1);
 
@@ -56,8 +58,11 @@ async function post(body: string, stream = false): Promise<{ status: number; rou
     result.byStatus[res.statusCode] = (result.byStatus[res.statusCode] ?? 0) + 1;
     result.routes[route] = (result.routes[route] ?? 0) + 1;
     return { status: res.statusCode, route };
-  } catch {
+  } catch (error) {
     result.byStatus[0] = (result.byStatus[0] ?? 0) + 1;
+    // Which failure, so a lost request can be placed (the client's own timeout, a reset, …).
+    const code = (error as { code?: string }).code ?? (error as Error).name;
+    result.failures[code] = (result.failures[code] ?? 0) + 1;
     return { status: 0, route: '' };
   }
 }
@@ -142,6 +147,8 @@ for (const [route, times] of Object.entries(headerTimes)) {
   result.headersP99[route] = Math.round(times[Math.floor(times.length * 0.99)] ?? NaN);
 }
 await client.close();
+process.send!(result, () => process.exit(0));
+process.send!(result, () => process.exit(0));
 process.send!(result, () => process.exit(0));
 process.send!(result, () => process.exit(0));
 process.send!(result, () => process.exit(0));
