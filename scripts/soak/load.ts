@@ -156,3 +156,4 @@ process.send!(result, () => process.exit(0));
 process.send!(result, () => process.exit(0));
 process.send!(result, () => process.exit(0));
 process.send!(result, () => process.exit(0));
+process.send!(result, () => process.exit(0));
