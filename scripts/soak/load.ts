@@ -141,19 +141,12 @@ async function abuse(): Promise<void> {
   for (const stop of slowloris) stop();
 }
 
-await { fuzz, streams, abuse }[spec.phase]();
+const phases = { fuzz, streams, abuse };
+await phases[spec.phase]();
 for (const [route, times] of Object.entries(headerTimes)) {
   times.sort((a, b) => a - b);
   result.headersP99[route] = Math.round(times[Math.floor(times.length * 0.99)] ?? NaN);
 }
 await client.close();
-process.send!(result, () => process.exit(0));
-process.send!(result, () => process.exit(0));
-process.send!(result, () => process.exit(0));
-process.send!(result, () => process.exit(0));
-process.send!(result, () => process.exit(0));
-process.send!(result, () => process.exit(0));
-process.send!(result, () => process.exit(0));
-process.send!(result, () => process.exit(0));
-process.send!(result, () => process.exit(0));
-process.send!(result, () => process.exit(0));
+await new Promise<void>((resolve) => process.send?.(result, () => resolve()));
+process.exit(0);
