@@ -266,6 +266,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     for (const part of [gossip, scraper, discovery]) await part?.stop();
     await overflow.close();
     await requestPath.deps.dispatcher.close().catch(() => {});
+    await requestPath.deps.bodies?.close();
     await new Promise<void>((resolve) => admin.close(() => resolve()));
     admin.closeAllConnections();
   });

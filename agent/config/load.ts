@@ -47,6 +47,10 @@ export interface Limits {
   classifyMaxValues: number;
   maxLabelValues: number;
   maxJsonDepth: number;
+  /** Request bodies of at least this many bytes are parsed and classified on a worker thread. */
+  offloadBodyBytes: number;
+  /** Worker threads for large bodies (agent/server/body-offload.ts); 0: all on the event loop. */
+  bodyWorkers: number;
   maxConnectionsPerPod: number;
   maxUpstreamBodyBytes: number;
   providerIdleTimeoutMs: number;
@@ -123,6 +127,8 @@ export const DEFAULT_LIMITS: Limits = {
   classifyMaxValues: DEFAULT_SCAN_LIMITS.maxNodes,
   maxLabelValues: 100,
   maxJsonDepth: 64,
+  offloadBodyBytes: 128 * 1024,
+  bodyWorkers: 1,
   maxConnectionsPerPod: 256,
   maxUpstreamBodyBytes: 32 * 1024 * 1024,
   providerIdleTimeoutMs: 60_000,
@@ -308,6 +314,8 @@ export function settingsFromObject(
       classifyMaxValues: limits.classifyMaxValues ?? DEFAULT_LIMITS.classifyMaxValues,
       maxLabelValues: limits.maxLabelValues ?? DEFAULT_LIMITS.maxLabelValues,
       maxJsonDepth: limits.maxJsonDepth ?? DEFAULT_LIMITS.maxJsonDepth,
+      offloadBodyBytes: limits.offloadBodyBytes ?? DEFAULT_LIMITS.offloadBodyBytes,
+      bodyWorkers: limits.bodyWorkers ?? DEFAULT_LIMITS.bodyWorkers,
       maxConnectionsPerPod: limits.maxConnectionsPerPod ?? DEFAULT_LIMITS.maxConnectionsPerPod,
       maxUpstreamBodyBytes: limits.maxUpstreamBodyBytes ?? DEFAULT_LIMITS.maxUpstreamBodyBytes,
       providerIdleTimeoutMs: limits.providerIdleTimeout

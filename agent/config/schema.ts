@@ -61,6 +61,10 @@ const Limits = Type.Object(
     maxLabelValues: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000 })),
     /** Deepest nesting of arrays/objects accepted in a request body; deeper → 400. */
     maxJsonDepth: Type.Optional(Type.Integer({ minimum: 4, maximum: 1000 })),
+    /** Request bodies of at least this many bytes are parsed and classified on a worker thread. */
+    offloadBodyBytes: Type.Optional(Type.Integer({ minimum: 1024 })),
+    /** Worker threads for large request bodies, started as needed; 0: every body on the event loop. */
+    bodyWorkers: Type.Optional(Type.Integer({ minimum: 0, maximum: 16 })),
     /** Connections (= requests in flight) to one pod; a pod at the cap is skipped, not queued for. */
     maxConnectionsPerPod: Type.Optional(Type.Integer({ minimum: 1, maximum: 4096 })),
     /** Largest non-streamed answer read from a pod or provider; larger → 502. */

@@ -25,6 +25,7 @@ export class Callers {
   #policies: CompiledPolicies = compilePolicies([]);
   #callers: ReadonlyMap<string, Caller> = new Map();
   #detectors: CustomDetector[] = [];
+  #detectorSpecs: readonly DetectorSpec[] = [];
   #detectorTags = new Map<string, string>();
 
   constructor(deps: CallersDeps) {
@@ -62,6 +63,7 @@ export class Callers {
 
   /** Validated with the rest of their source (a bad detector rejects the reload), so these compile clean. */
   setDetectors(specs: readonly DetectorSpec[]): void {
+    this.#detectorSpecs = specs;
     this.#detectors = compileDetectors(specs).detectors;
     this.#detectorTags = new Map(this.#detectors.map((d) => [d.name, d.tag]));
   }
@@ -101,10 +103,19 @@ export class Callers {
     return classifyRequest(headerTags, body, { limits: this.#scanLimits, detectors: this.#detectors });
   }
 
+  /** The platform's detectors as last set (a body worker compiles the same ones). */
+  get detectorSpecs(): readonly DetectorSpec[] {
+    return this.#detectorSpecs;
+  }
+
   /** The request's tags, with kinference_classified_total counted per detector that fired. */
   classifyCounted(headerTags: string | null, body: unknown): string[] {
+    return this.counted(this.classify(headerTags, body));
+  }
+
+  /** A classification's tags, counted in kinference_classified_total per detector that fired. */
+  counted(c: Classification): string[] {
     const { classified } = this.#deps.metrics;
-    const c = this.classify(headerTags, body);
     for (const d of c.detectors) classified.inc({ detector: d, tag: 'pii' });
     for (const name of c.custom) classified.inc({ detector: name, tag: this.#detectorTags.get(name) ?? '' });
     if (c.unscanned.length > 0) classified.inc({ detector: UNSCANNED_TAG, tag: UNSCANNED_TAG });

@@ -26,6 +26,7 @@ import { createPodDispatcher, podAuthFrom } from '../forward/pod.ts';
 import type { AgentSettings } from '../config/load.ts';
 import type { Callers } from './caller.ts';
 import type { Overflow } from '../providers/overflow.ts';
+import { bodyOffloadFor, parsedFromVerdict, routeFromVerdict } from './body-offload.ts';
 
 // Importers (agent, passthrough, providers, tests) keep importing the request path's API from here.
 export type { OverflowResult, RequestContext, RequestPathDeps } from './path-deps.ts';
@@ -56,6 +57,7 @@ export function requestPathFor(
     podAuth: podAuthFrom(settings.podCredentials, shared.log),
     identify: (req, ip) => callers.identify(req, ip),
     classify: (tags, body) => callers.classifyCounted(tags, body),
+    bodies: bodyOffloadFor(settings, callers, shared.log),
     policyFor: (who, model) => callers.policyFor(who, model),
     leaveVerdict: (policy, request) => overflow.leaveVerdict(policy, request),
     overflow: (request, parsed, names, signal, headers, policy) =>
@@ -125,13 +127,19 @@ export class RequestPath {
     const record = ctx.record;
     // Pods get the client's bytes as they came: no re-serialisation on the hot path.
     const body = await readBoundedBody(req, deps.limits.maxBodyBytes);
-    const parsed = parseInferenceRequest(kind, body, deps.limits.maxJsonDepth);
+    const headerTags = req.headers.get('x-kinference-tags');
+    // A large body is judged on a worker thread (same code, same verdict), off the event loop.
+    const judged = await deps.bodies?.judge(kind, body, headerTags);
+    if (judged && !judged.ok) throw new RequestError(judged.status, judged.message, judged.param, judged.code);
+    const parsed = judged
+      ? parsedFromVerdict(kind, body, judged)
+      : parseInferenceRequest(kind, body, deps.limits.maxJsonDepth);
     if (!deps.isKnownModel(parsed.model)) {
       throw new RequestError(404, `The model \`${parsed.model}\` does not exist.`, 'model', 'model_not_found');
     }
     const identity = deps.identify(req, req.remoteIp);
-    const tags = deps.classify(req.headers.get('x-kinference-tags'), parsed.body);
-    const request = this.routeRequest(parsed, identity, tags);
+    const tags = judged ? deps.bodies!.counted(judged.classification) : deps.classify(headerTags, parsed.body);
+    const request = judged ? routeFromVerdict(judged, identity) : this.routeRequest(parsed, identity, tags);
     const policy = deps.policyFor(identity, parsed.model);
     record.model = parsed.model;
     record.tenant = identity.tenant;

@@ -10,6 +10,8 @@ import type { ParsedRequest } from './request.ts';
 import type { Identity } from './identify.ts';
 import type { RequestRecord } from './evidence.ts';
 import type { Limits } from '../config/load.ts';
+import type { Classification } from '../classify/classify.ts';
+import type { BodyVerdict } from './body-work.ts';
 
 /** One request's context along the path: its id, what goes upstream with it, and its record. */
 export interface RequestContext {
@@ -52,6 +54,16 @@ export interface RequestPathDeps {
   podAuth(pod: Candidate['pod']): Record<string, string>;
   identify(req: { headers: HeaderReader }, remoteIp: string | undefined): Identity;
   classify(headerTags: string | null, body: Record<string, unknown>): string[];
+  /**
+   * Large bodies judged on worker threads (body-offload.ts): the verdict, or undefined when the
+   * body is the path's to parse and classify itself; `counted` counts a worker's classification
+   * as `classify` counts its own.
+   */
+  bodies?: {
+    judge(kind: RequestKind, bytes: Uint8Array, headerTags: string | null): Promise<BodyVerdict | undefined>;
+    counted(c: Classification): string[];
+    close(): Promise<void>;
+  };
   isKnownModel(model: string): boolean;
   policyFor(identity: Identity, model: string): EffectivePolicy;
   leaveVerdict(policy: EffectivePolicy, request: RouteRequest): LeaveVerdict;
