@@ -7,9 +7,9 @@
 // text; body bytes go to the caller copied into one owned Buffer per socket read, framing removed
 // (Content-Length, chunked, or until close).
 //
-// The response reader is adapted from agent/telemetry/scrape-connection.ts (the same HTTP/1.1
-// framing rules and limits), extended with what a relay needs: the content type, the server's
-// keep-alive hint, backpressure, and a body that is owned rather than lent.
+// The response reader follows agent/telemetry/scrape-connection.ts (the same HTTP/1.1 framing
+// rules and limits, shared/http1.ts), extended with what a relay needs: the content type, the
+// server's keep-alive hint, backpressure, and a body that is owned rather than lent.
 //
 // Robustness: a head, a chunk-size line and trailers have a size limit; anything outside HTTP/1.1's
 // grammar fails the exchange and drops the connection; bytes nobody asked for drop it too (no
@@ -22,6 +22,7 @@
 // queued for a connection too), which calls `abort`.
 import { connect, type Socket } from 'node:net';
 import { describeError } from '../../shared/describe-error.ts';
+import { CR, FIELD_NAME, HEAD_END, LF, MAX_CHUNK_SIZE_DIGITS, hexValue } from '../../shared/http1.ts';
 
 /** Where one exchange's answer goes: `head`, any number of `data`, then `end`; or `error` at any point. */
 export interface PodResponseHandler {
@@ -60,11 +61,7 @@ const READ_BUFFER_BYTES = 64 * 1024;
 /** Request bodies up to this size go out in the same write as the head (one copy, one syscall). */
 const JOINED_WRITE_BYTES = 64 * 1024;
 
-const CR = 13;
-const LF = 10;
-const HEAD_END = Buffer.from('\r\n\r\n', 'latin1');
 /** A header field name (token) or value with a character that would end or split the line. */
-const FIELD_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 const BAD_VALUE = /[\r\n\0]/;
 
 /** All sockets read into this one buffer; the reader copies out what it keeps before the callback returns. */
@@ -86,16 +83,6 @@ type ReadState =
   | 'trailer-line'
   | 'trailer-lf'
   | 'ended';
-
-function hexValue(c: number): number {
-  if (c >= 48 && c <= 57) return c - 48;
-  if (c >= 97 && c <= 102) return c - 87;
-  if (c >= 65 && c <= 70) return c - 55;
-  return -1;
-}
-
-/** A chunk larger than this (16^8 - 1 bytes, 4 GiB) is refused rather than counted past safe integers. */
-const MAX_CHUNK_SIZE_DIGITS = 8;
 
 export interface ResponseHead {
   status: number;

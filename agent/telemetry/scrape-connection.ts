@@ -20,6 +20,7 @@
 // timeout), which destroys the socket; the next `get` reconnects.
 import { connect, type Socket } from 'node:net';
 import { describeError } from '../../shared/describe-error.ts';
+import { CR, FIELD_NAME, HEAD_END, LF, MAX_CHUNK_SIZE_DIGITS, hexValue } from '../../shared/http1.ts';
 
 /** Where a response goes. Called in order: `head`, any number of `data`, then `end`; or `error` at any point. */
 export interface ResponseSink {
@@ -48,10 +49,6 @@ export interface ScrapeConnectionOptions {
 
 const DEFAULTS = { maxHeaderBytes: 16 * 1024, idleReuseMs: 4_000, readBufferBytes: 64 * 1024 };
 
-const CR = 13;
-const LF = 10;
-const HEAD_END = Buffer.from('\r\n\r\n', 'latin1');
-
 // Where the response being read is. Strings, not an enum: node runs this file as it is.
 type ReadState =
   | 'head'
@@ -68,17 +65,6 @@ type ReadState =
   | 'trailer-lf'
   | 'ended'
   | 'failed';
-
-/** The hex digit's value, or -1. */
-function hexValue(c: number): number {
-  if (c >= 48 && c <= 57) return c - 48;
-  if (c >= 97 && c <= 102) return c - 87;
-  if (c >= 65 && c <= 70) return c - 55;
-  return -1;
-}
-
-/** A chunk larger than this (16^8 - 1 bytes, 4 GiB) is refused rather than counted past safe integers. */
-const MAX_CHUNK_SIZE_DIGITS = 8;
 
 interface Head {
   status: number;
@@ -102,7 +88,7 @@ export function parseHead(text: string): Head | { error: string } {
     const line = lines[i];
     const colon = line.indexOf(':');
     // A field name is a token: no blanks before the colon (obs-fold continuation lines are refused too).
-    if (colon <= 0 || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(line.slice(0, colon)))
+    if (colon <= 0 || !FIELD_NAME.test(line.slice(0, colon)))
       return { error: `malformed header line: ${JSON.stringify(line.slice(0, 40))}` };
     const name = line.slice(0, colon).toLowerCase();
     const value = line.slice(colon + 1).trim();

@@ -135,7 +135,7 @@ async function abuse(): Promise<void> {
     if (spec.abuse.includes('gossip')) for (let i = 0; i < 200; i++) udp.send(junk, spec.gossipPort, '127.0.0.1');
   }, 10);
   await large;
-  await new Promise((r) => setTimeout(r, until - Date.now()));
+  await new Promise((r) => setTimeout(r, Math.max(0, until - Date.now())));
   clearInterval(flood);
   udp.close();
   for (const stop of slowloris) stop();
