@@ -101,7 +101,7 @@ export class Learner {
     // met with no queue whenever its queue had just drained, and taught the own prefill's `base`
     // the wait (3 s at 1.6× load in bench:routing-prefix, non-streamed).
     const ttftMs = delta.ttft.mean * 1000;
-    const met = history.at(Math.min(previous.at, load.at - ttftMs)) ?? previous;
+    const met = history.metAt(Math.min(previous.at, load.at - ttftMs)) ?? previous;
     this.#model.observe(uid, { queued: met.waiting, running: met.running, promptTokens }, ttftMs);
   }
 
@@ -148,12 +148,20 @@ class ScrapeHistory {
     if (this.size < n) this.size++;
   }
 
-  /** The latest scrape at or before `t` (the oldest kept if all are later). */
-  at(t: number): { waiting: number; running: number } | undefined {
+  /**
+   * The latest scrape at or before `t` (the oldest kept if all are later); but when that one
+   * found the pod empty and the next did not, the next: an arrival between them came with the
+   * burst the next one shows. Taken from the empty one, the burst's wait was learned as idle cost
+   * (`base`), and a pod predicted slow gets no traffic to correct it (an agent's own pod stayed at
+   * 2x its idle TTFT after a burst in test/gossip-agents).
+   */
+  metAt(t: number): { waiting: number; running: number } | undefined {
     const n = this.#at.length;
     if (this.size === 0) return undefined;
-    let i = (this.#next + n - 1) % n;
+    const newest = (this.#next + n - 1) % n;
+    let i = newest;
     for (let k = 1; k < this.size && this.#at[i] > t; k++) i = (i + n - 1) % n;
+    if (i !== newest && this.#at[i] <= t && this.#waiting[i] === 0 && this.#running[i] === 0) i = (i + 1) % n;
     return { waiting: this.#waiting[i], running: this.#running[i] };
   }
 }
