@@ -36,10 +36,27 @@ export class NodeModel {
   #pod(uid: string): PodSpeed {
     let pod = this.#pods.get(uid);
     if (!pod) {
-      pod = { logSpeed: 0, observations: 0, apeSum: 0 };
+      pod = { logSpeed: this.#typicalLogSpeed(), observations: 0, apeSum: 0 };
       this.#pods.set(uid, pod);
     }
     return pod;
+  }
+
+  /**
+   * A pod with no measurement yet is taken as fast as this node's measured pods are on average
+   * (replicas of one engine are alike), not as the shared shape's prior: otherwise the first pod
+   * measured faster than that prior looked faster than its idle twin even while busy, and the
+   * twin got no traffic to show otherwise.
+   */
+  #typicalLogSpeed(): number {
+    let sum = 0;
+    let n = 0;
+    for (const pod of this.#pods.values())
+      if (pod.observations > 0) {
+        sum += pod.logSpeed;
+        n++;
+      }
+    return n > 0 ? sum / n : 0;
   }
 
   forget(uid: string): void {
@@ -47,7 +64,8 @@ export class NodeModel {
   }
 
   speed(uid: string): number {
-    return Math.exp(this.#pods.get(uid)?.logSpeed ?? 0);
+    const pod = this.#pods.get(uid);
+    return Math.exp(pod && pod.observations > 0 ? pod.logSpeed : this.#typicalLogSpeed());
   }
 
   /** The pod's model as plain parameters (what the router and gossip use). */
