@@ -135,10 +135,12 @@ test('a non-streamed answer sooner than the predicted TTFT lowers the prediction
     fast.end(true);
   }
   assert.ok(a().params.base < before / 2, `${a().params.base} vs ${before}`);
-  // The shape is shared by the node's pods; the speed is the answering pod's own.
-  assert.ok(
-    a().params.base < p.candidates().find((c) => c.pod.name === 'b')!.params.base / 2,
-    'the answering pod is learned faster than its neighbour',
+  // The shape is shared by the node's pods; the speed is each pod's own once measured, and a pod
+  // not measured yet is taken as fast as the measured ones (replicas are alike).
+  assert.equal(
+    p.candidates().find((c) => c.pod.name === 'b')!.params.base,
+    a().params.base,
+    'the unmeasured neighbour is taken as fast as the measured pod',
   );
 });
 
