@@ -18,6 +18,7 @@ import { parseArgs } from 'node:util';
 import { stringify } from 'yaml';
 import { freeUdpPort, runAgent, stopAgent, type AgentProcess } from '../test/helpers/process.ts';
 import { IMAGE_NODE_FLAGS, imageLaunch, MemorySampler, type MemorySample } from './process-memory.ts';
+import { BENCH_MODEL, benchAgentConfig, startHelper } from './memory/launch.ts';
 
 const { values } = parseArgs({
   options: {
@@ -37,22 +38,10 @@ const work = mkdtempSync(join(tmpdir(), 'kinference-bench-memory-'));
 const children: ChildProcess[] = [];
 const sleep = (s: number) => new Promise((r) => setTimeout(r, s * 1000));
 
-/** Starts a helper process and resolves with the first stdout match of `ready`. */
-function start(script: string, args: string[], ready: RegExp, env = process.env): Promise<RegExpExecArray> {
-  const child = spawn(process.execPath, [join(here, script), ...args], { stdio: ['ignore', 'pipe', 'inherit'], env });
-  children.push(child);
-  let output = '';
-  return new Promise((resolve, reject) => {
-    child.stdout!.on('data', (d: Buffer) => {
-      output += d;
-      const match = ready.exec(output);
-      if (match) resolve(match);
-    });
-    child.once('exit', (code) => reject(new Error(`${script} exited ${code}:\n${output}`)));
-  });
-}
+const start = (script: string, args: string[], ready: RegExp, env = process.env) =>
+  startHelper(children, join(here, script), args, ready, env);
 
-const MODEL = 'bench-model';
+const MODEL = BENCH_MODEL;
 const wrkScript = join(work, 'mixed.lua');
 const body = (stream: boolean) =>
   JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Say ok.' }], max_tokens: 2, stream });
@@ -119,18 +108,7 @@ try {
       )[1],
     ) as string[];
     const config = join(work, `agent-${i}.yaml`);
-    writeFileSync(
-      config,
-      stringify({
-        node: 'bench',
-        listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0', gossip: `127.0.0.1:${gossipPort}` },
-        scrapeInterval: '100ms',
-        gossip: { key: { env: 'KINFERENCE_BENCH_GOSSIP_KEY' }, ttl: '10s', peerPodCidrs: ['127.0.0.0/8'] },
-        peers,
-        pods: [{ name: 'fast-0', namespace: 'bench', address: upstream, engine: 'vllm', models: [MODEL] }],
-        logLevel: 'error',
-      }),
-    );
+    writeFileSync(config, stringify(benchAgentConfig(gossipPort, peers, upstream, '10s')));
     launch = imageLaunch(values.entry === 'source' ? 'source' : 'image', flags, root);
     // A loaded shared machine can take longer than runAgent's 10 s to start one: try again.
     let agent: AgentProcess | undefined;

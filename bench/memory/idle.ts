@@ -9,7 +9,7 @@
 //   node bench/memory/idle.ts [--before DIR ...] [--settle 20] [--samples 5] [--every 4]
 //   --flags="…"   node flags for every agent (default: the image's)
 //   --snapshot    also write a heap snapshot of each idle agent (SIGUSR2) into its tree's root
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -17,6 +17,7 @@ import { parseArgs } from 'node:util';
 import { stringify } from 'yaml';
 import { freeUdpPort, runAgent, stopAgent, type AgentProcess } from '../../test/helpers/process.ts';
 import { IMAGE_ENV, IMAGE_NODE_FLAGS } from '../process-memory.ts';
+import { BENCH_MODEL, benchAgentConfig, startHelper } from './launch.ts';
 
 const { values } = parseArgs({
   options: {
@@ -36,19 +37,7 @@ const work = mkdtempSync(join(tmpdir(), 'kinference-bench-idle-'));
 const children: ChildProcess[] = [];
 const sleep = (s: number) => new Promise((r) => setTimeout(r, s * 1000));
 
-function start(script: string, args: string[], ready: RegExp): Promise<RegExpExecArray> {
-  const child = spawn(process.execPath, [join(here, script), ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
-  children.push(child);
-  let output = '';
-  return new Promise((resolve, reject) => {
-    child.stdout!.on('data', (d: Buffer) => {
-      output += d;
-      const match = ready.exec(output);
-      if (match) resolve(match);
-    });
-    child.once('exit', (code) => reject(new Error(`${script} exited ${code}:\n${output}`)));
-  });
-}
+const start = (script: string, args: string[], ready: RegExp) => startHelper(children, join(here, script), args, ready);
 
 /** Resident kB by kind from /proc/<pid>/smaps: the node binary, other files, brk heap, other anonymous. */
 function smapsOf(pid: number): Record<'node' | 'files' | 'brk' | 'anon' | 'rss', number> {
@@ -84,7 +73,7 @@ function gauge(page: string, series: string): number {
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const MODEL = 'bench-model';
+const MODEL = BENCH_MODEL;
 
 try {
   const flags = values.flags!.split(' ').filter(Boolean);
@@ -112,18 +101,7 @@ try {
       (await start('peers.ts', [...peerArgs, '--pod', upstream], /peers (\[.*\])\n/))[1],
     ) as string[];
     const config = join(work, `agent-${i}.yaml`);
-    writeFileSync(
-      config,
-      stringify({
-        node: 'bench',
-        listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0', gossip: `127.0.0.1:${gossipPort}` },
-        scrapeInterval: '100ms',
-        gossip: { key: { env: 'KINFERENCE_BENCH_GOSSIP_KEY' }, ttl: '60s', peerPodCidrs: ['127.0.0.0/8'] },
-        peers,
-        pods: [{ name: 'fast-0', namespace: 'bench', address: upstream, engine: 'vllm', models: [MODEL] }],
-        logLevel: 'error',
-      }),
-    );
+    writeFileSync(config, stringify(benchAgentConfig(gossipPort, peers, upstream, '60s')));
     const main = join(root, 'dist/agent/cli/main.js');
     agents.push(await runAgent(config, { ...IMAGE_ENV, ...process.env }, { nodeFlags: flags, main }));
   }
