@@ -62,13 +62,18 @@ export class BodyOffload {
     return this.#threads.size;
   }
 
+  /** Whether a body of this size goes to a worker (false once closed or without workers). */
+  takes(byteLength: number): boolean {
+    return !this.#closed && this.#opts.threads > 0 && byteLength >= this.#opts.minBytes;
+  }
+
   /**
    * A large body's verdict from a worker; undefined when this body is the caller's to judge
    * (below the threshold, no workers, or the worker failed).
    */
   judge(kind: RequestKind, bytes: Uint8Array, headerTags: string | null): Promise<BodyVerdict | undefined> {
     const o = this.#opts;
-    if (this.#closed || o.threads <= 0 || bytes.byteLength < o.minBytes) return Promise.resolve(undefined);
+    if (!this.takes(bytes.byteLength)) return Promise.resolve(undefined);
     const thread = this.#pick();
     const job: BodyJob = {
       kind,
@@ -205,6 +210,7 @@ export function bodyOffloadFor(
     log,
   });
   return {
+    takes: (byteLength) => offload.takes(byteLength),
     judge: (kind, bytes, headerTags) => offload.judge(kind, bytes, headerTags),
     counted: (c) => callers.counted(c),
     close: () => offload.close(),

@@ -129,7 +129,7 @@ export class RequestPath {
     const body = await readBoundedBody(req, deps.limits.maxBodyBytes);
     const headerTags = req.headers.get('x-kinference-tags');
     // A large body is judged on a worker thread (same code, same verdict), off the event loop.
-    const judged = await deps.bodies?.judge(kind, body, headerTags);
+    const judged = deps.bodies?.takes(body.byteLength) ? await deps.bodies.judge(kind, body, headerTags) : undefined;
     if (judged && !judged.ok) throw new RequestError(judged.status, judged.message, judged.param, judged.code);
     const parsed = judged
       ? parsedFromVerdict(kind, body, judged)

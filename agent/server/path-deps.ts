@@ -55,11 +55,13 @@ export interface RequestPathDeps {
   identify(req: { headers: HeaderReader }, remoteIp: string | undefined): Identity;
   classify(headerTags: string | null, body: Record<string, unknown>): string[];
   /**
-   * Large bodies judged on worker threads (body-offload.ts): the verdict, or undefined when the
-   * body is the path's to parse and classify itself; `counted` counts a worker's classification
-   * as `classify` counts its own.
+   * Large bodies judged on worker threads (body-offload.ts): `takes` says whether a body of this
+   * size goes to a worker at all (so small bodies skip the promise), `judge` gives the verdict,
+   * or undefined when the body is the path's to parse and classify itself; `counted` counts a
+   * worker's classification as `classify` counts its own.
    */
   bodies?: {
+    takes(byteLength: number): boolean;
     judge(kind: RequestKind, bytes: Uint8Array, headerTags: string | null): Promise<BodyVerdict | undefined>;
     counted(c: Classification): string[];
     close(): Promise<void>;
