@@ -348,7 +348,11 @@ export class Scraper {
         state.wholeUntil = performance.now() + this.#filterRetryMs;
     }
     const filtered = ask.kind === 'filtered';
-    if (this.#accept(state, page, known, { filtered, pageBytes: bytes }) && !filtered) this.#remember(state, page);
+    // The reference is taken from the first whole page and after each fallback (while whole pages
+    // rest the filter, the next try is checked against the page before; a change since costs one
+    // more fallback, which takes a new reference).
+    const refresh = ask.kind === 'fallback' || state.expected === undefined;
+    if (this.#accept(state, page, known, { filtered, pageBytes: bytes }) && refresh) this.#remember(state, page);
   }
 
   /** From a whole page that produced a load: the adapter's samples it holds, when filtered scrapes may follow. */
