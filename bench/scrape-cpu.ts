@@ -15,7 +15,7 @@
 // (default: vLLM V1 pages restricted, SGLang's and vLLM V0's multiprocess registries empty, so those
 // pods fall back to whole pages; TGI ignores it), all (every prometheus_client page restricted), none.
 // Flags: --interval MS (100), --seconds S per round (4), --rounds N (3), --pages a.txt,b.txt (8 pods),
-// --filter real|all|none.
+// --filter real|all|none, --floors no (only the scrapers: more rounds in the same time).
 // Prints each variant's median over rounds (and every round), the bytes of a page it read (mean
 // over pods) and how many pods' last pages were filtered, and now/before as the median of the
 // ratios taken within each round.
@@ -36,6 +36,7 @@ const { values } = parseArgs({
     seconds: { type: 'string', default: '4' },
     rounds: { type: 'string', default: '3' },
     filter: { type: 'string', default: 'real' },
+    floors: { type: 'string', default: 'yes' },
     pages: {
       type: 'string',
       default:
@@ -55,6 +56,13 @@ if (values.before !== undefined) {
   variants.push({ name: `before (${values.before})`, Scraper: module.Scraper });
 }
 variants.push({ name: 'now', Scraper });
+/** This tree with filtered scrapes off: what the filter alone changes. */
+class WholePages extends Scraper {
+  constructor(...[options, onLoad, onError]: ConstructorParameters<typeof Scraper>) {
+    super({ ...options, filter: false }, onLoad, onError);
+  }
+}
+variants.push({ name: 'now, whole pages (scrapeFilter: false)', Scraper: WholePages });
 
 /** The floor: what `Scraper` does minus reading pages (one tick, one kept-alive connection per pod). */
 class HttpOnly {
@@ -89,7 +97,8 @@ class HttpOnly {
     await Promise.all(this.#clients.map((c) => c.destroy()));
   }
 }
-variants.push({ name: 'HTTP only, undici (floor)', Scraper: HttpOnly as unknown as ScraperClass });
+const floors = values.floors !== 'no';
+if (floors) variants.push({ name: 'HTTP only, undici (floor)', Scraper: HttpOnly as unknown as ScraperClass });
 
 /** The bench pods as pages.ts lists them. */
 interface ListedPod {
@@ -167,17 +176,19 @@ class HttpOnlyScrapeConnection {
     await Promise.all(this.#connections.map(({ connection }) => connection.close()));
   }
 }
-variants.push({
-  name: 'HTTP only, scrape connection (floor)',
-  Scraper: HttpOnlyScrapeConnection as unknown as ScraperClass,
-});
+if (floors)
+  variants.push({
+    name: 'HTTP only, scrape connection (floor)',
+    Scraper: HttpOnlyScrapeConnection as unknown as ScraperClass,
+  });
 class HttpOnlyFiltered extends HttpOnlyScrapeConnection {
   static override filtered = true;
 }
-variants.push({
-  name: 'HTTP only, scrape connection, filtered where honoured (floor)',
-  Scraper: HttpOnlyFiltered as unknown as ScraperClass,
-});
+if (floors)
+  variants.push({
+    name: 'HTTP only, scrape connection, filtered where honoured (floor)',
+    Scraper: HttpOnlyFiltered as unknown as ScraperClass,
+  });
 
 const server = spawn(
   process.execPath,
@@ -310,5 +321,14 @@ if (values.before !== undefined) {
   const ratios = now.map((r, i) => perScrapeMs(r) / perScrapeMs(before[i]));
   console.log(
     `now / before CPU per scrape: median ${median(ratios).toFixed(2)}× (rounds: ${ratios.map((x) => x.toFixed(2)).join(' ')})`,
+  );
+}
+{
+  // Within this tree: filtered scrapes against whole ones, round by round.
+  const now = results.get('now')!;
+  const whole = results.get('now, whole pages (scrapeFilter: false)')!;
+  const ratios = now.map((r, i) => perScrapeMs(r) / perScrapeMs(whole[i]));
+  console.log(
+    `now / now with whole pages: median ${median(ratios).toFixed(2)}× (rounds: ${ratios.map((x) => x.toFixed(2)).join(' ')})`,
   );
 }
