@@ -9,14 +9,22 @@
 // Two more rows, `HTTP only`, are the floor under both: the same requests on per-pod connections,
 // every body dropped unread (no parse, no load): what the HTTP exchange alone costs, with undici
 // (what scrapes used before) and with the scraper's own connection (scrape-connection.ts).
-// Flags: --interval MS (100), --seconds S per round (4), --rounds N (3), --pages a.txt,b.txt (8 pods).
-// Prints each variant's median over rounds (and every round), and now/before as the median of
-// the ratios taken within each round.
+// A third floor row asks the scrape connection for the filtered pages the scraper reads in steady
+// state (`?name[]=…` where the page's server honours it, else the whole page).
+// The pages answer `?name[]=…` as their servers would (bench/scrape/pages.ts): --filter real
+// (default: vLLM V1 pages restricted, SGLang's and vLLM V0's multiprocess registries empty, so those
+// pods fall back to whole pages; TGI ignores it), all (every prometheus_client page restricted), none.
+// Flags: --interval MS (100), --seconds S per round (4), --rounds N (3), --pages a.txt,b.txt (8 pods),
+// --filter real|all|none, --floors no (only the scrapers: more rounds in the same time).
+// Prints each variant's median over rounds (and every round), the bytes of a page it read (mean
+// over pods) and how many pods' last pages were filtered, and now/before as the median of the
+// ratios taken within each round.
 import { spawn } from 'node:child_process';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadavg as osLoadavg } from 'node:os';
 import { Client } from 'undici';
+import { ADAPTERS, filteredTarget } from '../agent/telemetry/adapters.ts';
 import { ScrapeConnection } from '../agent/telemetry/scrape-connection.ts';
 import { Scraper } from '../agent/telemetry/scraper.ts';
 import type { Pod } from '../agent/types.ts';
@@ -27,6 +35,8 @@ const { values } = parseArgs({
     interval: { type: 'string', default: '100' },
     seconds: { type: 'string', default: '4' },
     rounds: { type: 'string', default: '3' },
+    filter: { type: 'string', default: 'real' },
+    floors: { type: 'string', default: 'yes' },
     pages: {
       type: 'string',
       default:
@@ -46,6 +56,13 @@ if (values.before !== undefined) {
   variants.push({ name: `before (${values.before})`, Scraper: module.Scraper });
 }
 variants.push({ name: 'now', Scraper });
+/** This tree with filtered scrapes off: what the filter alone changes. */
+class WholePages extends Scraper {
+  constructor(...[options, onLoad, onError]: ConstructorParameters<typeof Scraper>) {
+    super({ ...options, filter: false }, onLoad, onError);
+  }
+}
+variants.push({ name: 'now, whole pages (scrapeFilter: false)', Scraper: WholePages });
 
 /** The floor: what `Scraper` does minus reading pages (one tick, one kept-alive connection per pod). */
 class HttpOnly {
@@ -80,11 +97,28 @@ class HttpOnly {
     await Promise.all(this.#clients.map((c) => c.destroy()));
   }
 }
-variants.push({ name: 'HTTP only, undici (floor)', Scraper: HttpOnly as unknown as ScraperClass });
+const floors = values.floors !== 'no';
+if (floors) variants.push({ name: 'HTTP only, undici (floor)', Scraper: HttpOnly as unknown as ScraperClass });
 
-/** The same floor on the scraper's own connections (scrape-connection.ts): why scrapes don't use undici. */
+/** The bench pods as pages.ts lists them. */
+interface ListedPod {
+  name: string;
+  address: string;
+  engine: 'vllm' | 'tgi' | 'sglang';
+  filter: 'honoured' | 'empty' | 'ignored';
+}
+let listed: ListedPod[] = [];
+
+/**
+ * The same floor on the scraper's own connections (scrape-connection.ts): why scrapes don't use
+ * undici. `filtered`: each pod asked for what the scraper reads in steady state (the filtered page
+ * where its server honours the filter).
+ */
 class HttpOnlyScrapeConnection {
-  readonly #connections: ScrapeConnection[] = [];
+  static filtered = false;
+  readonly #connections: { connection: ScrapeConnection; request: Buffer | undefined }[] = [];
+  readonly #filtered = (this.constructor as typeof HttpOnlyScrapeConnection).filtered;
+  bytes = 0;
   #ticker: NodeJS.Timeout | undefined;
   readonly #onAnswer: () => void;
   readonly #intervalMs: number;
@@ -93,19 +127,28 @@ class HttpOnlyScrapeConnection {
     this.#onAnswer = onAnswer;
   }
   setPods(list: readonly Pod[]): void {
-    for (const pod of list)
-      this.#connections.push(
-        new ScrapeConnection({ address: pod.address, path: '/metrics', headers: { accept: 'text/plain' } }),
-      );
+    for (const pod of list) {
+      const connection = new ScrapeConnection({
+        address: pod.address,
+        path: '/metrics',
+        headers: { accept: 'text/plain' },
+      });
+      const page = listed.find((p) => p.address === pod.address);
+      const target = this.#filtered && page?.filter === 'honoured' ? filteredTarget(ADAPTERS[page.engine]) : undefined;
+      this.#connections.push({ connection, request: target === undefined ? undefined : connection.request(target) });
+    }
   }
   start(): void {
     // One sink per connection; like the scraper, a pod whose last answer hasn't come is skipped.
-    const pods = this.#connections.map((connection) => {
+    const pods = this.#connections.map(({ connection, request }) => {
       const pod = {
         connection,
+        request,
         busy: false,
         head: () => {},
-        data: () => {},
+        data: (chunk: Buffer) => {
+          this.bytes += chunk.length;
+        },
         end: () => {
           pod.busy = false;
           this.#onAnswer();
@@ -121,7 +164,8 @@ class HttpOnlyScrapeConnection {
       for (const pod of pods) {
         if (pod.busy) continue;
         pod.busy = true;
-        pod.connection.get(pod);
+        if (pod.request === undefined) pod.connection.get(pod);
+        else pod.connection.get(pod, pod.request);
       }
     };
     tick();
@@ -129,19 +173,30 @@ class HttpOnlyScrapeConnection {
   }
   async stop(): Promise<void> {
     clearInterval(this.#ticker);
-    await Promise.all(this.#connections.map((connection) => connection.close()));
+    await Promise.all(this.#connections.map(({ connection }) => connection.close()));
   }
 }
-variants.push({
-  name: 'HTTP only, scrape connection (floor)',
-  Scraper: HttpOnlyScrapeConnection as unknown as ScraperClass,
-});
+if (floors)
+  variants.push({
+    name: 'HTTP only, scrape connection (floor)',
+    Scraper: HttpOnlyScrapeConnection as unknown as ScraperClass,
+  });
+class HttpOnlyFiltered extends HttpOnlyScrapeConnection {
+  static override filtered = true;
+}
+if (floors)
+  variants.push({
+    name: 'HTTP only, scrape connection, filtered where honoured (floor)',
+    Scraper: HttpOnlyFiltered as unknown as ScraperClass,
+  });
 
-const server = spawn(process.execPath, [new URL('./scrape/pages.ts', import.meta.url).pathname, ...files], {
-  stdio: ['ignore', 'pipe', 'inherit'],
-});
+const server = spawn(
+  process.execPath,
+  [new URL('./scrape/pages.ts', import.meta.url).pathname, '--filter', values.filter, ...files],
+  { stdio: ['ignore', 'pipe', 'inherit'] },
+);
 process.on('exit', () => server.kill()); // also when the bench fails
-const listed = await new Promise<{ name: string; address: string }[]>((done, fail) => {
+listed = await new Promise<ListedPod[]>((done, fail) => {
   let output = '';
   server.stdout.on('data', (d: Buffer) => {
     output += d;
@@ -163,9 +218,16 @@ const loadavg = (): string => osLoadavg()[0].toFixed(1);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** One round: a fresh scraper of every pod, warmed up, then CPU and scrapes counted for `roundMs`. */
-async function round(
-  S: ScraperClass,
-): Promise<{ scrapes: number; errors: number; cpuUs: number; systemUs: number; seconds: number }> {
+async function round(S: ScraperClass): Promise<{
+  scrapes: number;
+  errors: number;
+  cpuUs: number;
+  systemUs: number;
+  seconds: number;
+  /** Mean bytes of a page read, and pods whose last page was filtered (undefined: not known by that scraper). */
+  pageBytes: number | undefined;
+  filtered: number | undefined;
+}> {
   let scrapes = 0;
   let errors = 0;
   let lastError = '';
@@ -182,15 +244,37 @@ async function round(
   await sleep(1000); // connections open, engines detected, code warm
   scrapes = 0;
   errors = 0;
+  if (scraper instanceof HttpOnlyScrapeConnection) scraper.bytes = 0;
   const cpu = process.cpuUsage();
   const started = performance.now();
   await sleep(roundMs);
   const used = process.cpuUsage(cpu);
   const seconds = (performance.now() - started) / 1000;
-  const counted = { scrapes, errors, cpuUs: used.user + used.system, systemUs: used.system, seconds };
+  const counted = {
+    scrapes,
+    errors,
+    cpuUs: used.user + used.system,
+    systemUs: used.system,
+    seconds,
+    ...pagesRead(scraper, scrapes),
+  };
   await scraper.stop();
   if (errors > 0) console.error(`${errors} failed scrapes, last: ${lastError}`);
   return counted;
+}
+
+/** What the variant can say of the pages it read: the scraper's health (this tree's), or the floors' byte counts. */
+function pagesRead(scraper: unknown, scrapes: number): { pageBytes: number | undefined; filtered: number | undefined } {
+  if (scraper instanceof HttpOnlyScrapeConnection) return { pageBytes: scraper.bytes / scrapes, filtered: undefined };
+  const health = (scraper as { health?: (uid: string) => { pageBytes?: number; filtered?: boolean } | undefined })
+    .health;
+  if (health === undefined) return { pageBytes: undefined, filtered: undefined };
+  const each = pods.map((p) => health.call(scraper, p.uid));
+  if (each.some((h) => h?.pageBytes === undefined)) return { pageBytes: undefined, filtered: undefined };
+  return {
+    pageBytes: each.reduce((n, h) => n + h!.pageBytes!, 0) / each.length,
+    filtered: each.filter((h) => h!.filtered === true).length,
+  };
 }
 
 const started = loadavg();
@@ -212,7 +296,7 @@ const median = (xs: number[]): number => {
 const perScrapeMs = (r: { cpuUs: number; scrapes: number }) => r.cpuUs / 1000 / r.scrapes;
 
 console.log(
-  `${pods.length} pods (${files.join(', ')}), every ${intervalMs} ms, ${rounds} × ${roundMs / 1000} s per scraper; node ${process.version}; load average ${started} → ${loadavg()}`,
+  `${pods.length} pods (${listed.map((p) => `${p.name.replace(/^pod-\d+-/, '')} ${p.filter}`).join(', ')}; --filter ${values.filter}), every ${intervalMs} ms, ${rounds} × ${roundMs / 1000} s per scraper; node ${process.version}; load average ${started} → ${loadavg()}`,
 );
 const rows = [...results].map(([name, list]) => {
   const scrapes = list.reduce((n, r) => n + r.scrapes, 0);
@@ -224,6 +308,8 @@ const rows = [...results].map(([name, list]) => {
     failed: list.reduce((n, r) => n + r.errors, 0),
     'CPU ms/scrape (median)': median(list.map(perScrapeMs)).toFixed(3),
     'of which kernel': median(list.map((r) => r.systemUs / 1000 / r.scrapes)).toFixed(3),
+    'KB per page': list[0].pageBytes === undefined ? '–' : (median(list.map((r) => r.pageBytes!)) / 1024).toFixed(1),
+    'pods filtered': list[0].filtered === undefined ? '–' : `${list.at(-1)!.filtered}/${pods.length}`,
     'each round': list.map((r) => perScrapeMs(r).toFixed(3)).join(' '),
     [`% of a core (${pods.length} pods @ ${intervalMs} ms)`]: (((cpuUs / 1e6) * 100) / seconds).toFixed(2),
   };
@@ -235,5 +321,14 @@ if (values.before !== undefined) {
   const ratios = now.map((r, i) => perScrapeMs(r) / perScrapeMs(before[i]));
   console.log(
     `now / before CPU per scrape: median ${median(ratios).toFixed(2)}× (rounds: ${ratios.map((x) => x.toFixed(2)).join(' ')})`,
+  );
+}
+{
+  // Within this tree: filtered scrapes against whole ones, round by round.
+  const now = results.get('now')!;
+  const whole = results.get('now, whole pages (scrapeFilter: false)')!;
+  const ratios = now.map((r, i) => perScrapeMs(r) / perScrapeMs(whole[i]));
+  console.log(
+    `now / now with whole pages: median ${median(ratios).toFixed(2)}× (rounds: ${ratios.map((x) => x.toFixed(2)).join(' ')})`,
   );
 }

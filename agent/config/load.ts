@@ -55,6 +55,8 @@ export interface Limits {
   maxUpstreamBodyBytes: number;
   providerIdleTimeoutMs: number;
   scrapeFailureLogIntervalMs: number;
+  /** A pod whose filtered page fell short is scraped whole this long (agent/telemetry/scraper.ts). */
+  scrapeFilterRetryMs: number;
   /** 0: never (agent/memory/idle-release.ts). */
   releaseMemoryAfterIdleMs: number;
   prefixMaxBlocks: number;
@@ -85,6 +87,8 @@ export interface AgentSettings {
   listen: { api: string; admin: string };
   discovery: 'static' | 'kubernetes';
   scrapeIntervalMs: number;
+  /** Filtered scrapes where the engine's server can answer them (agent/telemetry/scraper.ts). */
+  scrapeFilter: boolean;
   pods: Pod[];
   peers: string[];
   /** Static mode: ranges a gossiped pod's address must lie in (see agent/cluster/peer-pods.ts). */
@@ -133,6 +137,7 @@ export const DEFAULT_LIMITS: Limits = {
   maxUpstreamBodyBytes: 32 * 1024 * 1024,
   providerIdleTimeoutMs: 60_000,
   scrapeFailureLogIntervalMs: 30_000,
+  scrapeFilterRetryMs: 10 * 60_000,
   releaseMemoryAfterIdleMs: 10_000,
   prefixMaxBlocks: DEFAULT_PREFIX_MAX_BLOCKS,
   prefixBlocksPerPod: DEFAULT_MAX_BLOCKS_PER_POD,
@@ -253,6 +258,7 @@ export function settingsFromObject(
     listen: { api: file.listen.api, admin: file.listen.admin },
     discovery: file.discovery ?? 'static',
     scrapeIntervalMs,
+    scrapeFilter: file.scrapeFilter ?? true,
     pods: (file.pods ?? []).map((p) => {
       const namespace = p.namespace ?? 'default';
       return {
@@ -324,6 +330,9 @@ export function settingsFromObject(
       scrapeFailureLogIntervalMs: limits.scrapeFailureLogInterval
         ? parseDuration(limits.scrapeFailureLogInterval)
         : DEFAULT_LIMITS.scrapeFailureLogIntervalMs,
+      scrapeFilterRetryMs: limits.scrapeFilterRetry
+        ? parseDuration(limits.scrapeFilterRetry)
+        : DEFAULT_LIMITS.scrapeFilterRetryMs,
       releaseMemoryAfterIdleMs: limits.releaseMemoryAfterIdle
         ? parseDuration(limits.releaseMemoryAfterIdle)
         : DEFAULT_LIMITS.releaseMemoryAfterIdleMs,

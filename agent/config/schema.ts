@@ -73,6 +73,8 @@ const Limits = Type.Object(
     providerIdleTimeout: Type.Optional(DurationString),
     /** At most one log line per pod per interval about failing scrapes. */
     scrapeFailureLogInterval: Type.Optional(DurationString),
+    /** After a pod's filtered page lacked samples its whole page has, scrape it whole this long before asking filtered again. */
+    scrapeFilterRetry: Type.Optional(DurationString),
     /** After serving requests, this long with none open → one memory-reducing GC; `0s` never. */
     releaseMemoryAfterIdle: Type.Optional(DurationString),
     /** Prompt blocks (64 characters each) hashed per request for the prefix index; the rest is not matched. */
@@ -142,6 +144,8 @@ export const AgentConfigSchema = Type.Object(
     ),
     discovery: Type.Optional(Type.Union([Type.Literal('static'), Type.Literal('kubernetes')])),
     scrapeInterval: Type.Optional(DurationString),
+    /** Ask vLLM and SGLang for only the samples the agent reads (`/metrics?name[]=…`); default true. */
+    scrapeFilter: Type.Optional(Type.Boolean()),
     pods: Type.Optional(Type.Array(StaticPod)),
     peers: Type.Optional(Type.Array(HostPort)),
     gossip: Type.Optional(Gossip),

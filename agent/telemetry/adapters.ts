@@ -15,6 +15,11 @@ export interface EngineAdapter {
   readonly selector: MetricSelector;
   /** Name whose presence identifies the engine (for detection). */
   readonly signature: string;
+  /**
+   * Where the engine's server answers `?name[]=…` with only the samples named (prometheus_client),
+   * for a filtered scrape of the selector's names; absent when it ignores the query (TGI).
+   */
+  readonly filteredPath?: string;
   toLoad(page: MetricPage, at: number): LoadResult;
 }
 
@@ -83,6 +88,26 @@ function withOptional(
   return load;
 }
 
+// ── Filtered scrapes ─────────────────────────────────────────────────────────────────────────────
+// prometheus_client (vLLM's and SGLang's /metrics) renders only the samples a request names with
+// `name[]` (sample names, `_sum`/`_count`/`_total` included; absent names are ignored; see
+// shared/sim/name-filter.ts for where each fact was read). Where the server honours it, a vLLM V1
+// page shrinks from ~45 KB to ~2 KB. Where it does not, the page is whole and read as before, or empty
+// or partial, which the scraper detects and answers with an unfiltered scrape (scraper.ts):
+//   - vLLM: the exact path `/metrics` is prometheus-fastapi-instrumentator's handler
+//     (`generate_latest(registry)`, no query read), registered before prometheus_client's
+//     `make_asgi_app`, which is mounted for `^/metrics(.*)$` (vllm/entrypoints/serve/instrumentator/
+//     metrics.py; earlier vllm/v1/metrics/prometheus.py `mount_metrics`). So the filtered path is
+//     `/metrics/`. With one API server the registry is the default one and the filter is honoured;
+//     with several, it is a plain `CollectorRegistry()` around a MultiProcessCollector, which
+//     registers no names: the filtered page is empty.
+//   - SGLang: `make_asgi_app` of a plain registry around a MultiProcessCollector, mounted the same
+//     way (python/sglang/srt/utils/common.py `add_prometheus_middleware`): empty today, honoured
+//     once the registry is built with `support_collectors_without_names=True` (prometheus_client
+//     ≥ 0.25.0).
+//   - TGI: axum's `/metrics` handler renders the whole page whatever the query
+//     (router/src/server.rs `metrics`), so it is never asked.
+
 // ── vLLM ─────────────────────────────────────────────────────────────────────────────────────────
 // Series carry `engine` (data-parallel index) and `model_name`; a pod is the sum of its engines.
 
@@ -117,6 +142,7 @@ function vllmKvCapacity(page: MetricPage): number | undefined {
 export const vllmAdapter: EngineAdapter = {
   engine: 'vllm',
   signature: VLLM.waiting,
+  filteredPath: '/metrics/',
   selector: everyFamily(VLLM, [VLLM.ttft, VLLM.queueTime], ['num_gpu_blocks', 'block_size']),
   toLoad(page, at) {
     const waiting = page.sum(VLLM.waiting);
@@ -298,6 +324,7 @@ const SGLANG_QUEUE_TIME = histogramNames(SGLANG.queueTime);
 export const sglangAdapter: EngineAdapter = {
   engine: 'sglang',
   signature: SGLANG.waiting,
+  filteredPath: '/metrics',
   selector: everyFamily(SGLANG, [SGLANG.ttft, SGLANG.queueTime], ['dp_rank', 'tp_rank', 'pp_rank']),
   toLoad(page, at) {
     const waiting = sumRanks(page, SGLANG.waiting);
@@ -351,4 +378,14 @@ export function toPodLoad(page: MetricPage, at: number, engine?: Engine): LoadRe
   if (chosen === undefined)
     return { ok: false, error: 'cannot tell the engine from the page (no vLLM, TGI or SGLang queue gauge)' };
   return ADAPTERS[chosen].toLoad(page, at);
+}
+
+/**
+ * The request target of a filtered scrape for `adapter` (its selector's sample names as `name[]`,
+ * percent-encoded as Prometheus itself sends scrape `params`), or undefined when its server has none.
+ */
+export function filteredTarget(adapter: EngineAdapter): string | undefined {
+  if (adapter.filteredPath === undefined) return undefined;
+  const query = adapter.selector.names().map((name) => `name%5B%5D=${encodeURIComponent(name)}`);
+  return `${adapter.filteredPath}?${query.join('&')}`;
 }

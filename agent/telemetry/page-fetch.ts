@@ -9,8 +9,8 @@ import type { MetricPage, MetricSelector } from './metric-page.ts';
 import { PromTextReader } from './promtext.ts';
 import type { ResponseSink } from './scrape-connection.ts';
 
-/** The scrape's end: a page, or why there is none. Called exactly once, unless cancelled. */
-export type PageDone = (result: { page: MetricPage } | { error: string }) => void;
+/** The scrape's end: a page (and its size in bytes, decoded), or why there is none. Called exactly once, unless cancelled. */
+export type PageDone = (result: { page: MetricPage; bytes: number } | { error: string; status: number }) => void;
 
 export class PageFetch implements ResponseSink {
   readonly #reader: PromTextReader;
@@ -97,7 +97,9 @@ export class PageFetch implements ResponseSink {
   #finish(result: { page: MetricPage } | { error: string }): void {
     if (this.#finished) return;
     this.#finished = true;
-    if ('error' in result) this.#gunzip?.destroy();
-    this.#done(result);
+    if ('error' in result) {
+      this.#gunzip?.destroy();
+      this.#done({ error: result.error, status: this.#status });
+    } else this.#done({ page: result.page, bytes: this.#bytes });
   }
 }

@@ -21,7 +21,7 @@ export interface PoolFeedDeps {
 }
 
 export function scraperFeedingPool(
-  settings: Pick<AgentSettings, 'scrapeIntervalMs' | 'limits'>,
+  settings: Pick<AgentSettings, 'scrapeIntervalMs' | 'scrapeFilter' | 'limits'>,
   deps: PoolFeedDeps,
 ): Scraper {
   const { now, scrapes, log, pool } = deps;
@@ -31,6 +31,8 @@ export function scraperFeedingPool(
     {
       intervalMs: settings.scrapeIntervalMs,
       timeoutMs: settings.limits.scrapeTimeoutMs,
+      filter: settings.scrapeFilter,
+      filterRetryMs: settings.limits.scrapeFilterRetryMs,
       now,
       windows: { spanMs: deps.windowSpanMs, bucketMs: 1000 },
     },

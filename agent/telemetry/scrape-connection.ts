@@ -36,6 +36,7 @@ export interface ResponseSink {
 export interface ScrapeConnectionOptions {
   /** `host:port` (`[v6]:port` for IPv6); port 80 when absent. */
   address: string;
+  /** The request target `get` asks for unless given another (`request`). */
   path: string;
   /** Request headers besides Host. */
   headers: Readonly<Record<string, string>>;
@@ -365,11 +366,17 @@ export class ScrapeConnection {
   constructor(options: ScrapeConnectionOptions) {
     this.#options = options;
     this.#idleReuseMs = options.idleReuseMs ?? DEFAULTS.idleReuseMs;
-    let request = `GET ${options.path} HTTP/1.1\r\nhost: ${options.address}\r\n`;
-    for (const [name, value] of Object.entries(options.headers)) request += `${name}: ${value}\r\n`;
-    this.#request = Buffer.from(`${request}\r\n`, 'latin1');
+    this.#request = this.request(options.path);
     this.#readBuffer = Buffer.allocUnsafe(options.readBufferBytes ?? DEFAULTS.readBufferBytes);
     this.#reader = new ResponseReader(options.maxHeaderBytes);
+  }
+
+  /** The bytes of a GET of `target` (path and query) with this connection's headers, made once for many `get`s. */
+  request(target: string): Buffer {
+    if (!/^\/[\x21-\x7e]*$/.test(target)) throw new Error(`not a request target: ${JSON.stringify(target)}`);
+    let request = `GET ${target} HTTP/1.1\r\nhost: ${this.#options.address}\r\n`;
+    for (const [name, value] of Object.entries(this.#options.headers)) request += `${name}: ${value}\r\n`;
+    return Buffer.from(`${request}\r\n`, 'latin1');
   }
 
   /** Whether a socket is open (connected or connecting). */
@@ -377,14 +384,17 @@ export class ScrapeConnection {
     return this.#socket !== undefined;
   }
 
-  /** Sends the request; the answer goes to `sink`. One at a time: a second `get` before the end throws. */
-  get(sink: ResponseSink): void {
+  /**
+   * Sends the request (the `path` of the options, or one made by `request`); the answer goes to
+   * `sink`. One at a time: a second `get` before the end throws.
+   */
+  get(sink: ResponseSink, request: Buffer = this.#request): void {
     if (this.#sink !== undefined) throw new Error('a request is already in flight on this connection');
     if (this.#socket !== undefined && performance.now() - this.#idleSince >= this.#idleReuseMs) this.#drop();
     this.#sink = sink;
     this.#reader.begin(sink);
     try {
-      (this.#socket ?? this.#open()).write(this.#request);
+      (this.#socket ?? this.#open()).write(request);
     } catch (err) {
       this.#fail(describeError(err));
     }

@@ -10,6 +10,7 @@ import { realClock } from './clock.ts';
 import { RealtimeDriver } from './driver.ts';
 import { SimEngine, type SeqHandle, type SimEngineOptions, type SubmitResult } from './engine.ts';
 import { metricsContentType, renderMetrics } from './metrics.ts';
+import { answerNameFilter, type NameFilter } from './name-filter.ts';
 import { mulberry32, randomHex } from './random.ts';
 import {
   parseEmbedding,
@@ -61,6 +62,13 @@ export interface SimOptions extends Omit<SimEngineOptions, 'buckets'> {
   host?: string;
   /** Which server's /metrics to imitate. Default vllm. */
   engine?: Flavor;
+  /**
+   * How `/metrics?name[]=…` is answered where prometheus_client reads the query (name-filter.ts):
+   * vLLM at `/metrics/` (its exact `/metrics` route is prometheus-fastapi-instrumentator's, which
+   * ignores the query) and SGLang at `/metrics` and below. Default `honoured` for vLLM (one API
+   * server), `empty` for SGLang (a MultiProcessCollector in a plain registry); TGI ignores queries.
+   */
+  nameFilter?: NameFilter;
   /** Served model names. Default ['llama-3-8b']. */
   models?: string[];
   /** Context window (max_model_len). Default 8,192. */
@@ -72,7 +80,7 @@ export interface SimOptions extends Omit<SimEngineOptions, 'buckets'> {
   /** Like `vllm serve --api-key`: requests without `Authorization: Bearer <key>` get 401. */
   apiKey?: string;
   /** Sees every request's method, path and headers as it arrives (tests check what reached the pod). */
-  onRequest?: (seen: { method: string; path: string; headers: IncomingMessage['headers'] }) => void;
+  onRequest?: (seen: { method: string; path: string; query: string; headers: IncomingMessage['headers'] }) => void;
 }
 
 export interface SimServer {
@@ -91,6 +99,18 @@ const MAX_BODY_BYTES = 16 * 1024 * 1024;
 
 export async function startSim(opts: SimOptions = {}): Promise<SimServer> {
   const flavor = opts.engine ?? 'vllm';
+  const nameFilter: NameFilter = opts.nameFilter ?? (flavor === 'sglang' ? 'empty' : 'honoured');
+  /**
+   * Who answers a GET under /metrics: `whole` ignores the query (TGI's axum handler; vLLM's exact
+   * `/metrics`, registered first by prometheus-fastapi-instrumentator's `expose`), `filtered` is
+   * prometheus_client's `make_asgi_app`, mounted at /metrics with the path pattern `^/metrics(.*)$`
+   * (vllm/entrypoints/serve/instrumentator/metrics.py, sglang/srt/utils/common.py).
+   */
+  const metricsRoute = (path: string): 'whole' | 'filtered' | undefined => {
+    if (flavor === 'tgi') return path === '/metrics' ? 'whole' : undefined;
+    if (!path.startsWith('/metrics')) return undefined;
+    return flavor === 'vllm' && path === '/metrics' ? 'whole' : 'filtered';
+  };
   const host = opts.host ?? '127.0.0.1';
   const rules: ModelRules = { models: opts.models ?? ['llama-3-8b'], maxModelLen: opts.maxModelLen ?? 8192 };
   if (rules.models.length === 0) throw new RangeError('a simulator serves at least one model');
@@ -294,7 +314,9 @@ export async function startSim(opts: SimOptions = {}): Promise<SimServer> {
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     if (opts.name !== undefined) res.setHeader('x-sim-pod', opts.name);
-    const path = new URL(req.url ?? '/', 'http://sim').pathname;
+    const url = new URL(req.url ?? '/', 'http://sim');
+    const path = url.pathname;
+    const query = url.search.slice(1);
     const inference: Record<string, 'chat' | 'text' | 'responses' | 'embed'> = {
       '/v1/chat/completions': 'chat',
       '/v1/completions': 'text',
@@ -302,12 +324,12 @@ export async function startSim(opts: SimOptions = {}): Promise<SimServer> {
       '/v1/embeddings': 'embed',
     };
     const route = inference[path];
-    opts.onRequest?.({ method: req.method ?? '', path, headers: req.headers });
+    opts.onRequest?.({ method: req.method ?? '', path, query, headers: req.headers });
     // Like `vllm serve --api-key`: every route but the probes and /metrics needs the bearer key.
     if (
       opts.apiKey !== undefined &&
       path !== '/health' &&
-      path !== '/metrics' &&
+      !path.startsWith('/metrics') &&
       req.headers.authorization !== `Bearer ${opts.apiKey}`
     ) {
       return sendJson(res, 401, { error: 'Unauthorized' });
@@ -351,13 +373,14 @@ export async function startSim(opts: SimOptions = {}): Promise<SimServer> {
         return;
       case '/v1/models':
         return sendJson(res, 200, modelList(rules.models, Math.floor(startedAt), rules.maxModelLen));
-      case '/metrics': {
+      default: {
+        const metrics = metricsRoute(path);
+        if (metrics === undefined) return sendDetail(res, 404, 'Not Found');
         const text = renderMetrics(engine.snapshot(), { flavor, modelName: rules.models[0], startedAt });
-        res.writeHead(200, { 'content-type': metricsContentType(flavor) }).end(text);
+        const body = metrics === 'whole' ? text : answerNameFilter(text, query, nameFilter);
+        res.writeHead(200, { 'content-type': metricsContentType(flavor) }).end(body);
         return;
       }
-      default:
-        return sendDetail(res, 404, 'Not Found');
     }
   }
 
