@@ -6,13 +6,16 @@
 // (node:http + undici, no routing), so what Node costs and what the agent adds are told apart.
 // Figures: added latency = target's p50/p99 − direct's at the same rate; throughput and CPU per
 // request as ratios to nginx's and bare-node's. Flags: --duration S per point (default 10),
-// --targets direct,nginx,bare-node,kinference, and
+// --targets direct,nginx,bare-node,kinference (also: bare-net, bare-http, the floors below bare-node),
+// --serial N: first, N requests per target one at a time, every target up at once and taking turns
+// (bench/proxy/serial.ts): added latency with no queue anywhere, robust to a shared machine's noise;
+// --serial-only: only that; and
 // --before DIR: also run the agent of another checkout (e.g. `git archive <commit>` with
 // node_modules linked) as target "before", for a before/after side by side in the same run;
 // --rounds N repeats the whole sequence and prints each target's medians (the machine may be shared).
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 
@@ -22,6 +25,8 @@ const { values } = parseArgs({
     targets: { type: 'string', default: 'direct,nginx,bare-node,kinference' },
     before: { type: 'string' },
     rounds: { type: 'string', default: '1' },
+    serial: { type: 'string', default: '0' },
+    'serial-only': { type: 'boolean', default: false },
   },
 });
 const here = new URL('.', import.meta.url).pathname;
@@ -106,6 +111,12 @@ async function startBareNode(upstream: string): Promise<string> {
   return `127.0.0.1:${match[1]}`;
 }
 
+/** bench/proxy/<file> --upstream HOST:PORT, resolving with where it listens. */
+async function startFloor(file: string, upstream: string): Promise<string> {
+  const match = await start(process.execPath, [join(here, 'proxy', file), '--upstream', upstream], /listening (\d+)/);
+  return `127.0.0.1:${match[1]}`;
+}
+
 async function startAgent(upstream: string, root = join(here, '..')): Promise<string> {
   const config = join(work, 'agent.yaml');
   writeFileSync(
@@ -157,6 +168,81 @@ function load(url: string, args: string[]): Promise<Record<string, number>> {
     child.stdout.on('data', (d) => (out += d));
     child.once('exit', (code) => (code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`load exited ${code}`))));
   });
+}
+
+interface SerialResult {
+  p50: number[];
+  p90: number[];
+  firstByteP50: number[];
+  errors: number[];
+}
+
+function serial(ports: number[], stream: boolean): Promise<SerialResult> {
+  return new Promise((resolve, reject) => {
+    const args = [join(here, 'proxy/serial.ts'), '--ports', ports.join(','), '--count', values.serial!];
+    const child = spawn(process.execPath, stream ? [...args, '--stream'] : args, {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.once('exit', (code) => (code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`serial exited ${code}`))));
+  });
+}
+
+const load1 = () => loadavg()[0].toFixed(2);
+
+/**
+ * The serial table: every target started at once, then one request at a time across all of them
+ * in turn, plain and streamed. Added = target's p50 − direct's, from the same run.
+ */
+async function serialRound(upstream: string, wanted: string[], round: number, rounds: number): Promise<SerialRow[]> {
+  const started = children.length;
+  const targets: { name: string; hostPort: string }[] = [];
+  const loadBefore = load1();
+  for (const target of wanted) {
+    if (target === 'direct') targets.push({ name: target, hostPort: upstream });
+    else if (target === 'nginx' && NGINX) targets.push({ name: target, hostPort: await startNginx(upstream) });
+    else if (target === 'bare-node') targets.push({ name: target, hostPort: await startBareNode(upstream) });
+    else if (target === 'bare-net' || target === 'bare-http')
+      targets.push({ name: target, hostPort: await startFloor(`${target}.ts`, upstream) });
+    else if (target === 'kinference') targets.push({ name: target, hostPort: await startAgent(upstream) });
+    else if (target === 'before') targets.push({ name: target, hostPort: await startAgent(upstream, values.before) });
+  }
+  const ports = targets.map((t) => Number(t.hostPort.slice(t.hostPort.lastIndexOf(':') + 1)));
+  await serial(ports, false); // warm-up: connections, JIT
+  const plain = await serial(ports, false);
+  const streamed = await serial(ports, true);
+  for (const child of children.slice(started)) child.kill('SIGTERM');
+  const d = targets.findIndex((t) => t.name === 'direct');
+  const rows = targets.map((t, i) => ({
+    name: t.name,
+    p50: d >= 0 && i !== d ? plain.p50[i] - plain.p50[d] : plain.p50[i],
+    p90: d >= 0 && i !== d ? plain.p90[i] - plain.p90[d] : plain.p90[i],
+    ttfb: d >= 0 && i !== d ? streamed.firstByteP50[i] - streamed.firstByteP50[d] : streamed.firstByteP50[i],
+    errors: plain.errors[i] + streamed.errors[i],
+  }));
+  console.log(
+    `\nbench:proxy serial round ${round + 1}/${rounds}: ${values.serial} requests per target and kind, one at a time, targets in turn; ms; "+" = added over direct; load average ${loadBefore} → ${load1()}`,
+  );
+  printSerial(rows);
+  return rows;
+}
+
+interface SerialRow {
+  name: string;
+  p50: number;
+  p90: number;
+  ttfb: number;
+  errors: number;
+}
+
+function printSerial(rows: SerialRow[]): void {
+  console.log('target       | p50 serial | p90 serial | first byte p50 serial, streamed | errors');
+  const plus = (r: SerialRow, v: number) => (r.name === 'direct' ? fmt(v) : `${v >= 0 ? '+' : ''}${fmt(v)}`);
+  for (const r of rows)
+    console.log(
+      `${r.name.padEnd(12)} | ${plus(r, r.p50).padStart(10)} | ${plus(r, r.p90).padStart(10)} | ${plus(r, r.ttfb).padStart(31)} | ${r.errors}`,
+    );
 }
 
 function wrkThroughput(url: string): { perS: number; errors: number } {
@@ -270,27 +356,46 @@ try {
   if (values.before) wanted.splice(wanted.indexOf('kinference'), 0, 'before');
   const rounds = Number(values.rounds);
   const perRound: Row[][] = [];
+  const serialRounds: SerialRow[][] = [];
+  if (wanted.includes('nginx') && !NGINX) console.log('nginx not installed: skipped (apt-get install nginx)');
   for (let round = 0; round < rounds; round++) {
+    if (Number(values.serial) > 0) serialRounds.push(await serialRound(upstream, wanted, round, rounds));
+    if (values['serial-only']) continue;
+    const loadBefore = load1();
     const results: Measured[] = [];
     for (const target of wanted) {
       const pid = () => children.at(-1)!.pid!;
       if (target === 'direct') results.push(await measure('direct', upstream, upstreamPid));
       else if (target === 'nginx' && NGINX) results.push(await measure('nginx', await startNginx(upstream), pid()));
       else if (target === 'bare-node') results.push(await measure('bare-node', await startBareNode(upstream), pid()));
+      else if (target === 'bare-net' || target === 'bare-http')
+        results.push(await measure(target, await startFloor(`${target}.ts`, upstream), pid()));
       else if (target === 'kinference') results.push(await measure('kinference', await startAgent(upstream), pid()));
       else if (target === 'before')
         results.push(await measure('before', await startAgent(upstream, values.before), pid()));
-      else if (target === 'nginx' && round === 0) console.log('nginx not installed: skipped (apt-get install nginx)');
       // Each proxy stops once measured, so the next one does not share the machine with it.
       if (target !== 'direct') children.at(-1)?.kill('SIGTERM');
     }
     perRound.push(rowsOf(results));
     printTable(
-      `bench:proxy round ${round + 1}/${rounds}, ${values.duration} s per point, load from ${WRK ? 'wrk (throughput) and ' : ''}bench/proxy/load.ts; ms; "+" = added over direct`,
+      `bench:proxy round ${round + 1}/${rounds}, ${values.duration} s per point, load from ${WRK ? 'wrk (throughput) and ' : ''}bench/proxy/load.ts; ms; "+" = added over direct; load average ${loadBefore} → ${load1()}`,
       perRound[round],
     );
   }
-  if (rounds > 1) {
+  if (rounds > 1 && serialRounds.length > 0) {
+    const of = (i: number, key: 'p50' | 'p90' | 'ttfb') => median(serialRounds.map((rows) => rows[i][key]));
+    console.log(`\nserial: median of ${rounds} rounds (added over direct within each round; errors summed)`);
+    printSerial(
+      serialRounds[0].map((first, i) => ({
+        name: first.name,
+        p50: of(i, 'p50'),
+        p90: of(i, 'p90'),
+        ttfb: of(i, 'ttfb'),
+        errors: serialRounds.reduce((sum, rows) => sum + rows[i].errors, 0),
+      })),
+    );
+  }
+  if (rounds > 1 && perRound.length > 0) {
     const medians = perRound[0].map((first, i) => {
       const of = (key: keyof Omit<Row, 'name'>) => median(perRound.map((rows) => rows[i][key]));
       return {

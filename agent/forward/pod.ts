@@ -7,6 +7,7 @@ import type { PodCredential } from '../config/load.ts';
 import { resolveSecret } from '../config/secrets.ts';
 import type { Pod } from '../types.ts';
 import { describeError } from '../../shared/describe-error.ts';
+import { Deadlines, type Deadline } from './deadlines.ts';
 
 /**
  * Whether the client of a request left, and a call when it does: an AbortSignal fits, and so does
@@ -98,7 +99,7 @@ class PodExchange implements PodResponseHandler, ChunkSource {
   readonly #now: () => number;
   readonly #started: number;
   /** Until response headers; started at send, so time queued for a connection counts too. */
-  readonly #headersDeadline: NodeJS.Timeout;
+  readonly #headersDeadline: Deadline<PodExchange>;
   readonly #headersMs: number;
   #settled = false;
   #request: PodRequest | undefined;
@@ -120,7 +121,7 @@ class PodExchange implements PodResponseHandler, ChunkSource {
     this.#now = now;
     this.#started = now();
     this.#headersMs = headersMs;
-    this.#headersDeadline = setTimeout(onHeadersDeadline, headersMs, this);
+    this.#headersDeadline = headersDeadlines(headersMs).add(this);
   }
 
   start(request: PodRequest): void {
@@ -140,12 +141,12 @@ class PodExchange implements PodResponseHandler, ChunkSource {
   #settleOnce(attempt: PodAttempt): void {
     if (this.#settled) return;
     this.#settled = true;
-    clearTimeout(this.#headersDeadline);
+    this.#headersDeadline.clear();
     this.#settle(attempt);
   }
 
   head(status: number, contentType: string | undefined): void {
-    clearTimeout(this.#headersDeadline);
+    this.#headersDeadline.clear();
     this.#status = status;
     if (contentType !== undefined) this.#contentType = contentType;
     if (status >= 400) this.#errorBody = [];
@@ -250,6 +251,18 @@ class PodExchange implements PodResponseHandler, ChunkSource {
   abort(reason: Error): void {
     this.#stop(reason);
   }
+}
+
+/** One list per headers timeout in use (a streamed and a whole-answer one, as configured). */
+const headersLists = new Map<number, Deadlines<PodExchange>>();
+
+function headersDeadlines(ms: number): Deadlines<PodExchange> {
+  let list = headersLists.get(ms);
+  if (list === undefined) {
+    list = new Deadlines(ms, onHeadersDeadline);
+    headersLists.set(ms, list);
+  }
+  return list;
 }
 
 function onHeadersDeadline(exchange: PodExchange): void {
