@@ -1,7 +1,8 @@
 // What a running agent has loaded (README "Memory": every loaded module's code and source stay in
 // the heap for the process's life): an agent in static mode that served requests has loaded the
 // undici parts it uses but not undici's index (fetch, WebSocket, caches, mocks), typebox's error
-// iterator but not its value operations, and nothing of the Kubernetes client. Checked in a fresh
+// iterator but not its value operations, prom-client's registry and metrics but not its index, and
+// nothing of the Kubernetes client or a web framework. Checked in a fresh
 // Node process that records every module resolved (import and require) while a real agent starts,
 // forwards a request to a pod, and serves its admin pages.
 import { describe, it } from 'node:test';
@@ -45,7 +46,7 @@ async function modulesLoaded(podAddress: string): Promise<string[]> {
 }
 
 describe('modules a static-mode agent loads', () => {
-  it("loads undici's connection pools, not its index; typebox's errors, not its values; no Kubernetes client", async () => {
+  it("loads undici's connection pools, not its index; typebox's errors, not its values; prom-client's parts, not its index; no Kubernetes client, no web framework", async () => {
     const pod = await startSim({ models: ['m'] });
     try {
       const loaded = await modulesLoaded(`127.0.0.1:${pod.port}`);
@@ -61,6 +62,14 @@ describe('modules a static-mode agent loads', () => {
       assert.ok(has(/@sinclair\/typebox\/.*errors/).length > 0, "typebox's error iterator loaded");
       assert.deepEqual(has(/@sinclair\/typebox\/build\/(esm|cjs)\/value\/value\//), [], "typebox's value operations");
       assert.deepEqual(has(/@kubernetes\/client-node/), [], 'the Kubernetes client');
+      assert.deepEqual(has(/node_modules\/(hono|@hono)\//), [], 'a web framework for the admin listener');
+      assert.ok(has(/prom-client\/lib\/registry\.js$/).length > 0, "prom-client's registry loaded");
+      assert.deepEqual(has(/node_modules\/prom-client\/index\.js$/), [], "prom-client's index");
+      assert.deepEqual(
+        has(/prom-client\/lib\/(summary|pushgateway|cluster)\.js$|@opentelemetry\//),
+        [],
+        "prom-client's summaries, Pushgateway, cluster aggregator, and the OpenTelemetry API",
+      );
     } finally {
       await pod.close();
     }
