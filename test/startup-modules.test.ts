@@ -27,15 +27,22 @@ async function modulesLoaded(podAddress: string): Promise<string[]> {
     });
     const agent = await startAgent(settings, { log: () => {}, requestLog: () => {} });
     await new Promise((r) => setTimeout(r, 300));
-    const res = await fetch(agent.apiUrl + '/v1/chat/completions', {
-      method: 'POST', headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }),
+    // The client here is node:http's CommonJS module, so that this process loads no web fetch of its own.
+    const http = process.getBuiltinModule('node:http');
+    const call = (url, method, body) => new Promise((resolve, reject) => {
+      const req = http.request(url, { method, headers: { 'content-type': 'application/json' } }, (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode));
+      });
+      req.on('error', reject);
+      req.end(body);
     });
-    const status = res.status;
-    await res.text();
-    for (const path of ['/metrics', '/debug/state', '/healthz']) await (await fetch(agent.adminUrl + path)).text();
+    const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+    const status = await call(agent.apiUrl + '/v1/chat/completions', 'POST', body);
+    for (const path of ['/metrics', '/debug/state', '/healthz']) await call(agent.adminUrl + path, 'GET');
     await agent.shutdown();
-    console.log(JSON.stringify({ status, resolved }));
+    const builtins = process.moduleLoadList.filter((m) => m.startsWith('NativeModule ')).map((m) => m.slice(13));
+    console.log(JSON.stringify({ status, resolved: [...resolved, ...builtins.map((b) => 'node:internal/' + b)] }));
   `;
   const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', script], {
     env: { ...process.env, STARTUP_TEST_KEY: 'k' },
@@ -63,6 +70,12 @@ describe('modules a static-mode agent loads', () => {
       assert.deepEqual(has(/@sinclair\/typebox\/build\/(esm|cjs)\/value\/value\//), [], "typebox's value operations");
       assert.deepEqual(has(/@kubernetes\/client-node/), [], 'the Kubernetes client');
       assert.deepEqual(has(/node_modules\/(hono|@hono)\//), [], 'a web framework for the admin listener');
+      assert.ok(has(/^node:internal\/internal\/http$/).length > 0, "node's own modules are listed");
+      assert.deepEqual(
+        has(/^node:internal\/internal\/(deps\/undici|webstreams)\//),
+        [],
+        "Node's bundled undici (web fetch, Request/Response, WebSocket) and web streams",
+      );
       assert.ok(has(/prom-client\/lib\/registry\.js$/).length > 0, "prom-client's registry loaded");
       assert.deepEqual(has(/node_modules\/prom-client\/index\.js$/), [], "prom-client's index");
       assert.deepEqual(
