@@ -1,7 +1,8 @@
 // What a running agent has loaded (README "Memory": every loaded module's code and source stay in
 // the heap for the process's life): an agent in static mode that served requests has loaded the
 // undici parts it uses but not undici's index (fetch, WebSocket, caches, mocks), typebox's error
-// iterator but not its value operations, and nothing of the Kubernetes client. Checked in a fresh
+// iterator but not its value operations, prom-client's registry and metrics but not its index, and
+// nothing of the Kubernetes client or a web framework. Checked in a fresh
 // Node process that records every module resolved (import and require) while a real agent starts,
 // forwards a request to a pod, and serves its admin pages.
 import { describe, it } from 'node:test';
@@ -26,15 +27,22 @@ async function modulesLoaded(podAddress: string): Promise<string[]> {
     });
     const agent = await startAgent(settings, { log: () => {}, requestLog: () => {} });
     await new Promise((r) => setTimeout(r, 300));
-    const res = await fetch(agent.apiUrl + '/v1/chat/completions', {
-      method: 'POST', headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }),
+    // The client here is node:http's CommonJS module, so that this process loads no web fetch of its own.
+    const http = process.getBuiltinModule('node:http');
+    const call = (url, method, body) => new Promise((resolve, reject) => {
+      const req = http.request(url, { method, headers: { 'content-type': 'application/json' } }, (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode));
+      });
+      req.on('error', reject);
+      req.end(body);
     });
-    const status = res.status;
-    await res.text();
-    for (const path of ['/metrics', '/debug/state', '/healthz']) await (await fetch(agent.adminUrl + path)).text();
+    const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+    const status = await call(agent.apiUrl + '/v1/chat/completions', 'POST', body);
+    for (const path of ['/metrics', '/debug/state', '/healthz']) await call(agent.adminUrl + path, 'GET');
     await agent.shutdown();
-    console.log(JSON.stringify({ status, resolved }));
+    const builtins = process.moduleLoadList.filter((m) => m.startsWith('NativeModule ')).map((m) => m.slice(13));
+    console.log(JSON.stringify({ status, resolved: [...resolved, ...builtins.map((b) => 'node:internal/' + b)] }));
   `;
   const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', script], {
     env: { ...process.env, STARTUP_TEST_KEY: 'k' },
@@ -45,7 +53,7 @@ async function modulesLoaded(podAddress: string): Promise<string[]> {
 }
 
 describe('modules a static-mode agent loads', () => {
-  it("loads undici's connection pools, not its index; typebox's errors, not its values; no Kubernetes client", async () => {
+  it("loads undici's connection pools, not its index; typebox's errors, not its values; prom-client's parts, not its index; no Kubernetes client, no web framework", async () => {
     const pod = await startSim({ models: ['m'] });
     try {
       const loaded = await modulesLoaded(`127.0.0.1:${pod.port}`);
@@ -61,6 +69,20 @@ describe('modules a static-mode agent loads', () => {
       assert.ok(has(/@sinclair\/typebox\/.*errors/).length > 0, "typebox's error iterator loaded");
       assert.deepEqual(has(/@sinclair\/typebox\/build\/(esm|cjs)\/value\/value\//), [], "typebox's value operations");
       assert.deepEqual(has(/@kubernetes\/client-node/), [], 'the Kubernetes client');
+      assert.deepEqual(has(/node_modules\/(hono|@hono)\//), [], 'a web framework for the admin listener');
+      assert.ok(has(/^node:internal\/internal\/http$/).length > 0, "node's own modules are listed");
+      assert.deepEqual(
+        has(/^node:internal\/internal\/(deps\/undici|webstreams)\//),
+        [],
+        "Node's bundled undici (web fetch, Request/Response, WebSocket) and web streams",
+      );
+      assert.ok(has(/prom-client\/lib\/registry\.js$/).length > 0, "prom-client's registry loaded");
+      assert.deepEqual(has(/node_modules\/prom-client\/index\.js$/), [], "prom-client's index");
+      assert.deepEqual(
+        has(/prom-client\/lib\/(summary|pushgateway|cluster)\.js$|@opentelemetry\//),
+        [],
+        "prom-client's summaries, Pushgateway, cluster aggregator, and the OpenTelemetry API",
+      );
     } finally {
       await pod.close();
     }

@@ -1,5 +1,5 @@
 // Prometheus view of a GossipNode's counters, read when scraped (no bookkeeping on the hot path).
-import { Counter, Gauge, type Registry } from 'prom-client';
+import { Counter, Gauge, type Registry } from '../../shared/prom-client.ts';
 import { DROP_REASONS } from './envelope.ts';
 import type { GossipStats } from './node.ts';
 

@@ -8,7 +8,7 @@ import type { HeaderReader } from '../forward/headers.ts';
 import type { ClientPresence } from '../forward/pod.ts';
 
 /** node:http's parsed headers read by (lowercase) name, repeated ones joined. */
-class NodeHeaders implements HeaderReader {
+export class NodeHeaders implements HeaderReader {
   readonly #raw: IncomingMessage['headers'];
   constructor(raw: IncomingMessage['headers']) {
     this.#raw = raw;
