@@ -51,8 +51,6 @@ export interface Limits {
   offloadBodyBytes: number;
   /** Worker threads for large bodies (agent/server/body-offload.ts); 0: all on the event loop. */
   bodyWorkers: number;
-  /** Child processes (default: their memory goes back when they end) or worker threads. */
-  bodyWorkerKind: 'process' | 'thread';
   maxConnectionsPerPod: number;
   maxUpstreamBodyBytes: number;
   providerIdleTimeoutMs: number;
@@ -131,7 +129,6 @@ export const DEFAULT_LIMITS: Limits = {
   maxJsonDepth: 64,
   offloadBodyBytes: 128 * 1024,
   bodyWorkers: 1,
-  bodyWorkerKind: 'process',
   maxConnectionsPerPod: 256,
   maxUpstreamBodyBytes: 32 * 1024 * 1024,
   providerIdleTimeoutMs: 60_000,
@@ -319,7 +316,6 @@ export function settingsFromObject(
       maxJsonDepth: limits.maxJsonDepth ?? DEFAULT_LIMITS.maxJsonDepth,
       offloadBodyBytes: limits.offloadBodyBytes ?? DEFAULT_LIMITS.offloadBodyBytes,
       bodyWorkers: limits.bodyWorkers ?? DEFAULT_LIMITS.bodyWorkers,
-      bodyWorkerKind: limits.bodyWorkerKind ?? DEFAULT_LIMITS.bodyWorkerKind,
       maxConnectionsPerPod: limits.maxConnectionsPerPod ?? DEFAULT_LIMITS.maxConnectionsPerPod,
       maxUpstreamBodyBytes: limits.maxUpstreamBodyBytes ?? DEFAULT_LIMITS.maxUpstreamBodyBytes,
       providerIdleTimeoutMs: limits.providerIdleTimeout

@@ -63,10 +63,8 @@ const Limits = Type.Object(
     maxJsonDepth: Type.Optional(Type.Integer({ minimum: 4, maximum: 1000 })),
     /** Request bodies of at least this many bytes are parsed and classified on a worker thread. */
     offloadBodyBytes: Type.Optional(Type.Integer({ minimum: 1024 })),
-    /** Body workers for large request bodies, started as needed; 0: every body on the event loop. */
+    /** Worker threads for large request bodies, started as needed; 0: every body on the event loop. */
     bodyWorkers: Type.Optional(Type.Integer({ minimum: 0, maximum: 16 })),
-    /** Body workers are child processes (their memory goes back to the OS when they end) or threads. */
-    bodyWorkerKind: Type.Optional(Type.Union([Type.Literal('process'), Type.Literal('thread')])),
     /** Connections (= requests in flight) to one pod; a pod at the cap is skipped, not queued for. */
     maxConnectionsPerPod: Type.Optional(Type.Integer({ minimum: 1, maximum: 4096 })),
     /** Largest non-streamed answer read from a pod or provider; larger → 502. */
