@@ -22,7 +22,7 @@
 // the image's. Not part of `npm test` (minutes, and it loads both cores). Exits 1 unless every
 // line of issue 12's acceptance holds: no crash, no error, RSS back within 20 %, probe p99 under
 // abuse within 2x idle, no pod given more requests at once than its connection cap.
-import { fork, type ChildProcess } from 'node:child_process';
+import { fork, spawnSync, type ChildProcess } from 'node:child_process';
 import { writeFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir, loadavg } from 'node:os';
 import { join } from 'node:path';
@@ -30,7 +30,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { Agent, request } from 'undici';
 import { stringify } from 'yaml';
 import { freeUdpPort, runAgent, stopAgent } from '../test/helpers/process.ts';
-import { imageLaunch, MemorySampler } from '../bench/process-memory.ts';
+import { imageLaunch, MemorySampler, type MemorySample } from '../bench/process-memory.ts';
 import type { LoadResult, LoadSpec } from './soak/load.ts';
 
 const MODEL = 'llama-3-8b';
@@ -42,6 +42,9 @@ const SLOWLORIS = Number(process.env.SOAK_SLOWLORIS ?? 300);
 const ABUSE = (process.env.SOAK_ABUSE ?? 'slowloris,large,gossip').split(',') as LoadSpec['abuse'];
 /** Sets the agent's limits.bodyWorkers (0: large bodies judged on the event loop, to compare). */
 const BODY_WORKERS = process.env.SOAK_BODY_WORKERS;
+/** After the last reading, attach gdb and call glibc's malloc_trim(0) in the agent, then read again:
+ *  how much of what stayed was free memory glibc kept (a diagnostic; the verdict is read before). */
+const TRIM_PROBE = process.env.SOAK_TRIM_PROBE === '1';
 /** Seconds without load before the last RSS reading. */
 const AFTER = Number(process.env.SOAK_AFTER_SECONDS ?? 30);
 /** Seconds without requests after the idle phase before the start reading (> the 10 s idle release). */
@@ -213,7 +216,14 @@ noteLoad('abuse');
 
 setPhase('after');
 await new Promise((r) => setTimeout(r, AFTER * 1000)); // let sockets, buffers and V8's pages go
-const rssEnd = (await memory.sample()).rssMb;
+const endSample = await memory.sample();
+const rssEnd = endSample.rssMb;
+let trimmed: MemorySample | undefined;
+if (TRIM_PROBE) {
+  const gdb = spawnSync('gdb', ['-p', String(pid), '-batch', '-ex', 'call (int)malloc_trim(0)'], { encoding: 'utf8' });
+  if (gdb.status !== 0) console.log(`SOAK_TRIM_PROBE: gdb failed: ${gdb.stderr.trim().split('\n').pop()}`);
+  else trimmed = await (setPhase('trimmed'), new Promise((r) => setTimeout(r, 500)).then(() => memory.sample()));
+}
 memory.stop();
 clearInterval(delaySampler);
 const metrics = await (await fetch(`${agent.admin}/metrics`)).text();
@@ -249,6 +259,10 @@ const pct = (a: number, b: number) => `${b >= a ? '+' : ''}${Math.round((b / a -
 console.log(
   `RSS: start ${rssStart} MB (warm: after the idle phase's probes and ${WARM_QUIET} s quiet; ${rssLaunch} MB 2 s after launch), end ${rssEnd} MB: ${pct(rssStart, rssEnd)} of the start (${pct(rssLaunch, rssEnd)} of the launch reading): ${within ? 'back within 20% of its start' : 'NOT back within 20% of its start'}; idle memory releases: ${releasesAtStart} before the load, ${releasesAtEnd - releasesAtStart} after it`,
 );
+if (trimmed)
+  console.log(
+    `after malloc_trim(0) in the agent (gdb; diagnostic, after the verdict's reading): RSS ${endSample.rssMb} -> ${trimmed.rssMb} MB, glibc main heap ${endSample.brkMb} -> ${trimmed.brkMb}, other anon ${endSample.anonMb} -> ${trimmed.anonMb}: ${endSample.rssMb - trimmed.rssMb} MB of what stayed was free memory glibc kept (${pct(rssStart, trimmed.rssMb)} of the start)`,
+  );
 const abuseRatio = abuseP99 / idleP99;
 console.log(
   `probe p99: idle ${ms(idleP99)} ms, fuzz ${ms(fuzzP99)} ms, ${STREAMS} streams ${ms(streamsP99)} ms, slowloris + large bodies + gossip flood ${ms(abuseP99)} ms (${abuseRatio.toFixed(2)}x idle: ${abuseRatio <= 2 ? 'within 2x' : 'NOT within 2x'})`,
