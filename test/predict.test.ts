@@ -106,6 +106,34 @@ test('a saturated pod teaches queueing, not its idle cost (the price of a held r
   check(warm, 'light load, then saturated');
 });
 
+test('a full batch draining back to fast TTFTs is learned back down (no coefficient held at 0 ratchets the others up)', () => {
+  // With the batch full, `running` is nearly a constant: the intercept and perRunning trade off.
+  // Each fast TTFT pushed the intercept below 0, clipping it back left perRunning and
+  // perKPromptTokens raised for it, and the prediction climbed with every fast measurement
+  // (to 10⁹ ms and more before the projection in the fit's metric).
+  const state = { queued: 0, running: 14, promptTokens: 400 };
+  const truth = (running: number, tokens: number) => 60 + 2 * running + 0.25 * tokens;
+  for (const seed of [1, 2, 3]) {
+    const rand = seeded(seed);
+    const p = new TtftPredictor();
+    for (let i = 0; i < 200; i++) {
+      p.observe({ queued: 0, running: 16, promptTokens: 200 + rand() * 400 }, 1500 + rand() * 1000);
+    }
+    const atOverload = p.predict(state);
+    let highest = 0;
+    for (let i = 0; i < 200; i++) {
+      const running = 12 + Math.floor(rand() * 5);
+      const tokens = 150 + rand() * 700;
+      p.observe({ queued: 0, running, promptTokens: tokens }, truth(running, tokens) * (0.8 + 0.4 * rand()));
+      highest = Math.max(highest, p.predict(state));
+    }
+    assert.ok(highest <= atOverload, `seed ${seed}: rose to ${highest} from ${atOverload} while learning fast TTFTs`);
+    const ratio = p.predict(state) / truth(14, 400);
+    assert.ok(ratio > 0.8 && ratio < 1.25, `seed ${seed}: ${p.predict(state)} vs ${truth(14, 400)} after the drain`);
+    for (const [name, value] of Object.entries(p.params)) assert.ok(value >= 0, `seed ${seed}: ${name} ${value} < 0`);
+  }
+});
+
 test('ignores non-finite observations and never predicts below the floor', () => {
   const p = new TtftPredictor();
   p.observe({ queued: 0, running: 0, promptTokens: 10 }, NaN);

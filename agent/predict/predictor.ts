@@ -108,9 +108,6 @@ class Rls {
     for (let i = 0; i < d; i++) fitted += theta[i] * x[i];
     const error = target - fitted;
     for (let i = 0; i < d; i++) theta[i] += (px[i] / denominator) * error;
-    // Every cost is physical, so none is negative: project back onto θ ≥ 0. Without this a
-    // burst of noisy samples can tilt a coefficient below zero and make a long queue look free.
-    for (let i = 0; i < d; i++) if (theta[i] < 0) theta[i] = 0;
     // P = (P - k·xᵀ·P) / λ ; P is symmetric so xᵀ·P = (P·x)ᵀ.
     for (let i = 0; i < d; i++) {
       for (let j = 0; j < d; j++) p[i * d + j] = (p[i * d + j] - (px[i] * px[j]) / denominator) / lambda;
@@ -129,7 +126,77 @@ class Rls {
       }
     }
     if (wound) for (let i = 0; i < d; i++) for (let j = 0; j < d; j++) p[i * d + j] *= scale[i] * scale[j];
+    // Every cost is physical, so none is negative: without a bound a burst of noisy samples can
+    // tilt a coefficient below zero and make a long queue look free.
+    if (theta.some((t) => t < 0)) projectNonNegative(theta, p);
   }
+}
+
+/**
+ * Moves θ to the nearest point with every coefficient ≥ 0 in the fit's own metric (P⁻¹: the
+ * constrained least-squares answer), not coordinate by coordinate. Coefficients whose features
+ * move together are correlated in P, and clipping one alone kept the others' compensation for
+ * it: when `running` stays near the batch size it is nearly a constant, so `base` and
+ * `perRunning` trade off; a TTFT far below the prediction pushed `base` below zero and the others
+ * up, and clipping `base` back to 0 left the others up, so each low measurement raised the next
+ * prediction (perRunning 30 → 1,200 ms and perKPromptTokens 600 → 2,800 in 10 s as an overload
+ * drained in bench:routing-prefix, multi-turn at 1.6×, seed 7,021). Projected in P's metric, a
+ * coefficient held at 0 takes back what the others moved for it. d ≤ 3, so every set of
+ * coefficients held at 0 is tried (at most 7 small solves) and the nearest feasible point kept;
+ * holding all at 0 is always feasible.
+ */
+function projectNonNegative(theta: number[], p: Float64Array): void {
+  const d = theta.length;
+  const raw = [...theta];
+  let bestDistance = Infinity;
+  let best: number[] | undefined;
+  for (let mask = 1; mask < 1 << d; mask++) {
+    const held: number[] = [];
+    for (let i = 0; i < d; i++) if (mask & (1 << i)) held.push(i);
+    // y = P[held, held]⁻¹ · θ[held]; the projection is θ − P[:, held] · y, at distance θ[held]ᵀ · y.
+    const y = solve(
+      held.map((i) => held.map((j) => p[i * d + j])),
+      held.map((i) => raw[i]),
+    );
+    if (!y) continue;
+    let distance = 0;
+    for (let k = 0; k < held.length; k++) distance += raw[held[k]] * y[k];
+    if (distance >= bestDistance) continue;
+    const candidate = raw.map((t, i) => {
+      if (mask & (1 << i)) return 0;
+      let s = t;
+      for (let k = 0; k < held.length; k++) s -= p[i * d + held[k]] * y[k];
+      return s;
+    });
+    if (candidate.every((t) => t >= 0)) {
+      bestDistance = distance;
+      best = candidate;
+    }
+  }
+  for (let i = 0; i < d; i++) theta[i] = best ? best[i] : Math.max(0, raw[i]);
+}
+
+/** Solves a·y = b for a small symmetric positive definite `a` (Gaussian elimination); undefined if singular. */
+function solve(a: number[][], b: number[]): number[] | undefined {
+  const n = b.length;
+  const m = a.map((row, i) => [...row, b[i]]);
+  for (let c = 0; c < n; c++) {
+    let pivot = c;
+    for (let r = c + 1; r < n; r++) if (Math.abs(m[r][c]) > Math.abs(m[pivot][c])) pivot = r;
+    if (!(Math.abs(m[pivot][c]) > 0)) return undefined;
+    [m[c], m[pivot]] = [m[pivot], m[c]];
+    for (let r = c + 1; r < n; r++) {
+      const f = m[r][c] / m[c][c];
+      for (let k = c; k <= n; k++) m[r][k] -= f * m[c][k];
+    }
+  }
+  const y = new Array<number>(n).fill(0);
+  for (let r = n - 1; r >= 0; r--) {
+    let s = m[r][n];
+    for (let k = r + 1; k < n; k++) s -= m[r][k] * y[k];
+    y[r] = s / m[r][r];
+  }
+  return y;
 }
 
 export class TtftPredictor {
