@@ -8,25 +8,18 @@ import type { AddressInfo } from 'node:net';
 import { readFileSync } from 'node:fs';
 import { Scraper, type ScraperOptions } from '../agent/telemetry/scraper.ts';
 import { ADAPTERS, filteredTarget } from '../agent/telemetry/adapters.ts';
-import type { Pod, PodLoad } from '../agent/types.ts';
+import type { PodLoad } from '../agent/types.ts';
 import { startSim } from '../shared/sim/server.ts';
 import { answerNameFilter, requestedNames, restrictPage } from '../shared/sim/name-filter.ts';
 import { waitFor } from './helpers/wait.ts';
+import { scrapedPod } from './helpers/scrape-fixtures.ts';
 
 const fixture = (file: string) =>
   readFileSync(new URL(`./fixtures/model-server-metrics/${file}`, import.meta.url), 'utf8');
 const VLLM_V1 = fixture('vllm-v1.txt');
 const query = (target: string) => target.slice(target.indexOf('?') + 1);
 
-const pod = (name: string, address: string, engine?: Pod['engine']): Pod => ({
-  uid: `inference/${name}`,
-  name,
-  namespace: 'inference',
-  node: 'node-a',
-  address,
-  models: ['m'],
-  ...(engine ? { engine } : {}),
-});
+const pod = scrapedPod;
 
 function recordingScraper(options: ScraperOptions) {
   const loads: PodLoad[] = [];

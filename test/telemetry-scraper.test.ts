@@ -8,6 +8,7 @@ import { Scraper, type ScraperOptions } from '../agent/telemetry/scraper.ts';
 import type { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
 import type { Pod, PodLoad } from '../agent/types.ts';
 import { waitFor } from './helpers/wait.ts';
+import { scrapedPod } from './helpers/scrape-fixtures.ts';
 
 interface FakeServer {
   address: string;
@@ -66,15 +67,7 @@ const serve = (body: () => string) => (_req: IncomingMessage, res: ServerRespons
   res.end(body());
 };
 
-const pod = (name: string, address: string, engine?: Pod['engine']): Pod => ({
-  uid: `inference/${name}`,
-  name,
-  namespace: 'inference',
-  node: 'node-a',
-  address,
-  models: ['m'],
-  ...(engine ? { engine } : {}),
-});
+const pod = scrapedPod;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
