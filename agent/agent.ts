@@ -19,7 +19,7 @@ import { adminViews } from './server/admin-views.ts';
 import { createApiHandler, type ApiHandler } from './server/api.ts';
 import { Callers } from './server/caller.ts';
 import { Drain } from './server/drain.ts';
-import { memoryReducingGc, startIdleRelease } from './memory/idle-release.ts';
+import { memoryRelease, startIdleRelease } from './memory/idle-release.ts';
 import { requestPathFor } from './server/inference.ts';
 import { createMetrics, podPredictionsOf } from './server/metrics.ts';
 import { scraperFeedingPool } from './telemetry/pool-feed.ts';
@@ -230,7 +230,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
           now,
           received: () => drain.received,
           open: () => drain.active,
-          release: memoryReducingGc(),
+          release: memoryRelease((message) => log('info', message)),
           released: () => metrics.memoryReleases.inc(),
         })
       : undefined;

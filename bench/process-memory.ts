@@ -4,7 +4,8 @@
 // (V8 heap grows), native buffers (external grows) and allocator or V8 page retention (RSS grows,
 // both flat) apart.
 import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 export interface MemorySample {
@@ -134,4 +135,91 @@ export function imageLaunch(
   const built = spawnSync('npm', ['run', 'build'], { cwd: root, encoding: 'utf8' });
   if (built.status !== 0) throw new Error(`npm run build failed:\n${built.stdout}${built.stderr}`);
   return { nodeFlags: flags, main: join(root, 'dist/agent/cli/main.js'), env: IMAGE_ENV };
+}
+
+/** One glibc arena as malloc_info(3) reports it, in MB: what it holds from the system and what of that is free. */
+export interface ArenaUse {
+  /** 0 is the main arena (the brk heap); the rest are thread arenas. */
+  arena: number;
+  systemMb: number;
+  freeMb: number;
+  inUseMb: number;
+}
+
+/**
+ * glibc's own accounting of `pid`'s arenas (malloc_info, called in the process through gdb; the
+ * process pauses for the ~1 s gdb takes): how much of each heap is live allocations and how much
+ * free memory glibc keeps. Undefined when gdb cannot attach. A diagnostic, not for the verdict.
+ */
+export function arenasOf(pid: number): { arenas: ArenaUse[]; mmapMb: number } | undefined {
+  const file = join(tmpdir(), `kinference-malloc-info-${pid}-${Date.now()}.xml`);
+  const gdb = spawnSync(
+    'gdb',
+    [
+      '-p',
+      String(pid),
+      '-batch',
+      '-ex',
+      `call (void*)fopen("${file}", "w")`,
+      '-ex',
+      'call (int)malloc_info(0, $1)',
+      '-ex',
+      'call (int)fclose($1)',
+    ],
+    { encoding: 'utf8' },
+  );
+  if (gdb.status !== 0) return undefined;
+  let xml: string;
+  try {
+    xml = readFileSync(file, 'utf8');
+    rmSync(file);
+  } catch {
+    return undefined;
+  }
+  const mb2 = (bytes: number) => Math.round((bytes / 1024 / 1024) * 10) / 10;
+  const size = (text: string, tag: string, type: string) =>
+    Number(new RegExp(`<${tag} type="${type}"(?: count="\\d+")? size="(\\d+)"/>`).exec(text)?.[1] ?? 0);
+  const arenas = [...xml.matchAll(/<heap nr="(\d+)">([\s\S]*?)<\/heap>/g)].map(([, nr, body]) => {
+    const system = size(body, 'system', 'current');
+    const free = size(body, 'total', 'fast') + size(body, 'total', 'rest');
+    return { arena: Number(nr), systemMb: mb2(system), freeMb: mb2(free), inUseMb: mb2(system - free) };
+  });
+  const tail = xml.slice(xml.lastIndexOf('</heap>'));
+  return { arenas, mmapMb: mb2(size(tail, 'total', 'mmap')) };
+}
+
+/** `pid`'s TCP sockets by local or remote port (from its fds and /proc/<pid>/net/tcp{,6}): who holds connections. */
+export function socketsOf(pid: number, ports: Readonly<Record<string, number>>): Record<string, number> {
+  const inodes = new Set<string>();
+  let fds = 0;
+  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+    fds++;
+    try {
+      const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
+      if (m) inodes.add(m[1]);
+    } catch {
+      // closed between the listing and the read
+    }
+  }
+  const out: Record<string, number> = { fds, sockets: inodes.size };
+  const byPort = new Map(Object.entries(ports).map(([name, port]) => [port, name]));
+  for (const table of ['tcp', 'tcp6']) {
+    let text: string;
+    try {
+      text = readFileSync(`/proc/${pid}/net/${table}`, 'utf8');
+    } catch {
+      continue;
+    }
+    for (const line of text.split('\n').slice(1)) {
+      const f = line.trim().split(/\s+/);
+      if (f.length < 10 || !inodes.has(f[9])) continue;
+      const local = parseInt(f[1].split(':')[1], 16);
+      const remote = parseInt(f[2].split(':')[1], 16);
+      const state = f[3] === '0A' ? 'listen' : f[3] === '01' ? 'open' : `state ${f[3]}`;
+      const who = byPort.get(remote) ?? (byPort.has(local) ? `${byPort.get(local)} (in)` : 'other');
+      const key = `${who} ${state}`;
+      out[key] = (out[key] ?? 0) + 1;
+    }
+  }
+  return out;
 }

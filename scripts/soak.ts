@@ -30,7 +30,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { Agent, request } from 'undici';
 import { stringify } from 'yaml';
 import { freeUdpPort, runAgent, stopAgent } from '../test/helpers/process.ts';
-import { imageLaunch, MemorySampler, type MemorySample } from '../bench/process-memory.ts';
+import { arenasOf, imageLaunch, MemorySampler, socketsOf, type MemorySample } from '../bench/process-memory.ts';
 import type { LoadResult, LoadSpec } from './soak/load.ts';
 
 const MODEL = 'llama-3-8b';
@@ -45,6 +45,11 @@ const BODY_WORKERS = process.env.SOAK_BODY_WORKERS;
 /** After the last reading, attach gdb and call glibc's malloc_trim(0) in the agent, then read again:
  *  how much of what stayed was free memory glibc kept (a diagnostic; the verdict is read before). */
 const TRIM_PROBE = process.env.SOAK_TRIM_PROBE === '1';
+/** With the trim probe: glibc's accounting of its arenas (malloc_info through gdb: live vs free) and the
+ *  agent's TCP sockets by peer, at the start reading and the end reading. */
+const ARENAS = TRIM_PROBE;
+/** Which load phases run (to attribute; the acceptance run runs all three). */
+const PHASES = (process.env.SOAK_PHASES ?? 'fuzz,streams,abuse').split(',');
 /** Seconds without load before the last RSS reading. */
 const AFTER = Number(process.env.SOAK_AFTER_SECONDS ?? 30);
 /** Seconds without requests after the idle phase before the start reading (> the 10 s idle release). */
@@ -107,7 +112,9 @@ const launch = imageLaunch(
   process.env.SOAK_ENTRY === 'source' ? 'source' : 'image',
   process.env.SOAK_NODE_FLAGS?.split(' ').filter(Boolean),
 );
-const agent = await runAgent(config, { ...launch.env, ...process.env }, launch);
+// SOAK_AGENT_ENV (JSON) adds variables for the agent alone, e.g. a profiler's LD_PRELOAD.
+const agentEnv = JSON.parse(process.env.SOAK_AGENT_ENV ?? '{}') as Record<string, string>;
+const agent = await runAgent(config, { ...launch.env, ...process.env, ...agentEnv }, launch);
 const pid = agent.child.pid!;
 console.log(
   `agent pid ${pid}; load average at start ${loadavg()
@@ -197,27 +204,47 @@ setPhase('warm');
 await new Promise((r) => setTimeout(r, WARM_QUIET * 1000));
 const releasesAtStart = await metric('memory_releases_total');
 const rssStart = (await memory.sample()).rssMb;
+const ports: Record<string, number> = {
+  ...Object.fromEntries(urls.map((url, i) => [`pod-${i}`, Number(new URL(url).port)])),
+  'probe pod': Number(new URL(probeUrl).port),
+  api: Number(new URL(agent.api).port),
+  admin: Number(new URL(agent.admin).port),
+};
+/** Where glibc's heaps and the agent's sockets are (with the trim probe), printed at the end. */
+const inside: string[] = [];
+const lookInside = (when: string) => {
+  if (!ARENAS) return;
+  const a = arenasOf(pid);
+  const arenas = a
+    ? `${a.arenas.map((x) => `arena ${x.arena} ${x.systemMb} MB (${x.inUseMb} in use, ${x.freeMb} free)`).join(', ')}, mmapped ${a.mmapMb} MB`
+    : 'gdb could not attach';
+  inside.push(`${when}: glibc ${arenas}; sockets ${JSON.stringify(socketsOf(pid, ports))}`);
+};
+lookInside('start');
 const loads: Record<string, number[]> = {};
 const noteLoad = (name: string) => (loads[name] = loadavg());
+const load1 = (name: string) => (loads[name] ? loads[name][0].toFixed(1) : '–');
 
-setPhase('fuzz');
-const fuzz = load('fuzz');
-const fuzzP99 = await probe(fuzz);
-noteLoad('fuzz');
-setPhase('streams');
-const streams = load('streams');
-const streamsP99 = await probe(streams);
-noteLoad('streams');
+/** A phase left out (SOAK_PHASES) loads nothing and measures nothing. */
+const skipped: LoadResult = { errors: {}, byStatus: {}, routes: {}, headersP99: {}, sent: 0, failures: {} };
+const runPhase = async (name: LoadSpec['phase'], seconds?: number) => {
+  setPhase(name);
+  if (!PHASES.includes(name)) return { result: Promise.resolve(skipped), p99: NaN };
+  const result = load(name, seconds);
+  const p99 = await probe(result);
+  noteLoad(name);
+  return { result, p99 };
+};
+const { result: fuzz, p99: fuzzP99 } = await runPhase('fuzz');
+const { result: streams, p99: streamsP99 } = await runPhase('streams');
 const peaks = (await (sims.send('report'), message<{ peak: number[] }>(sims, 'peak'))).peak;
-setPhase('abuse');
-const abuse = load('abuse', SECONDS / 2);
-const abuseP99 = await probe(abuse);
-noteLoad('abuse');
+const { result: abuse, p99: abuseP99 } = await runPhase('abuse', SECONDS / 2);
 
 setPhase('after');
 await new Promise((r) => setTimeout(r, AFTER * 1000)); // let sockets, buffers and V8's pages go
 const endSample = await memory.sample();
 const rssEnd = endSample.rssMb;
+lookInside('end');
 let trimmed: MemorySample | undefined;
 if (TRIM_PROBE) {
   const gdb = spawnSync('gdb', ['-p', String(pid), '-batch', '-ex', 'call (int)malloc_trim(0)'], { encoding: 'utf8' });
@@ -229,7 +256,8 @@ clearInterval(delaySampler);
 const metrics = await (await fetch(`${agent.admin}/metrics`)).text();
 const releasesAtEnd = gauge(metrics, 'memory_releases_total') / 1000;
 const crashed = agent.child.exitCode !== null;
-await stopAgent(agent);
+// SOAK_END_SIGNAL=SIGKILL leaves a profiler's record as it was at the end reading (no shutdown frees).
+await stopAgent(agent, (process.env.SOAK_END_SIGNAL ?? 'SIGTERM') as NodeJS.Signals);
 await client.close();
 sims.send('stop');
 probePod.send('stop');
@@ -251,7 +279,7 @@ console.log(
   `node ${process.version} ${launch.nodeFlags.join(' ')} ${launch.main ? 'dist/ (as the image)' : 'TypeScript sources'}; fuzz ${FUZZ}, streams ${STREAMS} x ${SECONDS}s, slowloris ${SLOWLORIS}, 4 x 3 MB bodies, gossip flood 20k datagrams/s; abuse: ${ABUSE.join(' + ')}; bodyWorkers ${BODY_WORKERS ?? 'default'}`,
 );
 console.log(
-  `load average (1 min) at the end of fuzz ${loads.fuzz[0].toFixed(1)}, streams ${loads.streams[0].toFixed(1)}, abuse ${loads.abuse[0].toFixed(1)}`,
+  `load average (1 min) at the end of fuzz ${load1('fuzz')}, streams ${load1('streams')}, abuse ${load1('abuse')}; phases run: ${PHASES.join(', ')}`,
 );
 console.log(`memory over time (agent process):\n${memory.table()}`);
 const within = rssEnd <= rssStart * 1.2;
@@ -263,6 +291,7 @@ if (trimmed)
   console.log(
     `after malloc_trim(0) in the agent (gdb; diagnostic, after the verdict's reading): RSS ${endSample.rssMb} -> ${trimmed.rssMb} MB, glibc main heap ${endSample.brkMb} -> ${trimmed.brkMb}, other anon ${endSample.anonMb} -> ${trimmed.anonMb}: ${endSample.rssMb - trimmed.rssMb} MB of what stayed was free memory glibc kept (${pct(rssStart, trimmed.rssMb)} of the start)`,
   );
+for (const line of inside) console.log(line);
 const abuseRatio = abuseP99 / idleP99;
 console.log(
   `probe p99: idle ${ms(idleP99)} ms, fuzz ${ms(fuzzP99)} ms, ${STREAMS} streams ${ms(streamsP99)} ms, slowloris + large bodies + gossip flood ${ms(abuseP99)} ms (${abuseRatio.toFixed(2)}x idle: ${abuseRatio <= 2 ? 'within 2x' : 'NOT within 2x'})`,
