@@ -10,40 +10,13 @@ import { parseArgs } from 'node:util';
 import { Bench } from 'tinybench';
 import { poolKnowing } from './known-pods.ts';
 import { NodeModel } from '../agent/predict/node-model.ts';
-import type { Candidate } from '../agent/route/candidate.ts';
 import { decide } from '../agent/route/router.ts';
-import { routeCandidate, routePod, routePolicy, routeRequest } from '../test/helpers/route-fixtures.ts';
+import { benchCandidates, benchLeave, benchPolicy, benchRequest } from './decide-fixtures.ts';
 
-const policy = routePolicy({
-  name: 'bench',
-  exclude: [{ metric: 'queued', above: 2, windowMs: 30_000 }],
-  waitMaxMs: 2000,
-});
-const request = routeRequest({ model: 'llama-3-8b', promptTokens: 400 });
-const leave = { allowed: false, reason: 'bench', providers: [] };
-
-function candidates(n: number): Candidate[] {
-  return Array.from({ length: n }, (_, i) =>
-    routeCandidate(`pod-${i}`, {
-      pod: routePod(`pod-${i}`, {
-        node: `node-${i % 50}`,
-        address: `10.0.${i >> 8}.${i & 255}:8000`,
-        models: ['llama-3-8b'],
-      }),
-      where: i < 8 ? 'local' : 'peer',
-      ageMs: 40,
-      maxAgeMs: 200,
-      queuedNow: i % 4,
-      running: (i * 7) % 16,
-      kvCache: 0.4,
-      average: () => (i % 5) * 0.6,
-      params: { base: 20 + (i % 3), perQueued: 180, perRunning: 3, perKPromptTokens: 260 },
-      inFlight: i % 3,
-      pendingPromptTokens: (i % 3) * 300,
-      networkCostMs: i < 8 ? 0 : 2,
-    }),
-  );
-}
+const policy = benchPolicy;
+const request = benchRequest;
+const leave = benchLeave;
+const candidates = benchCandidates;
 
 const bench = new Bench({ time: 500 });
 // Each task starts from a collected heap (with --expose-gc, as bench:micro runs it), so one task's

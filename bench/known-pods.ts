@@ -5,14 +5,31 @@ import { poolOptions } from '../test/helpers/route-fixtures.ts';
 import { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
 import type { PodEstimate, PodLoad } from '../agent/types.ts';
 
+/** The pool and telemetry classes to build with: this tree's, or another tree's for a side-by-side run. */
+export interface PoolClasses {
+  PodPool: typeof PodPool;
+  PodTelemetry: typeof PodTelemetry;
+}
+
 /** A pool that knows `known` pods: `local` on this node (scraped), the rest gossiped by peers,
- *  `podsPerNode` to a node; a quarter of the peers' pods serve another model. */
-export function poolKnowing(known: number, local: readonly Candidate[], podsPerNode = 8): PodPool {
+ *  `podsPerNode` to a node; a quarter of the peers' pods serve another model. With `historyMs`,
+ *  each local pod has that long of scrapes every 100 ms in its windows (as a running agent has),
+ *  the last one the same as without. */
+export function poolKnowing(
+  known: number,
+  local: readonly Candidate[],
+  podsPerNode = 8,
+  historyMs = 0,
+  classes: PoolClasses = { PodPool, PodTelemetry },
+): PodPool {
   const now = 1_000_000;
-  const pool = new PodPool(poolOptions(() => now, { node: 'here' }));
+  const pool = new classes.PodPool(poolOptions(() => now, { node: 'here' }));
   pool.setLocalPods(local.map((c) => ({ ...c.pod, node: 'here' })));
   local.forEach((c, i) => {
-    const telemetry = new PodTelemetry();
+    const telemetry = new classes.PodTelemetry();
+    for (let k = 0, at = now - 40 - historyMs; at < now - 40; k++, at += 100) {
+      telemetry.record({ at, engine: 'vllm', waiting: (i + k) % 3, running: (i * 7) % 16, kvCache: 0.4 });
+    }
     const load: PodLoad = { at: now - 40, engine: 'vllm', waiting: i % 4, running: (i * 7) % 16, kvCache: 0.4 };
     telemetry.record(load);
     pool.recordLoad(c.pod.uid, load, telemetry);

@@ -12,7 +12,10 @@
 // --serial-only: only that; and
 // --before DIR: also run the agent of another checkout (e.g. `git archive <commit>` with
 // node_modules linked) as target "before", for a before/after side by side in the same run;
-// --rounds N repeats the whole sequence and prints each target's medians (the machine may be shared).
+// --rounds N repeats the whole sequence and prints each target's medians (the machine may be shared);
+// --load-client raw|undici: the open-loop points' client (bench/proxy/load.ts; raw, the default,
+// pre-opened kept-alive sockets: undici's Pool in the generator made direct's own p99 at 1,000/s
+// 20-45 ms on a quiet machine, raw 1.6-4.8). The p99 table also shows the generator's lateness.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
@@ -27,6 +30,7 @@ const { values } = parseArgs({
     rounds: { type: 'string', default: '1' },
     serial: { type: 'string', default: '0' },
     'serial-only': { type: 'boolean', default: false },
+    'load-client': { type: 'string', default: 'raw' },
   },
 });
 const here = new URL('.', import.meta.url).pathname;
@@ -153,6 +157,10 @@ async function waitForPort(port: number): Promise<void> {
 interface RatePoint {
   p50: number;
   p99: number;
+  /** The generator's own lateness (send − schedule), p99: a tail here is the generator's, not the target's. */
+  lateP99?: number;
+  /** Raw client: sockets opened while timing (none idle when a request was due). */
+  opened?: number;
   count: number;
   errors: number;
 }
@@ -161,7 +169,16 @@ function load(url: string, args: string[]): Promise<Record<string, number>> {
   return new Promise((resolve, reject) => {
     const child = spawn(
       process.execPath,
-      [join(here, 'proxy/load.ts'), '--url', url, '--duration', values.duration!, ...args],
+      [
+        join(here, 'proxy/load.ts'),
+        '--url',
+        url,
+        '--duration',
+        values.duration!,
+        '--client',
+        values['load-client']!,
+        ...args,
+      ],
       { stdio: ['ignore', 'pipe', 'inherit'] },
     );
     let out = '';
@@ -291,6 +308,7 @@ async function measure(name: string, hostPort: string, pid: number) {
   const plain = (await load(url, ['--rate', '200'])) as unknown as RatePoint;
   const streamed = (await load(url, ['--rate', '200', '--stream'])) as unknown as RatePoint;
   const busy = (await load(url, ['--rate', '1000'])) as unknown as RatePoint;
+  if (busy.opened) console.log(`${name}: ${busy.opened} sockets opened while timing 1,000/s (none idle when due)`);
   const cpuBefore = cpuMs(pid);
   const max = WRK
     ? wrkThroughput(url)
@@ -309,6 +327,7 @@ interface Row {
   p50: number;
   ttfb: number;
   p99: number;
+  lateP99: number;
   perS: number;
   vsNginx: number;
   cpuUs: number;
@@ -328,6 +347,7 @@ function rowsOf(results: Measured[]): Row[] {
     p50: added(r, r.plain.p50, direct?.plain.p50),
     ttfb: added(r, r.streamed.p50, direct?.streamed.p50),
     p99: added(r, r.busy.p99, direct?.busy.p99),
+    lateP99: r.busy.lateP99 ?? NaN,
     perS: r.max.perS,
     vsNginx: nginx ? r.max.perS / nginx.max.perS : NaN,
     cpuUs: r.cpuUsPerRequest,
@@ -340,12 +360,12 @@ function rowsOf(results: Measured[]): Row[] {
 function printTable(title: string, rows: Row[]): void {
   console.log(`\n${title}`);
   console.log(
-    'target       | p50 @200/s | TTFB p50 @200/s stream | p99 @1000/s | max req/s (64 conns) | vs nginx | CPU µs/req | nginx CPU / CPU | bare-node CPU / CPU | errors',
+    'target       | p50 @200/s | TTFB p50 @200/s stream | p99 @1000/s | load.ts late p99 | max req/s (64 conns) | vs nginx | CPU µs/req | nginx CPU / CPU | bare-node CPU / CPU | errors',
   );
   const plus = (r: Row, v: number) => (r.name === 'direct' ? fmt(v) : `${v >= 0 ? '+' : ''}${fmt(v)}`);
   for (const r of rows)
     console.log(
-      `${r.name.padEnd(12)} | ${plus(r, r.p50).padStart(10)} | ${plus(r, r.ttfb).padStart(22)} | ${plus(r, r.p99).padStart(11)} | ${Math.round(r.perS).toString().padStart(20)} | ${fmt(r.vsNginx).padStart(8)} | ${Math.round(r.cpuUs).toString().padStart(10)} | ${fmt(r.cpuVsNginx).padStart(15)} | ${fmt(r.cpuVsBare).padStart(19)} | ${r.errors}`,
+      `${r.name.padEnd(12)} | ${plus(r, r.p50).padStart(10)} | ${plus(r, r.ttfb).padStart(22)} | ${plus(r, r.p99).padStart(11)} | ${fmt(r.lateP99).padStart(16)} | ${Math.round(r.perS).toString().padStart(20)} | ${fmt(r.vsNginx).padStart(8)} | ${Math.round(r.cpuUs).toString().padStart(10)} | ${fmt(r.cpuVsNginx).padStart(15)} | ${fmt(r.cpuVsBare).padStart(19)} | ${r.errors}`,
     );
 }
 
@@ -403,6 +423,7 @@ try {
         p50: of('p50'),
         ttfb: of('ttfb'),
         p99: of('p99'),
+        lateP99: of('lateP99'),
         perS: of('perS'),
         vsNginx: of('vsNginx'),
         cpuUs: of('cpuUs'),

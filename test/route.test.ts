@@ -2,6 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Candidate } from '../agent/route/candidate.ts';
 import { decide, type LeaveVerdict } from '../agent/route/router.ts';
+import { fastestAmongNearTies, type Scored } from '../agent/route/picker.ts';
 import { routeCandidate, routePolicy, routeRequest, STAY } from './helpers/route-fixtures.ts';
 
 const POLICY = routePolicy({
@@ -313,4 +314,77 @@ test('among near-ties the pod expected to hold more of the prompt wins; beyond t
     candidates: [queuedHolder, pod('idle')],
   });
   assert.equal(d.action === 'pod' && d.chosen.candidate.pod.name, 'idle');
+});
+
+// The picker and the sort were rewritten to make no list per request (bench:micro's p99 is the
+// GC); these hold them to what filtering lists and Array.prototype.sort chose, over many shapes.
+function seeded(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s * 1664525 + 1013904223) >>> 0;
+    return s / 2 ** 32;
+  };
+}
+
+function listPicker(options: { absoluteMs: number; fraction: number }) {
+  return (scored: readonly Scored[], rand: () => number): Scored | undefined => {
+    if (scored.length === 0) return undefined;
+    let best = scored[0];
+    for (const s of scored) if (s.score < best.score) best = s;
+    const limit = best.score + Math.max(options.absoluteMs, best.score * options.fraction);
+    const ties = scored.filter((s) => s.score <= limit);
+    const localTies = ties.filter((s) => s.candidate.where === 'local');
+    const group = localTies.length > 0 ? localTies : ties;
+    let most = 0;
+    for (const s of group) most = Math.max(most, s.candidate.expectedCachedTokens ?? 0);
+    const pool = most === 0 ? group : group.filter((s) => (s.candidate.expectedCachedTokens ?? 0) === most);
+    return pool[Math.min(pool.length - 1, Math.floor(rand() * pool.length))];
+  };
+}
+
+test('the near-tie picker chooses exactly what filtering the ties into lists chose', () => {
+  const options = { absoluteMs: 5, fraction: 0.05 };
+  const pick = fastestAmongNearTies(options);
+  const reference = listPicker(options);
+  const shapes = seeded(7);
+  let differentChoices = 0;
+  for (let round = 0; round < 2000; round++) {
+    const n = Math.floor(shapes() * 12);
+    const scored: Scored[] = Array.from({ length: n }, (_, i) => ({
+      candidate: pod(`p${i}`, {
+        where: shapes() < 0.4 ? 'local' : 'peer',
+        expectedCachedTokens: shapes() < 0.3 ? Math.floor(shapes() * 3) * 64 : 0,
+      }),
+      predictedMs: 0,
+      quantileMs: 0,
+      score: shapes() < 0.1 ? NaN : 100 + Math.floor(shapes() * 12),
+    }));
+    const r = shapes();
+    let calls = 0;
+    const chosen = pick(scored, () => (calls++, r));
+    let referenceCalls = 0;
+    const expected = reference(scored, () => (referenceCalls++, r));
+    assert.equal(chosen, expected, `round ${round}`);
+    assert.equal(calls, referenceCalls);
+    if (expected !== scored[0]) differentChoices++;
+  }
+  assert.ok(differentChoices > 100); // the shapes did exercise ties, locals and caches
+});
+
+test('decide lists the passing pods in the order a stable sort by score gives, equal scores in candidate order', () => {
+  const shapes = seeded(11);
+  for (let round = 0; round < 300; round++) {
+    const n = 1 + Math.floor(shapes() * 90); // both sides of the insertion sort's bound
+    const candidates = Array.from({ length: n }, (_, i) =>
+      pod(`p${i}`, { queuedNow: Math.floor(shapes() * 2), running: Math.floor(shapes() * 3) }),
+    );
+    const d = decide({ request: REQUEST, policy: POLICY, candidates, leave: STAY, rand: first });
+    const expected = [...d.scored].sort((a, b) => candidates.indexOf(a.candidate) - candidates.indexOf(b.candidate));
+    expected.sort((a, b) => (a.score < b.score ? -1 : a.score > b.score ? 1 : 0));
+    assert.deepEqual(
+      d.scored.map((s) => s.candidate.pod.name),
+      expected.map((s) => s.candidate.pod.name),
+    );
+    assert.equal(d.scored.length + d.dropped.length, n);
+  }
 });

@@ -4,7 +4,7 @@ import type { Learner } from '../predict/learner.ts';
 import type { Candidate, WindowedMetric } from '../route/candidate.ts';
 import { staleAfterMs } from '../telemetry/scraper.ts';
 import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
-import type { Pod, PodEstimate, PredictorParams, RouteRequest } from '../types.ts';
+import type { Pod, PodEstimate, PodLoad, PredictorParams, RouteRequest } from '../types.ts';
 import type { PoolOptions } from './options.ts';
 import { localHealthy, type LocalPod } from './pod-records.ts';
 import type { PeerTraffic } from './peer-traffic.ts';
@@ -45,32 +45,32 @@ export function peerCandidate(
   return new PeerCandidate(estimate, traffic, now, learner, settings);
 }
 
-// Candidates are built for every request (tens of them per decision): as class instances their
-// `average` and `logMargin` are shared methods, not two closures and a context per candidate,
-// which kept the GC busy enough to set decide()'s p99 (bench:micro). Fields are plain data, so a
-// candidate reads the same as an object literal; a copy by spread loses the methods, so don't.
+// Candidates are built for every request (tens of them per decision), so what a candidate holds
+// is what the GC must clear after every decision (bench:micro's p99 is that GC). As class
+// instances their `average` and `logMargin` are shared methods, not closures; what a candidate
+// reads from a record that is never changed in place (a peer's gossiped estimate, a scraped load,
+// the settings) is an accessor over that record, not a copy; what can change after the decision
+// (this agent's counts, health) is copied, so a candidate still says what the decision saw. A
+// copy by spread loses the methods and accessors, so don't.
 
 class LocalCandidate implements Candidate {
   readonly pod: Pod;
-  readonly where = 'local' as const;
   readonly ageMs: number;
   readonly maxAgeMs: number;
   readonly healthy: boolean;
   readonly unhealthyReason?: string;
-  readonly queuedNow: number;
-  readonly running: number;
-  readonly kvCache: number;
   readonly params: PredictorParams;
-  readonly embeddingParams: PredictorParams;
   readonly inFlight: number;
-  readonly maxInFlight: number;
   readonly unseenSent: number;
   readonly pendingPromptTokens: number;
-  readonly networkCostMs = 0;
   readonly expectedCachedTokens: number;
+  readonly #load: PodLoad | undefined;
   readonly #telemetry: PodTelemetry | undefined;
   readonly #now: number;
   readonly #learner: Learner;
+  readonly #cap: number | undefined;
+  /** Only embeddings requests read it: made on first use. */
+  #embeddingParams: PredictorParams | undefined;
 
   constructor(
     local: LocalPod,
@@ -89,19 +89,38 @@ class LocalCandidate implements Candidate {
     );
     this.healthy = localHealthy(local, now);
     if (local.implausible !== undefined) this.unhealthyReason = local.implausible;
-    this.queuedNow = load?.waiting ?? 0;
-    this.running = load?.running ?? 0;
-    this.kvCache = load?.kvCache ?? NaN;
     this.params = learner.params(local.pod.uid);
-    this.embeddingParams = learner.embeddingParams(local.pod.uid);
     this.inFlight = local.inFlight;
-    this.maxInFlight = maxInFlight(local.pod, settings.maxInFlightPerPod);
     this.unseenSent = local.unseenSent;
     this.pendingPromptTokens = local.pendingPromptTokens;
     this.expectedCachedTokens = expectedCachedTokens;
+    this.#load = load;
     this.#telemetry = telemetry;
     this.#now = now;
     this.#learner = learner;
+    this.#cap = settings.maxInFlightPerPod;
+  }
+
+  get where(): 'local' {
+    return 'local';
+  }
+  get networkCostMs(): number {
+    return 0;
+  }
+  get queuedNow(): number {
+    return this.#load?.waiting ?? 0;
+  }
+  get running(): number {
+    return this.#load?.running ?? 0;
+  }
+  get kvCache(): number {
+    return this.#load?.kvCache ?? NaN;
+  }
+  get maxInFlight(): number {
+    return maxInFlight(this.pod, this.#cap);
+  }
+  get embeddingParams(): PredictorParams {
+    return (this.#embeddingParams ??= this.#learner.embeddingParams(this.pod.uid));
   }
 
   average(metric: WindowedMetric, windowMs: number): number {
@@ -116,25 +135,14 @@ class LocalCandidate implements Candidate {
 }
 
 class PeerCandidate implements Candidate {
-  readonly pod: Pod;
-  readonly where = 'peer' as const;
   readonly ageMs: number;
-  readonly maxAgeMs: number;
   readonly healthy: boolean;
-  readonly queuedNow: number;
-  readonly running: number;
-  readonly kvCache: number;
-  readonly params: PredictorParams;
   readonly inFlight: number;
-  readonly maxInFlight: number;
   readonly unseenSent: number;
   readonly pendingPromptTokens: number;
-  readonly networkCostMs: number;
-  // No prefix estimate for peers' pods: a conversation reaches one agent per client
-  // connection, and a per-pod summary in gossip would cost bandwidth for rare wins.
-  readonly expectedCachedTokens = 0;
   readonly #estimate: PodEstimate;
   readonly #learner: Learner;
+  readonly #settings: CandidateSettings;
 
   constructor(
     estimate: PodEstimate,
@@ -143,21 +151,47 @@ class PeerCandidate implements Candidate {
     learner: Learner,
     settings: CandidateSettings,
   ) {
-    this.pod = estimate.pod;
     this.ageMs = Math.max(0, now - estimate.at);
-    this.maxAgeMs = settings.peerMaxAgeMs;
     this.healthy = now >= (traffic?.unhealthyUntil ?? 0);
-    this.queuedNow = estimate.queuedNow;
-    this.running = estimate.running;
-    this.kvCache = estimate.kvCache;
-    this.params = estimate.params;
     this.inFlight = traffic?.inFlight ?? 0;
-    this.maxInFlight = maxInFlight(estimate.pod, settings.maxInFlightPerPod);
     this.unseenSent = traffic?.unseenSent ?? 0;
     this.pendingPromptTokens = traffic?.pendingPromptTokens ?? 0;
-    this.networkCostMs = settings.networkCostMs;
     this.#estimate = estimate;
     this.#learner = learner;
+    this.#settings = settings;
+  }
+
+  get pod(): Pod {
+    return this.#estimate.pod;
+  }
+  get where(): 'peer' {
+    return 'peer';
+  }
+  get maxAgeMs(): number {
+    return this.#settings.peerMaxAgeMs;
+  }
+  get queuedNow(): number {
+    return this.#estimate.queuedNow;
+  }
+  get running(): number {
+    return this.#estimate.running;
+  }
+  get kvCache(): number {
+    return this.#estimate.kvCache;
+  }
+  get params(): PredictorParams {
+    return this.#estimate.params;
+  }
+  get maxInFlight(): number {
+    return maxInFlight(this.#estimate.pod, this.#settings.maxInFlightPerPod);
+  }
+  get networkCostMs(): number {
+    return this.#settings.networkCostMs;
+  }
+  // No prefix estimate for peers' pods: a conversation reaches one agent per client
+  // connection, and a per-pod summary in gossip would cost bandwidth for rare wins.
+  get expectedCachedTokens(): number {
+    return 0;
   }
 
   /** A peer gossips one reference window; it stands in for whatever window a rule names. */

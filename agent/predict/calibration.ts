@@ -52,9 +52,6 @@ export type Regime = 'free' | 'queued';
 
 /** Key for the node-wide distribution (every local pod's observations). */
 const NODE = '\u0000node';
-const key = (uid: string, regime: Regime) => `${uid}\u0000${regime}`;
-/** The node's keys, made once: margin() runs for every candidate of every decision. */
-const NODE_KEY: Readonly<Record<Regime, string>> = { free: key(NODE, 'free'), queued: key(NODE, 'queued') };
 
 function quantileOf(r: Residuals, q: number): number {
   const n = Math.min(r.count, r.values.length);
@@ -74,7 +71,9 @@ function meanOf(r: Residuals, last: number): number {
 
 export class Calibration {
   readonly options: CalibrationOptions;
-  readonly #residuals = new Map<string, Residuals>();
+  /** By regime, then pod uid (or NODE): no key is built per lookup, and margin() runs for every
+   *  candidate of every decision. */
+  readonly #residuals: Readonly<Record<Regime, Map<string, Residuals>>> = { free: new Map(), queued: new Map() };
 
   constructor(options: Partial<CalibrationOptions> = {}) {
     this.options = { ...DEFAULT_CALIBRATION, ...options };
@@ -85,13 +84,13 @@ export class Calibration {
     if (!(predictedMs > 0) || !(measuredMs > 0) || !Number.isFinite(predictedMs) || !Number.isFinite(measuredMs))
       return;
     const logRatio = Math.log(measuredMs / predictedMs);
-    this.#push(key(uid, regime), logRatio);
-    this.#push(NODE_KEY[regime], logRatio);
+    this.#push(this.#residuals[regime], uid, logRatio);
+    this.#push(this.#residuals[regime], NODE, logRatio);
   }
 
   forget(uid: string): void {
-    this.#residuals.delete(key(uid, 'free'));
-    this.#residuals.delete(key(uid, 'queued'));
+    this.#residuals.free.delete(uid);
+    this.#residuals.queued.delete(uid);
   }
 
   /**
@@ -101,10 +100,11 @@ export class Calibration {
   margin(uid: string | undefined, q: number, regime: Regime = 'free'): number {
     const needed = Math.max(this.options.minWarmObservations, Math.ceil(2 / (1 - q)));
     const cold = this.options.coldLogMargin;
-    const node = this.#residuals.get(NODE_KEY[regime]);
+    const byPod = this.#residuals[regime];
+    const node = byPod.get(NODE);
     const nodeMargin = node ? this.#blend(node, q, needed, cold) : cold;
     if (uid === undefined) return nodeMargin;
-    const pod = this.#residuals.get(key(uid, regime));
+    const pod = byPod.get(uid);
     return pod ? this.#blend(pod, q, needed, Math.max(nodeMargin, cold)) : Math.max(nodeMargin, cold);
   }
 
@@ -119,7 +119,7 @@ export class Calibration {
   }
 
   stats(uid: string, regime: Regime = 'free'): { observations: number; recentBias: number } {
-    const r = this.#residuals.get(key(uid, regime));
+    const r = this.#residuals[regime].get(uid);
     return { observations: r?.count ?? 0, recentBias: r ? this.#shift(r) : 0 };
   }
 
@@ -133,11 +133,11 @@ export class Calibration {
     return Math.max(0, meanOf(r, this.options.recent) - meanOf(r, r.values.length));
   }
 
-  #push(key: string, value: number): void {
-    let r = this.#residuals.get(key);
+  #push(byPod: Map<string, Residuals>, key: string, value: number): void {
+    let r = byPod.get(key);
     if (!r) {
       r = { values: new Float64Array(this.options.window), count: 0, next: 0, sorted: undefined };
-      this.#residuals.set(key, r);
+      byPod.set(key, r);
     }
     r.values[r.next] = value;
     r.next = (r.next + 1) % r.values.length;

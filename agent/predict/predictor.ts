@@ -56,12 +56,25 @@ export const DEFAULT_PREDICTOR: PredictorOptions = {
 };
 
 export function predictWith(params: PredictorParams, f: Features, minTtftMs = DEFAULT_PREDICTOR.minTtftMs): number {
+  return predictFrom(params, f.queued, f.running, f.promptTokens, f.pendingPromptTokens ?? 0, minTtftMs);
+}
+
+/** predictWith over the features as numbers: the router predicts every candidate of every
+ *  request, and a features object per prediction is garbage the GC must clear. */
+export function predictFrom(
+  params: PredictorParams,
+  queued: number,
+  running: number,
+  promptTokens: number,
+  pendingPromptTokens: number,
+  minTtftMs = DEFAULT_PREDICTOR.minTtftMs,
+): number {
   const y =
     params.base +
-    params.perQueued * f.queued +
-    params.perRunning * f.running +
-    (params.perKPromptTokens * f.promptTokens) / 1000 +
-    ((params.perKPendingTokens ?? 0) * (f.pendingPromptTokens ?? 0)) / 1000;
+    params.perQueued * queued +
+    params.perRunning * running +
+    (params.perKPromptTokens * promptTokens) / 1000 +
+    ((params.perKPendingTokens ?? 0) * pendingPromptTokens) / 1000;
   return y > minTtftMs ? y : minTtftMs;
 }
 

@@ -30,11 +30,24 @@ export function fastestAmongNearTies(options: NearTieOptions): Picker {
     let best = scored[0];
     for (const s of scored) if (s.score < best.score) best = s;
     const limit = best.score + Math.max(options.absoluteMs, best.score * options.fraction);
-    const ties = scored.filter((s) => s.score <= limit);
     // Among near-ties a local pod wins: same expected latency, no cross-node hop to go wrong.
-    const localTies = ties.filter((s) => s.candidate.where === 'local');
-    const pool = mostCached(localTies.length > 0 ? localTies : ties);
-    return pool[Math.min(pool.length - 1, Math.floor(rand() * pool.length))];
+    // Counted, then walked, in score order: the same choice as filtering the lists out, with no
+    // list made per request.
+    let ties = 0;
+    let localTies = 0;
+    for (const s of scored) {
+      if (!(s.score <= limit)) continue;
+      ties++;
+      if (s.candidate.where === 'local') localTies++;
+    }
+    const localOnly = localTies > 0;
+    const most = mostCached(scored, limit, localOnly);
+    let size = 0;
+    for (const s of scored) if (inPool(s, limit, localOnly, most)) size++;
+    let index = Math.min(size - 1, Math.floor(rand() * size));
+    if (ties === 0 || index < 0) return undefined;
+    for (const s of scored) if (inPool(s, limit, localOnly, most) && index-- === 0) return s;
+    return undefined;
   };
 }
 
@@ -45,9 +58,22 @@ export function fastestAmongNearTies(options: NearTieOptions): Picker {
  * their caches: under overload every score is large, 5 % of it exceeds any prefill saved, and the
  * misses' extra prefill fed the overload (bench:routing-prefix, multi-turn at 1.6× load: p90
  * 9.4 s → 0.2 s). Herding is no risk here: a prefix belongs to one conversation or application.
+ * Returns the most cached tokens among the near-ties (local ones when `localOnly`); 0: none cached.
  */
-function mostCached(ties: readonly Scored[]): readonly Scored[] {
+function mostCached(scored: readonly Scored[], limit: number, localOnly: boolean): number {
   let most = 0;
-  for (const s of ties) most = Math.max(most, s.candidate.expectedCachedTokens ?? 0);
-  return most === 0 ? ties : ties.filter((s) => (s.candidate.expectedCachedTokens ?? 0) === most);
+  for (const s of scored) {
+    if (s.score <= limit && (!localOnly || s.candidate.where === 'local'))
+      most = Math.max(most, s.candidate.expectedCachedTokens ?? 0);
+  }
+  return most;
+}
+
+/** Whether `s` is among those the picker chooses from at random. */
+function inPool(s: Scored, limit: number, localOnly: boolean, most: number): boolean {
+  return (
+    s.score <= limit &&
+    (!localOnly || s.candidate.where === 'local') &&
+    (most === 0 || (s.candidate.expectedCachedTokens ?? 0) === most)
+  );
 }

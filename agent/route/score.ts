@@ -1,6 +1,6 @@
 // Predict, then score: the predicted TTFT of a request at a candidate, and the score that ranks
 // candidates from it (lower is better, in milliseconds).
-import { predictWith } from '../predict/predictor.ts';
+import { predictFrom } from '../predict/predictor.ts';
 import type { RouteRequest } from '../types.ts';
 import type { Candidate } from './candidate.ts';
 
@@ -15,12 +15,13 @@ export type Score = (c: Candidate, predictedMs: number, r: RouteRequest) => numb
  * without this a burst would all land on the one pod that looked idle), plus the network cost.
  */
 export const predictedTtft: Predict = (c, r) =>
-  predictWith(r.kind === 'embeddings' ? (c.embeddingParams ?? c.params) : c.params, {
-    queued: c.queuedNow + c.unseenSent,
-    running: c.running,
-    promptTokens: uncachedPromptTokens(r.promptTokens, c.expectedCachedTokens),
-    pendingPromptTokens: c.pendingPromptTokens,
-  }) + c.networkCostMs;
+  predictFrom(
+    r.kind === 'embeddings' ? (c.embeddingParams ?? c.params) : c.params,
+    c.queuedNow + c.unseenSent,
+    c.running,
+    uncachedPromptTokens(r.promptTokens, c.expectedCachedTokens),
+    c.pendingPromptTokens,
+  ) + c.networkCostMs;
 
 /**
  * The prompt tokens the pod must compute: a cached prefix costs no prefill. At least 1, as the
@@ -34,7 +35,7 @@ export function uncachedPromptTokens(promptTokens: number, cachedTokens = 0): nu
 /** A pod's TTFT for a typical request when idle: its speed, in ms. */
 const REFERENCE_PROMPT_TOKENS = 256;
 export function unloadedTtft(c: Candidate): number {
-  return predictWith(c.params, { queued: 0, running: 0, promptTokens: REFERENCE_PROMPT_TOKENS });
+  return predictFrom(c.params, 0, 0, REFERENCE_PROMPT_TOKENS, 0);
 }
 
 /**

@@ -71,10 +71,18 @@ export class TimeWindow {
     const from = now - Math.min(windowMs, this.spanMs);
     let integral = 0;
     let covered = 0;
-    this.#forBuckets(from, now, (slot, weight) => {
+    // The bucket loop written out in each reader, not a visitor: sums a closure captures live in a
+    // context, where every addition is a new heap number (≈ 2 per bucket, for every local
+    // candidate of every decision under a windowed rule).
+    const first = Math.floor(from / this.bucketMs);
+    const last = Math.floor(now / this.bucketMs);
+    for (let b = Math.max(first, last - this.#size + 1); b <= last; b++) {
+      const slot = this.#slotOf(b);
+      if (this.#epoch[slot] !== b) continue;
+      const weight = b === first ? ((b + 1) * this.bucketMs - from) / this.bucketMs : 1;
       integral += this.#integral[slot] * weight;
       covered += this.#covered[slot] * weight;
-    });
+    }
     // The last value still holds from the last sample until now; it is not in the buckets yet.
     if (!Number.isNaN(this.#lastValue) && now > this.#lastAt) {
       const held = now - Math.max(this.#lastAt, from);
@@ -92,23 +100,13 @@ export class TimeWindow {
   max(windowMs: number, now: number): number {
     const from = now - Math.min(windowMs, this.spanMs);
     let best = -Infinity;
-    this.#forBuckets(from, now, (slot) => {
-      if (this.#max[slot] > best) best = this.#max[slot];
-    });
+    const last = Math.floor(now / this.bucketMs);
+    for (let b = Math.max(Math.floor(from / this.bucketMs), last - this.#size + 1); b <= last; b++) {
+      const slot = this.#slotOf(b);
+      if (this.#epoch[slot] === b && this.#max[slot] > best) best = this.#max[slot];
+    }
     if (!Number.isNaN(this.#lastValue) && this.#lastValue > best && this.#lastAt <= now) best = this.#lastValue;
     return best === -Infinity ? NaN : best;
-  }
-
-  /** Visits the live buckets overlapping [from, to] with the fraction of each inside it. */
-  #forBuckets(from: number, to: number, visit: (slot: number, weight: number) => void): void {
-    const first = Math.floor(from / this.bucketMs);
-    const last = Math.floor(to / this.bucketMs);
-    for (let b = Math.max(first, last - this.#size + 1); b <= last; b++) {
-      const slot = this.#slotOf(b);
-      if (this.#epoch[slot] !== b) continue;
-      const weight = b === first ? ((b + 1) * this.bucketMs - from) / this.bucketMs : 1;
-      visit(slot, weight);
-    }
   }
 
   /** Adds `value` held over [from, to) to the buckets it spans. */

@@ -3,7 +3,14 @@
 //         stalled target is charged for the requests it delayed), to the full answer (non-streamed)
 //         or to the first byte of the body (streamed).
 //   max:  closed loop, C requests always in flight for D s; completed requests per second.
+// Rate mode's client (--client): `raw` (default) sends each request on one of a set of kept-alive
+// raw sockets opened and used once before the clock starts (a request finding none idle opens one,
+// counted as `opened`), and parses only the status, Content-Length or the chunked end; `undici` is
+// the Pool this bench used first. Besides p50/p99 it reports the generator's own lateness (send
+// time − scheduled time, p99 and max): a request sent late is still charged from its scheduled time,
+// and a lateness tail says the generator (or the machine) set it, not the target.
 // Prints one JSON line with the result.
+import { connect, type Socket } from 'node:net';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
 
@@ -16,6 +23,8 @@ const { values } = parseArgs({
     connections: { type: 'string', default: '64' },
     stream: { type: 'boolean', default: false },
     model: { type: 'string', default: 'bench-model' },
+    client: { type: 'string', default: 'raw' },
+    sockets: { type: 'string', default: '32' },
   },
 });
 const url = new URL(values.url!);
@@ -45,12 +54,81 @@ async function once(since: number): Promise<number | undefined> {
   }
 }
 
+const request = Buffer.from(
+  `POST ${url.pathname} HTTP/1.1\r\nhost: ${url.host}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+);
+const HEAD_END = Buffer.from('\r\n\r\n');
+const CHUNKED_END = Buffer.from('\r\n0\r\n\r\n');
+const idle: Socket[] = [];
+let opened = 0;
+
+function openSocket(): Promise<Socket> {
+  opened++;
+  return new Promise((resolve, reject) => {
+    const socket = connect({ port: Number(url.port), host: url.hostname, noDelay: true }, () => resolve(socket));
+    socket.once('error', reject);
+  });
+}
+
+/** One exchange on a kept-alive raw socket: ms from `since` to the first body byte (streamed) or the end. */
+async function onceRaw(since: number): Promise<number | undefined> {
+  const socket = idle.pop() ?? (await openSocket().catch(() => undefined));
+  if (!socket) return undefined;
+  return new Promise((resolve) => {
+    let buf: Buffer = Buffer.alloc(0);
+    let headEnd = -1;
+    let length: number | undefined;
+    let firstByte: number | undefined;
+    let ok = false;
+    const fail = () => {
+      socket.off('data', onData);
+      socket.destroy();
+      resolve(undefined);
+    };
+    const onData = (d: Buffer) => {
+      buf = buf.length === 0 ? d : Buffer.concat([buf, d]);
+      if (headEnd < 0) {
+        headEnd = buf.indexOf(HEAD_END);
+        if (headEnd < 0) return;
+        const head = buf.toString('latin1', 0, headEnd);
+        ok = head.startsWith('HTTP/1.1 200');
+        const m = /\r\ncontent-length:\s*(\d+)/i.exec(head);
+        length = m ? Number(m[1]) : undefined;
+      }
+      if (firstByte === undefined && buf.length > headEnd + 4) firstByte = performance.now();
+      const done =
+        length !== undefined
+          ? buf.length >= headEnd + 4 + length
+          : buf.length >= CHUNKED_END.length && buf.subarray(buf.length - CHUNKED_END.length).equals(CHUNKED_END);
+      if (!done) return;
+      const end = performance.now();
+      socket.off('data', onData);
+      socket.off('close', fail);
+      idle.push(socket);
+      resolve(ok ? (values.stream ? (firstByte ?? end) : end) - since : undefined);
+    };
+    socket.on('data', onData);
+    socket.once('close', fail);
+    socket.write(request);
+  });
+}
+
 function quantile(sorted: number[], q: number): number {
   return sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] : NaN;
 }
 
 async function openLoop(ratePerS: number) {
+  const raw = values.client === 'raw';
+  if (raw) {
+    // Every socket opened and used once before the clock starts: no connection setup is timed.
+    const sockets = await Promise.all(Array.from({ length: Number(values.sockets) }, openSocket));
+    idle.push(...sockets);
+    await Promise.all(sockets.map(() => onceRaw(performance.now())));
+    opened = 0;
+  }
+  const send = raw ? onceRaw : once;
   const latencies: number[] = [];
+  const lateness: number[] = [];
   let errors = 0;
   const pending: Promise<void>[] = [];
   const start = performance.now();
@@ -59,22 +137,32 @@ async function openLoop(ratePerS: number) {
     const due = start + (i * 1000) / ratePerS;
     const wait = due - performance.now();
     if (wait > 1) await new Promise((r) => setTimeout(r, wait));
+    // A request sent up to 1 ms early (the timer's granularity) is timed from its send, one sent
+    // late from its scheduled time.
+    const sent = performance.now();
+    lateness.push(Math.max(0, sent - due));
     pending.push(
-      once(due).then((ms) => {
+      send(Math.max(due, sent)).then((ms) => {
         if (ms === undefined) errors++;
         else latencies.push(ms);
       }),
     );
   }
   await Promise.all(pending);
+  for (const socket of idle) socket.destroy();
   latencies.sort((a, b) => a - b);
+  lateness.sort((a, b) => a - b);
   return {
     mode: 'rate',
     rate: ratePerS,
+    client: values.client,
     count: latencies.length,
     errors,
     p50: quantile(latencies, 0.5),
     p99: quantile(latencies, 0.99),
+    lateP99: quantile(lateness, 0.99),
+    lateMax: lateness.at(-1) ?? NaN,
+    opened: raw ? opened : undefined,
   };
 }
 

@@ -1,0 +1,82 @@
+// Bytes allocated per decision, and by which function: the sampling heap profiler (objects the
+// young and old generations collected included) over many assembled decisions at N known pods.
+// Run: node bench/decide-alloc.ts [--known 1000] [--decisions 200000] [--before DIR] [--history MS]
+import { Session } from 'node:inspector/promises';
+import { resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { poolKnowing, type PoolClasses } from './known-pods.ts';
+import { PodPool } from '../agent/pool/pool.ts';
+import { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
+import { decide } from '../agent/route/router.ts';
+import { benchCandidates, benchLeave, benchPolicy, benchRequest } from './decide-fixtures.ts';
+
+const args = parseArgs({
+  options: {
+    known: { type: 'string', default: '1000' },
+    decisions: { type: 'string', default: '200000' },
+    before: { type: 'string' },
+    history: { type: 'string', default: '0' },
+    top: { type: 'string', default: '12' },
+  },
+}).values;
+const known = Number(args.known);
+const decisions = Number(args.decisions);
+
+interface ProfileNode {
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  selfSize: number;
+  children: ProfileNode[];
+}
+
+async function profile(label: string, classes: PoolClasses, decideWith: typeof decide): Promise<void> {
+  const pool = poolKnowing(known, benchCandidates(8), 8, Number(args.history), classes);
+  const run = () =>
+    decideWith({
+      request: benchRequest,
+      policy: benchPolicy,
+      candidates: pool.candidates(benchRequest.model),
+      leave: benchLeave,
+      rand: Math.random,
+    });
+  for (let i = 0; i < 20_000; i++) run(); // optimised before sampling
+  const session = new Session();
+  session.connect();
+  await session.post('HeapProfiler.startSampling', {
+    samplingInterval: 256,
+    includeObjectsCollectedByMajorGC: true,
+    includeObjectsCollectedByMinorGC: true,
+  });
+  for (let i = 0; i < decisions; i++) run();
+  const { profile } = (await session.post('HeapProfiler.stopSampling')) as unknown as {
+    profile: { head: ProfileNode };
+  };
+  session.disconnect();
+  const bySite = new Map<string, number>();
+  let total = 0;
+  const walk = (n: ProfileNode) => {
+    if (n.selfSize > 0) {
+      const f = n.callFrame;
+      const key = `${f.functionName || '(anonymous)'} ${f.url.split('/').slice(-2).join('/')}:${f.lineNumber + 1}`;
+      bySite.set(key, (bySite.get(key) ?? 0) + n.selfSize);
+      total += n.selfSize;
+    }
+    for (const c of n.children) walk(c);
+  };
+  walk(profile.head);
+  console.log(
+    `${label}: ${known} known pods, ${(total / decisions).toFixed(0)} bytes allocated per decision (sampled)`,
+  );
+  const rows = [...bySite].sort((a, b) => b[1] - a[1]).slice(0, Number(args.top));
+  for (const [site, bytes] of rows) console.log(`  ${(bytes / decisions).toFixed(0).padStart(7)} B  ${site}`);
+}
+
+await profile('now', { PodPool, PodTelemetry }, decide);
+if (args.before !== undefined) {
+  const dir = args.before;
+  const pool = (await import(resolve(dir, 'agent/pool/pool.ts'))) as { PodPool: typeof PodPool };
+  const telemetry = (await import(resolve(dir, 'agent/telemetry/pod-telemetry.ts'))) as {
+    PodTelemetry: typeof PodTelemetry;
+  };
+  const router = (await import(resolve(dir, 'agent/route/router.ts'))) as { decide: typeof decide };
+  await profile(`before (${dir})`, { PodPool: pool.PodPool, PodTelemetry: telemetry.PodTelemetry }, router.decide);
+}
