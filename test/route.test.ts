@@ -388,3 +388,49 @@ test('decide lists the passing pods in the order a stable sort by score gives, e
     assert.equal(d.scored.length + d.dropped.length, n);
   }
 });
+
+const LONG_SLO = { ...POLICY, sloTtftMs: 2000 };
+
+test('a pod that would prefill again what another pod holds is charged for the queue that waits on it', () => {
+  // 2,000 prompt tokens, 1,800 of them cached on the holder, whose queue is five deep; the other
+  // pod has one request queued. Its own TTFT is lower there (520 vs 560 ms) …
+  const request = routeRequest({ promptTokens: 2000 });
+  const holder = pod('holder', { expectedCachedTokens: 1800, queuedNow: 5 });
+  const other = pod('other', { queuedNow: 1 });
+  const d = decide({ request, policy: LONG_SLO, leave: STAY, rand: first, candidates: [other, holder] });
+  assert.ok(d.action === 'pod');
+  const byName = Object.fromEntries(d.scored.map((s) => [s.candidate.pod.name, s]));
+  assert.equal(Math.round(byName.other.predictedMs), 520);
+  assert.equal(Math.round(byName.holder.predictedMs), 560);
+  // … but there it would prefill 1,800 tokens (360 ms) that the holder need not, and every request
+  // that joins its queue behind this one waits for them: the holder wins.
+  assert.equal(d.chosen.candidate.pod.name, 'holder');
+  assert.ok(byName.other.score - byName.other.predictedMs > 360);
+  // Requests sent but not yet seen in a scrape are queue too.
+  const unseen = decide({
+    request,
+    policy: LONG_SLO,
+    leave: STAY,
+    rand: first,
+    candidates: [pod('unseen', { unseenSent: 1 }), holder],
+  });
+  assert.equal(unseen.action === 'pod' && unseen.chosen.candidate.pod.name, 'holder');
+  // With no queue there nobody waits on that prefill: the other pod wins by its own TTFT.
+  const idle = decide({ request, policy: LONG_SLO, leave: STAY, rand: first, candidates: [pod('idle'), holder] });
+  assert.equal(idle.action === 'pod' && idle.chosen.candidate.pod.name, 'idle');
+});
+
+test('without a cached prefix anywhere the score is the prediction plus the load term, as before prefix caching', () => {
+  const d = decide({
+    request: routeRequest({ promptTokens: 2000 }),
+    policy: LONG_SLO,
+    leave: STAY,
+    rand: first,
+    candidates: [pod('a', { queuedNow: 1, running: 3 }), pod('b', { queuedNow: 2, unseenSent: 1 })],
+  });
+  const idleTtft = 20 + 0.2 * 256;
+  for (const s of d.scored) {
+    const c = s.candidate;
+    assert.equal(s.score, s.predictedMs + 0.3 * idleTtft * (c.running + c.queuedNow + c.unseenSent));
+  }
+});

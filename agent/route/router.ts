@@ -6,7 +6,7 @@ import type { EffectivePolicy, RouteRequest } from '../types.ts';
 import type { Candidate } from './candidate.ts';
 import { DEFAULT_FILTERS, type Drop, type Filter, type FilterContext } from './filters.ts';
 import { fastestAmongNearTies, type Picker, type Scored } from './picker.ts';
-import { predictedTtft, predictionPlusLoad, type Predict, type Score } from './score.ts';
+import { predictedTtft, predictionPlusLoad, type Among, type Predict, type Score } from './score.ts';
 
 /**
  * A routing strategy is data, in the field's order: predict each candidate's TTFT, drop those a
@@ -136,6 +136,10 @@ export function decide(input: DecideInput): Decision {
   // One context for every filter call, its numbers set per candidate: filters only read it, and a
   // decision over dozens of candidates should not leave hundreds of objects for the GC.
   const context: FilterContext = { request, policy, predictedMs: 0, quantileMs: 0, mayLeave };
+  // The longest prefix any candidate holds: a pod that would prefill it again pays for that (score.ts).
+  let mostCachedTokens = 0;
+  for (const c of candidates) mostCachedTokens = Math.max(mostCachedTokens, c.expectedCachedTokens ?? 0);
+  const among: Among = { mostCachedTokens };
   for (const candidate of candidates) {
     const predictedMs = strategy.predict(candidate, request);
     const quantileMs = quantileOf(candidate, predictedMs, policy.sloAttainment);
@@ -161,7 +165,7 @@ export function decide(input: DecideInput): Decision {
       }
       continue;
     }
-    scored[passed++] = { candidate, predictedMs, quantileMs, score: strategy.score(candidate, predictedMs, request) };
+    scored[passed++] = { candidate, predictedMs, quantileMs, score: strategy.score(candidate, predictedMs, request, among) };
   }
   scored.length = passed;
   sortByScore(scored);

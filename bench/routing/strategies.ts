@@ -222,8 +222,10 @@ const kinferenceWith =
     pool.setLocalPods(ctx.pods.map((p) => p.pod));
     const indexOf = new Map(ctx.pods.map((p) => [p.pod.uid, p.index]));
     const policy = benchPolicy(ctx.sloMs);
-    // No overflow and no waiting in this comparison: when every pod is excluded, the request
-    // still goes to the fastest predicted pod, as it would after its bounded wait.
+    // No overflow and no waiting in this comparison: when every pod is excluded or predicted over
+    // the SLO, the request still goes to the best-scored pod, so every strategy's TTFTs are over
+    // the same requests. The agent would hold it in line for the policy's wait.max and then answer
+    // 429 (CONTRACT.md); it never serves a request no pod is predicted to answer in time.
     const fallback: EffectivePolicy = { ...policy, sloTtftMs: Infinity, exclude: [] };
     const stay = { allowed: false, reason: 'bench', providers: [] };
     return {
