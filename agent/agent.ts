@@ -16,7 +16,8 @@ import { OverflowBudget } from './budget/spend.ts';
 import { BudgetExchange } from './budget/exchange.ts';
 import { createAdminHandler, type AdminHandler } from './server/admin.ts';
 import { adminViews } from './server/admin-views.ts';
-import { createApiHandler, type ApiHandler } from './server/api.ts';
+import { createApiHandler } from './server/api.ts';
+import { Http1Server } from './server/http1/server.ts';
 import { Callers } from './server/caller.ts';
 import { Drain } from './server/drain.ts';
 import { memoryRelease, startIdleRelease } from './memory/idle-release.ts';
@@ -50,8 +51,8 @@ export interface RunningAgent {
 // life that nothing here uses (README "Memory").
 const { createServer } = process.getBuiltinModule('node:http');
 
-/** Serves a node:http handler (the API listener's, the admin listener's) on `hostPort`. */
-function listen(handler: ApiHandler | AdminHandler, hostPort: string): Promise<Server> {
+/** Serves a node:http handler (the admin listener's) on `hostPort`. */
+function listen(handler: AdminHandler, hostPort: string): Promise<Server> {
   const { host: hostname, port } = parseHostPort(hostPort);
   return new Promise((resolve, reject) => {
     const server = createServer(handler).listen(port, hostname, () => resolve(server));
@@ -59,7 +60,7 @@ function listen(handler: ApiHandler | AdminHandler, hostPort: string): Promise<S
   });
 }
 
-function urlOf(server: Server): string {
+function urlOf(server: Server | Http1Server): string {
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   return `http://${host}:${address.port}`;
@@ -218,10 +219,19 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   });
 
   const drain = new Drain();
-  const api = await listen(
+  const apiAt = parseHostPort(settings.listen.api);
+  const api = await new Http1Server(
     createApiHandler({ requestPath, models: knownModels, accepting: () => !drain.draining, log }),
-    settings.listen.api,
-  );
+    {
+      maxHeaderBytes: limits.apiMaxHeaderBytes,
+      maxHeaders: limits.apiMaxHeaders,
+      maxTargetBytes: limits.apiMaxTargetBytes,
+      headersTimeoutMs: limits.apiHeadersTimeoutMs,
+      requestTimeoutMs: limits.apiRequestTimeoutMs,
+      keepAliveTimeoutMs: limits.apiKeepAliveTimeoutMs,
+      maxBodyBytes: limits.maxBodyBytes,
+    },
+  ).listen(apiAt.port, apiAt.host);
   drain.track(api);
   const idleRelease =
     limits.releaseMemoryAfterIdleMs > 0

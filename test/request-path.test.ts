@@ -11,6 +11,7 @@ import type { Candidate } from '../agent/route/candidate.ts';
 import type { LeaveVerdict } from '../agent/route/router.ts';
 import { RequestPath, type OverflowResult, type RequestPathDeps } from '../agent/server/inference.ts';
 import { createMetrics } from '../agent/server/metrics.ts';
+import { nodeRequest } from '../agent/server/exchange.ts';
 import type { RouteRequest } from '../agent/types.ts';
 import { routeCandidate, routePod, routePolicy } from './helpers/route-fixtures.ts';
 
@@ -124,7 +125,7 @@ const chat = (
 
 /** Serves one request through the path on a real loopback listener, as the API listener does. */
 async function handled(path: RequestPath, request: Request): Promise<Response> {
-  const server = createServer((req, res) => void path.handle('chat', req, res));
+  const server = createServer((req, res) => void path.handle('chat', nodeRequest(req), res));
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as AddressInfo;
   try {

@@ -61,6 +61,14 @@ export interface Limits {
   releaseMemoryAfterIdleMs: number;
   prefixMaxBlocks: number;
   prefixBlocksPerPod: number;
+  /** The API listener's HTTP/1.1 bounds and timers (agent/server/http1/server.ts). */
+  apiMaxHeaderBytes: number;
+  apiMaxHeaders: number;
+  apiMaxTargetBytes: number;
+  apiHeadersTimeoutMs: number;
+  /** 0: none. */
+  apiRequestTimeoutMs: number;
+  apiKeepAliveTimeoutMs: number;
 }
 
 /** The key sent to matching model-server pods: `pod` (NAME or NAMESPACE/NAME) beats `namespace` beats neither. */
@@ -141,6 +149,13 @@ export const DEFAULT_LIMITS: Limits = {
   releaseMemoryAfterIdleMs: 10_000,
   prefixMaxBlocks: DEFAULT_PREFIX_MAX_BLOCKS,
   prefixBlocksPerPod: DEFAULT_MAX_BLOCKS_PER_POD,
+  // node:http's own defaults, which the API listener had before its own server.
+  apiMaxHeaderBytes: 16 * 1024,
+  apiMaxHeaders: 100,
+  apiMaxTargetBytes: 8 * 1024,
+  apiHeadersTimeoutMs: 60_000,
+  apiRequestTimeoutMs: 300_000,
+  apiKeepAliveTimeoutMs: 5_000,
 };
 
 export class ConfigError extends Error {
@@ -185,6 +200,10 @@ function crossChecks(file: AgentConfigFile): string[] {
   if (discovery === 'static' && !file.pods?.length) problems.push('pods: static discovery needs at least one pod');
   if (file.listen.gossip && !file.gossip) problems.push('gossip: listen.gossip is set, so gossip.key is required');
   problems.push(...providerListProblems(file.providers ?? [], 'providers'));
+  for (const key of ['apiHeadersTimeout', 'apiKeepAliveTimeout'] as const) {
+    const value = file.limits?.[key];
+    if (value !== undefined && !(parseDuration(value) > 0)) problems.push(`limits.${key}: must be positive`);
+  }
   const pods = new Set<string>();
   (file.pods ?? []).forEach((p, i) => {
     const id = `${p.namespace ?? 'default'}/${p.name}`;
@@ -338,6 +357,18 @@ export function settingsFromObject(
         : DEFAULT_LIMITS.releaseMemoryAfterIdleMs,
       prefixMaxBlocks: limits.prefixMaxBlocks ?? DEFAULT_LIMITS.prefixMaxBlocks,
       prefixBlocksPerPod: limits.prefixBlocksPerPod ?? DEFAULT_LIMITS.prefixBlocksPerPod,
+      apiMaxHeaderBytes: limits.apiMaxHeaderBytes ?? DEFAULT_LIMITS.apiMaxHeaderBytes,
+      apiMaxHeaders: limits.apiMaxHeaders ?? DEFAULT_LIMITS.apiMaxHeaders,
+      apiMaxTargetBytes: limits.apiMaxTargetBytes ?? DEFAULT_LIMITS.apiMaxTargetBytes,
+      apiHeadersTimeoutMs: limits.apiHeadersTimeout
+        ? parseDuration(limits.apiHeadersTimeout)
+        : DEFAULT_LIMITS.apiHeadersTimeoutMs,
+      apiRequestTimeoutMs: limits.apiRequestTimeout
+        ? parseDuration(limits.apiRequestTimeout)
+        : DEFAULT_LIMITS.apiRequestTimeoutMs,
+      apiKeepAliveTimeoutMs: limits.apiKeepAliveTimeout
+        ? parseDuration(limits.apiKeepAliveTimeout)
+        : DEFAULT_LIMITS.apiKeepAliveTimeoutMs,
     },
     kubernetes: file.kubernetes ?? {},
     logLevel: file.logLevel ?? 'info',

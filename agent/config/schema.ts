@@ -77,6 +77,18 @@ const Limits = Type.Object(
     scrapeFilterRetry: Type.Optional(DurationString),
     /** After serving requests, this long with none open → one memory-reducing GC; `0s` never. */
     releaseMemoryAfterIdle: Type.Optional(DurationString),
+    /** The API listener's request head at most, request line included (bytes); larger → 431. */
+    apiMaxHeaderBytes: Type.Optional(Type.Integer({ minimum: 1024, maximum: 1024 * 1024 })),
+    /** Header fields per API request at most; more → 431. */
+    apiMaxHeaders: Type.Optional(Type.Integer({ minimum: 8, maximum: 10_000 })),
+    /** An API request's target (path and query) at most (bytes); longer → 414. */
+    apiMaxTargetBytes: Type.Optional(Type.Integer({ minimum: 256, maximum: 1024 * 1024 })),
+    /** From an API request's first byte to the end of its head; past it → 408 and the connection closes. */
+    apiHeadersTimeout: Type.Optional(DurationString),
+    /** From an API request's first byte to the end of its body; past it → 408; `0s`: none. */
+    apiRequestTimeout: Type.Optional(DurationString),
+    /** An idle kept-alive API connection closes after this long. */
+    apiKeepAliveTimeout: Type.Optional(DurationString),
     /** Prompt blocks (64 characters each) hashed per request for the prefix index; the rest is not matched. */
     prefixMaxBlocks: Type.Optional(Type.Integer({ minimum: 1, maximum: 65_536 })),
     /** Prompt blocks the prefix index remembers per local pod (~190 bytes each). */

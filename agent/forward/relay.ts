@@ -3,7 +3,7 @@
 // longer change the status, so an event stream ends with an error event and `data: [DONE]` (what
 // vLLM itself does); a client that leaves aborts the upstream request; at the drain deadline an
 // event stream ends with its own error event and [DONE] rather than a cut socket.
-import type { ServerResponse } from 'node:http';
+import type { ApiResponse } from '../server/exchange.ts';
 import { SSE_DONE, sseErrorFrame } from '../../shared/openai/errors.ts';
 
 /** Where a body's chunks go, as they arrive. */
@@ -54,7 +54,7 @@ const chatStreamEnd = (message: string) => sseErrorFrame(502, message, { code: '
  * Writes `body` to `res` (whose head is already written) as its chunks arrive, until it ends,
  * breaks, the client leaves, or `stop` fires. The socket's 'drain' resumes a paused source.
  */
-export function relayTo(res: ServerResponse, body: UpstreamBody, stop?: RelayStop): Promise<RelayOutcome> {
+export function relayTo(res: ApiResponse, body: UpstreamBody, stop?: RelayStop): Promise<RelayOutcome> {
   return new Promise((resolve) => {
     const { source } = body;
     const watchStop = stop !== undefined && body.eventStream;

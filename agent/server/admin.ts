@@ -10,7 +10,7 @@ import type { Metrics } from './metrics.ts';
 import type { Explanation } from './explain.ts';
 import { DASHBOARD_HTML } from './dashboard.ts';
 import { readBoundedBody, RequestError } from './request.ts';
-import { NodeHeaders } from './client-request.ts';
+import { nodeRequest } from './exchange.ts';
 import { readTarget, type AdminTarget } from './admin-target.ts';
 import { describeUnexpected } from '../../shared/describe-error.ts';
 import type { RequestKind } from '../types.ts';
@@ -138,9 +138,10 @@ export function createAdminHandler(deps: AdminDeps, hostname: string): AdminHand
   post.set('/explain', async ({ req, target }) => {
     const kind = (target.query('api') ?? 'chat') as RequestKind;
     if (!KINDS.includes(kind)) return failure(400, `'api' must be one of ${KINDS.join(', ')}`, { param: 'api' });
-    const headers = new NodeHeaders(req.headers);
+    const incoming = nodeRequest(req);
+    const headers = incoming.headers;
     try {
-      const body = await readBoundedBody({ headers, incoming: req }, deps.maxBodyBytes);
+      const body = await readBoundedBody({ headers, incoming }, deps.maxBodyBytes);
       return json(
         deps.explainBody({
           kind,

@@ -1,6 +1,6 @@
 // Answers as the request path gives them (no web Response on the hot path): a status, headers, and
 // either whole bytes or an upstream body relayed as it arrives; written straight to the socket.
-import type { ServerResponse } from 'node:http';
+import type { ApiResponse } from './exchange.ts';
 import { errorBody, type ErrorOptions } from '../../shared/openai/errors.ts';
 import { relayTo, type ChunkSource, type RelayOutcome, type RelayStop, type UpstreamBody } from '../forward/relay.ts';
 import type { PodAttempt } from '../forward/pod.ts';
@@ -99,7 +99,7 @@ function webStreamSource(body: ReadableStream<Uint8Array>): ChunkSource {
 }
 
 /** Writes the answer to the socket; resolves when it is sent (ok) or abandoned/broken. */
-export async function writeAnswer(res: ServerResponse, answer: Answer, stop?: RelayStop): Promise<RelayOutcome> {
+export async function writeAnswer(res: ApiResponse, answer: Answer, stop?: RelayStop): Promise<RelayOutcome> {
   if (answer.stream) {
     res.writeHead(answer.status, answer.headers);
     return relayTo(res, answer.stream, stop);

@@ -1,7 +1,7 @@
 // The OpenAI-compatible listener, on node:http directly: a route table from method and path to a
 // handler, each handing the node request and response to the request path, which reads the body
 // from the socket stream and writes its answer straight to the socket (no web Request/Response).
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { ApiRequest, ApiResponse } from './exchange.ts';
 import { randomUUID } from 'node:crypto';
 import { describeUnexpected } from '../../shared/describe-error.ts';
 import type { RequestPath } from './inference.ts';
@@ -19,9 +19,9 @@ export interface ApiDeps {
   log(level: 'error', message: string): void;
 }
 
-type Route = (req: IncomingMessage, res: ServerResponse) => Promise<void> | void;
+type Route = (req: ApiRequest, res: ApiResponse) => Promise<void> | void;
 
-export type ApiHandler = (req: IncomingMessage, res: ServerResponse) => void;
+export type ApiHandler = (req: ApiRequest, res: ApiResponse) => void;
 
 export function createApiHandler(deps: ApiDeps): ApiHandler {
   const { requestPath } = deps;
@@ -42,12 +42,11 @@ export function createApiHandler(deps: ApiDeps): ApiHandler {
 
   // Answers of the listener's own (model list, unknown routes, draining) carry the client's
   // request id or a fresh one; the request path sets the one it sent upstream on its answers.
-  const own = (req: IncomingMessage, res: ServerResponse, answer: Answer) => {
-    const clientId = req.headers['x-request-id'];
-    answer.headers['x-request-id'] = requestIdFor(typeof clientId === 'string' ? clientId : null, randomUUID);
+  const own = (req: ApiRequest, res: ApiResponse, answer: Answer) => {
+    answer.headers['x-request-id'] = requestIdFor(req.headers.get('x-request-id'), randomUUID);
     void writeAnswer(res, answer);
   };
-  const failed = (req: IncomingMessage, res: ServerResponse, error: unknown) => {
+  const failed = (req: ApiRequest, res: ApiResponse, error: unknown) => {
     deps.log('error', `unhandled error in the API listener: ${describeUnexpected(error)}`);
     if (res.headersSent) res.destroy();
     else own(req, res, errorAnswer(500, 'internal error in the agent', { type: 'server_error' }));

@@ -1,26 +1,13 @@
-// The client's request as the request path sees it, straight from node:http: headers read from
-// the parsed header object (no web Headers), whether the client left before its answer was sent
-// (a plain listener list: an AbortController and its EventTarget per request cost more than the
-// rest of this object, and most requests never need one), and the socket stream its body is
-// read from (once).
-import type { IncomingMessage, ServerResponse } from 'node:http';
+// The client's request as the request path sees it, from either server (agent/server/exchange.ts):
+// its headers, whether the client left before its answer was sent (a plain listener list: an
+// AbortController and its EventTarget per request cost more than the rest of this object, and most
+// requests never need one), and its body (read once).
 import type { HeaderReader } from '../forward/headers.ts';
 import type { ClientPresence } from '../forward/pod.ts';
-
-/** node:http's parsed headers read by (lowercase) name, repeated ones joined. */
-export class NodeHeaders implements HeaderReader {
-  readonly #raw: IncomingMessage['headers'];
-  constructor(raw: IncomingMessage['headers']) {
-    this.#raw = raw;
-  }
-  get(name: string): string | null {
-    const value = this.#raw[name];
-    return value === undefined ? null : Array.isArray(value) ? value.join(', ') : value;
-  }
-}
+import type { ApiRequest, ApiResponse } from './exchange.ts';
 
 export class ClientRequest implements ClientPresence {
-  readonly incoming: IncomingMessage;
+  readonly incoming: ApiRequest;
   readonly headers: HeaderReader;
   /** The path asked for, without the query. */
   readonly path: string;
@@ -29,13 +16,13 @@ export class ClientRequest implements ClientPresence {
   #listeners: (() => void)[] | undefined;
   #controller: AbortController | undefined;
 
-  constructor(incoming: IncomingMessage, res: ServerResponse) {
+  constructor(incoming: ApiRequest, res: ApiResponse) {
     this.incoming = incoming;
-    const url = incoming.url ?? '/';
+    const url = incoming.url;
     const query = url.indexOf('?');
     this.path = query < 0 ? url : url.slice(0, query);
-    this.remoteIp = incoming.socket.remoteAddress;
-    this.headers = new NodeHeaders(incoming.headers);
+    this.remoteIp = incoming.remoteIp;
+    this.headers = incoming.headers;
     // 'close' before the answer finished: the client left (mid-body, waiting, or mid-stream).
     res.on('close', () => {
       if (!res.writableFinished) this.#leave();

@@ -1,6 +1,14 @@
 // Drain accounting for the API listener: how many requests are still open, and the shutdown
 // sequence that lets them finish up to a deadline before the sockets close.
-import type { Server } from 'node:http';
+import type { ApiResponse } from './exchange.ts';
+
+/** What the drain needs of the API listener's server (agent/server/http1/server.ts). */
+export interface DrainableServer {
+  on(event: 'request', listener: (req: unknown, res: ApiResponse) => void): unknown;
+  close(): void;
+  closeIdleConnections(): void;
+  closeAllConnections(): void;
+}
 
 /** After the drain deadline, how long the closing error events get to reach their clients. */
 export const DRAIN_FLUSH_MS = 1_000;
@@ -12,7 +20,7 @@ export class Drain {
   #waiters: (() => void)[] = [];
 
   /** Counts the server's requests until their responses close. */
-  track(server: Server): void {
+  track(server: DrainableServer): void {
     server.on('request', (_req, res) => {
       this.#active++;
       this.#received++;
@@ -53,7 +61,7 @@ export class Drain {
    * streams still running end with an error event and [DONE] rather than a cut socket, gives
    * them a moment to reach their clients, and closes every connection.
    */
-  async drain(server: Server, timeoutMs: number, endStreams: () => void): Promise<void> {
+  async drain(server: DrainableServer, timeoutMs: number, endStreams: () => void): Promise<void> {
     this.#draining = true;
     // Idle keep-alive connections close now, busy ones after their response.
     server.close();

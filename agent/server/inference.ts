@@ -3,7 +3,7 @@
 // to providers, wait for a pod, or reject. Every answer says where it went. The pieces live
 // beside it: path-deps (what it needs), serve (the per-request record), pod-attempt (one pod
 // try and its measurement), waiting-line (the ordered wait), route-request, answers.
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { ApiRequest, ApiResponse } from './exchange.ts';
 import { randomUUID } from 'node:crypto';
 import { decide, type Decision } from '../route/router.ts';
 import type { Candidate } from '../route/candidate.ts';
@@ -110,14 +110,14 @@ export class RequestPath {
   serve(
     api: string,
     req: ClientRequest,
-    res: ServerResponse,
+    res: ApiResponse,
     serve: (ctx: RequestContext) => Promise<Answer>,
   ): Promise<void> {
     return this.#recorder.serve(api, req, res, serve);
   }
 
   /** Serves one inference request of `kind` from node:http, its answer written straight to `res`. */
-  handle(kind: RequestKind, incoming: IncomingMessage, res: ServerResponse): Promise<void> {
+  handle(kind: RequestKind, incoming: ApiRequest, res: ApiResponse): Promise<void> {
     const req = new ClientRequest(incoming, res);
     return this.serve(kind, req, res, (ctx) => this.#handle(kind, req, ctx));
   }

@@ -2,7 +2,7 @@
 // the client's bytes, multipart included, go to the least-loaded pod serving the model, with the
 // agent's own pod credentials and the request's id and trace context. They never leave the
 // cluster: providers are not asked, so no policy decides anything here beyond who is calling.
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { ApiRequest, ApiResponse } from './exchange.ts';
 import { readRest } from '../forward/relay.ts';
 import { sendToPod } from '../forward/pod.ts';
 import { candidateName } from '../route/router.ts';
@@ -58,8 +58,8 @@ export async function modelOf(contentType: string, body: Uint8Array): Promise<st
 export function handlePassthrough(
   path: RequestPath,
   api: string,
-  incoming: IncomingMessage,
-  res: ServerResponse,
+  incoming: ApiRequest,
+  res: ApiResponse,
 ): Promise<void> {
   const req = new ClientRequest(incoming, res);
   return path.serve(api, req, res, (ctx) => passthrough(path, req, ctx));

@@ -1,6 +1,6 @@
 // Ingress: read a bounded body, parse it, and check the fields routing depends on. Everything
 // else passes through to the model server untouched (it knows its own sampling parameters).
-import type { Readable } from 'node:stream';
+import { tooLarge, type ApiRequest } from './exchange.ts';
 import type { HeaderReader } from '../forward/headers.ts';
 import type { RequestKind } from '../types.ts';
 
@@ -16,48 +16,14 @@ export class RequestError extends Error {
   }
 }
 
-/**
- * The body as bytes, read once from the request's socket stream (node:http's `IncomingMessage`),
- * refusing (413) past `limit` without keeping the rest in memory.
- */
+/** The body as bytes, read once, refusing (413) past `limit` without keeping the rest in memory. */
 export function readBoundedBody(
-  req: { headers: HeaderReader; incoming: Readable },
+  req: { headers: HeaderReader; incoming: ApiRequest },
   limit: number,
 ): Promise<Uint8Array> {
   const declared = Number(req.headers.get('content-length') ?? NaN);
   if (declared > limit) return Promise.reject(tooLarge(`request body is ${declared} bytes; the limit is ${limit}`));
-  return readIncoming(req.incoming, limit);
-}
-
-const tooLarge = (message: string) => new RequestError(413, message, null, 'body_too_large');
-
-function readIncoming(incoming: Readable, limit: number): Promise<Uint8Array> {
-  if (incoming.readableEnded) return Promise.resolve(new Uint8Array());
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let total = 0;
-    const done = () => {
-      incoming.off('data', onData).off('end', onEnd).off('close', onClose).off('error', onClose);
-    };
-    const onData = (chunk: Buffer) => {
-      total += chunk.length;
-      if (total <= limit) return void chunks.push(chunk);
-      // Stop keeping it; the rest flows on and is discarded, so the 413 still reaches the client.
-      done();
-      incoming.resume();
-      reject(tooLarge(`request body exceeds the limit of ${limit} bytes`));
-    };
-    const onEnd = () => {
-      done();
-      resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, total));
-    };
-    const onClose = () => {
-      done();
-      reject(new RequestError(499, 'client closed the request before its body ended', null, 'client_closed'));
-    };
-    // `on`, not `once`: every handler removes all four first (done), so no once-wrappers per request.
-    incoming.on('data', onData).on('end', onEnd).on('close', onClose).on('error', onClose);
-  });
+  return req.incoming.readBody(limit);
 }
 
 /** Default for `limits.maxJsonDepth`: real chat bodies (tool schemas included) nest < 20 deep. */

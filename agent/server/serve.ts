@@ -1,7 +1,7 @@
 // The per-request wrapper both the inference and the passthrough routes go through: the request's
 // id, its in-flight and outcome metrics, its drain-deadline end for streams, its sampled log line;
 // then the answer is written straight to the socket.
-import type { ServerResponse } from 'node:http';
+import type { ApiResponse } from './exchange.ts';
 import { describeUnexpected } from '../../shared/describe-error.ts';
 import { propagatedHeaders, requestIdFor } from '../forward/headers.ts';
 import { BoundedLabel } from './metrics.ts';
@@ -38,7 +38,7 @@ export class RequestRecorder {
   async serve(
     api: string,
     req: ClientRequest,
-    res: ServerResponse,
+    res: ApiResponse,
     serve: (ctx: RequestContext) => Promise<Answer>,
   ): Promise<void> {
     const { metrics } = this.#deps;
