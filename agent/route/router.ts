@@ -165,7 +165,12 @@ export function decide(input: DecideInput): Decision {
       }
       continue;
     }
-    scored[passed++] = { candidate, predictedMs, quantileMs, score: strategy.score(candidate, predictedMs, request, among) };
+    scored[passed++] = {
+      candidate,
+      predictedMs,
+      quantileMs,
+      score: strategy.score(candidate, predictedMs, request, among),
+    };
   }
   scored.length = passed;
   sortByScore(scored);
