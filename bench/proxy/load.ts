@@ -13,6 +13,7 @@
 import { connect, type Socket } from 'node:net';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
+import { answerReader } from './raw-answer.ts';
 
 const { values } = parseArgs({
   options: {
@@ -57,8 +58,6 @@ async function once(since: number): Promise<number | undefined> {
 const request = Buffer.from(
   `POST ${url.pathname} HTTP/1.1\r\nhost: ${url.host}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
 );
-const HEAD_END = Buffer.from('\r\n\r\n');
-const CHUNKED_END = Buffer.from('\r\n0\r\n\r\n');
 const idle: Socket[] = [];
 let opened = 0;
 
@@ -75,38 +74,17 @@ async function onceRaw(since: number): Promise<number | undefined> {
   const socket = idle.pop() ?? (await openSocket().catch(() => undefined));
   if (!socket) return undefined;
   return new Promise((resolve) => {
-    let buf: Buffer = Buffer.alloc(0);
-    let headEnd = -1;
-    let length: number | undefined;
-    let firstByte: number | undefined;
-    let ok = false;
     const fail = () => {
       socket.off('data', onData);
       socket.destroy();
       resolve(undefined);
     };
-    const onData = (d: Buffer) => {
-      buf = buf.length === 0 ? d : Buffer.concat([buf, d]);
-      if (headEnd < 0) {
-        headEnd = buf.indexOf(HEAD_END);
-        if (headEnd < 0) return;
-        const head = buf.toString('latin1', 0, headEnd);
-        ok = head.startsWith('HTTP/1.1 200');
-        const m = /\r\ncontent-length:\s*(\d+)/i.exec(head);
-        length = m ? Number(m[1]) : undefined;
-      }
-      if (firstByte === undefined && buf.length > headEnd + 4) firstByte = performance.now();
-      const done =
-        length !== undefined
-          ? buf.length >= headEnd + 4 + length
-          : buf.length >= CHUNKED_END.length && buf.subarray(buf.length - CHUNKED_END.length).equals(CHUNKED_END);
-      if (!done) return;
-      const end = performance.now();
+    const onData = answerReader(({ ok, firstByte, end }) => {
       socket.off('data', onData);
       socket.off('close', fail);
       idle.push(socket);
-      resolve(ok ? (values.stream ? (firstByte ?? end) : end) - since : undefined);
-    };
+      resolve(ok ? (values.stream ? firstByte : end) - since : undefined);
+    });
     socket.on('data', onData);
     socket.once('close', fail);
     socket.write(request);

@@ -7,6 +7,7 @@
 // Usage: node bench/proxy/serial.ts --ports P1,P2,… --count N [--gap MS] [--stream]
 import { connect, type Socket } from 'node:net';
 import { parseArgs } from 'node:util';
+import { answerReader } from './raw-answer.ts';
 
 const { values } = parseArgs({
   options: {
@@ -29,38 +30,15 @@ const body = JSON.stringify({
 const request = Buffer.from(
   `POST /v1/chat/completions HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
 );
-const HEAD_END = Buffer.from('\r\n\r\n');
-const CHUNKED_END = Buffer.from('\r\n0\r\n\r\n');
 
 /** One exchange on `socket`: ms to the first body byte and to the end of the answer (Content-Length or chunked). */
 function once(socket: Socket): Promise<{ whole: number; firstByte: number; ok: boolean }> {
   return new Promise((resolve) => {
     const sent = performance.now();
-    let buf: Buffer = Buffer.alloc(0);
-    let headEnd = -1;
-    let length: number | undefined;
-    let firstByte: number | undefined;
-    let ok = false;
-    const onData = (d: Buffer) => {
-      buf = buf.length === 0 ? d : Buffer.concat([buf, d]);
-      if (headEnd < 0) {
-        headEnd = buf.indexOf(HEAD_END);
-        if (headEnd < 0) return;
-        const head = buf.toString('latin1', 0, headEnd);
-        ok = head.startsWith('HTTP/1.1 200');
-        const m = /\r\ncontent-length:\s*(\d+)/i.exec(head);
-        length = m ? Number(m[1]) : undefined;
-      }
-      if (firstByte === undefined && buf.length > headEnd + 4) firstByte = performance.now();
-      const done =
-        length !== undefined
-          ? buf.length >= headEnd + 4 + length
-          : buf.length >= CHUNKED_END.length && buf.subarray(buf.length - CHUNKED_END.length).equals(CHUNKED_END);
-      if (!done) return;
+    const onData = answerReader(({ ok, firstByte, end }) => {
       socket.off('data', onData);
-      const end = performance.now();
-      resolve({ whole: end - sent, firstByte: (firstByte ?? end) - sent, ok });
-    };
+      resolve({ whole: end - sent, firstByte: firstByte - sent, ok });
+    });
     socket.on('data', onData);
     socket.write(request);
   });
