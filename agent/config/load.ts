@@ -313,25 +313,17 @@ export function settingsFromObject(
     namespaces: new Map(Object.entries(file.namespaces ?? {})),
     limits: {
       maxBodyBytes: limits.maxBodyBytes ?? DEFAULT_LIMITS.maxBodyBytes,
-      podConnectTimeoutMs: limits.podConnectTimeout
-        ? parseDuration(limits.podConnectTimeout)
-        : DEFAULT_LIMITS.podConnectTimeoutMs,
-      podResponseTimeoutMs: limits.podResponseTimeout
-        ? parseDuration(limits.podResponseTimeout)
-        : DEFAULT_LIMITS.podResponseTimeoutMs,
-      podIdleTimeoutMs: limits.podIdleTimeout ? parseDuration(limits.podIdleTimeout) : DEFAULT_LIMITS.podIdleTimeoutMs,
+      podConnectTimeoutMs: durationOr(limits.podConnectTimeout, DEFAULT_LIMITS.podConnectTimeoutMs),
+      podResponseTimeoutMs: durationOr(limits.podResponseTimeout, DEFAULT_LIMITS.podResponseTimeoutMs),
+      podIdleTimeoutMs: durationOr(limits.podIdleTimeout, DEFAULT_LIMITS.podIdleTimeoutMs),
       maxRetries: limits.maxRetries ?? DEFAULT_LIMITS.maxRetries,
-      drainTimeoutMs: limits.drainTimeout ? parseDuration(limits.drainTimeout) : DEFAULT_LIMITS.drainTimeoutMs,
-      scrapeTimeoutMs: limits.scrapeTimeout
-        ? parseDuration(limits.scrapeTimeout)
-        : Math.max(DEFAULT_LIMITS.scrapeTimeoutMs, scrapeIntervalMs),
+      drainTimeoutMs: durationOr(limits.drainTimeout, DEFAULT_LIMITS.drainTimeoutMs),
+      scrapeTimeoutMs: durationOr(limits.scrapeTimeout, Math.max(DEFAULT_LIMITS.scrapeTimeoutMs, scrapeIntervalMs)),
       maxWaiting: limits.maxWaiting ?? DEFAULT_LIMITS.maxWaiting,
       peerShortlist: limits.peerShortlist ?? DEFAULT_LIMITS.peerShortlist,
       budgetCompletionEstimate: limits.budgetCompletionEstimate ?? DEFAULT_LIMITS.budgetCompletionEstimate,
-      budgetWarmupMs: limits.budgetWarmup ? parseDuration(limits.budgetWarmup) : DEFAULT_LIMITS.budgetWarmupMs,
-      budgetPendingTtlMs: limits.budgetPendingTtl
-        ? parseDuration(limits.budgetPendingTtl)
-        : DEFAULT_LIMITS.budgetPendingTtlMs,
+      budgetWarmupMs: durationOr(limits.budgetWarmup, DEFAULT_LIMITS.budgetWarmupMs),
+      budgetPendingTtlMs: durationOr(limits.budgetPendingTtl, DEFAULT_LIMITS.budgetPendingTtlMs),
       budgetMaxCounters: limits.budgetMaxCounters ?? DEFAULT_LIMITS.budgetMaxCounters,
       budgetMaxOrigins: limits.budgetMaxOrigins ?? DEFAULT_LIMITS.budgetMaxOrigins,
       classifyMaxChars: limits.classifyMaxChars ?? DEFAULT_LIMITS.classifyMaxChars,
@@ -343,32 +335,21 @@ export function settingsFromObject(
       bodyWorkers: limits.bodyWorkers ?? DEFAULT_LIMITS.bodyWorkers,
       maxConnectionsPerPod: limits.maxConnectionsPerPod ?? DEFAULT_LIMITS.maxConnectionsPerPod,
       maxUpstreamBodyBytes: limits.maxUpstreamBodyBytes ?? DEFAULT_LIMITS.maxUpstreamBodyBytes,
-      providerIdleTimeoutMs: limits.providerIdleTimeout
-        ? parseDuration(limits.providerIdleTimeout)
-        : DEFAULT_LIMITS.providerIdleTimeoutMs,
-      scrapeFailureLogIntervalMs: limits.scrapeFailureLogInterval
-        ? parseDuration(limits.scrapeFailureLogInterval)
-        : DEFAULT_LIMITS.scrapeFailureLogIntervalMs,
-      scrapeFilterRetryMs: limits.scrapeFilterRetry
-        ? parseDuration(limits.scrapeFilterRetry)
-        : DEFAULT_LIMITS.scrapeFilterRetryMs,
-      releaseMemoryAfterIdleMs: limits.releaseMemoryAfterIdle
-        ? parseDuration(limits.releaseMemoryAfterIdle)
-        : DEFAULT_LIMITS.releaseMemoryAfterIdleMs,
+      providerIdleTimeoutMs: durationOr(limits.providerIdleTimeout, DEFAULT_LIMITS.providerIdleTimeoutMs),
+      scrapeFailureLogIntervalMs: durationOr(
+        limits.scrapeFailureLogInterval,
+        DEFAULT_LIMITS.scrapeFailureLogIntervalMs,
+      ),
+      scrapeFilterRetryMs: durationOr(limits.scrapeFilterRetry, DEFAULT_LIMITS.scrapeFilterRetryMs),
+      releaseMemoryAfterIdleMs: durationOr(limits.releaseMemoryAfterIdle, DEFAULT_LIMITS.releaseMemoryAfterIdleMs),
       prefixMaxBlocks: limits.prefixMaxBlocks ?? DEFAULT_LIMITS.prefixMaxBlocks,
       prefixBlocksPerPod: limits.prefixBlocksPerPod ?? DEFAULT_LIMITS.prefixBlocksPerPod,
       apiMaxHeaderBytes: limits.apiMaxHeaderBytes ?? DEFAULT_LIMITS.apiMaxHeaderBytes,
       apiMaxHeaders: limits.apiMaxHeaders ?? DEFAULT_LIMITS.apiMaxHeaders,
       apiMaxTargetBytes: limits.apiMaxTargetBytes ?? DEFAULT_LIMITS.apiMaxTargetBytes,
-      apiHeadersTimeoutMs: limits.apiHeadersTimeout
-        ? parseDuration(limits.apiHeadersTimeout)
-        : DEFAULT_LIMITS.apiHeadersTimeoutMs,
-      apiRequestTimeoutMs: limits.apiRequestTimeout
-        ? parseDuration(limits.apiRequestTimeout)
-        : DEFAULT_LIMITS.apiRequestTimeoutMs,
-      apiKeepAliveTimeoutMs: limits.apiKeepAliveTimeout
-        ? parseDuration(limits.apiKeepAliveTimeout)
-        : DEFAULT_LIMITS.apiKeepAliveTimeoutMs,
+      apiHeadersTimeoutMs: durationOr(limits.apiHeadersTimeout, DEFAULT_LIMITS.apiHeadersTimeoutMs),
+      apiRequestTimeoutMs: durationOr(limits.apiRequestTimeout, DEFAULT_LIMITS.apiRequestTimeoutMs),
+      apiKeepAliveTimeoutMs: durationOr(limits.apiKeepAliveTimeout, DEFAULT_LIMITS.apiKeepAliveTimeoutMs),
     },
     kubernetes: file.kubernetes ?? {},
     logLevel: file.logLevel ?? 'info',
@@ -378,6 +359,11 @@ export function settingsFromObject(
 }
 
 /** Kubernetes: peers reach us at our pod IP (downward API) and the gossip port. */
+/** A duration setting in ms, or its default when the file leaves it out. */
+function durationOr(text: string | undefined, fallbackMs: number): number {
+  return text ? parseDuration(text) : fallbackMs;
+}
+
 function podGossipAddress(file: AgentConfigFile): string | undefined {
   const podIP = file.discovery === 'kubernetes' ? file.kubernetes?.podIP : undefined;
   return podIP && file.listen.gossip ? hostPort(podIP, parseHostPort(file.listen.gossip).port) : undefined;
