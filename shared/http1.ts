@@ -1,7 +1,8 @@
-// HTTP/1.1 framing facts shared by the agent's two own clients: the pod client
-// (agent/forward/pod-client.ts) and the scrape connection (agent/telemetry/scrape-connection.ts).
-// Each keeps its own reader, since one relays owned chunks with backpressure and the other lends
-// views to a page parser; the grammar they check is this one.
+// HTTP/1.1 framing facts shared by the agent's own HTTP/1.1 parts: the API listener
+// (agent/server/http1/), the pod client (agent/forward/pod-client.ts) and the scrape connection
+// (agent/telemetry/scrape-connection.ts). Each keeps its own head reader, since one parses
+// requests, one relays owned chunks with backpressure and one lends views to a page parser;
+// chunked bodies go through the one reader in shared/http1-chunked.ts.
 
 export const CR = 13;
 export const LF = 10;

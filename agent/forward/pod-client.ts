@@ -7,9 +7,10 @@
 // text; body bytes go to the caller copied into one owned Buffer per socket read, framing removed
 // (Content-Length, chunked, or until close).
 //
-// The response reader follows agent/telemetry/scrape-connection.ts (the same HTTP/1.1 framing
-// rules and limits, shared/http1.ts), extended with what a relay needs: the content type, the
-// server's keep-alive hint, backpressure, and a body that is owned rather than lent.
+// The response reader follows agent/telemetry/scrape-connection.ts (the same HTTP/1.1 head rules
+// and limits, shared/http1.ts; chunked bodies through the one strict reader of
+// shared/http1-chunked.ts), extended with what a relay needs: the content type, the server's
+// keep-alive hint, backpressure, and a body that is owned rather than lent.
 //
 // Robustness: a head, a chunk-size line and trailers have a size limit; anything outside HTTP/1.1's
 // grammar fails the exchange and drops the connection; bytes nobody asked for drop it too (no
@@ -22,7 +23,8 @@
 // queued for a connection too), which calls `abort`.
 import { connect, type Socket } from 'node:net';
 import { describeError } from '../../shared/describe-error.ts';
-import { CR, FIELD_NAME, HEAD_END, LF, MAX_CHUNK_SIZE_DIGITS, hexValue } from '../../shared/http1.ts';
+import { ChunkedDecoder } from '../../shared/http1-chunked.ts';
+import { FIELD_NAME, HEAD_END } from '../../shared/http1.ts';
 
 /** Where one exchange's answer goes: `head`, any number of `data`, then `end`; or `error` at any point. */
 export interface PodResponseHandler {
@@ -73,15 +75,7 @@ type ReadState =
   | 'head'
   | 'length' // Content-Length bytes left in #remaining
   | 'until-close'
-  | 'chunk-size'
-  | 'chunk-ext' // after `;` on a chunk-size line, up to its LF
-  | 'chunk-size-lf'
-  | 'chunk-data'
-  | 'chunk-data-cr'
-  | 'chunk-data-lf'
-  | 'trailer-start'
-  | 'trailer-line'
-  | 'trailer-lf'
+  | 'chunked' // in #chunked's hands
   | 'ended';
 
 export interface ResponseHead {
@@ -271,10 +265,9 @@ class PodConnection {
   keepAliveMs: number;
   #state: ReadState = 'idle';
   #keepAlive = true;
+  /** Content-Length bytes still to come. */
   #remaining = 0;
-  #sizeDigits = 0;
-  #lineBytes = 0;
-  #trailerBytes = 0;
+  readonly #chunked: ChunkedDecoder;
   /** A head cut by a read boundary, kept until its end arrives. */
   #headParts: Buffer | undefined;
   /** Body segments [start, end) of the current read, copied out into one Buffer at its end. */
@@ -285,6 +278,7 @@ class PodConnection {
   constructor(pool: PodPool) {
     this.#pool = pool;
     this.#maxHeaderBytes = pool.client.maxHeaderBytes;
+    this.#chunked = new ChunkedDecoder(this.#maxHeaderBytes);
     this.keepAliveMs = pool.client.keepAliveMs;
     pool.connections.add(this);
     sharedReadBuffer ??= Buffer.allocUnsafe(READ_BUFFER_BYTES);
@@ -473,89 +467,22 @@ class PodConnection {
           this.#segments.push(i, end);
           i = end;
           break;
-        case 'chunk-data': {
-          const to = Math.min(end, i + this.#remaining);
-          this.#remaining -= to - i;
-          this.#segments.push(i, to);
-          i = to;
-          if (this.#remaining === 0) this.#state = 'chunk-data-cr';
+        case 'chunked': {
+          const next = this.#chunked.read(buf, i, end, this.#segments);
+          if (typeof next === 'string') return next;
+          i = next;
+          if (this.#chunked.ended) this.#state = 'ended';
           break;
         }
         case 'ended':
           // Bytes after the answer, in the same read: nobody asked for them.
           this.#keepAlive = false;
           return undefined;
-        default: {
-          const failure = this.#framingByte(buf[i++]);
-          if (failure !== undefined) return failure;
-        }
+        case 'idle':
+          return 'bytes with no request sent'; // not reached: #onRead drops the connection first
       }
     }
     return undefined;
-  }
-
-  /** One byte of chunked framing (size lines, the CRLF after data, trailers). */
-  #framingByte(c: number): string | undefined {
-    switch (this.#state) {
-      case 'chunk-size': {
-        const digit = hexValue(c);
-        if (digit >= 0) {
-          if (++this.#sizeDigits > MAX_CHUNK_SIZE_DIGITS) return 'chunk size too large';
-          this.#remaining = this.#remaining * 16 + digit;
-        } else if (this.#sizeDigits === 0) return 'invalid chunk size';
-        else if (c === CR) this.#state = 'chunk-size-lf';
-        else if (c === 59 /* ; */ || c === 32 || c === 9) this.#state = 'chunk-ext';
-        else return 'invalid chunk size';
-        return this.#countLine();
-      }
-      case 'chunk-ext':
-        if (c === CR) this.#state = 'chunk-size-lf';
-        else if (c === LF) return 'chunk-size line not ended by CRLF';
-        return this.#countLine();
-      case 'chunk-size-lf':
-        if (c !== LF) return 'chunk-size line not ended by CRLF';
-        this.#state = this.#remaining === 0 ? 'trailer-start' : 'chunk-data';
-        return undefined;
-      case 'chunk-data-cr':
-        if (c !== CR) return 'chunk data not followed by CRLF';
-        this.#state = 'chunk-data-lf';
-        return undefined;
-      case 'chunk-data-lf':
-        if (c !== LF) return 'chunk data not followed by CRLF';
-        this.#startChunk();
-        return undefined;
-      case 'trailer-start':
-        if (c === LF) return 'chunked body not ended by CRLF';
-        this.#state = c === CR ? 'trailer-lf' : 'trailer-line';
-        return this.#countTrailer();
-      case 'trailer-line':
-        if (c === LF) this.#state = 'trailer-start';
-        return this.#countTrailer();
-      case 'trailer-lf':
-        if (c !== LF) return 'chunked body not ended by CRLF';
-        this.#state = 'ended';
-        return undefined;
-    }
-    return undefined;
-  }
-
-  #countLine(): string | undefined {
-    return ++this.#lineBytes > this.#maxHeaderBytes
-      ? `chunk-size line longer than ${this.#maxHeaderBytes} bytes`
-      : undefined;
-  }
-
-  #countTrailer(): string | undefined {
-    return ++this.#trailerBytes > this.#maxHeaderBytes
-      ? `trailers larger than ${this.#maxHeaderBytes} bytes`
-      : undefined;
-  }
-
-  #startChunk(): void {
-    this.#state = 'chunk-size';
-    this.#remaining = 0;
-    this.#sizeDigits = 0;
-    this.#lineBytes = 0;
   }
 
   /** Reads head bytes from buf[i, end); returns the index after what it used, or why the head is refused. */
@@ -599,8 +526,8 @@ class PodConnection {
     const body = head.body;
     if (body === 'none' || (typeof body === 'object' && body.length === 0)) this.#state = 'ended';
     else if (body === 'chunked') {
-      this.#trailerBytes = 0;
-      this.#startChunk();
+      this.#state = 'chunked';
+      this.#chunked.reset();
     } else if (body === 'until-close') this.#state = 'until-close';
     else {
       this.#state = 'length';

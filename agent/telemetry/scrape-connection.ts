@@ -20,7 +20,8 @@
 // timeout), which destroys the socket; the next `get` reconnects.
 import { connect, type Socket } from 'node:net';
 import { describeError } from '../../shared/describe-error.ts';
-import { CR, FIELD_NAME, HEAD_END, LF, MAX_CHUNK_SIZE_DIGITS, hexValue } from '../../shared/http1.ts';
+import { ChunkedDecoder } from '../../shared/http1-chunked.ts';
+import { FIELD_NAME, HEAD_END } from '../../shared/http1.ts';
 
 /** Where a response goes. Called in order: `head`, any number of `data`, then `end`; or `error` at any point. */
 export interface ResponseSink {
@@ -55,15 +56,7 @@ type ReadState =
   | 'head'
   | 'length' // Content-Length bytes left in #remaining
   | 'until-close'
-  | 'chunk-size'
-  | 'chunk-ext' // after `;` on a chunk-size line, up to its LF
-  | 'chunk-size-lf'
-  | 'chunk-data'
-  | 'chunk-data-cr'
-  | 'chunk-data-lf'
-  | 'trailer-start'
-  | 'trailer-line'
-  | 'trailer-lf'
+  | 'chunked' // in #chunked's hands
   | 'ended'
   | 'failed';
 
@@ -143,12 +136,11 @@ export class ResponseReader {
   #headLength = 0;
   #sink: ResponseSink | undefined;
   #state: ReadState = 'head';
-  /** Body (Content-Length) or chunk bytes still to come. */
+  /** Content-Length bytes still to come. */
   #remaining = 0;
-  #sizeDigits = 0;
-  /** Bytes of the current chunk-size line, and of the trailers so far. */
-  #lineBytes = 0;
-  #trailerBytes = 0;
+  readonly #chunked: ChunkedDecoder;
+  /** Data ranges [start, end) the chunked reader found in the current piece. */
+  readonly #segments: number[] = [];
   /** The last response lets the connection be reused (HTTP/1.1 without `Connection: close`, a clean framing). */
   keepAlive = true;
   /** Why the last response failed. */
@@ -159,6 +151,7 @@ export class ResponseReader {
   constructor(maxHeaderBytes = DEFAULTS.maxHeaderBytes) {
     this.#maxHeaderBytes = maxHeaderBytes;
     this.#headBuffer = Buffer.allocUnsafe(maxHeaderBytes);
+    this.#chunked = new ChunkedDecoder(maxHeaderBytes);
   }
 
   /** Starts reading a response for `sink`. */
@@ -200,16 +193,21 @@ export class ResponseReader {
           sink.data(buf.subarray(i, end));
           i = end;
           break;
-        case 'chunk-data': {
-          const to = Math.min(end, i + this.#remaining);
-          this.#remaining -= to - i;
-          sink.data(buf.subarray(i, to));
-          i = to;
-          if (this.#remaining === 0) this.#state = 'chunk-data-cr';
+        case 'chunked': {
+          const segments = this.#segments;
+          segments.length = 0;
+          const next = this.#chunked.read(buf, i, end, segments);
+          for (let k = 0; k < segments.length; k += 2) {
+            sink.data(buf.subarray(segments[k], segments[k + 1]));
+            if (this.#sink !== sink) return 'cancelled';
+          }
+          if (typeof next === 'string') this.#fail(next);
+          else {
+            i = next;
+            if (this.#chunked.ended) this.#state = 'ended';
+          }
           break;
         }
-        default:
-          this.#framingByte(buf[i++]);
       }
       if (this.#state === 'failed') return 'failed';
       if (this.#sink !== sink) return 'cancelled';
@@ -236,64 +234,6 @@ export class ResponseReader {
     this.error = message;
     this.#state = 'failed';
     this.#sink = undefined;
-  }
-
-  /** One byte of chunked framing (size lines, the CRLF after data, trailers). */
-  #framingByte(c: number): void {
-    switch (this.#state) {
-      case 'chunk-size': {
-        const digit = hexValue(c);
-        if (digit >= 0) {
-          if (++this.#sizeDigits > MAX_CHUNK_SIZE_DIGITS) return this.#fail('chunk size too large');
-          this.#remaining = this.#remaining * 16 + digit;
-        } else if (this.#sizeDigits === 0) return this.#fail('invalid chunk size');
-        else if (c === CR) this.#state = 'chunk-size-lf';
-        else if (c === 59 /* ; */ || c === 32 || c === 9) this.#state = 'chunk-ext';
-        else return this.#fail('invalid chunk size');
-        return this.#countLine();
-      }
-      case 'chunk-ext':
-        if (c === CR) this.#state = 'chunk-size-lf';
-        else if (c === LF) return this.#fail('chunk-size line not ended by CRLF');
-        return this.#countLine();
-      case 'chunk-size-lf':
-        if (c !== LF) return this.#fail('chunk-size line not ended by CRLF');
-        this.#state = this.#remaining === 0 ? 'trailer-start' : 'chunk-data';
-        return;
-      case 'chunk-data-cr':
-        if (c !== CR) return this.#fail('chunk data not followed by CRLF');
-        this.#state = 'chunk-data-lf';
-        return;
-      case 'chunk-data-lf':
-        if (c !== LF) return this.#fail('chunk data not followed by CRLF');
-        return this.#startChunk();
-      case 'trailer-start':
-        if (c === LF) return this.#fail('chunked body not ended by CRLF');
-        this.#state = c === CR ? 'trailer-lf' : 'trailer-line';
-        return this.#countTrailer();
-      case 'trailer-line':
-        if (c === LF) this.#state = 'trailer-start';
-        return this.#countTrailer();
-      case 'trailer-lf':
-        if (c !== LF) return this.#fail('chunked body not ended by CRLF');
-        this.#state = 'ended';
-    }
-  }
-
-  #countLine(): void {
-    if (++this.#lineBytes > this.#maxHeaderBytes)
-      this.#fail(`chunk-size line longer than ${this.#maxHeaderBytes} bytes`);
-  }
-
-  #countTrailer(): void {
-    if (++this.#trailerBytes > this.#maxHeaderBytes) this.#fail(`trailers larger than ${this.#maxHeaderBytes} bytes`);
-  }
-
-  #startChunk(): void {
-    this.#state = 'chunk-size';
-    this.#remaining = 0;
-    this.#sizeDigits = 0;
-    this.#lineBytes = 0;
   }
 
   /** Reads head bytes from buf[i, end); returns the index after what it used. */
@@ -339,8 +279,8 @@ export class ResponseReader {
     this.#sink?.head(head.status, head.contentEncoding);
     if (body === 'none' || (typeof body === 'object' && body.length === 0)) this.#state = 'ended';
     else if (body === 'chunked') {
-      this.#trailerBytes = 0;
-      this.#startChunk();
+      this.#state = 'chunked';
+      this.#chunked.reset();
     } else if (body === 'until-close') this.#state = 'until-close';
     else {
       this.#state = 'length';
