@@ -273,6 +273,8 @@ export class TtftPredictor {
   #observations = 0;
   /** Running mean absolute percentage error of predictions made just before each observation. */
   #apeSum = 0;
+  /** `params` as last read: every candidate and prediction reads it, observations are rarer. */
+  #params: PredictorParams | undefined;
 
   constructor(options: Partial<PredictorOptions> = {}) {
     this.options = { ...DEFAULT_PREDICTOR, ...options };
@@ -282,10 +284,18 @@ export class TtftPredictor {
     this.#ahead = new Rls([perQueued, perKPendingTokens], priorVariance, forgetting);
   }
 
+  /** The current coefficients; one object until the next observation (it is never changed in place). */
   get params(): PredictorParams {
-    const [base, perRunning, perKPromptTokens] = this.#own.theta;
-    const [perQueued, perKPendingTokens] = this.#ahead.theta;
-    return { base, perQueued, perRunning, perKPromptTokens, perKPendingTokens };
+    if (this.#params) return this.#params;
+    const own = this.#own.theta;
+    const ahead = this.#ahead.theta;
+    return (this.#params = {
+      base: own[0],
+      perQueued: ahead[0],
+      perRunning: own[1],
+      perKPromptTokens: own[2],
+      perKPendingTokens: ahead[1],
+    });
   }
 
   get observations(): number {
@@ -312,12 +322,13 @@ export class TtftPredictor {
     // what routing compares (a 50 ms miss matters at 60 ms, not at 6 s). Unweighted, the rare
     // multi-second queue waits dominate the squares and light requests are over-predicted 2×.
     const scale = 1 / Math.max(ttftMs, 10 * this.options.minTtftMs);
+    this.#params = undefined;
     if (nothingAhead(f)) {
       this.#own.observe([scale, f.running * scale, (f.promptTokens / 1000) * scale], ttftMs * scale);
     } else {
       // The wait is what the own prefill leaves of the measurement.
-      const [base, perRunning, perKPromptTokens] = this.#own.theta;
-      const own = base + perRunning * f.running + (perKPromptTokens * f.promptTokens) / 1000;
+      const theta = this.#own.theta;
+      const own = theta[0] + theta[1] * f.running + (theta[2] * f.promptTokens) / 1000;
       this.#ahead.observe([f.queued * scale, ((f.pendingPromptTokens ?? 0) / 1000) * scale], (ttftMs - own) * scale);
     }
   }
