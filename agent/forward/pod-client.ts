@@ -24,7 +24,7 @@
 import { connect, type Socket } from 'node:net';
 import { describeError } from '../../shared/describe-error.ts';
 import { ChunkedDecoder } from '../../shared/http1-chunked.ts';
-import { FIELD_NAME, HEAD_END } from '../../shared/http1.ts';
+import { HEAD_END, breaksLine, isFieldName } from '../../shared/http1.ts';
 
 /** Where one exchange's answer goes: `head`, any number of `data`, then `end`; or `error` at any point. */
 export interface PodResponseHandler {
@@ -62,9 +62,6 @@ const KEEP_ALIVE_MARGIN_MS = 2_000;
 const READ_BUFFER_BYTES = 64 * 1024;
 /** Request bodies up to this size go out in the same write as the head (one copy, one syscall). */
 const JOINED_WRITE_BYTES = 64 * 1024;
-
-/** A header field name (token) or value with a character that would end or split the line. */
-const BAD_VALUE = /[\r\n\0]/;
 
 /** All sockets read into this one buffer; the reader copies out what it keeps before the callback returns. */
 let sharedReadBuffer: Buffer | undefined;
@@ -118,7 +115,7 @@ export function parseResponseHead(text: string): ResponseHead | string {
     const colon = text.indexOf(':', start);
     if (colon <= start || colon > end) return `malformed header line: ${JSON.stringify(text.slice(start, start + 40))}`;
     const rawName = text.slice(start, colon);
-    if (!FIELD_NAME.test(rawName)) return `malformed header line: ${JSON.stringify(text.slice(start, start + 40))}`;
+    if (!isFieldName(rawName)) return `malformed header line: ${JSON.stringify(text.slice(start, start + 40))}`;
     const name = rawName.length === 10 || rawName.length >= 12 ? rawName.toLowerCase() : '';
     if (name !== '') {
       const value = text.slice(colon + 1, end).trim();
@@ -573,7 +570,7 @@ export class PodClient {
     let invalid: string | undefined;
     for (const name in headers) {
       const value = headers[name];
-      if (!FIELD_NAME.test(name) || BAD_VALUE.test(value)) invalid = name;
+      if (!isFieldName(name) || breaksLine(value)) invalid = name;
       head += `${name}: ${value}\r\n`;
     }
     head += '\r\n';
@@ -583,7 +580,7 @@ export class PodClient {
       this.#pools.set(address, pool);
     }
     const exchange = new Exchange(pool, head, body, handler, idleMs);
-    if (this.closed || invalid !== undefined || BAD_VALUE.test(path) || path.includes(' ')) {
+    if (this.closed || invalid !== undefined || breaksLine(path) || path.includes(' ')) {
       exchange.done = true;
       const why = this.closed
         ? 'the pod client is closed'

@@ -21,7 +21,7 @@
 import { connect, type Socket } from 'node:net';
 import { describeError } from '../../shared/describe-error.ts';
 import { ChunkedDecoder } from '../../shared/http1-chunked.ts';
-import { FIELD_NAME, HEAD_END } from '../../shared/http1.ts';
+import { HEAD_END, isFieldName } from '../../shared/http1.ts';
 
 /** Where a response goes. Called in order: `head`, any number of `data`, then `end`; or `error` at any point. */
 export interface ResponseSink {
@@ -82,7 +82,7 @@ export function parseHead(text: string): Head | { error: string } {
     const line = lines[i];
     const colon = line.indexOf(':');
     // A field name is a token: no blanks before the colon (obs-fold continuation lines are refused too).
-    if (colon <= 0 || !FIELD_NAME.test(line.slice(0, colon)))
+    if (colon <= 0 || !isFieldName(line.slice(0, colon)))
       return { error: `malformed header line: ${JSON.stringify(line.slice(0, 40))}` };
     const name = line.slice(0, colon).toLowerCase();
     const value = line.slice(colon + 1).trim();

@@ -133,7 +133,14 @@ export function parseRequestHead(text: string, limits: HeadLimits): RequestHead 
       case 'host':
         hosts++;
         break;
-      case 'content-length':
+      case 'content-length': {
+        // The usual one plain length, read without the list's split and regex below.
+        const plain = plainLength(value);
+        if (plain >= 0) {
+          if (contentLength !== undefined && contentLength !== plain) return refuse(400, 'conflicting Content-Length');
+          contentLength = plain;
+          break;
+        }
         // Repeated or comma-listed lengths must agree (RFC 9110 8.6).
         for (const part of value.split(',')) {
           const digits = part.trim();
@@ -143,6 +150,7 @@ export function parseRequestHead(text: string, limits: HeadLimits): RequestHead 
           contentLength = n;
         }
         break;
+      }
       case 'transfer-encoding':
         transferEncoding = transferEncoding === undefined ? value : `${transferEncoding}, ${value}`;
         break;
@@ -181,6 +189,18 @@ export function parseRequestHead(text: string, limits: HeadLimits): RequestHead 
   }
   const keepAlive = minor === 1 ? !hasToken(connection, 'close') : hasToken(connection, 'keep-alive');
   return { method, target, minor, fields, keepAlive, body, expectContinue };
+}
+
+/** The value as a length when it is 1 to 15 digits and nothing else (what /^\d{1,15}$/ accepts), else -1. */
+function plainLength(value: string): number {
+  if (value.length === 0 || value.length > 15) return -1;
+  let n = 0;
+  for (let i = 0; i < value.length; i++) {
+    const d = value.charCodeAt(i) - 48;
+    if (d < 0 || d > 9) return -1;
+    n = n * 10 + d;
+  }
+  return n;
 }
 
 function hasToken(list: string, token: string): boolean {

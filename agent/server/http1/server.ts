@@ -13,7 +13,7 @@
 // connection closes after it.
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { errorBody } from '../../../shared/openai/errors.ts';
-import { HEAD_END } from '../../../shared/http1.ts';
+import { HEAD_END, breaksLine } from '../../../shared/http1.ts';
 import type { HeaderReader } from '../../forward/headers.ts';
 import { clientLeft, tooLarge, type ApiRequest, type ApiResponse } from '../exchange.ts';
 import { RequestError } from '../request.ts';
@@ -52,8 +52,6 @@ export const DEFAULT_HTTP1_LIMITS: Http1Limits = {
 
 export type Http1Handler = (req: ApiRequest, res: ApiResponse) => void;
 
-/** A header value that would end or split its line in our answer. */
-const BAD_VALUE = /[\r\n\0]/;
 const CRLF = Buffer.from('\r\n', 'latin1');
 const LAST_CHUNK = Buffer.from('0\r\n\r\n', 'latin1');
 const CONTINUE = Buffer.from('HTTP/1.1 100 Continue\r\n\r\n', 'latin1');
@@ -188,7 +186,7 @@ class Http1Response implements ApiResponse {
     let length = false;
     for (const name in headers) {
       const value = headers[name];
-      if (BAD_VALUE.test(value) || BAD_VALUE.test(name) || name.includes(':'))
+      if (breaksLine(value) || breaksLine(name) || name.includes(':'))
         throw new Error(`invalid character in answer header ${JSON.stringify(name)}`);
       const lower = name.toLowerCase();
       if (lower === 'content-length') length = true;
