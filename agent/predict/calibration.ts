@@ -27,6 +27,11 @@ interface Residuals {
   next: number;
   /** Sorted copy of the window, rebuilt lazily after an observation. */
   sorted: Float64Array | undefined;
+  /** The quantile `ownMargin` was computed for (NaN: none since the last observation). */
+  ownQ: number;
+  /** The window's `ownQ`-quantile raised by its recent shift: it only changes with an observation,
+   *  and every candidate of every decision asks for it (the shift alone reads the whole window). */
+  ownMargin: number;
 }
 
 export interface CalibrationOptions {
@@ -123,9 +128,13 @@ export class Calibration {
     return { observations: r?.count ?? 0, recentBias: r ? this.#shift(r) : 0 };
   }
 
-  /** The window's q-quantile, raised by a recent shift. */
+  /** The window's q-quantile, raised by a recent shift; kept until the window's next observation. */
   #own(r: Residuals, q: number): number {
-    return quantileOf(r, q) + this.#shift(r);
+    if (r.ownQ !== q) {
+      r.ownMargin = quantileOf(r, q) + this.#shift(r);
+      r.ownQ = q;
+    }
+    return r.ownMargin;
   }
 
   #shift(r: Residuals): number {
@@ -136,12 +145,20 @@ export class Calibration {
   #push(byPod: Map<string, Residuals>, key: string, value: number): void {
     let r = byPod.get(key);
     if (!r) {
-      r = { values: new Float64Array(this.options.window), count: 0, next: 0, sorted: undefined };
+      r = {
+        values: new Float64Array(this.options.window),
+        count: 0,
+        next: 0,
+        sorted: undefined,
+        ownQ: NaN,
+        ownMargin: 0,
+      };
       byPod.set(key, r);
     }
     r.values[r.next] = value;
     r.next = (r.next + 1) % r.values.length;
     r.count++;
     r.sorted = undefined;
+    r.ownQ = NaN;
   }
 }
