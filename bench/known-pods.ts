@@ -25,7 +25,8 @@ export function poolKnowing(
   classes: PoolClasses = { PodPool, PodTelemetry },
   observations = 0,
 ): PodPool {
-  const now = 1_000_000;
+  // An epoch time, as the agent's clock (performance.timeOrigin + performance.now()) gives.
+  const now = 1_764_000_000_000;
   const pool = new classes.PodPool(poolOptions(() => now, { node: 'here' }));
   pool.setLocalPods(local.map((c) => ({ ...c.pod, node: 'here' })));
   local.forEach((c, i) => {
