@@ -79,6 +79,11 @@ export class Calibration {
   /** By regime, then pod uid (or NODE): no key is built per lookup, and margin() runs for every
    *  candidate of every decision. */
   readonly #residuals: Readonly<Record<Regime, Map<string, Residuals>>> = { free: new Map(), queued: new Map() };
+  /** The node's margin per regime and the quantile it is for (NaN: none since an observation). */
+  readonly #nodeMargins: Readonly<Record<Regime, { q: number; margin: number }>> = {
+    free: { q: NaN, margin: 0 },
+    queued: { q: NaN, margin: 0 },
+  };
 
   constructor(options: Partial<CalibrationOptions> = {}) {
     this.options = { ...DEFAULT_CALIBRATION, ...options };
@@ -91,6 +96,7 @@ export class Calibration {
     const logRatio = Math.log(measuredMs / predictedMs);
     this.#push(this.#residuals[regime], uid, logRatio);
     this.#push(this.#residuals[regime], NODE, logRatio);
+    this.#nodeMargins[regime].q = NaN;
   }
 
   forget(uid: string): void {
@@ -103,14 +109,29 @@ export class Calibration {
    * undefined (a peer's pod, whose model this agent does not feed) gets the node's margin.
    */
   margin(uid: string | undefined, q: number, regime: Regime = 'free'): number {
-    const needed = Math.max(this.options.minWarmObservations, Math.ceil(2 / (1 - q)));
-    const cold = this.options.coldLogMargin;
-    const byPod = this.#residuals[regime];
-    const node = byPod.get(NODE);
-    const nodeMargin = node ? this.#blend(node, q, needed, cold) : cold;
+    const nodeMargin = this.#nodeMargin(q, regime);
     if (uid === undefined) return nodeMargin;
-    const pod = byPod.get(uid);
-    return pod ? this.#blend(pod, q, needed, Math.max(nodeMargin, cold)) : Math.max(nodeMargin, cold);
+    const cold = this.options.coldLogMargin;
+    const pod = this.#residuals[regime].get(uid);
+    return pod ? this.#blend(pod, q, this.#needed(q), Math.max(nodeMargin, cold)) : Math.max(nodeMargin, cold);
+  }
+
+  /** Observations before a window's own q-quantile is trusted fully. */
+  #needed(q: number): number {
+    return Math.max(this.options.minWarmObservations, Math.ceil(2 / (1 - q)));
+  }
+
+  /** The node's margin, kept per regime until its next observation: every peer's pod of every
+   *  decision asks for it. */
+  #nodeMargin(q: number, regime: Regime): number {
+    const kept = this.#nodeMargins[regime];
+    if (kept.q !== q) {
+      const node = this.#residuals[regime].get(NODE);
+      const cold = this.options.coldLogMargin;
+      kept.margin = node ? this.#blend(node, q, this.#needed(q), cold) : cold;
+      kept.q = q;
+    }
+    return kept.margin;
   }
 
   /**
