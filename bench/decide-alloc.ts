@@ -1,6 +1,7 @@
 // Bytes allocated per decision, and by which function: the sampling heap profiler (objects the
 // young and old generations collected included) over many assembled decisions at N known pods.
 // Run: node bench/decide-alloc.ts [--known 1000] [--decisions 200000] [--before DIR] [--history MS]
+//        [--observations N: TTFTs measured per local pod]
 import { Session } from 'node:inspector/promises';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -16,6 +17,7 @@ const args = parseArgs({
     decisions: { type: 'string', default: '200000' },
     before: { type: 'string' },
     history: { type: 'string', default: '0' },
+    observations: { type: 'string', default: '0' },
     top: { type: 'string', default: '12' },
   },
 }).values;
@@ -29,7 +31,7 @@ interface ProfileNode {
 }
 
 async function profile(label: string, classes: PoolClasses, decideWith: typeof decide): Promise<void> {
-  const pool = poolKnowing(known, benchCandidates(8), 8, Number(args.history), classes);
+  const pool = poolKnowing(known, benchCandidates(8), 8, Number(args.history), classes, Number(args.observations));
   const run = () =>
     decideWith({
       request: benchRequest,

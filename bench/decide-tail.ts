@@ -1,11 +1,15 @@
 // decide()'s tail, side by side: assembled decisions (the pool's candidates, then decide) at N
-// known pods by this tree and, with --before DIR, another tree's pool and router, plus a loop of
-// the same length that allocates nothing (the machine's own noise), in alternating blocks in one
+// known pods by this tree and, with --before DIR, another tree's pool and router, plus loops of
+// fixed arithmetic that allocate nothing (the machine's own noise), in alternating blocks in one
 // process, so every tree meets the same moments of a shared machine. Each decision is timed alone
-// (process.hrtime.bigint); p50 / p99 / p99.9 over every block. The production image runs the agent
-// with --max-semi-space-size=2 (Dockerfile); pass it to node to measure with that young generation.
-// Run: node [--max-semi-space-size=2] bench/decide-tail.ts [--before DIR] [--known 1000,10000]
+// (performance.now(), which allocates nothing; hrtime.bigint() makes a BigInt per reading);
+// p50 / p99 / p99.9 over every block. This VM stalls a running thread for 40–50 µs about 2,000
+// times a second, so an operation's p99 depends on how long it runs: the reference loops of two
+// lengths show that floor. The production image runs the agent with --max-semi-space-size=2
+// (Dockerfile); pass it to node to measure with that young generation.
+// Run: node [--max-semi-space-size=2] bench/decide-tail.ts [--before DIR] [--known 10,100,1000,10000]
 //        [--blocks 20] [--block 5000] [--history MS: each local pod's windows hold that much history]
+//        [--observations N: TTFTs measured per local pod] [--reference 2000,4000: loop lengths]
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { poolKnowing, type PoolClasses } from './known-pods.ts';
@@ -19,7 +23,9 @@ const args = parseArgs({
   options: {
     before: { type: 'string' },
     history: { type: 'string', default: '0' },
+    observations: { type: 'string', default: '0' },
     known: { type: 'string', default: '1000,10000' },
+    reference: { type: 'string', default: '2000,4000' },
     blocks: { type: 'string', default: '20' },
     block: { type: 'string', default: '5000' },
   },
@@ -36,9 +42,9 @@ interface Arm {
 
 const noise = new Float64Array(4000).map((_, i) => (i % 97) / 97);
 let sink = 0;
-const reference = () => {
+const referenceOf = (length: number) => () => {
   let x = 0;
-  for (let i = 0; i < noise.length; i++) x += Math.sqrt(noise[i] * i);
+  for (let i = 0; i < length; i++) x += Math.sqrt(noise[i] * i);
   sink += x;
 };
 
@@ -59,12 +65,13 @@ if (args.before !== undefined) {
   ]);
 }
 const historyMs = Number(args.history);
+const observations = Number(args.observations);
 
 const arms: Arm[] = [];
 const total = blocks * block;
 for (const known of args.known.split(',').map(Number)) {
   for (const [name, tree] of trees) {
-    const pool = poolKnowing(known, benchCandidates(8), 8, historyMs, tree.classes);
+    const pool = poolKnowing(known, benchCandidates(Math.min(known, 8)), 8, historyMs, tree.classes, observations);
     const run = () => {
       tree.decide({
         request: benchRequest,
@@ -77,23 +84,26 @@ for (const known of args.known.split(',').map(Number)) {
     arms.push({ name: `${name}, ${known} known pods`, run, samples: new Float64Array(total), n: 0 });
   }
 }
-arms.push({ name: 'reference loop (no allocation)', run: reference, samples: new Float64Array(total), n: 0 });
+for (const length of args.reference.split(',').map(Number)) {
+  const run = referenceOf(Math.min(length, noise.length));
+  arms.push({ name: `reference loop of ${length} (no allocation)`, run, samples: new Float64Array(total), n: 0 });
+}
 
 for (const arm of arms) for (let i = 0; i < 5000; i++) arm.run(); // optimised before timing
 const load0 = loadavg();
 for (let b = 0; b < blocks; b++) {
   for (const arm of arms) {
     for (let i = 0; i < block; i++) {
-      const t0 = process.hrtime.bigint();
+      const t0 = performance.now();
       arm.run();
-      arm.samples[arm.n++] = Number(process.hrtime.bigint() - t0) / 1000;
+      arm.samples[arm.n++] = (performance.now() - t0) * 1000;
     }
   }
 }
 const load1 = loadavg();
 const q = (sorted: Float64Array, p: number) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))];
 console.log(
-  `${blocks} blocks × ${block} decisions per arm, alternating, ${historyMs} ms of local history; load average ${load0[0].toFixed(2)} → ${load1[0].toFixed(2)}`,
+  `${blocks} blocks × ${block} decisions per arm, alternating, ${historyMs} ms of local history, ${observations} TTFTs measured per local pod; load average ${load0[0].toFixed(2)} → ${load1[0].toFixed(2)}`,
 );
 console.table(
   arms.map((arm) => {

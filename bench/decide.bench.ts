@@ -4,11 +4,13 @@
 // side, scanning every known pod as before; and the node model's prediction alone.
 // Run: npm run bench:micro. `node bench/decide.bench.ts --before DIR` adds, in the same run, the
 // assembled decisions at 1,000 and 10,000 known pods by another tree's pool and router (e.g. one
-// exported with `git archive <commit> agent shared bench | tar -x -C DIR`, node_modules linked).
+// exported with `git archive <commit> | tar -x -C DIR`, node_modules linked), built by this tree's fixture.
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Bench } from 'tinybench';
 import { poolKnowing } from './known-pods.ts';
+import { PodPool } from '../agent/pool/pool.ts';
+import { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
 import { NodeModel } from '../agent/predict/node-model.ts';
 import { decide } from '../agent/route/router.ts';
 import { benchCandidates, benchLeave, benchPolicy, benchRequest } from './decide-fixtures.ts';
@@ -47,9 +49,13 @@ for (const n of sizes) {
     fromCleanHeap,
   );
 }
+// A serving agent's state: 30 s of scrapes in the local pods' windows, 300 TTFTs measured at
+// each (the model and its calibration have data, as they do after the first minutes of traffic).
+const HISTORY_MS = 30_000;
+const OBSERVATIONS = 300;
 const known = [10, 100, 1000, 10_000];
 for (const n of known) {
-  const pool = poolKnowing(n, candidates(Math.min(n, 8)));
+  const pool = poolKnowing(n, candidates(Math.min(n, 8)), 8, HISTORY_MS, { PodPool, PodTelemetry }, OBSERVATIONS);
   bench.add(
     `assemble + decide, ${n} known pods (model index, peer shortlist)`,
     () => {
@@ -68,10 +74,15 @@ for (const n of known) {
 
 const { before } = parseArgs({ options: { before: { type: 'string' } } }).values;
 if (before !== undefined) {
-  const old = (await import(resolve(before, 'bench/known-pods.ts'))) as { poolKnowing: typeof poolKnowing };
+  // Built by this tree's fixture from the other tree's pool and telemetry classes: the same pods and histories.
+  const oldPool = (await import(resolve(before, 'agent/pool/pool.ts'))) as { PodPool: typeof PodPool };
+  const oldTelemetry = (await import(resolve(before, 'agent/telemetry/pod-telemetry.ts'))) as {
+    PodTelemetry: typeof PodTelemetry;
+  };
   const oldRouter = (await import(resolve(before, 'agent/route/router.ts'))) as { decide: typeof decide };
+  const classes = { PodPool: oldPool.PodPool, PodTelemetry: oldTelemetry.PodTelemetry };
   for (const n of [1000, 10_000]) {
-    const pool = old.poolKnowing(n, candidates(8));
+    const pool = poolKnowing(n, candidates(8), 8, HISTORY_MS, classes, OBSERVATIONS);
     bench.add(
       `assemble + decide, ${n} known pods (${before})`,
       () => {

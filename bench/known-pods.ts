@@ -14,15 +14,19 @@ export interface PoolClasses {
 /** A pool that knows `known` pods: `local` on this node (scraped), the rest gossiped by peers,
  *  `podsPerNode` to a node; a quarter of the peers' pods serve another model. With `historyMs`,
  *  each local pod has that long of scrapes every 100 ms in its windows (as a running agent has),
- *  the last one the same as without. */
+ *  the last one the same as without. With `observations`, this agent has measured that many TTFTs
+ *  at each local pod (0.7–1.3× their predictions), so the model and its calibration have data,
+ *  as an agent that has served requests has. */
 export function poolKnowing(
   known: number,
   local: readonly Candidate[],
   podsPerNode = 8,
   historyMs = 0,
   classes: PoolClasses = { PodPool, PodTelemetry },
+  observations = 0,
 ): PodPool {
-  const now = 1_000_000;
+  // An epoch time, as the agent's clock (performance.timeOrigin + performance.now()) gives.
+  const now = 1_764_000_000_000;
   const pool = new classes.PodPool(poolOptions(() => now, { node: 'here' }));
   pool.setLocalPods(local.map((c) => ({ ...c.pod, node: 'here' })));
   local.forEach((c, i) => {
@@ -56,5 +60,13 @@ export function poolKnowing(
     });
   }
   pool.setRemote(peers);
+  for (let k = 0; k < observations; k++) {
+    for (const c of pool.candidates()) {
+      if (c.where !== 'local') continue;
+      const ticket = pool.begin(c, 400, 'chat', true);
+      ticket.firstByte(ticket.predictedMs * (0.7 + ((k * 37) % 60) / 100));
+      ticket.end(true);
+    }
+  }
   return pool;
 }

@@ -94,3 +94,22 @@ test('requests that found a queue have their own distribution: calm errors do no
   const queued = c.margin('pod-a', 0.99, 'queued');
   assert.ok(free < 0.2 && queued > 0.9, `free ${free}, queued ${queued}`);
 });
+
+test('a margin asked again, for another quantile or after each measurement, is what a fresh calibration of the same measurements gives', () => {
+  const seen = new Calibration();
+  const rand = mulberry32(9);
+  const measured: number[] = [];
+  for (let i = 0; i < 300; i++) {
+    const ms = 100 * Math.exp(0.2 * gaussian(rand) + (i > 250 ? 0.4 : 0));
+    measured.push(ms);
+    seen.observe('pod', 100, ms, i % 3 === 0 ? 'queued' : 'free');
+    const fresh = new Calibration();
+    measured.forEach((m, k) => fresh.observe('pod', 100, m, k % 3 === 0 ? 'queued' : 'free'));
+    for (const q of [0.99, 0.9, 0.99]) {
+      for (const regime of ['free', 'queued'] as const) {
+        assert.equal(seen.margin('pod', q, regime), fresh.margin('pod', q, regime));
+        assert.equal(seen.margin(undefined, q, regime), fresh.margin(undefined, q, regime));
+      }
+    }
+  }
+});

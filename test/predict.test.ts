@@ -176,3 +176,29 @@ test('the node model learns a pod half as fast as half as fast, sharing the shap
   const truth = pods.slow(1, 8, 600);
   assert.ok(Math.abs(model.predict('slow', state) - truth) / truth < 0.1);
 });
+
+test("a pod's parameters, asked between observations, are those of a fresh model fed the same observations", async () => {
+  const { NodeModel } = await import('../agent/predict/node-model.ts');
+  const asked = new NodeModel();
+  const seen: [string, { queued: number; running: number; promptTokens: number }, number][] = [];
+  const rand = mulberry32(3);
+  for (let i = 0; i < 60; i++) {
+    const uid = ['a', 'b', 'c'][i % 3];
+    const f = { queued: i % 4, running: (i * 5) % 16, promptTokens: 200 + ((i * 37) % 800) };
+    const ms =
+      (uid === 'b' ? 2 : 1) * (30 + 150 * f.queued + 2 * f.running + 0.25 * f.promptTokens) * (0.8 + 0.4 * rand());
+    for (const pod of ['a', 'b', 'c', 'new']) asked.params(pod); // read (and kept) before each observation
+    asked.observe(uid, f, ms);
+    seen.push([uid, f, ms]);
+    if (i === 30) asked.forget('c');
+    const fresh = new NodeModel();
+    seen.forEach(([u, features, t], k) => {
+      fresh.observe(u, features, t);
+      if (k === 30) fresh.forget('c');
+    });
+    for (const pod of ['a', 'b', 'c', 'new']) assert.deepEqual(asked.params(pod), fresh.params(pod));
+  }
+  assert.throws(() => {
+    (asked.params('a') as { base: number }).base = 0;
+  }, TypeError);
+});

@@ -147,3 +147,17 @@ test('PodTelemetry keeps windows of the scraped gauges and the last delta', () =
   assert.ok(Number.isNaN(pod.average('queued', 10_000, 40_000)));
   assert.ok(Number.isNaN(pod.max('running', 10_000, 40_000)));
 });
+
+test('averages at a real clock (bucket numbers past 2^31, slots wrapping) are those of the same samples near zero', () => {
+  const near = new TimeWindow({ spanMs: 60_000, bucketMs: 500 });
+  const far = new TimeWindow({ spanMs: 60_000, bucketMs: 500 });
+  const offset = 1_764_000_000_000; // a Date.now() of 2025, a multiple of the bucket
+  for (let t = 0; t <= 200_000; t += 100 + (t % 7)) {
+    const value = (t / 100) % 9;
+    near.record(t, value);
+    far.record(offset + t, value);
+  }
+  for (const windowMs of [1_000, 30_000, 60_000, 90_000])
+    for (const now of [200_000, 200_050, 230_000, 250_000, 300_000])
+      assert.equal(far.average(windowMs, offset + now), near.average(windowMs, now));
+});

@@ -27,6 +27,11 @@ interface Residuals {
   next: number;
   /** Sorted copy of the window, rebuilt lazily after an observation. */
   sorted: Float64Array | undefined;
+  /** The quantile `ownMargin` was computed for (NaN: none since the last observation). */
+  ownQ: number;
+  /** The window's `ownQ`-quantile raised by its recent shift: it only changes with an observation,
+   *  and every candidate of every decision asks for it (the shift alone reads the whole window). */
+  ownMargin: number;
 }
 
 export interface CalibrationOptions {
@@ -74,6 +79,11 @@ export class Calibration {
   /** By regime, then pod uid (or NODE): no key is built per lookup, and margin() runs for every
    *  candidate of every decision. */
   readonly #residuals: Readonly<Record<Regime, Map<string, Residuals>>> = { free: new Map(), queued: new Map() };
+  /** The node's margin per regime and the quantile it is for (NaN: none since an observation). */
+  readonly #nodeMargins: Readonly<Record<Regime, { q: number; margin: number }>> = {
+    free: { q: NaN, margin: 0 },
+    queued: { q: NaN, margin: 0 },
+  };
 
   constructor(options: Partial<CalibrationOptions> = {}) {
     this.options = { ...DEFAULT_CALIBRATION, ...options };
@@ -86,6 +96,7 @@ export class Calibration {
     const logRatio = Math.log(measuredMs / predictedMs);
     this.#push(this.#residuals[regime], uid, logRatio);
     this.#push(this.#residuals[regime], NODE, logRatio);
+    this.#nodeMargins[regime].q = NaN;
   }
 
   forget(uid: string): void {
@@ -98,14 +109,29 @@ export class Calibration {
    * undefined (a peer's pod, whose model this agent does not feed) gets the node's margin.
    */
   margin(uid: string | undefined, q: number, regime: Regime = 'free'): number {
-    const needed = Math.max(this.options.minWarmObservations, Math.ceil(2 / (1 - q)));
-    const cold = this.options.coldLogMargin;
-    const byPod = this.#residuals[regime];
-    const node = byPod.get(NODE);
-    const nodeMargin = node ? this.#blend(node, q, needed, cold) : cold;
+    const nodeMargin = this.#nodeMargin(q, regime);
     if (uid === undefined) return nodeMargin;
-    const pod = byPod.get(uid);
-    return pod ? this.#blend(pod, q, needed, Math.max(nodeMargin, cold)) : Math.max(nodeMargin, cold);
+    const cold = this.options.coldLogMargin;
+    const pod = this.#residuals[regime].get(uid);
+    return pod ? this.#blend(pod, q, this.#needed(q), Math.max(nodeMargin, cold)) : Math.max(nodeMargin, cold);
+  }
+
+  /** Observations before a window's own q-quantile is trusted fully. */
+  #needed(q: number): number {
+    return Math.max(this.options.minWarmObservations, Math.ceil(2 / (1 - q)));
+  }
+
+  /** The node's margin, kept per regime until its next observation: every peer's pod of every
+   *  decision asks for it. */
+  #nodeMargin(q: number, regime: Regime): number {
+    const kept = this.#nodeMargins[regime];
+    if (kept.q !== q) {
+      const node = this.#residuals[regime].get(NODE);
+      const cold = this.options.coldLogMargin;
+      kept.margin = node ? this.#blend(node, q, this.#needed(q), cold) : cold;
+      kept.q = q;
+    }
+    return kept.margin;
   }
 
   /**
@@ -123,9 +149,13 @@ export class Calibration {
     return { observations: r?.count ?? 0, recentBias: r ? this.#shift(r) : 0 };
   }
 
-  /** The window's q-quantile, raised by a recent shift. */
+  /** The window's q-quantile, raised by a recent shift; kept until the window's next observation. */
   #own(r: Residuals, q: number): number {
-    return quantileOf(r, q) + this.#shift(r);
+    if (r.ownQ !== q) {
+      r.ownMargin = quantileOf(r, q) + this.#shift(r);
+      r.ownQ = q;
+    }
+    return r.ownMargin;
   }
 
   #shift(r: Residuals): number {
@@ -136,12 +166,20 @@ export class Calibration {
   #push(byPod: Map<string, Residuals>, key: string, value: number): void {
     let r = byPod.get(key);
     if (!r) {
-      r = { values: new Float64Array(this.options.window), count: 0, next: 0, sorted: undefined };
+      r = {
+        values: new Float64Array(this.options.window),
+        count: 0,
+        next: 0,
+        sorted: undefined,
+        ownQ: NaN,
+        ownMargin: 0,
+      };
       byPod.set(key, r);
     }
     r.values[r.next] = value;
     r.next = (r.next + 1) % r.values.length;
     r.count++;
     r.sorted = undefined;
+    r.ownQ = NaN;
   }
 }

@@ -28,6 +28,11 @@ const MIN_SPEED_GAIN = 0.05;
 export class NodeModel {
   readonly #shared: TtftPredictor;
   readonly #pods = new Map<string, PodSpeed>();
+  /** Each pod's parameters as last computed, valid while `#version` has not moved: every local
+   *  candidate of every decision asks for them, and they change only when the model learns. */
+  readonly #params = new Map<string, { version: number; params: Readonly<PredictorParams> }>();
+  /** Bumped by every observation and forgotten pod (the shared shape and typical speed move). */
+  #version = 0;
 
   constructor(options: Partial<PredictorOptions> = {}) {
     this.#shared = new TtftPredictor(options);
@@ -61,6 +66,8 @@ export class NodeModel {
 
   forget(uid: string): void {
     this.#pods.delete(uid);
+    this.#params.delete(uid);
+    this.#version++;
   }
 
   speed(uid: string): number {
@@ -68,17 +75,21 @@ export class NodeModel {
     return Math.exp(pod && pod.observations > 0 ? pod.logSpeed : this.#typicalLogSpeed());
   }
 
-  /** The pod's model as plain parameters (what the router and gossip use). */
-  params(uid: string): PredictorParams {
+  /** The pod's model as plain parameters (what the router and gossip use); shared, so frozen. */
+  params(uid: string): Readonly<PredictorParams> {
+    const cached = this.#params.get(uid);
+    if (cached?.version === this.#version) return cached.params;
     const shared = this.#shared.params;
     const s = this.speed(uid);
-    return {
+    const params = Object.freeze({
       base: shared.base * s,
       perQueued: shared.perQueued * s,
       perRunning: shared.perRunning * s,
       perKPromptTokens: shared.perKPromptTokens * s,
       perKPendingTokens: (shared.perKPendingTokens ?? 0) * s,
-    };
+    });
+    this.#params.set(uid, { version: this.#version, params });
+    return params;
   }
 
   predict(uid: string, f: Features): number {
@@ -90,6 +101,7 @@ export class NodeModel {
     if (!Number.isFinite(ttftMs) || ttftMs <= 0) return;
     const pod = this.#pod(uid);
     const predicted = this.predict(uid, f);
+    this.#version++;
     pod.apeSum += Math.abs(predicted - ttftMs) / ttftMs;
     pod.observations++;
     // Speed first: an average in log space, fast at first (1/n), then an EWMA that follows drift.

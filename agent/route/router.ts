@@ -70,11 +70,11 @@ export function candidateName(c: Candidate): string {
   return c.where === 'local' ? `local/${c.pod.name}` : `peer/${c.pod.node}/${c.pod.name}`;
 }
 
-/** The q-quantile of a predicted TTFT: the pod's part scaled by its calibration, the network's as is. */
-export function quantileOf(c: Candidate, predictedMs: number, q: number): number {
-  if (!c.logMargin) return predictedMs;
+/** A q-quantile of a predicted TTFT: the pod's part times `factor` (exp of the candidate's log
+ *  margin for q, its calibration), the network's as is. */
+function scaledByMargin(c: Candidate, predictedMs: number, factor: number): number {
   const podMs = predictedMs - c.networkCostMs;
-  return c.networkCostMs + podMs * Math.exp(c.logMargin(q));
+  return c.networkCostMs + podMs * factor;
 }
 
 export interface DecideInput {
@@ -140,9 +140,18 @@ export function decide(input: DecideInput): Decision {
   let mostCachedTokens = 0;
   for (const c of candidates) mostCachedTokens = Math.max(mostCachedTokens, c.expectedCachedTokens ?? 0);
   const among: Among = { mostCachedTokens };
+  // The last margin's exp is kept: peers' pods share the node's margin (one per regime), so most
+  // candidates repeat the one before, and exp is the dearest step of the quantile.
+  let lastMargin = NaN;
+  let lastFactor = NaN;
   for (const candidate of candidates) {
     const predictedMs = strategy.predict(candidate, request);
-    const quantileMs = quantileOf(candidate, predictedMs, policy.sloAttainment);
+    let quantileMs = predictedMs;
+    if (candidate.logMargin) {
+      const margin = candidate.logMargin(policy.sloAttainment);
+      if (margin !== lastMargin) lastFactor = Math.exp((lastMargin = margin));
+      quantileMs = scaledByMargin(candidate, predictedMs, lastFactor);
+    }
     context.predictedMs = predictedMs;
     context.quantileMs = quantileMs;
     let drop: Drop | undefined;

@@ -74,14 +74,21 @@ export class TimeWindow {
     // The bucket loop written out in each reader, not a visitor: sums a closure captures live in a
     // context, where every addition is a new heap number (≈ 2 per bucket, for every local
     // candidate of every decision under a windowed rule).
+    // The slot steps with the bucket instead of a modulo per bucket: every local candidate of
+    // every decision reads a window (a 30 s rule is 61 buckets), and bucket numbers of real
+    // clocks are past int32, where % is a floating-point remainder.
     const first = Math.floor(from / this.bucketMs);
     const last = Math.floor(now / this.bucketMs);
-    for (let b = Math.max(first, last - this.#size + 1); b <= last; b++) {
-      const slot = this.#slotOf(b);
-      if (this.#epoch[slot] !== b) continue;
+    const size = this.#size;
+    const epochs = this.#epoch;
+    const integrals = this.#integral;
+    const coverage = this.#covered;
+    const start = Math.max(first, last - size + 1);
+    for (let b = start, slot = this.#slotOf(start); b <= last; b++, slot = slot + 1 === size ? 0 : slot + 1) {
+      if (epochs[slot] !== b) continue;
       const weight = b === first ? ((b + 1) * this.bucketMs - from) / this.bucketMs : 1;
-      integral += this.#integral[slot] * weight;
-      covered += this.#covered[slot] * weight;
+      integral += integrals[slot] * weight;
+      covered += coverage[slot] * weight;
     }
     // The last value still holds from the last sample until now; it is not in the buckets yet.
     if (!Number.isNaN(this.#lastValue) && now > this.#lastAt) {
