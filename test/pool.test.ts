@@ -51,11 +51,13 @@ test('a prompt counts as pending at its pod from sending until its first token',
   const ticket = p.begin(a, 4000);
   let after = p.candidates().find((c) => c.pod.name === 'a')!;
   assert.equal(after.pendingPromptTokens, 4000);
+  assert.equal(after.pendingRequests, 1);
   assert.equal(after.unseenSent, 1);
   assert.equal(after.inFlight, 1);
   ticket.firstByte(300);
   after = p.candidates().find((c) => c.pod.name === 'a')!;
   assert.equal(after.pendingPromptTokens, 0);
+  assert.equal(after.pendingRequests, 0);
   assert.equal(after.inFlight, 1);
   ticket.end(true);
   ticket.end(true); // idempotent
@@ -68,6 +70,7 @@ test('a request that ends without a first token releases its pending prompt too'
   const ticket = p.begin(p.candidates()[0], 1200);
   ticket.end(false);
   assert.equal(p.candidates()[0].pendingPromptTokens, 0);
+  assert.equal(p.candidates()[0].pendingRequests, 0);
 });
 
 test('the router sends a new request away from a pod with a long prompt still prefilling', () => {
@@ -105,6 +108,7 @@ test("a request answered before the next scrape is no unseen queue; one still ru
   const running = p.begin(a(), 10, 'chat', false);
   assert.equal(a().unseenSent, 2);
   assert.equal(a().pendingPromptTokens, 0, 'a non-streamed prompt is not counted as pending prefill');
+  assert.equal(a().pendingRequests, 0, 'nor is the request: its first token is never seen');
   answered.answered(5);
   answered.end(true);
   assert.equal(a().unseenSent, 1);

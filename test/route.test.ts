@@ -415,6 +415,16 @@ test('a pod that would prefill again what another pod holds is charged for the q
     candidates: [pod('unseen', { unseenSent: 1 }), holder],
   });
   assert.equal(unseen.action === 'pod' && unseen.chosen.candidate.pod.name, 'holder');
+  // Requests admitted to the batch but still prefilling (this agent's, awaiting their first token)
+  // wait on it too, though the pod's waiting count no longer shows them.
+  const prefilling = decide({
+    request,
+    policy: LONG_SLO,
+    leave: STAY,
+    rand: first,
+    candidates: [pod('prefilling', { pendingRequests: 1, running: 1 }), holder],
+  });
+  assert.equal(prefilling.action === 'pod' && prefilling.chosen.candidate.pod.name, 'holder');
   // With no queue there nobody waits on that prefill: the other pod wins by its own TTFT.
   const idle = decide({ request, policy: LONG_SLO, leave: STAY, rand: first, candidates: [pod('idle'), holder] });
   assert.equal(idle.action === 'pod' && idle.chosen.candidate.pod.name, 'idle');

@@ -63,6 +63,7 @@ class LocalCandidate implements Candidate {
   readonly inFlight: number;
   readonly unseenSent: number;
   readonly pendingPromptTokens: number;
+  readonly pendingRequests: number;
   readonly expectedCachedTokens: number;
   readonly #load: PodLoad | undefined;
   readonly #telemetry: PodTelemetry | undefined;
@@ -93,6 +94,7 @@ class LocalCandidate implements Candidate {
     this.inFlight = local.inFlight;
     this.unseenSent = local.unseenSent;
     this.pendingPromptTokens = local.pendingPromptTokens;
+    this.pendingRequests = local.pendingRequests;
     this.expectedCachedTokens = expectedCachedTokens;
     this.#load = load;
     this.#telemetry = telemetry;
@@ -140,6 +142,7 @@ class PeerCandidate implements Candidate {
   readonly inFlight: number;
   readonly unseenSent: number;
   readonly pendingPromptTokens: number;
+  readonly pendingRequests: number;
   readonly #estimate: PodEstimate;
   readonly #learner: Learner;
   readonly #settings: CandidateSettings;
@@ -156,6 +159,7 @@ class PeerCandidate implements Candidate {
     this.inFlight = traffic?.inFlight ?? 0;
     this.unseenSent = traffic?.unseenSent ?? 0;
     this.pendingPromptTokens = traffic?.pendingPromptTokens ?? 0;
+    this.pendingRequests = traffic?.pendingRequests ?? 0;
     this.#estimate = estimate;
     this.#learner = learner;
     this.#settings = settings;

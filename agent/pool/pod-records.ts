@@ -8,6 +8,8 @@ import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
 export interface RequestCounters {
   inFlight: number;
   pendingPromptTokens: number;
+  /** Requests whose prompt tokens `pendingPromptTokens` counts: those still awaiting their first token. */
+  pendingRequests: number;
   unseenSent: number;
   /** Counts reports: a request answered in the epoch it was sent in leaves `unseenSent` at once. */
   epoch: number;
@@ -33,6 +35,7 @@ export function newLocalPod(pod: Pod): LocalPod {
     telemetry: undefined,
     inFlight: 0,
     pendingPromptTokens: 0,
+    pendingRequests: 0,
     unseenSent: 0,
     unhealthyUntil: 0,
     implausible: undefined,

@@ -35,6 +35,8 @@ export interface Candidate {
   unseenSent: number;
   /** Prompt tokens of this agent's requests at the pod still awaiting their first token. */
   pendingPromptTokens: number;
+  /** This agent's requests at the pod still awaiting their first token (streamed ones: a non-streamed prefill ends unseen). */
+  pendingRequests?: number;
   /** Added latency for reaching the pod (0 for local pods). */
   networkCostMs: number;
   /**

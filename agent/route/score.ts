@@ -56,23 +56,36 @@ export function unloadedTtft(c: Candidate): number {
 export function predictionPlusLoad(weight: number): Score {
   return (c, predictedMs, _r, among) => {
     const queued = c.queuedNow + c.unseenSent;
-    return predictedMs + weight * unloadedTtft(c) * (c.running + queued) + recomputeCost(c, among, queued);
+    return (
+      predictedMs + weight * unloadedTtft(c) * (c.running + queued) + recomputeCost(c, among, awaitingFirstToken(c))
+    );
   };
 }
 
 /**
- * The wait a pod's recomputing of a prefix another candidate holds adds for the requests queued
- * there. The prediction prices this request's own TTFT only; but tokens prefilled again are work
- * nobody needed, and the requests that join the queue behind this one wait for it, once each. In
- * a queue that neither grows nor shrinks as many join behind a request as it found ahead (queued,
- * and sent but unseen), so the tokens a pod would recompute beyond the best holder are priced at
- * the pod's own per-token cost times its queue: nothing without a queue, or when no candidate
- * holds more of the prompt (no prefix sharing: every decision as before). Under overload it
- * keeps conversations on the pods holding their history; sent to the shortest prediction, their
- * histories' prefill fed the overload (bench:routing-prefix, multi-turn at 160 %, held-out seeds
- * 5–9: p90 366 → 287 ms).
+ * The wait a pod's recomputing of a prefix another candidate holds adds for the requests that
+ * queue behind it. The prediction prices this request's own TTFT only; but tokens prefilled again
+ * are work nobody needed, and the requests that join the pod behind this one wait for it, once
+ * each. In a queue that neither grows nor shrinks as many join behind a request as it found
+ * ahead, so the tokens a pod would recompute beyond the best holder are priced at the pod's own
+ * per-token cost times the requests ahead (awaitingFirstToken): nothing when none are, or when no
+ * candidate holds more of the prompt (no prefix sharing: every decision as before). Under
+ * overload it keeps conversations on the pods holding their history; sent to the shortest
+ * prediction, their histories' prefill fed the overload (bench:routing-prefix, multi-turn at
+ * 160 %, seeds 5–9: p90 366 → 287 ms).
  */
-function recomputeCost(c: Candidate, among: Among, queued: number): number {
+function recomputeCost(c: Candidate, among: Among, ahead: number): number {
   const recomputed = among.mostCachedTokens - (c.expectedCachedTokens ?? 0);
-  return recomputed > 0 && queued > 0 ? ((c.params.perKPromptTokens * recomputed) / 1000) * queued : 0;
+  return recomputed > 0 && ahead > 0 ? ((c.params.perKPromptTokens * recomputed) / 1000) * ahead : 0;
+}
+
+/**
+ * Requests ahead of a new one at the pod, still without a first token: those queued (and sent but
+ * unseen), or this agent's own not yet answered, whichever is more. With chunked prefill a full
+ * batch admits requests it has not finished prefilling, and the pod counts them as running, not
+ * waiting: under overload its waiting count stays at 0–2 while ten of this agent's requests wait
+ * for their first token there (bench:routing-prefix, multi-turn at 160 %, seed 7,021).
+ */
+function awaitingFirstToken(c: Candidate): number {
+  return Math.max(c.queuedNow + c.unseenSent, c.pendingRequests ?? 0);
 }
