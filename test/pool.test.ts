@@ -64,6 +64,26 @@ test('a prompt counts as pending at its pod from sending until its first token',
   assert.equal(p.candidates().find((c) => c.pod.name === 'a')!.inFlight, 0);
 });
 
+test("a pod's candidate carries this agent's recent send rate to it, fading over the reference window", () => {
+  const now = { t: 1000 };
+  const p = pool(now);
+  const a = () => p.candidates().find((c) => c.pod.name === 'a')!;
+  assert.equal(a().sentPerMs, 0);
+  for (let i = 0; i < 30; i++) {
+    p.begin(a(), 100).end(true);
+    now.t += 1000;
+  }
+  // One a second for 30 s, the last 1 s ago: each send counts exp(−age / 30 s), over 30 s. About
+  // 0.62 per s, still building up toward 1 (and nothing sent to b).
+  let expected = 0;
+  for (let age = 1; age <= 30; age++) expected += Math.exp(-age / 30) / 30;
+  assert.ok(Math.abs(a().sentPerMs! * 1000 - expected) < 1e-9, `${a().sentPerMs! * 1000} vs ${expected}`);
+  assert.equal(p.candidates().find((c) => c.pod.name === 'b')!.sentPerMs, 0);
+  now.t += 30_000;
+  const faded = a().sentPerMs!;
+  assert.ok(faded < 0.4 * 0.001 && faded > 0, `${faded}`);
+});
+
 test('a request that ends without a first token releases its pending prompt too', () => {
   const now = { t: 1000 };
   const p = pool(now);

@@ -6,7 +6,7 @@ import { staleAfterMs } from '../telemetry/scraper.ts';
 import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
 import type { Pod, PodEstimate, PodLoad, PredictorParams, RouteRequest } from '../types.ts';
 import type { PoolOptions } from './options.ts';
-import { localHealthy, type LocalPod } from './pod-records.ts';
+import { localHealthy, sendRate, type LocalPod } from './pod-records.ts';
 import type { PeerTraffic } from './peer-traffic.ts';
 
 /** What a pod is ranked on with no request at hand (peer shortlists, /debug/state, the dashboard): a typical chat turn. */
@@ -22,7 +22,7 @@ export const REFERENCE_REQUEST: RouteRequest = {
 
 export type CandidateSettings = Pick<
   PoolOptions,
-  'scrapeIntervalMs' | 'scrapeTimeoutMs' | 'peerMaxAgeMs' | 'networkCostMs' | 'maxInFlightPerPod'
+  'scrapeIntervalMs' | 'scrapeTimeoutMs' | 'peerMaxAgeMs' | 'networkCostMs' | 'maxInFlightPerPod' | 'referenceWindowMs'
 >;
 
 export function localCandidate(
@@ -64,6 +64,7 @@ class LocalCandidate implements Candidate {
   readonly unseenSent: number;
   readonly pendingPromptTokens: number;
   readonly pendingRequests: number;
+  readonly sentPerMs: number;
   readonly expectedCachedTokens: number;
   readonly #load: PodLoad | undefined;
   readonly #telemetry: PodTelemetry | undefined;
@@ -95,6 +96,7 @@ class LocalCandidate implements Candidate {
     this.unseenSent = local.unseenSent;
     this.pendingPromptTokens = local.pendingPromptTokens;
     this.pendingRequests = local.pendingRequests;
+    this.sentPerMs = sendRate(local, now, settings.referenceWindowMs);
     this.expectedCachedTokens = expectedCachedTokens;
     this.#load = load;
     this.#telemetry = telemetry;

@@ -27,6 +27,20 @@ export interface LocalPod extends RequestCounters {
   scrapeFailedSinceGood: boolean;
   /** Prompt tokens the pod computed (not served from cache) since we know it: the prefix index's clock. */
   computedTokens: number;
+  /** This agent's requests sent to the pod, each fading with age (sendRate), and when last updated. */
+  recentSends: number;
+  recentSendsAt: number;
+}
+
+/** Adds one send to `local`'s fading count: each counts exp(−age / windowMs). */
+export function countSend(local: LocalPod, now: number, windowMs: number): void {
+  local.recentSends = local.recentSends * Math.exp(-Math.max(0, now - local.recentSendsAt) / windowMs) + 1;
+  local.recentSendsAt = now;
+}
+
+/** This agent's sends to `local` per ms over about the last `windowMs`. */
+export function sendRate(local: LocalPod, now: number, windowMs: number): number {
+  return (local.recentSends * Math.exp(-Math.max(0, now - local.recentSendsAt) / windowMs)) / windowMs;
 }
 
 export function newLocalPod(pod: Pod): LocalPod {
@@ -42,6 +56,8 @@ export function newLocalPod(pod: Pod): LocalPod {
     scrapeFailedSinceGood: false,
     epoch: 0,
     computedTokens: 0,
+    recentSends: 0,
+    recentSendsAt: 0,
   };
 }
 
