@@ -64,13 +64,15 @@ class LocalCandidate implements Candidate {
   readonly unseenSent: number;
   readonly pendingPromptTokens: number;
   readonly pendingRequests: number;
-  readonly sentPerMs: number;
   readonly expectedCachedTokens: number;
   readonly #load: PodLoad | undefined;
   readonly #telemetry: PodTelemetry | undefined;
   readonly #now: number;
   readonly #learner: Learner;
   readonly #cap: number | undefined;
+  /** The pod's fading send count as of this decision (sentPerMs, read only where a prefix is recomputed). */
+  readonly #sends: Pick<LocalPod, 'recentSends' | 'recentSendsAt'>;
+  readonly #windowMs: number;
   /** Only embeddings requests read it: made on first use. */
   #embeddingParams: PredictorParams | undefined;
 
@@ -96,13 +98,14 @@ class LocalCandidate implements Candidate {
     this.unseenSent = local.unseenSent;
     this.pendingPromptTokens = local.pendingPromptTokens;
     this.pendingRequests = local.pendingRequests;
-    this.sentPerMs = sendRate(local, now, settings.referenceWindowMs);
     this.expectedCachedTokens = expectedCachedTokens;
     this.#load = load;
     this.#telemetry = telemetry;
     this.#now = now;
     this.#learner = learner;
     this.#cap = settings.maxInFlightPerPod;
+    this.#sends = { recentSends: local.recentSends, recentSendsAt: local.recentSendsAt };
+    this.#windowMs = settings.referenceWindowMs;
   }
 
   get where(): 'local' {
@@ -122,6 +125,9 @@ class LocalCandidate implements Candidate {
   }
   get maxInFlight(): number {
     return maxInFlight(this.pod, this.#cap);
+  }
+  get sentPerMs(): number {
+    return sendRate(this.#sends, this.#now, this.#windowMs);
   }
   get embeddingParams(): PredictorParams {
     return (this.#embeddingParams ??= this.#learner.embeddingParams(this.pod.uid));

@@ -39,7 +39,11 @@ export function countSend(local: LocalPod, now: number, windowMs: number): void 
 }
 
 /** This agent's sends to `local` per ms over about the last `windowMs`. */
-export function sendRate(local: LocalPod, now: number, windowMs: number): number {
+export function sendRate(
+  local: Pick<LocalPod, 'recentSends' | 'recentSendsAt'>,
+  now: number,
+  windowMs: number,
+): number {
   return (local.recentSends * Math.exp(-Math.max(0, now - local.recentSendsAt) / windowMs)) / windowMs;
 }
 
