@@ -51,15 +51,37 @@ test('a prompt counts as pending at its pod from sending until its first token',
   const ticket = p.begin(a, 4000);
   let after = p.candidates().find((c) => c.pod.name === 'a')!;
   assert.equal(after.pendingPromptTokens, 4000);
+  assert.equal(after.pendingRequests, 1);
   assert.equal(after.unseenSent, 1);
   assert.equal(after.inFlight, 1);
   ticket.firstByte(300);
   after = p.candidates().find((c) => c.pod.name === 'a')!;
   assert.equal(after.pendingPromptTokens, 0);
+  assert.equal(after.pendingRequests, 0);
   assert.equal(after.inFlight, 1);
   ticket.end(true);
   ticket.end(true); // idempotent
   assert.equal(p.candidates().find((c) => c.pod.name === 'a')!.inFlight, 0);
+});
+
+test("a pod's candidate carries this agent's recent send rate to it, fading over the reference window", () => {
+  const now = { t: 1000 };
+  const p = pool(now);
+  const a = () => p.candidates().find((c) => c.pod.name === 'a')!;
+  assert.equal(a().sentPerMs, 0);
+  for (let i = 0; i < 30; i++) {
+    p.begin(a(), 100).end(true);
+    now.t += 1000;
+  }
+  // One a second for 30 s, the last 1 s ago: each send counts exp(−age / 30 s), over 30 s. About
+  // 0.62 per s, still building up toward 1 (and nothing sent to b).
+  let expected = 0;
+  for (let age = 1; age <= 30; age++) expected += Math.exp(-age / 30) / 30;
+  assert.ok(Math.abs(a().sentPerMs! * 1000 - expected) < 1e-9, `${a().sentPerMs! * 1000} vs ${expected}`);
+  assert.equal(p.candidates().find((c) => c.pod.name === 'b')!.sentPerMs, 0);
+  now.t += 30_000;
+  const faded = a().sentPerMs!;
+  assert.ok(faded < 0.4 * 0.001 && faded > 0, `${faded}`);
 });
 
 test('a request that ends without a first token releases its pending prompt too', () => {
@@ -68,6 +90,7 @@ test('a request that ends without a first token releases its pending prompt too'
   const ticket = p.begin(p.candidates()[0], 1200);
   ticket.end(false);
   assert.equal(p.candidates()[0].pendingPromptTokens, 0);
+  assert.equal(p.candidates()[0].pendingRequests, 0);
 });
 
 test('the router sends a new request away from a pod with a long prompt still prefilling', () => {
@@ -105,6 +128,7 @@ test("a request answered before the next scrape is no unseen queue; one still ru
   const running = p.begin(a(), 10, 'chat', false);
   assert.equal(a().unseenSent, 2);
   assert.equal(a().pendingPromptTokens, 0, 'a non-streamed prompt is not counted as pending prefill');
+  assert.equal(a().pendingRequests, 0, 'nor is the request: its first token is never seen');
   answered.answered(5);
   answered.end(true);
   assert.equal(a().unseenSent, 1);

@@ -415,7 +415,35 @@ test('a pod that would prefill again what another pod holds is charged for the q
     candidates: [pod('unseen', { unseenSent: 1 }), holder],
   });
   assert.equal(unseen.action === 'pod' && unseen.chosen.candidate.pod.name, 'holder');
-  // With no queue there nobody waits on that prefill: the other pod wins by its own TTFT.
+  // Requests admitted to the batch but still prefilling (this agent's, awaiting their first token)
+  // wait on it too, though the pod's waiting count no longer shows them.
+  const prefilling = decide({
+    request,
+    policy: LONG_SLO,
+    leave: STAY,
+    rand: first,
+    candidates: [pod('prefilling', { pendingRequests: 1, running: 1 }), holder],
+  });
+  assert.equal(prefilling.action === 'pod' && prefilling.chosen.candidate.pod.name, 'holder');
+  // Nothing waits there, but requests keep arriving: at 2 a second, 0.85 of one reaches the pod
+  // during this one's predicted 424 ms, and waits for the 360 ms of recomputed prefix.
+  const busy = decide({
+    request,
+    policy: LONG_SLO,
+    leave: STAY,
+    rand: first,
+    candidates: [pod('arriving', { running: 2, sentPerMs: 0.002 }), holder],
+  });
+  assert.equal(busy.action === 'pod' && busy.chosen.candidate.pod.name, 'holder');
+  const quiet = decide({
+    request,
+    policy: LONG_SLO,
+    leave: STAY,
+    rand: first,
+    candidates: [pod('arriving', { running: 2 }), holder],
+  });
+  assert.equal(quiet.action === 'pod' && quiet.chosen.candidate.pod.name, 'arriving');
+  // With no queue and nothing sent there lately nobody waits on that prefill: the other pod wins by its own TTFT.
   const idle = decide({ request, policy: LONG_SLO, leave: STAY, rand: first, candidates: [pod('idle'), holder] });
   assert.equal(idle.action === 'pod' && idle.chosen.candidate.pod.name, 'idle');
 });

@@ -6,7 +6,7 @@ import { staleAfterMs } from '../telemetry/scraper.ts';
 import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
 import type { Pod, PodEstimate, PodLoad, PredictorParams, RouteRequest } from '../types.ts';
 import type { PoolOptions } from './options.ts';
-import { localHealthy, type LocalPod } from './pod-records.ts';
+import { localHealthy, sendRate, type LocalPod } from './pod-records.ts';
 import type { PeerTraffic } from './peer-traffic.ts';
 
 /** What a pod is ranked on with no request at hand (peer shortlists, /debug/state, the dashboard): a typical chat turn. */
@@ -22,7 +22,7 @@ export const REFERENCE_REQUEST: RouteRequest = {
 
 export type CandidateSettings = Pick<
   PoolOptions,
-  'scrapeIntervalMs' | 'scrapeTimeoutMs' | 'peerMaxAgeMs' | 'networkCostMs' | 'maxInFlightPerPod'
+  'scrapeIntervalMs' | 'scrapeTimeoutMs' | 'peerMaxAgeMs' | 'networkCostMs' | 'maxInFlightPerPod' | 'referenceWindowMs'
 >;
 
 export function localCandidate(
@@ -63,12 +63,16 @@ class LocalCandidate implements Candidate {
   readonly inFlight: number;
   readonly unseenSent: number;
   readonly pendingPromptTokens: number;
+  readonly pendingRequests: number;
   readonly expectedCachedTokens: number;
   readonly #load: PodLoad | undefined;
   readonly #telemetry: PodTelemetry | undefined;
   readonly #now: number;
   readonly #learner: Learner;
   readonly #cap: number | undefined;
+  /** The pod's fading send count as of this decision (sentPerMs, read only where a prefix is recomputed). */
+  readonly #sends: Pick<LocalPod, 'recentSends' | 'recentSendsAt'>;
+  readonly #windowMs: number;
   /** Only embeddings requests read it: made on first use. */
   #embeddingParams: PredictorParams | undefined;
 
@@ -93,12 +97,15 @@ class LocalCandidate implements Candidate {
     this.inFlight = local.inFlight;
     this.unseenSent = local.unseenSent;
     this.pendingPromptTokens = local.pendingPromptTokens;
+    this.pendingRequests = local.pendingRequests;
     this.expectedCachedTokens = expectedCachedTokens;
     this.#load = load;
     this.#telemetry = telemetry;
     this.#now = now;
     this.#learner = learner;
     this.#cap = settings.maxInFlightPerPod;
+    this.#sends = { recentSends: local.recentSends, recentSendsAt: local.recentSendsAt };
+    this.#windowMs = settings.referenceWindowMs;
   }
 
   get where(): 'local' {
@@ -118,6 +125,9 @@ class LocalCandidate implements Candidate {
   }
   get maxInFlight(): number {
     return maxInFlight(this.pod, this.#cap);
+  }
+  get sentPerMs(): number {
+    return sendRate(this.#sends, this.#now, this.#windowMs);
   }
   get embeddingParams(): PredictorParams {
     return (this.#embeddingParams ??= this.#learner.embeddingParams(this.pod.uid));
@@ -140,6 +150,7 @@ class PeerCandidate implements Candidate {
   readonly inFlight: number;
   readonly unseenSent: number;
   readonly pendingPromptTokens: number;
+  readonly pendingRequests: number;
   readonly #estimate: PodEstimate;
   readonly #learner: Learner;
   readonly #settings: CandidateSettings;
@@ -156,6 +167,7 @@ class PeerCandidate implements Candidate {
     this.inFlight = traffic?.inFlight ?? 0;
     this.unseenSent = traffic?.unseenSent ?? 0;
     this.pendingPromptTokens = traffic?.pendingPromptTokens ?? 0;
+    this.pendingRequests = traffic?.pendingRequests ?? 0;
     this.#estimate = estimate;
     this.#learner = learner;
     this.#settings = settings;

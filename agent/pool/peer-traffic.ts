@@ -21,7 +21,15 @@ export class PeerTrafficBook {
   forPod(uid: string): PeerTraffic {
     let traffic = this.#byPod.get(uid);
     if (!traffic) {
-      traffic = { inFlight: 0, pendingPromptTokens: 0, unseenSent: 0, lastVersion: -1, unhealthyUntil: 0, epoch: 0 };
+      traffic = {
+        inFlight: 0,
+        pendingPromptTokens: 0,
+        pendingRequests: 0,
+        unseenSent: 0,
+        lastVersion: -1,
+        unhealthyUntil: 0,
+        epoch: 0,
+      };
       this.#byPod.set(uid, traffic);
     }
     return traffic;

@@ -8,6 +8,8 @@ import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
 export interface RequestCounters {
   inFlight: number;
   pendingPromptTokens: number;
+  /** Requests whose prompt tokens `pendingPromptTokens` counts: those still awaiting their first token. */
+  pendingRequests: number;
   unseenSent: number;
   /** Counts reports: a request answered in the epoch it was sent in leaves `unseenSent` at once. */
   epoch: number;
@@ -25,6 +27,24 @@ export interface LocalPod extends RequestCounters {
   scrapeFailedSinceGood: boolean;
   /** Prompt tokens the pod computed (not served from cache) since we know it: the prefix index's clock. */
   computedTokens: number;
+  /** This agent's requests sent to the pod, each fading with age (sendRate), and when last updated. */
+  recentSends: number;
+  recentSendsAt: number;
+}
+
+/** Adds one send to `local`'s fading count: each counts exp(−age / windowMs). */
+export function countSend(local: LocalPod, now: number, windowMs: number): void {
+  local.recentSends = local.recentSends * Math.exp(-Math.max(0, now - local.recentSendsAt) / windowMs) + 1;
+  local.recentSendsAt = now;
+}
+
+/** This agent's sends to `local` per ms over about the last `windowMs`. */
+export function sendRate(
+  local: Pick<LocalPod, 'recentSends' | 'recentSendsAt'>,
+  now: number,
+  windowMs: number,
+): number {
+  return (local.recentSends * Math.exp(-Math.max(0, now - local.recentSendsAt) / windowMs)) / windowMs;
 }
 
 export function newLocalPod(pod: Pod): LocalPod {
@@ -33,12 +53,15 @@ export function newLocalPod(pod: Pod): LocalPod {
     telemetry: undefined,
     inFlight: 0,
     pendingPromptTokens: 0,
+    pendingRequests: 0,
     unseenSent: 0,
     unhealthyUntil: 0,
     implausible: undefined,
     scrapeFailedSinceGood: false,
     epoch: 0,
     computedTokens: 0,
+    recentSends: 0,
+    recentSendsAt: 0,
   };
 }
 

@@ -37,7 +37,9 @@ export function openTicket(r: TicketRequest): PodTicket {
   // until the answer, its prompt would stand in front of later requests for its whole decode.
   // The scraped queue and batch show it instead.
   const counted = r.stream || kind === 'embeddings' ? features.promptTokens : 0;
+  const awaited = r.stream || kind === 'embeddings' ? 1 : 0;
   counters.pendingPromptTokens += counted;
+  counters.pendingRequests += awaited;
   let pending = true;
   let ended = false;
   // Its prompt stops standing in front of later requests once its first token is out.
@@ -45,6 +47,7 @@ export function openTicket(r: TicketRequest): PodTicket {
     if (!pending) return;
     pending = false;
     counters.pendingPromptTokens -= counted;
+    counters.pendingRequests -= awaited;
   };
   const learn = (ms: number) => {
     if (uid !== undefined) learner.observeTtft(uid, kind, features, predictedMs, ms, r.now());

@@ -35,6 +35,10 @@ export interface Candidate {
   unseenSent: number;
   /** Prompt tokens of this agent's requests at the pod still awaiting their first token. */
   pendingPromptTokens: number;
+  /** This agent's requests at the pod still awaiting their first token (streamed ones: a non-streamed prefill ends unseen). */
+  pendingRequests?: number;
+  /** This agent's recent rate of requests sent to the pod, per ms (absent: unknown, taken as 0). */
+  sentPerMs?: number;
   /** Added latency for reaching the pod (0 for local pods). */
   networkCostMs: number;
   /**

@@ -56,23 +56,40 @@ export function unloadedTtft(c: Candidate): number {
 export function predictionPlusLoad(weight: number): Score {
   return (c, predictedMs, _r, among) => {
     const queued = c.queuedNow + c.unseenSent;
-    return predictedMs + weight * unloadedTtft(c) * (c.running + queued) + recomputeCost(c, among, queued);
+    return predictedMs + weight * unloadedTtft(c) * (c.running + queued) + recomputeCost(c, predictedMs, among);
   };
 }
 
 /**
- * The wait a pod's recomputing of a prefix another candidate holds adds for the requests queued
- * there. The prediction prices this request's own TTFT only; but tokens prefilled again are work
- * nobody needed, and the requests that join the queue behind this one wait for it, once each. In
- * a queue that neither grows nor shrinks as many join behind a request as it found ahead (queued,
- * and sent but unseen), so the tokens a pod would recompute beyond the best holder are priced at
- * the pod's own per-token cost times its queue: nothing without a queue, or when no candidate
- * holds more of the prompt (no prefix sharing: every decision as before). Under overload it
- * keeps conversations on the pods holding their history; sent to the shortest prediction, their
- * histories' prefill fed the overload (bench:routing-prefix, multi-turn at 160 %, held-out seeds
- * 5–9: p90 366 → 287 ms).
+ * The wait a pod's recomputing of a prefix another candidate holds adds for the requests behind
+ * it. The prediction prices this request's own TTFT only; but tokens prefilled again are work
+ * nobody needed, and every request that reaches the pod before this one's first token waits for
+ * them, once each. The tokens a pod would recompute beyond the best holder are priced at the
+ * pod's own per-token cost times those requests (requestsBehind): nothing on a pod nobody is
+ * sent to and nobody waits at, or when no candidate holds more of the prompt (no prefix sharing:
+ * every decision as before). Under overload it keeps conversations on the pods holding their
+ * history; sent to the shortest prediction, their histories' prefill fed the overload
+ * (bench:routing-prefix, multi-turn at 160 %: seeds 5–9 p90 366 → 287 ms counting the queue
+ * alone, seeds 0–9 216 → 193 ms with the arrivals).
  */
-function recomputeCost(c: Candidate, among: Among, queued: number): number {
+function recomputeCost(c: Candidate, predictedMs: number, among: Among): number {
   const recomputed = among.mostCachedTokens - (c.expectedCachedTokens ?? 0);
-  return recomputed > 0 && queued > 0 ? ((c.params.perKPromptTokens * recomputed) / 1000) * queued : 0;
+  if (recomputed <= 0) return 0;
+  const behind = requestsBehind(c, predictedMs);
+  return behind > 0 ? ((c.params.perKPromptTokens * recomputed) / 1000) * behind : 0;
+}
+
+/**
+ * How many requests will reach the pod while this one awaits its first token there: its recent
+ * arrival rate (this agent's sends) times the predicted TTFT; or, when more stand ahead now, as
+ * many as stand ahead (in a queue that neither grows nor shrinks, as many join behind a request
+ * as it found ahead). Ahead: those queued (and sent but unseen), or this agent's own still
+ * without a first token, whichever is more (chunked prefill admits requests to the batch before
+ * their prefill is done, and the pod counts them as running). The queue alone missed the full
+ * batch: at 160 % a pod running 16 with nothing waiting still made every newcomer wait ~1.5 s,
+ * and a 2,500-token history sent there was priced at nothing (seed 7,021).
+ */
+function requestsBehind(c: Candidate, predictedMs: number): number {
+  const ahead = Math.max(c.queuedNow + c.unseenSent, c.pendingRequests ?? 0);
+  return Math.max(ahead, (c.sentPerMs ?? 0) * predictedMs);
 }
