@@ -15,7 +15,10 @@
 // (default: vLLM V1 pages restricted, SGLang's and vLLM V0's multiprocess registries empty, so those
 // pods fall back to whole pages; TGI ignores it), all (every prometheus_client page restricted), none.
 // Flags: --interval MS (100), --seconds S per round (4), --rounds N (3), --pages a.txt,b.txt (8 pods),
-// --filter real|all|none, --floors no (only the scrapers: more rounds in the same time).
+// --filter real|all|none, --floors no (only the scrapers: more rounds in the same time), --warmup S
+// (3: each variant first scrapes every 10 ms for S seconds, uncounted, so that its code is compiled
+// as it is after minutes at 100 ms: V8 tiers a function up by how often it ran, and a per-scrape
+// function called 80 times a second is still being optimised 60 s in; 0 for the cold figures).
 // Prints each variant's median over rounds (and every round), the bytes of a page it read (mean
 // over pods) and how many pods' last pages were filtered, and now/before as the median of the
 // ratios taken within each round.
@@ -37,6 +40,7 @@ const { values } = parseArgs({
     rounds: { type: 'string', default: '3' },
     filter: { type: 'string', default: 'real' },
     floors: { type: 'string', default: 'yes' },
+    warmup: { type: 'string', default: '3' },
     pages: {
       type: 'string',
       default:
@@ -277,6 +281,22 @@ function pagesRead(scraper: unknown, scrapes: number): { pageBytes: number | und
   };
 }
 
+/** Scrapes every 10 ms for `seconds`, nothing counted: the variant's code optimised before its rounds. */
+async function warmUp(S: ScraperClass, seconds: number): Promise<void> {
+  if (!(seconds > 0)) return;
+  const scraper = new S(
+    { intervalMs: 10 },
+    () => {},
+    () => {},
+  );
+  scraper.setPods(pods);
+  scraper.start();
+  await sleep(seconds * 1000);
+  await scraper.stop();
+}
+
+const warmupSeconds = Number(values.warmup);
+for (const v of variants) await warmUp(v.Scraper, warmupSeconds);
 const started = loadavg();
 /** Each variant's rounds, in order. */
 const results = new Map<string, Awaited<ReturnType<typeof round>>[]>(variants.map((v) => [v.name, []]));
@@ -296,7 +316,7 @@ const median = (xs: number[]): number => {
 const perScrapeMs = (r: { cpuUs: number; scrapes: number }) => r.cpuUs / 1000 / r.scrapes;
 
 console.log(
-  `${pods.length} pods (${listed.map((p) => `${p.name.replace(/^pod-\d+-/, '')} ${p.filter}`).join(', ')}; --filter ${values.filter}), every ${intervalMs} ms, ${rounds} × ${roundMs / 1000} s per scraper; node ${process.version}; load average ${started} → ${loadavg()}`,
+  `${pods.length} pods (${listed.map((p) => `${p.name.replace(/^pod-\d+-/, '')} ${p.filter}`).join(', ')}; --filter ${values.filter}), every ${intervalMs} ms, ${rounds} × ${roundMs / 1000} s per scraper after ${warmupSeconds} s of warm-up at 10 ms; node ${process.version}; load average ${started} → ${loadavg()}`,
 );
 const rows = [...results].map(([name, list]) => {
   const scrapes = list.reduce((n, r) => n + r.scrapes, 0);

@@ -19,10 +19,13 @@ for (let c = 48; c <= 57; c++) TCHAR[c] = 1;
 for (let c = 65; c <= 90; c++) TCHAR[c] = 1;
 for (let c = 97; c <= 122; c++) TCHAR[c] = 1;
 
-/** A header field name is a token (RFC 9110 5.6.2): nothing that would end, split or fold the line. */
-export function isFieldName(text: string): boolean {
-  if (text.length === 0) return false;
-  for (let i = 0; i < text.length; i++) {
+/**
+ * `text[start, end)` (the whole string by default) is a header field name: a non-empty token (RFC
+ * 9110 5.6.2), nothing that would end, split or fold the line.
+ */
+export function isFieldName(text: string, start = 0, end = text.length): boolean {
+  if (start >= end) return false;
+  for (let i = start; i < end; i++) {
     const c = text.charCodeAt(i);
     if (c >= 128 || TCHAR[c] !== 1) return false;
   }

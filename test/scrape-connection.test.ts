@@ -7,7 +7,13 @@ import { createServer, type Server } from 'node:http';
 import { createServer as createNetServer, type Server as NetServer, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
-import { ResponseReader, ScrapeConnection, type ResponseSink } from '../agent/telemetry/scrape-connection.ts';
+import {
+  parseHead,
+  ResponseReader,
+  ScrapeConnection,
+  type ResponseSink,
+} from '../agent/telemetry/scrape-connection.ts';
+import { mulberry32 } from '../shared/sim/random.ts';
 
 interface Collected extends ResponseSink {
   status: number;
@@ -164,6 +170,120 @@ test('reader: interim 1xx answers, empty bodies, Connection: close, HTTP/1.0, by
   assert.equal(cut.outcome, 'more');
   assert.equal(cut.reader.eof(), 'failed');
   assert.match(cut.reader.error, /closed before the response ended/);
+});
+
+/**
+ * The head reader as first written (split into lines, a regex per line): the reference the
+ * in-place `parseHead` must agree with on every head.
+ */
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/; // a field name (RFC 9110 5.6.2), as the first reader checked it
+
+function parseHeadByLines(text: string): ReturnType<typeof parseHead> {
+  const lines = text.split('\r\n');
+  const status = /^HTTP\/1\.([01]) (\d{3})(?: |$)/.exec(lines[0]);
+  if (status === null) return { error: `not an HTTP/1.x status line: ${JSON.stringify(lines[0].slice(0, 40))}` };
+  const code = Number(status[2]);
+  let connection = '';
+  let transferEncoding: string | undefined;
+  let contentLength: string | undefined;
+  let contentEncoding = 'identity';
+  for (let i = 1; i < lines.length; i++) {
+    const line = lines[i];
+    const colon = line.indexOf(':');
+    if (colon <= 0 || !TOKEN.test(line.slice(0, colon)))
+      return { error: `malformed header line: ${JSON.stringify(line.slice(0, 40))}` };
+    const name = line.slice(0, colon).toLowerCase();
+    const value = line.slice(colon + 1).trim();
+    if (name === 'content-length') {
+      for (const part of value.split(',')) {
+        const length = part.trim();
+        if (!/^\d{1,15}$/.test(length))
+          return { error: `invalid Content-Length ${JSON.stringify(value.slice(0, 40))}` };
+        if (contentLength !== undefined && Number(contentLength) !== Number(length))
+          return { error: 'conflicting Content-Length headers' };
+        contentLength = length;
+      }
+    } else if (name === 'transfer-encoding') {
+      transferEncoding = transferEncoding === undefined ? value : `${transferEncoding}, ${value}`;
+    } else if (name === 'connection') {
+      connection += `,${value.toLowerCase()}`;
+    } else if (name === 'content-encoding') {
+      contentEncoding = value.toLowerCase() || 'identity';
+    }
+  }
+  const tokens = connection.split(',').map((t) => t.trim());
+  let keepAlive = status[1] === '1' ? !tokens.includes('close') : tokens.includes('keep-alive');
+  let body: { length: number } | 'chunked' | 'until-close' | 'none' | { error: string };
+  if ((code >= 100 && code < 200) || code === 204 || code === 304) body = 'none';
+  else if (transferEncoding !== undefined) {
+    const codings = transferEncoding.toLowerCase().split(',');
+    if (codings[codings.length - 1].trim() !== 'chunked')
+      body = { error: `unsupported Transfer-Encoding ${JSON.stringify(transferEncoding.slice(0, 40))}` };
+    else if (codings.length > 1) body = { error: `unsupported Transfer-Encoding ${JSON.stringify(transferEncoding)}` };
+    else body = 'chunked';
+    if (contentLength !== undefined) keepAlive = false;
+  } else if (contentLength !== undefined) body = { length: Number(contentLength) };
+  else {
+    body = 'until-close';
+    keepAlive = false;
+  }
+  return { status: code, keepAlive, contentEncoding, body };
+}
+
+test("head: read in place, every head (real servers' and 20,000 seeded mutations of them) reads as the line-split reader did", () => {
+  const heads = [
+    // uvicorn (vLLM, SGLang), node:http, axum (TGI), and framing and keep-alive variants
+    'HTTP/1.1 200 OK\r\ndate: Wed, 02 Dec 2026 13:00:00 GMT\r\nserver: uvicorn\r\ncontent-length: 44612\r\ncontent-type: text/plain; version=0.0.4; charset=utf-8',
+    'HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: 3412\r\nDate: Wed, 02 Dec 2026 13:00:00 GMT\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5',
+    'HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ntransfer-encoding: chunked\r\ndate: Wed, 02 Dec 2026 13:00:00 GMT',
+    'HTTP/1.0 200 OK\r\nConnection: Keep-Alive, TE\r\nContent-Encoding: GZIP\r\ncontent-length: 10, 10',
+    'HTTP/1.1 204 No Content\r\nconnection: close',
+    'HTTP/1.1 404 Not Found\r\nTransfer-Encoding: gzip, chunked\r\nContent-Length: 4',
+    'HTTP/1.1 200',
+    'HTTP/1.1 100 Continue',
+  ];
+  const alphabet = [
+    ':',
+    ' ',
+    '\t',
+    '\r',
+    '\n',
+    '\r\n',
+    ',',
+    'a',
+    'Z',
+    '0',
+    '9',
+    '-',
+    '\u00e9',
+    '\u00a0',
+    '"',
+    'close',
+    'chunked',
+    '1',
+  ];
+  const rand = mulberry32(0x5c4a9e);
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)];
+  const texts = [...heads];
+  for (let n = 0; n < 20_000; n++) {
+    let text = pick(heads);
+    for (let edits = 1 + Math.floor(rand() * 3); edits > 0; edits--) {
+      const at = Math.floor(rand() * (text.length + 1));
+      const op = rand();
+      if (op < 0.4) text = text.slice(0, at) + pick(alphabet) + text.slice(at);
+      else if (op < 0.7) text = text.slice(0, at) + text.slice(at + 1 + Math.floor(rand() * 3));
+      else text = text.slice(0, at) + pick(alphabet) + text.slice(at + 1);
+    }
+    texts.push(text);
+  }
+  let errors = 0;
+  for (const text of texts) {
+    const expected = parseHeadByLines(text);
+    assert.deepEqual(parseHead(text), expected, JSON.stringify(text));
+    if ('error' in expected) errors++;
+  }
+  // Both verdicts are exercised.
+  assert.ok(errors > 2_000 && errors < texts.length - 2_000, `${errors} of ${texts.length} refused`);
 });
 
 const PAGES = new URL('./fixtures/model-server-metrics/', import.meta.url);

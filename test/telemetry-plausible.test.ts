@@ -46,6 +46,12 @@ describe('implausibility', () => {
       implausibility(load({ finished: 5, promptTokens: 2000 }), load())!,
       /backwards.*finished went from 10 to 5/,
     );
+    // The first counter down, in PodLoad's order, is the one named.
+    assert.match(
+      implausibility(load({ ttftSum: 1, finished: 5, promptTokens: 2000 }), load())!,
+      /backwards.*ttftSum went from 5 to 1$/,
+    );
+    assert.match(implausibility(load({ ttftSum: NaN, finished: 5 }), load())!, /^ttftSum = NaN/);
   });
 });
 

@@ -168,19 +168,23 @@ export class MetricSelector {
     return false;
   }
 
-  /** `wantsFamilyAt` for the page's bytes `bytes[start, end)`, without making a string. */
+  /** `familyAt` for the page's bytes `bytes[start, end)`, without making a string. */
   wantsFamilyBytes(bytes: Uint8Array, start: number, end: number): boolean {
     return this.#families.hasBytes(bytes, start, end) || this.#wantsPrefixBytes(bytes, start, end);
   }
 
-  /** Whether a TYPE line for the family at `text[start, end)` is worth keeping. */
-  wantsFamilyAt(text: string, start: number, end: number): boolean {
-    if (this.#families.find(text, start, end) !== undefined) return true;
+  /**
+   * The family at `text[start, end)` if its TYPE line is worth keeping, or undefined: like
+   * `nameAt`, a wanted family comes back as the selector's own string.
+   */
+  familyAt(text: string, start: number, end: number): string | undefined {
+    const known = this.#families.find(text, start, end);
+    if (known !== undefined) return known;
     const prefixes = this.#prefixes;
     for (let k = 0; k < prefixes.length; k++) {
-      if (prefixes[k].length <= end - start && text.startsWith(prefixes[k], start)) return true;
+      if (prefixes[k].length <= end - start && text.startsWith(prefixes[k], start)) return text.slice(start, end);
     }
-    return false;
+    return undefined;
   }
 }
 

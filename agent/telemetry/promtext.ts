@@ -91,7 +91,8 @@ class PageBuilder {
   }
 }
 
-const TYPES = new Set<string>([
+/** The metric types a TYPE line may name. */
+const TYPES: readonly MetricType[] = [
   'counter',
   'gauge',
   'histogram',
@@ -101,7 +102,16 @@ const TYPES = new Set<string>([
   'info',
   'stateset',
   'gaugehistogram',
-]);
+];
+
+/** The type named by `text[start, end)` (the constant: no string made), or undefined. */
+function typeAt(text: string, start: number, end: number): MetricType | undefined {
+  for (let k = 0; k < TYPES.length; k++) {
+    const type = TYPES[k];
+    if (type.length === end - start && text.startsWith(type, start)) return type;
+  }
+  return undefined;
+}
 
 /** Parse a whole page, keeping only what `select` asks for (everything when omitted). Never throws. */
 export function parsePromText(text: string, select: MetricSelector = EVERYTHING): MetricPage {
@@ -293,10 +303,12 @@ function readComment(text: string, i: number, end: number, select: MetricSelecto
     page.fail('malformed TYPE line');
     return;
   }
-  if (!select.wantsFamilyAt(text, nameStart, nameEnd)) return;
-  const type = text.slice(typeStart, typeEnd);
-  if (TYPES.has(type)) page.types.set(text.slice(nameStart, nameEnd), type as MetricType);
-  else page.fail(`unknown metric type "${type.slice(0, 40)}"`);
+  // The selector's own family string and the type constant: nothing sliced, hashes already known.
+  const family = select.familyAt(text, nameStart, nameEnd);
+  if (family === undefined) return;
+  const type = typeAt(text, typeStart, typeEnd);
+  if (type !== undefined) page.types.set(family, type);
+  else page.fail(`unknown metric type "${text.slice(typeStart, Math.min(typeEnd, typeStart + 40))}"`);
 }
 
 function readSample(text: string, start: number, end: number, select: MetricSelector, page: PageBuilder): void {

@@ -68,44 +68,80 @@ interface Head {
   body: { length: number } | 'chunked' | 'until-close' | 'none' | { error: string };
 }
 
-/** The response head's text (status line and header lines, without the blank line). */
+/** A three-digit status code at `text[i, i + 3)`, or -1. */
+function statusAt(text: string, i: number): number {
+  let code = 0;
+  for (let k = i; k < i + 3; k++) {
+    const d = text.charCodeAt(k) - 48;
+    if (!(d >= 0 && d <= 9)) return -1;
+    code = code * 10 + d;
+  }
+  return code;
+}
+
+/** Whether a comma-separated, lower-cased list (`,a, b,c`) holds `token`. */
+function hasToken(list: string, token: string): boolean {
+  if (list === '') return false;
+  for (const t of list.split(',')) if (t.trim() === token) return true;
+  return false;
+}
+
+/**
+ * The response head's text (status line and header lines, without the blank line). Read in place
+ * (it comes with every scrape): only the four headers that frame the body are sliced out.
+ */
 export function parseHead(text: string): Head | { error: string } {
-  const lines = text.split('\r\n');
-  const status = /^HTTP\/1\.([01]) (\d{3})(?: |$)/.exec(lines[0]);
-  if (status === null) return { error: `not an HTTP/1.x status line: ${JSON.stringify(lines[0].slice(0, 40))}` };
-  const code = Number(status[2]);
+  let lineEnd = text.indexOf('\r\n');
+  if (lineEnd < 0) lineEnd = text.length;
+  // HTTP/1.x SP 3DIGIT, then SP or the end of the line
+  const code = lineEnd >= 12 && text.startsWith('HTTP/1.') && text.charCodeAt(8) === 32 ? statusAt(text, 9) : -1;
+  const minor = text.charCodeAt(7);
+  if (code < 0 || (minor !== 48 && minor !== 49) || (lineEnd > 12 && text.charCodeAt(12) !== 32))
+    return { error: `not an HTTP/1.x status line: ${JSON.stringify(text.slice(0, Math.min(lineEnd, 40)))}` };
   let connection = '';
   let transferEncoding: string | undefined;
   let contentLength: string | undefined;
   let contentEncoding = 'identity';
-  for (let i = 1; i < lines.length; i++) {
-    const line = lines[i];
-    const colon = line.indexOf(':');
+  for (let start = lineEnd + 2; start <= text.length;) {
+    let end = text.indexOf('\r\n', start);
+    if (end < 0) end = text.length;
+    const colon = text.indexOf(':', start);
     // A field name is a token: no blanks before the colon (obs-fold continuation lines are refused too).
-    if (colon <= 0 || !isFieldName(line.slice(0, colon)))
-      return { error: `malformed header line: ${JSON.stringify(line.slice(0, 40))}` };
-    const name = line.slice(0, colon).toLowerCase();
-    const value = line.slice(colon + 1).trim();
+    if (colon < 0 || colon > end || !isFieldName(text, start, colon))
+      return { error: `malformed header line: ${JSON.stringify(text.slice(start, Math.min(end, start + 40)))}` };
+    const length = colon - start;
+    // Only names as long as one of the four read below are lower-cased and compared.
+    const name =
+      length === 10 || length === 14 || length === 16 || length === 17 ? text.slice(start, colon).toLowerCase() : '';
     if (name === 'content-length') {
+      const value = text.slice(colon + 1, end).trim();
       // Repeated or comma-listed lengths must agree (RFC 9110 8.6).
       for (const part of value.split(',')) {
-        const length = part.trim();
-        if (!/^\d{1,15}$/.test(length))
+        const digits = part.trim();
+        if (!/^\d{1,15}$/.test(digits))
           return { error: `invalid Content-Length ${JSON.stringify(value.slice(0, 40))}` };
-        if (contentLength !== undefined && Number(contentLength) !== Number(length))
+        if (contentLength !== undefined && Number(contentLength) !== Number(digits))
           return { error: 'conflicting Content-Length headers' };
-        contentLength = length;
+        contentLength = digits;
       }
     } else if (name === 'transfer-encoding') {
+      const value = text.slice(colon + 1, end).trim();
       transferEncoding = transferEncoding === undefined ? value : `${transferEncoding}, ${value}`;
     } else if (name === 'connection') {
-      connection += `,${value.toLowerCase()}`;
+      connection += `,${text
+        .slice(colon + 1, end)
+        .trim()
+        .toLowerCase()}`;
     } else if (name === 'content-encoding') {
-      contentEncoding = value.toLowerCase() || 'identity';
+      contentEncoding =
+        text
+          .slice(colon + 1, end)
+          .trim()
+          .toLowerCase() || 'identity';
     }
+    start = end + 2;
   }
-  const tokens = connection.split(',').map((t) => t.trim());
-  let keepAlive = status[1] === '1' ? !tokens.includes('close') : tokens.includes('keep-alive');
+  let keepAlive = minor === 49 ? !hasToken(connection, 'close') : hasToken(connection, 'keep-alive');
   let body: Head['body'];
   if ((code >= 100 && code < 200) || code === 204 || code === 304) body = 'none';
   else if (transferEncoding !== undefined) {
@@ -240,8 +276,10 @@ export class ResponseReader {
   #readHead(buf: Buffer, i: number, end: number): number {
     if (this.#headLength === 0) {
       // Usually the whole head is in the first piece: found and parsed in place.
-      const at = buf.subarray(i, Math.min(end, i + this.#maxHeaderBytes)).indexOf(HEAD_END);
-      if (at >= 0) return this.#startBody(buf.toString('latin1', i, i + at), i + at + HEAD_END.length);
+      // Searched in place (no view): bytes past `end` are an earlier read's, so a match must end by then.
+      const at = buf.indexOf(HEAD_END, i);
+      if (at >= 0 && at + HEAD_END.length <= Math.min(end, i + this.#maxHeaderBytes))
+        return this.#startBody(buf.toString('latin1', i, at), at + HEAD_END.length);
     }
     // A head cut by a piece boundary: kept until its end arrives.
     const before = this.#headLength;
