@@ -256,9 +256,13 @@ async function rollOut(old: AgentPod, peer: AgentPod, started: (pod: AgentPod) =
       );
   };
   await refresh();
+  // A failed step sets this: every loop below stops, so the failure is reported. Without it the
+  // clients went on sending to stopped agents, each refusal a microtask, and the test process spun
+  // forever (its timeout never got a turn).
+  let abandoned = false;
   let proxying = true;
   const proxy = (async () => {
-    while (proxying) {
+    while (proxying && !abandoned) {
       await refresh();
       await new Promise((r) => setTimeout(r, 50));
     }
@@ -269,7 +273,7 @@ async function rollOut(old: AgentPod, peer: AgentPod, started: (pod: AgentPod) =
   let sent = 0;
   const load = Promise.all(
     Array.from({ length: 8 }, async () => {
-      while (sent < REQUESTS) {
+      while (!abandoned && sent < REQUESTS) {
         sent++;
         const target = endpoints[Math.floor(Math.random() * endpoints.length)];
         const { outcome } = await send(target, client);
@@ -285,7 +289,7 @@ async function rollOut(old: AgentPod, peer: AgentPod, started: (pod: AgentPod) =
   const peerOutcomes: Record<string, number> = {};
   const peerLoad = Promise.all(
     Array.from({ length: 2 }, async () => {
-      while (!rolledOut || peerSent < PEER_REQUESTS) {
+      while (!abandoned && (!rolledOut || peerSent < PEER_REQUESTS)) {
         peerSent++;
         const { outcome, route } = await send(peer.process.api, client);
         const key = outcome === '200' && route?.startsWith(`peer/${NODE}/`) ? 'through gossip' : `${outcome} ${route}`;
@@ -294,24 +298,31 @@ async function rollOut(old: AgentPod, peer: AgentPod, started: (pod: AgentPod) =
     }),
   );
 
-  // The DaemonSet controller, once some load is flowing.
-  await waitFor(() => sent >= 200, 20_000, 'load before the update');
-  const fresh = await startAgentPod('agent-new', '127.0.0.51');
-  started(fresh);
-  await waitFor(() => probe(fresh), 10_000, 'the new agent ready'); // surge: both run now
-  await waitFor(() => endpoints.length === 2, 5_000, 'kube-proxy to see both agents');
-  // Two origins for this node at the peer, one per agent pod: neither superseded the other.
-  await waitFor(
-    async () => (await nodeOriginsAtPeer(peer)).length === 2,
-    5_000,
-    'the peer reading both agents of this node',
-    50,
-  );
-  putAgentPod(old, false, true); // deleted: leaves the endpoints, and gossip's membership
-  await new Promise((r) => setTimeout(r, 500)); // preStop pause
-  assert.equal(await stopAgent(old.process), 0, 'the old agent drained and exited cleanly');
-  deleteAgentPod(old);
-  assert.deepEqual(await nodeOriginsAtPeer(peer), [`${fresh.podIp}:${gossipPort}`], 'only the new agent is read');
+  let fresh: AgentPod;
+  try {
+    // The DaemonSet controller, once some load is flowing.
+    await waitFor(() => sent >= 200, 20_000, 'load before the update');
+    fresh = await startAgentPod('agent-new', '127.0.0.51');
+    started(fresh);
+    await waitFor(() => probe(fresh), 10_000, 'the new agent ready'); // surge: both run now
+    await waitFor(() => endpoints.length === 2, 5_000, 'kube-proxy to see both agents');
+    // Two origins for this node at the peer, one per agent pod: neither superseded the other.
+    await waitFor(
+      async () => (await nodeOriginsAtPeer(peer)).length === 2,
+      5_000,
+      'the peer reading both agents of this node',
+      50,
+    );
+    putAgentPod(old, false, true); // deleted: leaves the endpoints, and gossip's membership
+    await new Promise((r) => setTimeout(r, 500)); // preStop pause
+    assert.equal(await stopAgent(old.process), 0, 'the old agent drained and exited cleanly');
+    deleteAgentPod(old);
+    assert.deepEqual(await nodeOriginsAtPeer(peer), [`${fresh.podIp}:${gossipPort}`], 'only the new agent is read');
+  } catch (error) {
+    abandoned = true;
+    await Promise.allSettled([load, peerLoad, proxy]);
+    throw error;
+  }
 
   await load;
   rolledOut = true;
