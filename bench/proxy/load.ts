@@ -66,12 +66,22 @@ function openSocket(): Promise<Socket> {
   return new Promise((resolve, reject) => {
     const socket = connect({ port: Number(url.port), host: url.hostname, noDelay: true }, () => resolve(socket));
     socket.once('error', reject);
+    // A kept-alive socket the target closed while idle (the agent's keep-alive timeout is 5 s) leaves
+    // the pool; written to, its request would never end. An error is followed by 'close', which
+    // fails the exchange in flight.
+    socket.on('close', () => {
+      const at = idle.indexOf(socket);
+      if (at >= 0) idle.splice(at, 1);
+    });
+    socket.on('error', () => {});
   });
 }
 
 /** One exchange on a kept-alive raw socket: ms from `since` to the first body byte (streamed) or the end. */
 async function onceRaw(since: number): Promise<number | undefined> {
-  const socket = idle.pop() ?? (await openSocket().catch(() => undefined));
+  let socket = idle.pop();
+  while (socket?.destroyed) socket = idle.pop();
+  socket ??= await openSocket().catch(() => undefined);
   if (!socket) return undefined;
   return new Promise((resolve) => {
     const fail = () => {
