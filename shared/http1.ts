@@ -19,6 +19,9 @@ for (let c = 48; c <= 57; c++) TCHAR[c] = 1;
 for (let c = 65; c <= 90; c++) TCHAR[c] = 1;
 for (let c = 97; c <= 122; c++) TCHAR[c] = 1;
 
+/** A token's character (tchar), by char code. */
+export const isTokenChar = (c: number): boolean => c < 128 && TCHAR[c] === 1;
+
 /**
  * `text[start, end)` (the whole string by default) is a header field name: a non-empty token (RFC
  * 9110 5.6.2), nothing that would end, split or fold the line.
@@ -51,3 +54,10 @@ export function hexValue(c: number): number {
 
 /** A chunk larger than this (16^8 - 1 bytes, 4 GiB) is refused rather than counted past safe integers. */
 export const MAX_CHUNK_SIZE_DIGITS = 8;
+
+/** Whether a comma-separated, lower-cased list (`,a, b,c`: a Connection header's tokens) holds `token`. */
+export function hasToken(list: string, token: string): boolean {
+  if (list === '') return false;
+  for (const t of list.split(',')) if (t.trim() === token) return true;
+  return false;
+}

@@ -24,7 +24,7 @@
 import { connect, type Socket } from 'node:net';
 import { describeError } from '../../shared/describe-error.ts';
 import { ChunkedDecoder } from '../../shared/http1-chunked.ts';
-import { HEAD_END, breaksLine, isFieldName } from '../../shared/http1.ts';
+import { HEAD_END, breaksLine, hasToken, isFieldName } from '../../shared/http1.ts';
 
 /** Where one exchange's answer goes: `head`, any number of `data`, then `end`; or `error` at any point. */
 export interface PodResponseHandler {
@@ -153,12 +153,6 @@ export function parseResponseHead(text: string): ResponseHead | string {
   }
   const hint = keepAliveHeader === undefined ? null : /(?:^|[\s,])timeout\s*=\s*(\d+)/i.exec(keepAliveHeader);
   return { status, contentType, keepAlive, keepAliveHintMs: hint ? Number(hint[1]) * 1000 : undefined, body };
-}
-
-function hasToken(list: string, token: string): boolean {
-  if (list === '') return false;
-  for (const t of list.split(',')) if (t.trim() === token) return true;
-  return false;
 }
 
 /** One request's bytes and where its answer goes; waits in its pod's queue until a connection is free. */

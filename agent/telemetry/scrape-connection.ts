@@ -21,7 +21,7 @@
 import { connect, type Socket } from 'node:net';
 import { describeError } from '../../shared/describe-error.ts';
 import { ChunkedDecoder } from '../../shared/http1-chunked.ts';
-import { HEAD_END, isFieldName } from '../../shared/http1.ts';
+import { HEAD_END, hasToken, isFieldName } from '../../shared/http1.ts';
 
 /** Where a response goes. Called in order: `head`, any number of `data`, then `end`; or `error` at any point. */
 export interface ResponseSink {
@@ -77,13 +77,6 @@ function statusAt(text: string, i: number): number {
     code = code * 10 + d;
   }
   return code;
-}
-
-/** Whether a comma-separated, lower-cased list (`,a, b,c`) holds `token`. */
-function hasToken(list: string, token: string): boolean {
-  if (list === '') return false;
-  for (const t of list.split(',')) if (t.trim() === token) return true;
-  return false;
 }
 
 /**

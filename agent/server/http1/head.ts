@@ -18,6 +18,8 @@
 //   404), limited to visible ASCII and `maxTargetBytes`; CONNECT is refused (501).
 // - Expect: only `100-continue` (any other expectation gets 417).
 
+import { hasToken, isTokenChar } from '../../../shared/http1.ts';
+
 /** The limits a head is read under; each is a setting (README "Agent configuration"). */
 export interface HeadLimits {
   /** Header lines at most. */
@@ -49,14 +51,6 @@ export interface HeadRefusal {
 
 const refuse = (status: number, message: string): HeadRefusal => ({ status, message });
 
-/** tchar (RFC 9110 5.6.2) by char code. */
-const TCHAR = new Uint8Array(128);
-for (const c of "!#$%&'*+-.^_`|~") TCHAR[c.charCodeAt(0)] = 1;
-for (let c = 48; c <= 57; c++) TCHAR[c] = 1;
-for (let c = 65; c <= 90; c++) TCHAR[c] = 1;
-for (let c = 97; c <= 122; c++) TCHAR[c] = 1;
-
-const isTchar = (c: number) => c < 128 && TCHAR[c] === 1;
 /** A field value's octet: VCHAR, obs-text, SP or HTAB (RFC 9110 5.5). */
 const isFieldChar = (c: number) => (c >= 32 && c !== 127) || c === 9;
 
@@ -67,7 +61,7 @@ export function parseRequestHead(text: string, limits: HeadLimits): RequestHead 
   while (text.charCodeAt(i) === 13 && text.charCodeAt(i + 1) === 10) i += 2;
   // method SP request-target SP HTTP-version CRLF
   const methodStart = i;
-  while (i < text.length && isTchar(text.charCodeAt(i))) i++;
+  while (i < text.length && isTokenChar(text.charCodeAt(i))) i++;
   if (i === methodStart || text.charCodeAt(i) !== 32) return refuse(400, 'malformed request line');
   const method = text.slice(methodStart, i);
   const targetStart = ++i;
@@ -109,7 +103,7 @@ export function parseRequestHead(text: string, limits: HeadLimits): RequestHead 
     const nameStart = i;
     const first = text.charCodeAt(i);
     if (first === 32 || first === 9) return refuse(400, 'obsolete line folding is not accepted');
-    while (i < text.length && isTchar(text.charCodeAt(i))) i++;
+    while (i < text.length && isTokenChar(text.charCodeAt(i))) i++;
     if (i === nameStart || text.charCodeAt(i) !== 58) return refuse(400, 'malformed header field');
     const name = text.slice(nameStart, i).toLowerCase();
     i++;
@@ -201,10 +195,4 @@ function plainLength(value: string): number {
     n = n * 10 + d;
   }
   return n;
-}
-
-function hasToken(list: string, token: string): boolean {
-  if (list === '') return false;
-  for (const t of list.split(',')) if (t.trim() === token) return true;
-  return false;
 }
