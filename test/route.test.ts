@@ -406,46 +406,22 @@ test('a pod that would prefill again what another pod holds is charged for the q
   // that joins its queue behind this one waits for them: the holder wins.
   assert.equal(d.chosen.candidate.pod.name, 'holder');
   assert.ok(byName.other.score - byName.other.predictedMs > 360);
+  // The pod chosen between `rival` and the holder.
+  const against = (rival: Candidate) => {
+    const chosen = decide({ request, policy: LONG_SLO, leave: STAY, rand: first, candidates: [rival, holder] });
+    return chosen.action === 'pod' ? chosen.chosen.candidate.pod.name : chosen.action;
+  };
   // Requests sent but not yet seen in a scrape are queue too.
-  const unseen = decide({
-    request,
-    policy: LONG_SLO,
-    leave: STAY,
-    rand: first,
-    candidates: [pod('unseen', { unseenSent: 1 }), holder],
-  });
-  assert.equal(unseen.action === 'pod' && unseen.chosen.candidate.pod.name, 'holder');
+  assert.equal(against(pod('unseen', { unseenSent: 1 })), 'holder');
   // Requests admitted to the batch but still prefilling (this agent's, awaiting their first token)
   // wait on it too, though the pod's waiting count no longer shows them.
-  const prefilling = decide({
-    request,
-    policy: LONG_SLO,
-    leave: STAY,
-    rand: first,
-    candidates: [pod('prefilling', { pendingRequests: 1, running: 1 }), holder],
-  });
-  assert.equal(prefilling.action === 'pod' && prefilling.chosen.candidate.pod.name, 'holder');
+  assert.equal(against(pod('prefilling', { pendingRequests: 1, running: 1 })), 'holder');
   // Nothing waits there, but requests keep arriving: at 2 a second, 0.85 of one reaches the pod
   // during this one's predicted 424 ms, and waits for the 360 ms of recomputed prefix.
-  const busy = decide({
-    request,
-    policy: LONG_SLO,
-    leave: STAY,
-    rand: first,
-    candidates: [pod('arriving', { running: 2, sentPerMs: 0.002 }), holder],
-  });
-  assert.equal(busy.action === 'pod' && busy.chosen.candidate.pod.name, 'holder');
-  const quiet = decide({
-    request,
-    policy: LONG_SLO,
-    leave: STAY,
-    rand: first,
-    candidates: [pod('arriving', { running: 2 }), holder],
-  });
-  assert.equal(quiet.action === 'pod' && quiet.chosen.candidate.pod.name, 'arriving');
+  assert.equal(against(pod('arriving', { running: 2, sentPerMs: 0.002 })), 'holder');
+  assert.equal(against(pod('arriving', { running: 2 })), 'arriving');
   // With no queue and nothing sent there lately nobody waits on that prefill: the other pod wins by its own TTFT.
-  const idle = decide({ request, policy: LONG_SLO, leave: STAY, rand: first, candidates: [pod('idle'), holder] });
-  assert.equal(idle.action === 'pod' && idle.chosen.candidate.pod.name, 'idle');
+  assert.equal(against(pod('idle')), 'idle');
 });
 
 test('without a cached prefix anywhere the score is the prediction plus the load term, as before prefix caching', () => {
