@@ -10,6 +10,7 @@ import { PodPool } from '../agent/pool/pool.ts';
 import { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
 import { decide } from '../agent/route/router.ts';
 import { benchCandidates, benchLeave, benchPolicy, benchRequest } from './decide-fixtures.ts';
+import { allocationBySite } from './heap-sites.ts';
 
 const args = parseArgs({
   options: {
@@ -23,12 +24,6 @@ const args = parseArgs({
 }).values;
 const known = Number(args.known);
 const decisions = Number(args.decisions);
-
-interface ProfileNode {
-  callFrame: { functionName: string; url: string; lineNumber: number };
-  selfSize: number;
-  children: ProfileNode[];
-}
 
 async function profile(label: string, classes: PoolClasses, decideWith: typeof decide): Promise<void> {
   const pool = poolKnowing(known, benchCandidates(8), 8, Number(args.history), classes, Number(args.observations));
@@ -49,27 +44,13 @@ async function profile(label: string, classes: PoolClasses, decideWith: typeof d
     includeObjectsCollectedByMinorGC: true,
   });
   for (let i = 0; i < decisions; i++) run();
-  const { profile } = (await session.post('HeapProfiler.stopSampling')) as unknown as {
-    profile: { head: ProfileNode };
-  };
+  const { total, sites } = await allocationBySite(session);
   session.disconnect();
-  const bySite = new Map<string, number>();
-  let total = 0;
-  const walk = (n: ProfileNode) => {
-    if (n.selfSize > 0) {
-      const f = n.callFrame;
-      const key = `${f.functionName || '(anonymous)'} ${f.url.split('/').slice(-2).join('/')}:${f.lineNumber + 1}`;
-      bySite.set(key, (bySite.get(key) ?? 0) + n.selfSize);
-      total += n.selfSize;
-    }
-    for (const c of n.children) walk(c);
-  };
-  walk(profile.head);
   console.log(
     `${label}: ${known} known pods, ${(total / decisions).toFixed(0)} bytes allocated per decision (sampled)`,
   );
-  const rows = [...bySite].sort((a, b) => b[1] - a[1]).slice(0, Number(args.top));
-  for (const [site, bytes] of rows) console.log(`  ${(bytes / decisions).toFixed(0).padStart(7)} B  ${site}`);
+  for (const [site, bytes] of sites.slice(0, Number(args.top)))
+    console.log(`  ${(bytes / decisions).toFixed(0).padStart(7)} B  ${site}`);
 }
 
 await profile('now', { PodPool, PodTelemetry }, decide);

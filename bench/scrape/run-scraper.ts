@@ -19,6 +19,7 @@ import { parseArgs } from 'node:util';
 import { Scraper } from '../../agent/telemetry/scraper.ts';
 import { ScrapeConnection } from '../../agent/telemetry/scrape-connection.ts';
 import type { Pod } from '../../agent/types.ts';
+import { allocationBySite } from '../heap-sites.ts';
 
 const { values } = parseArgs({
   options: {
@@ -199,33 +200,14 @@ console.log(
   `${n} scrapes, ${errors} errors, ${((used.user + used.system) / 1000 / n).toFixed(3)} ms CPU/scrape (${values.floor ? 'floor' : (values.before ?? 'now')})`,
 );
 
-interface ProfileNode {
-  callFrame: { functionName: string; url: string; lineNumber: number };
-  selfSize: number;
-  children: ProfileNode[];
-}
 if (values.profile !== undefined) {
   const { profile } = await session.post('Profiler.stop');
   writeFileSync(values.profile, JSON.stringify(profile));
 }
 if (values.alloc) {
-  const { profile } = (await session.post('HeapProfiler.stopSampling')) as unknown as {
-    profile: { head: ProfileNode };
-  };
-  const bySite = new Map<string, number>();
-  let total = 0;
-  const walk = (node: ProfileNode) => {
-    if (node.selfSize > 0) {
-      const f = node.callFrame;
-      const key = `${f.functionName || '(anonymous)'} ${f.url.split('/').slice(-2).join('/')}:${f.lineNumber + 1}`;
-      bySite.set(key, (bySite.get(key) ?? 0) + node.selfSize);
-      total += node.selfSize;
-    }
-    for (const child of node.children) walk(child);
-  };
-  walk(profile.head);
+  const { total, sites } = await allocationBySite(session);
   console.log(`${(total / n).toFixed(0)} bytes allocated per scrape (sampled every 128 B)`);
-  for (const [site, bytes] of [...bySite].sort((a, b) => b[1] - a[1]).slice(0, Number(values.top)))
+  for (const [site, bytes] of sites.slice(0, Number(values.top)))
     console.log(`  ${(bytes / n).toFixed(0).padStart(7)} B  ${site}`);
 }
 if (values.alloc || values.profile !== undefined) session.disconnect();
