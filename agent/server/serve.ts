@@ -84,6 +84,16 @@ export class RequestRecorder {
     // A client that left before its answer is its own outcome, not the status we could not send.
     const ok = answer.status >= 200 && answer.status < 300;
     r.outcome = req.aborted || answer.status === 499 ? 'cancelled' : ok ? 'ok' : String(answer.status);
+    answer.headers['x-request-id'] = requestId;
+    const writing = writeAnswer(res, answer, this.#drainStop);
+    // What the answer did not wait for, once it is out: a whole answer was handed to the socket
+    // within the call; a stream's head and first chunk go at the end of this turn, so its
+    // bookkeeping runs in the next (its relay runs it first if the stream ends sooner).
+    const settle = answer.settle;
+    if (settle) {
+      if (answer.stream) setImmediate(settle);
+      else settle();
+    }
     const slash = r.route.indexOf('/'); // local/<pod> → local
     // Label values in the counter's order: api, route, outcome, model, policy.
     metrics.requests.add(
@@ -94,8 +104,7 @@ export class RequestRecorder {
       r.model === undefined ? 'none' : this.#modelLabel.value(r.model),
       r.policy === undefined ? 'none' : this.#policyLabel.value(r.policy),
     );
-    answer.headers['x-request-id'] = requestId;
-    const sent = await writeAnswer(res, answer, this.#drainStop);
+    const sent = await writing;
     const { requestLog } = this.#deps;
     if (requestLog.sample <= 0 || this.#deps.rand() >= requestLog.sample) return;
     if (!sent.ok && r.outcome === 'ok') r.outcome = 'broken';
