@@ -113,3 +113,24 @@ test('a margin asked again, for another quantile or after each measurement, is w
     }
   }
 });
+
+test("a pod's margin is the q-quantile of exactly its last `window` errors, ties and turnover included", () => {
+  // recent > any count: no shift; minWarmObservations 1: past a few observations the pod's own
+  // quantile alone, so the margin is the window's quantile as a plain sort of it gives it.
+  const window = 8;
+  const c = new Calibration({ window, recent: 10_000, minWarmObservations: 1 });
+  const rand = mulberry32(21);
+  const errors: number[] = [];
+  for (let i = 0; i < 400; i++) {
+    // Few distinct ratios, so equal values enter and leave the window often.
+    const ratio = [0.5, 1, 1, 2, 4][Math.floor(rand() * 5)] * (i % 50 === 0 ? 1000 : 1);
+    errors.push(Math.log(ratio));
+    c.observe('pod', 100, 100 * ratio);
+    const kept = errors.slice(-window).sort((a, b) => a - b);
+    for (const q of [0.5, 0.75, 0.9]) {
+      if (errors.length < Math.ceil(2 / (1 - q))) continue; // still blended with the cold margin
+      const rank = Math.min(kept.length, Math.max(1, Math.ceil(q * (kept.length + 1))));
+      assert.equal(c.margin('pod', q), kept[rank - 1], `after ${i + 1} observations, q=${q}`);
+    }
+  }
+});

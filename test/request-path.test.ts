@@ -4,7 +4,7 @@
 // stand-in the test controls and inspects.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer, type Server } from 'node:http';
+import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createPodDispatcher } from '../agent/forward/pod.ts';
 import type { Candidate } from '../agent/route/candidate.ts';
@@ -257,4 +257,68 @@ test('a sampled request writes one log line when its body ends; the id is the fr
   assert.equal(line.route, 'local/pod-0');
   assert.equal(line.policy, 'ns/p');
   assert.equal(line.outcome, 'ok');
+});
+
+test("the pod's learning and slot wait for the answer's bytes, and are done when the client has them", async () => {
+  // A pod that answers a stream in two writes, so the client's first bytes come before its end.
+  const streaming = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      const streamed = req.headers.accept?.includes('event-stream') && seenStream;
+      if (!streamed) return void res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(ANSWER));
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('data: {"choices":[{"delta":{"content":"h"}}]}\n\n');
+      setTimeout(() => res.end('data: [DONE]\n\n'), 50);
+    });
+  });
+  let seenStream = false;
+  await new Promise<void>((resolve) => streaming.listen(0, '127.0.0.1', resolve));
+  const address = `127.0.0.1:${(streaming.address() as AddressInfo).port}`;
+  const { path, deps } = requestPath({ candidates: [candidate(address)], leave: STAY });
+  // What the answer's writer had done when each hook ran.
+  const seen: string[] = [];
+  let answer: ServerResponse | undefined;
+  deps.pool.begin = () => ({
+    firstByte: () => void seen.push(`firstByte after head ${answer!.headersSent}`),
+    answered: () => void seen.push(`answered after end ${answer!.writableEnded}`),
+    end: (ok) => void seen.push(`end ${ok}`),
+  });
+  const server = createServer((req, res) => {
+    answer = res;
+    void path.handle('chat', nodeRequest(req), res);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/chat/completions`;
+  const post = (stream: boolean) =>
+    fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hello' }], stream }),
+    });
+  try {
+    const whole = await post(false);
+    await whole.arrayBuffer();
+    assert.deepEqual(seen, ['answered after end true', 'end true'], 'learned after the write, done by its end');
+    assert.match(
+      await deps.metrics.registry.metrics(),
+      /kinference_upstream_ttft_seconds_count\{route="local",stream="false"\} 1/,
+    );
+    seen.length = 0;
+    seenStream = true;
+    const stream = await post(true);
+    const reader = stream.body!.getReader();
+    await reader.read(); // the first event, while the pod holds the rest back
+    assert.deepEqual(seen, ['firstByte after head true'], 'learned after the first bytes, before the end');
+    assert.match(
+      await deps.metrics.registry.metrics(),
+      /kinference_pod_ttft_seconds_count\{pod="pod-0",source="measured"\} 1/,
+    );
+    while (!(await reader.read()).done);
+    assert.deepEqual(seen, ['firstByte after head true', 'end true']);
+  } finally {
+    server.close();
+    server.closeAllConnections();
+    streaming.close();
+    streaming.closeAllConnections();
+  }
 });

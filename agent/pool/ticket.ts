@@ -49,8 +49,17 @@ export function openTicket(r: TicketRequest): PodTicket {
     counters.pendingPromptTokens -= counted;
     counters.pendingRequests -= awaited;
   };
+  // Each observation makes the pod's params new; built here, after the answer went out, the next
+  // decision (which reads them for every local candidate) finds them ready.
+  const ready = () => {
+    if (uid === undefined) return;
+    if (kind === 'embeddings') learner.embeddingParams(uid);
+    else learner.params(uid);
+  };
   const learn = (ms: number) => {
-    if (uid !== undefined) learner.observeTtft(uid, kind, features, predictedMs, ms, r.now());
+    if (uid === undefined) return;
+    learner.observeTtft(uid, kind, features, predictedMs, ms, r.now());
+    ready();
   };
   return {
     predictedMs,
@@ -63,7 +72,9 @@ export function openTicket(r: TicketRequest): PodTicket {
       // An embedding's answer time is its prefill: a TTFT, learned as one.
       if (kind === 'embeddings') return learn(ms);
       // A generation's answer time holds its decode too: only a bound (see Learner.observeAnswer).
-      if (uid !== undefined) learner.observeAnswer(uid, kind, features, predictedMs, ms);
+      if (uid === undefined) return;
+      learner.observeAnswer(uid, kind, features, predictedMs, ms);
+      ready();
     },
     end: () => {
       if (ended) return;

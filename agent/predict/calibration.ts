@@ -25,8 +25,9 @@ interface Residuals {
   values: Float64Array;
   count: number;
   next: number;
-  /** Sorted copy of the window, rebuilt lazily after an observation. */
-  sorted: Float64Array | undefined;
+  /** The window's values in ascending order (its first min(count, window) entries), kept so as
+   *  each observation comes: the next decision's quantile is a read, not a sort of the window. */
+  sorted: Float64Array;
   /** The quantile `ownMargin` was computed for (NaN: none since the last observation). */
   ownQ: number;
   /** The window's `ownQ`-quantile raised by its recent shift: it only changes with an observation,
@@ -60,10 +61,35 @@ const NODE = '\u0000node';
 
 function quantileOf(r: Residuals, q: number): number {
   const n = Math.min(r.count, r.values.length);
-  if (!r.sorted) r.sorted = r.values.slice(0, n).sort();
   // The rank that estimates the q-quantile without bias toward the middle: ceil(q·(n+1)).
   const rank = Math.min(n, Math.max(1, Math.ceil(q * (n + 1))));
   return r.sorted[rank - 1];
+}
+
+/** The first index in sorted[0, n) whose value is not below `value` (n: none). */
+function lowerBound(sorted: Float64Array, n: number, value: number): number {
+  let lo = 0;
+  let hi = n;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (sorted[mid] < value) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** `value` joins the sorted copy; the one it replaces in a full window (`leaving`) leaves it. */
+function keepSorted(r: Residuals, value: number, leaving: number | undefined): void {
+  const sorted = r.sorted;
+  let n = Math.min(r.count, r.values.length);
+  if (leaving !== undefined) {
+    const at = lowerBound(sorted, n, leaving); // present: it is the window's own value
+    sorted.copyWithin(at, at + 1, n);
+    n--;
+  }
+  const at = lowerBound(sorted, n, value);
+  sorted.copyWithin(at + 1, at, n);
+  sorted[at] = value;
 }
 
 function meanOf(r: Residuals, last: number): number {
@@ -170,16 +196,16 @@ export class Calibration {
         values: new Float64Array(this.options.window),
         count: 0,
         next: 0,
-        sorted: undefined,
+        sorted: new Float64Array(this.options.window),
         ownQ: NaN,
         ownMargin: 0,
       };
       byPod.set(key, r);
     }
+    keepSorted(r, value, r.count >= r.values.length ? r.values[r.next] : undefined);
     r.values[r.next] = value;
     r.next = (r.next + 1) % r.values.length;
     r.count++;
-    r.sorted = undefined;
     r.ownQ = NaN;
   }
 }

@@ -13,6 +13,12 @@ export interface Answer {
   body?: Uint8Array | string;
   /** An upstream body relayed chunk by chunk (instead of `body`). */
   stream?: UpstreamBody;
+  /**
+   * Bookkeeping the client's answer does not wait for (the pod's learning, TTFT metrics; for a
+   * whole answer the pod's slot too): the recorder runs it once the answer's bytes are written
+   * (a whole answer's) or queued (a stream's first ones). Must run exactly once.
+   */
+  settle?: () => void;
 }
 
 /** An OpenAI-shaped error, marked `x-kinference-route: rejected` as the README's API section promises. */

@@ -26,12 +26,8 @@ export async function attemptPod(
 ): Promise<Answer | undefined> {
   const route = candidateName(candidate);
   const predictedMs = admitted.predictedMs;
-  const ticket = deps.pool.begin(candidate, request.promptTokens, request.kind, parsed.stream, request.promptBlocks);
-  deps.metrics.prefixTokens.add(request.promptTokens, 'prompt');
-  const cached = Math.min(candidate.expectedCachedTokens ?? 0, request.promptTokens);
-  if (cached > 0) deps.metrics.prefixTokens.add(cached, 'expected_cached');
   const headersOut = { ...ctx.upstreamHeaders, ...deps.podAuth(candidate.pod) };
-  const attempt = await sendToPod(
+  const sending = sendToPod(
     deps.dispatcher,
     candidate.pod.address,
     `/v1/${API_PATHS[parsed.kind]}`,
@@ -40,6 +36,14 @@ export async function attemptPod(
     deps.limits.pod,
     { wholeAnswer: !parsed.stream, headers: headersOut },
   );
+  // The pool's bookkeeping once the request is on its way (an idle connection writes it within
+  // the call above): in the same turn, so no other request is decided between the two, but the pod
+  // starts on it sooner.
+  const ticket = deps.pool.begin(candidate, request.promptTokens, request.kind, parsed.stream, request.promptBlocks);
+  deps.metrics.prefixTokens.add(request.promptTokens, 'prompt');
+  const cached = Math.min(candidate.expectedCachedTokens ?? 0, request.promptTokens);
+  if (cached > 0) deps.metrics.prefixTokens.add(cached, 'expected_cached');
+  const attempt = await sending;
   const headers = {
     'x-kinference-route': route,
     'x-kinference-predicted-ttft-ms': String(Math.round(predictedMs)),
@@ -60,51 +64,71 @@ export async function attemptPod(
   }
   const routeLabel = candidate.where;
   const streamLabel = String(parsed.stream);
-  ctx.record.ttftMs = Math.round(attempt.firstByteMs * 10) / 10;
-  // Non-streamed answers arrive whole, so their first byte is the whole answer: recorded under
-  // stream="false" for the operator.
-  deps.metrics.upstreamTtft.observe(attempt.firstByteMs / 1000, routeLabel, streamLabel);
-  if (candidate.where === 'local' && attempt.firstByteMs > 0) {
-    deps.metrics.predictionError.observe(
-      Math.abs(predictedMs - attempt.firstByteMs) / attempt.firstByteMs,
-      streamLabel,
-    );
-  }
+  const firstByteMs = attempt.firstByteMs;
+  ctx.record.ttftMs = Math.round(firstByteMs * 10) / 10;
+  const observeTtft = () => {
+    // Non-streamed answers arrive whole, so their first byte is the whole answer: recorded under
+    // stream="false" for the operator.
+    deps.metrics.upstreamTtft.observe(firstByteMs / 1000, routeLabel, streamLabel);
+    if (candidate.where === 'local' && firstByteMs > 0)
+      deps.metrics.predictionError.observe(Math.abs(predictedMs - firstByteMs) / firstByteMs, streamLabel);
+  };
   // A TTFT exists for streamed requests (first byte) and embeddings (all prefill); a non-streamed
   // generation's first byte is its whole answer, so it is not counted against the TTFT SLO.
-  const measured = (ms: number) => {
+  // `answeredAt` is read when the answer is in hand, before the write, and counted after it.
+  const measured = (ms: number, answeredAt: number) => {
     if (!parsed.stream && parsed.kind !== 'embeddings') return;
     deps.metrics.sloRequests.add(
       1,
       routeLabel,
       String(slo.leavable),
-      String(deps.now() - slo.started <= slo.sloTtftMs),
+      String(answeredAt - slo.started <= slo.sloTtftMs),
     );
     if (candidate.where === 'local')
       deps.metrics.admissionCalibration.add(1, candidate.pod.name, String(ms <= admitted.quantileMs));
   };
   if (parsed.stream) {
-    ticket.firstByte(attempt.firstByteMs);
-    measured(attempt.firstByteMs);
-    if (candidate.where === 'local') {
-      deps.metrics.podTtft.observe(attempt.firstByteMs / 1000, candidate.pod.name, 'measured');
-      deps.metrics.podTtft.observe(predictedMs / 1000, candidate.pod.name, 'predicted');
-    }
-    return podStreamAnswer(attempt, headers, {
+    // Learned once the first bytes are out (or sooner, if the stream ends first: the learning
+    // comes before the pod's slot is freed, as it did when it ran here).
+    const answeredAt = deps.now();
+    const settle = once(() => {
+      observeTtft();
+      ticket.firstByte(firstByteMs);
+      measured(firstByteMs, answeredAt);
+      if (candidate.where === 'local') {
+        deps.metrics.podTtft.observe(firstByteMs / 1000, candidate.pod.name, 'measured');
+        deps.metrics.podTtft.observe(predictedMs / 1000, candidate.pod.name, 'predicted');
+      }
+    });
+    const answer = podStreamAnswer(attempt, headers, {
       brokenEnd:
         parsed.kind === 'responses' ? (message) => responsesErrorEvent(message, 'upstream_stream_error') : undefined,
-      onEnd: ({ ok }) => ticket.end(ok),
+      onEnd: ({ ok }) => {
+        settle();
+        ticket.end(ok);
+      },
     });
+    answer.settle = settle;
+    return answer;
   }
   try {
     const bytes = await readRest(attempt.first, attempt.rest, deps.limits.maxUpstreamBodyBytes);
-    const answerMs = attempt.firstByteMs;
-    ticket.answered(answerMs);
-    measured(answerMs);
-    ticket.end(true);
-    if (deps.requestLog.sample > 0) Object.assign(ctx.record, usageOf(bytes)); // only read when lines may be written
-    return { status: attempt.status, headers: { 'content-type': attempt.contentType, ...headers }, body: bytes };
+    const record = ctx.record;
+    const answeredAt = deps.now();
+    return {
+      status: attempt.status,
+      headers: { 'content-type': attempt.contentType, ...headers },
+      body: bytes,
+      settle: () => {
+        observeTtft();
+        ticket.answered(firstByteMs);
+        measured(firstByteMs, answeredAt);
+        ticket.end(true);
+        if (deps.requestLog.sample > 0) Object.assign(record, usageOf(bytes)); // only read when lines may be written
+      },
+    };
   } catch (error) {
+    observeTtft();
     ticket.end(false);
     // Drop the rest of the answer: an unread body would hold its socket (and the dispatcher's
     // close) forever.
@@ -115,4 +139,14 @@ export async function attemptPod(
       headers,
     });
   }
+}
+
+/** `fn` run at most once, by whichever caller comes first. */
+function once(fn: () => void): () => void {
+  let done = false;
+  return () => {
+    if (done) return;
+    done = true;
+    fn();
+  };
 }

@@ -6,7 +6,7 @@ import { describeUnexpected } from '../../shared/describe-error.ts';
 import { propagatedHeaders, requestIdFor } from '../forward/headers.ts';
 import { BoundedLabel } from './metrics.ts';
 import { RequestError } from './request.ts';
-import { logLine } from './evidence.ts';
+import { logLine, type RequestRecord } from './evidence.ts';
 import { errorAnswer, writeAnswer, type Answer } from './answers.ts';
 import type { ClientRequest } from './client-request.ts';
 import type { RequestContext, RequestPathDeps } from './path-deps.ts';
@@ -22,12 +22,41 @@ export class RequestRecorder {
   /** Fired at the drain deadline: streams still running end with an error event and [DONE]. */
   readonly #drainDeadline = new AbortController();
   readonly #drainStop = { signal: this.#drainDeadline.signal, message: DRAIN_END };
+  /** A fresh request id made ahead, after the last answer (see #answered). */
+  #nextId: string | undefined;
 
   constructor(deps: RecorderDeps, maxLabelValues: number) {
     this.#deps = deps;
     this.#modelLabel = new BoundedLabel(maxLabelValues);
     this.#policyLabel = new BoundedLabel(maxLabelValues);
   }
+
+  /** After an answer is written: the pod's bookkeeping, the request's count, the next request's id. */
+  #answered(api: string, r: RequestRecord, settle: (() => void) | undefined): void {
+    settle?.();
+    const slash = r.route.indexOf('/'); // local/<pod> → local
+    // Label values in the counter's order: api, route, outcome, model, policy.
+    this.#deps.metrics.requests.add(
+      1,
+      api,
+      slash < 0 ? r.route : r.route.slice(0, slash),
+      r.outcome,
+      r.model === undefined ? 'none' : this.#modelLabel.value(r.model),
+      r.policy === undefined ? 'none' : this.#policyLabel.value(r.policy),
+    );
+    // A fresh id costs a few µs when made once per request (cold): made here, the next request
+    // that comes without one takes it ready.
+    this.#nextId ??= this.#deps.newRequestId();
+  }
+
+  readonly #afterStream = (api: string, r: RequestRecord, settle: (() => void) | undefined) =>
+    this.#answered(api, r, settle);
+
+  readonly #takeId = (): string => {
+    const id = this.#nextId ?? this.#deps.newRequestId();
+    this.#nextId = undefined;
+    return id;
+  };
 
   /** The drain deadline passed: end every stream still running, properly. */
   endStreams(): void {
@@ -45,7 +74,7 @@ export class RequestRecorder {
     const started = this.#deps.now();
     // Formatted only for a sampled log line: an ISO date per request is a measurable share of it.
     const startedAt = Date.now();
-    const requestId = requestIdFor(req.headers.get('x-request-id'), this.#deps.newRequestId);
+    const requestId = requestIdFor(req.headers.get('x-request-id'), this.#takeId);
     const ctx: RequestContext = {
       started,
       upstreamHeaders: propagatedHeaders(req.headers, requestId),
@@ -84,18 +113,14 @@ export class RequestRecorder {
     // A client that left before its answer is its own outcome, not the status we could not send.
     const ok = answer.status >= 200 && answer.status < 300;
     r.outcome = req.aborted || answer.status === 499 ? 'cancelled' : ok ? 'ok' : String(answer.status);
-    const slash = r.route.indexOf('/'); // local/<pod> → local
-    // Label values in the counter's order: api, route, outcome, model, policy.
-    metrics.requests.add(
-      1,
-      api,
-      slash < 0 ? r.route : r.route.slice(0, slash),
-      r.outcome,
-      r.model === undefined ? 'none' : this.#modelLabel.value(r.model),
-      r.policy === undefined ? 'none' : this.#policyLabel.value(r.policy),
-    );
     answer.headers['x-request-id'] = requestId;
-    const sent = await writeAnswer(res, answer, this.#drainStop);
+    const writing = writeAnswer(res, answer, this.#drainStop);
+    // What the answer does not wait for runs once it is out: a whole answer was handed to the
+    // socket within the call; a stream's head and first chunk go at the end of this turn, so its
+    // part waits for the next (its relay runs the pod's part first if the stream ends sooner).
+    if (answer.stream) setImmediate(this.#afterStream, api, r, answer.settle);
+    else this.#answered(api, r, answer.settle);
+    const sent = await writing;
     const { requestLog } = this.#deps;
     if (requestLog.sample <= 0 || this.#deps.rand() >= requestLog.sample) return;
     if (!sent.ok && r.outcome === 'ok') r.outcome = 'broken';
