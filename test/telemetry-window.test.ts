@@ -286,3 +286,48 @@ test('averages and maxima read the same bits as weighing every bucket, at real c
     }
   }
 });
+
+/** The largest double below x (x finite, not 0). */
+function below(x: number): number {
+  const view = new DataView(new ArrayBuffer(8));
+  view.setFloat64(0, x);
+  view.setBigInt64(0, view.getBigInt64(0) + (x > 0 ? -1n : 1n));
+  return view.getFloat64(0);
+}
+
+test('averageAtMost is never true when the average is above the limit, and decides the clear cases from kept sums', () => {
+  let seed = 11;
+  const rand = () => ((seed = (seed * 16807) % 2147483647) - 1) / 2147483646;
+  let certain = 0;
+  let asked = 0;
+  for (const origin of [0, 1_764_000_000_000.25, -98_765.5]) {
+    const w = new TimeWindow({ spanMs: 60_000, bucketMs: 500 });
+    let t = origin;
+    for (let i = 0; i < 4000; i++) {
+      t += rand() < 0.01 ? rand() * 90_000 : 50 + rand() * 100;
+      const value = rand() < 0.02 ? NaN : (rand() < 0.05 ? -1 : 1) * (Math.floor(rand() * 5) + rand());
+      w.record(t, value);
+      for (const windowMs of [1_000, 30_000, 60_000, 120_000]) {
+        // Several decisions between two scrapes, as a serving agent makes them.
+        for (let k = 0; k < 3; k++) {
+          const now = t + rand() * 600;
+          const average = w.average(windowMs, now);
+          if (Number.isNaN(average)) {
+            assert.equal(w.averageAtMost(windowMs, now, Infinity), false);
+            continue;
+          }
+          // The limits that matter: at the average, a double either side of it, and farther off.
+          for (const limit of [average, below(average), -below(-average), average - 0.5, 2]) {
+            const atMost = w.averageAtMost(windowMs, now, limit);
+            assert.ok(!atMost || average <= limit, `average ${average} > limit ${limit} at ${now}`);
+          }
+          assert.equal(w.averageAtMost(windowMs, now, below(average)), false);
+          // A limit a millionth away is clear: kept sums decide it.
+          asked++;
+          if (w.averageAtMost(windowMs, now, average + 1e-6 * (1 + Math.abs(average)))) certain++;
+        }
+      }
+    }
+  }
+  assert.ok(certain / asked > 0.4, `certain in ${certain} of ${asked}`);
+});

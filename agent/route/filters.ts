@@ -113,6 +113,8 @@ export const fresh: Filter = (c) =>
 
 export const excludeRules: Filter = (c, { policy, predictedMs }) => {
   for (const rule of policy.exclude) {
+    // Most windows are far from their rule's limit; the candidate can tell without the average.
+    if (rule.metric !== 'predictedTTFT' && c.averageAtMost?.(rule.metric, rule.windowMs, rule.above)) continue;
     const value = rule.metric === 'predictedTTFT' ? predictedMs : c.average(rule.metric, rule.windowMs);
     if (value > rule.above) return lazyDrop('excluded', excludedDetail, rule, value);
   }

@@ -39,6 +39,10 @@ export class TimeWindow {
   readonly #cells: Float64Array;
   #lastAt = NaN;
   #lastValue = NaN;
+  /** Counts records: the buckets change only with one. */
+  #version = 0;
+  /** What averageAtMost keeps between records: the sums of the whole buckets of one span. */
+  readonly #kept = { version: -1, first: NaN, last: NaN, integral: 0, covered: 0, magnitude: 0 };
 
   constructor(options: Partial<WindowOptions> = {}) {
     const { spanMs, bucketMs } = { ...DEFAULT_WINDOW_OPTIONS, ...options };
@@ -62,6 +66,7 @@ export class TimeWindow {
    */
   record(at: number, value: number): void {
     if (!Number.isFinite(at) || at < this.#lastAt) return;
+    this.#version++;
     if (!Number.isNaN(this.#lastAt)) this.#hold(this.#lastAt, at, this.#lastValue);
     this.#lastAt = at;
     this.#lastValue = value;
@@ -119,6 +124,72 @@ export class TimeWindow {
     if (covered > 0) return integral / covered;
     // A sample exactly at `now` with no time elapsed yet: that value is the best answer.
     return this.#lastAt >= from ? this.#lastValue : NaN;
+  }
+
+  /**
+   * Whether `average(windowMs, now) <= limit`, when that is certain without adding the buckets up;
+   * false when it is not (the caller then computes the average). An exclusion rule asks this of
+   * every local candidate of every decision, and the answer is rarely close: the whole buckets'
+   * sums are kept from one record to the next and the two ends added to them. That is another
+   * order of the same terms (at most size + 1 of them), so it differs from average()'s sum by at
+   * most 2·γ(size + 1)·Σ|term| (γ(n) = n·u/(1 − n·u), u = 2^-53), the covered time likewise, and
+   * the quotients by about that relative to Σ|term|/covered + |average| (plus a rounding each).
+   * The slack below is four times that bound: within it, the answer is "not certain".
+   */
+  averageAtMost(windowMs: number, now: number, limit: number): boolean {
+    const from = now - Math.min(windowMs, this.spanMs);
+    const first = Math.floor(from / this.bucketMs);
+    const last = Math.floor(now / this.bucketMs);
+    if (!(first <= last)) return false;
+    const start = Math.max(first, last - this.#size + 1);
+    const kept = this.#kept;
+    if (kept.version !== this.#version || kept.first !== first || kept.last !== last) {
+      // The buckets after a pro-rated first one (all of them when the span cuts the window short).
+      let integral = 0;
+      let covered = 0;
+      let magnitude = 0;
+      const cells = this.#cells;
+      for (let b = start === first ? start + 1 : start; b <= last; b++) {
+        const cell = this.#slotOf(b) * CELL;
+        if (cells[cell + EPOCH] !== b) continue;
+        integral += cells[cell + INTEGRAL];
+        covered += cells[cell + COVERED];
+        magnitude += Math.abs(cells[cell + INTEGRAL]);
+      }
+      kept.version = this.#version;
+      kept.first = first;
+      kept.last = last;
+      kept.integral = integral;
+      kept.covered = covered;
+      kept.magnitude = magnitude;
+    }
+    let integral = kept.integral;
+    let covered = kept.covered;
+    let magnitude = kept.magnitude;
+    if (start === first) {
+      const cell = this.#slotOf(first) * CELL;
+      if (this.#cells[cell + EPOCH] === first) {
+        // The same weight and products as average(): only the order of the additions differs.
+        const weight = ((first + 1) * this.bucketMs - from) / this.bucketMs;
+        const part = this.#cells[cell + INTEGRAL] * weight;
+        integral += part;
+        covered += this.#cells[cell + COVERED] * weight;
+        magnitude += Math.abs(part);
+      }
+    }
+    if (!Number.isNaN(this.#lastValue) && now > this.#lastAt) {
+      const held = now - Math.max(this.#lastAt, from);
+      if (held > 0) {
+        const part = this.#lastValue * held;
+        integral += part;
+        covered += held;
+        magnitude += Math.abs(part);
+      }
+    }
+    if (!(covered > 0) || !Number.isFinite(magnitude)) return false;
+    const average = integral / covered;
+    const slack = (this.#size + 5) * 2 ** -50 * (magnitude / covered + Math.abs(average));
+    return average + slack <= limit;
   }
 
   /** Largest value held at any time in the window (to bucket resolution); NaN when none. */
