@@ -438,3 +438,68 @@ test('without a cached prefix anywhere the score is the prediction plus the load
     assert.equal(s.score, s.predictedMs + 0.3 * idleTtft * (c.running + c.queuedNow + c.unseenSent));
   }
 });
+
+test('drop details, written when first read, say what the filters saw at the decision, and serialise as plain objects', () => {
+  // Predictions: 20 + 100·queued + 40 ms (200 prompt tokens); the SLO is 500 ms.
+  const rules = [
+    { metric: 'queued' as const, above: 2, windowMs: 30_000 },
+    { metric: 'predictedTTFT' as const, above: 600, windowMs: 0 },
+  ];
+  const capped = pod('capped', { inFlight: 4, maxInFlight: 4 });
+  const decision = (leave: LeaveVerdict) =>
+    decide({
+      request: REQUEST,
+      policy: { ...POLICY, exclude: rules },
+      leave,
+      rand: first,
+      candidates: [
+        pod('stale', { ageMs: 512.6 }),
+        pod('sick', { healthy: false, unhealthyReason: 'metrics page refused: waiting -3' }),
+        pod('liar', { where: 'peer', running: -1 }),
+        pod('endless', { params: { base: Infinity, perQueued: 1, perRunning: 1, perKPromptTokens: 1 } }),
+        capped,
+        pod('queued', { avgQueued: 2.456 }),
+        pod('slowest', { queuedNow: 6 }),
+        pod('slower', { queuedNow: 5 }),
+        pod('slow', { queuedNow: 4, logMargin: () => Math.log(1.5) }),
+        pod('other-model', { pod: { uid: 'x', name: 'x', namespace: 'ns', node: 'n', address: 'a', models: ['z'] } }),
+        pod('ok'),
+      ],
+    });
+  const staying = decision(STAY);
+  const leaving = decision(LEAVE);
+  // Read after the candidates' counts moved on: the details keep what the decision saw.
+  capped.inFlight = 9;
+  const common = [
+    ['local/stale', 'stale', 'last report 513ms ago (limit 200ms)'],
+    ['local/sick', 'unhealthy', 'metrics page refused: waiting -3'],
+    ['peer/node-a/liar', 'implausible', 'running -1'],
+    ['local/endless', 'implausible', 'predicted TTFT Infinityms'],
+    ['local/capped', 'at-capacity', '4 requests in flight (limit 4)'],
+    ['local/queued', 'excluded', 'queued 2.46 > 2 (avg over 30s)'],
+    ['local/slowest', 'excluded', 'predictedTTFT 660 > 600 (now)'],
+  ];
+  assert.deepEqual(
+    staying.dropped.map((x) => [x.pod, x.reason, x.detail]),
+    [...common, ['local/slower', 'over-slo', 'predicted 560ms > SLO 500ms']],
+  );
+  assert.deepEqual(
+    leaving.dropped.map((x) => [x.pod, x.reason, x.detail]),
+    [
+      ...common,
+      ['local/slower', 'over-slo', 'p99 560ms (mean 560ms) > SLO 500ms'],
+      ['local/slow', 'over-slo', 'p99 690ms (mean 460ms) > SLO 500ms'],
+    ],
+  );
+  // JSON (logs, explain's wire) sees the plain fields in their order, detail and name included.
+  const plain = JSON.parse(JSON.stringify(leaving.dropped)) as Record<string, unknown>[];
+  assert.deepEqual(
+    plain.map((x) => Object.keys(x)),
+    leaving.dropped.map(() => ['reason', 'detail', 'pod', 'where', 'predictedMs', 'quantileMs']),
+  );
+  assert.deepEqual(
+    plain.map((x) => [x.pod, x.reason, x.detail, x.where]),
+    leaving.dropped.map((x) => [x.pod, x.reason, x.detail, x.where]),
+  );
+  assert.deepEqual([plain[8].predictedMs, plain[8].quantileMs], [460, 690]);
+});

@@ -161,3 +161,173 @@ test('averages at a real clock (bucket numbers past 2^31, slots wrapping) are th
     for (const now of [200_000, 200_050, 230_000, 250_000, 300_000])
       assert.equal(far.average(windowMs, offset + now), near.average(windowMs, now));
 });
+
+/** The window as first written: a slot per bucket in four arrays, every bucket weighed and its slot
+ *  a modulo. The oracle for the cells and the peeled loop, which must read the same bits. */
+class WeighedWindow {
+  readonly size: number;
+  readonly epoch: Float64Array;
+  readonly integral: Float64Array;
+  readonly covered: Float64Array;
+  readonly most: Float64Array;
+  lastAt = NaN;
+  lastValue = NaN;
+  readonly spanMs: number;
+  readonly bucketMs: number;
+  constructor(spanMs: number, bucketMs: number) {
+    this.spanMs = spanMs;
+    this.bucketMs = bucketMs;
+    this.size = Math.ceil(spanMs / bucketMs) + 1;
+    this.epoch = new Float64Array(this.size).fill(NaN);
+    this.integral = new Float64Array(this.size);
+    this.covered = new Float64Array(this.size);
+    this.most = new Float64Array(this.size);
+  }
+  record(at: number, value: number): void {
+    if (!Number.isFinite(at) || at < this.lastAt) return;
+    if (!Number.isNaN(this.lastAt)) this.hold(this.lastAt, at, this.lastValue);
+    this.lastAt = at;
+    this.lastValue = value;
+    if (!Number.isNaN(value)) {
+      const slot = this.slotFor(Math.floor(at / this.bucketMs));
+      if (value > this.most[slot]) this.most[slot] = value;
+    }
+  }
+  average(windowMs: number, now: number): number {
+    const from = now - Math.min(windowMs, this.spanMs);
+    let integral = 0;
+    let covered = 0;
+    const first = Math.floor(from / this.bucketMs);
+    const last = Math.floor(now / this.bucketMs);
+    for (let b = Math.max(first, last - this.size + 1); b <= last; b++) {
+      const slot = this.slotOf(b);
+      if (this.epoch[slot] !== b) continue;
+      const weight = b === first ? ((b + 1) * this.bucketMs - from) / this.bucketMs : 1;
+      integral += this.integral[slot] * weight;
+      covered += this.covered[slot] * weight;
+    }
+    if (!Number.isNaN(this.lastValue) && now > this.lastAt) {
+      const held = now - Math.max(this.lastAt, from);
+      if (held > 0) {
+        integral += this.lastValue * held;
+        covered += held;
+      }
+    }
+    if (covered > 0) return integral / covered;
+    return this.lastAt >= from ? this.lastValue : NaN;
+  }
+  max(windowMs: number, now: number): number {
+    const from = now - Math.min(windowMs, this.spanMs);
+    let best = -Infinity;
+    const last = Math.floor(now / this.bucketMs);
+    for (let b = Math.max(Math.floor(from / this.bucketMs), last - this.size + 1); b <= last; b++) {
+      const slot = this.slotOf(b);
+      if (this.epoch[slot] === b && this.most[slot] > best) best = this.most[slot];
+    }
+    if (!Number.isNaN(this.lastValue) && this.lastValue > best && this.lastAt <= now) best = this.lastValue;
+    return best === -Infinity ? NaN : best;
+  }
+  hold(from: number, to: number, value: number): void {
+    if (Number.isNaN(value) || to <= from) return;
+    from = Math.max(from, to - this.size * this.bucketMs);
+    let b = Math.floor(from / this.bucketMs);
+    let t = from;
+    while (t < to) {
+      const segmentEnd = Math.min((b + 1) * this.bucketMs, to);
+      const slot = this.slotFor(b);
+      this.integral[slot] += value * (segmentEnd - t);
+      this.covered[slot] += segmentEnd - t;
+      if (value > this.most[slot]) this.most[slot] = value;
+      t = segmentEnd;
+      b++;
+    }
+  }
+  slotOf(bucket: number): number {
+    return ((bucket % this.size) + this.size) % this.size;
+  }
+  slotFor(bucket: number): number {
+    const slot = this.slotOf(bucket);
+    if (this.epoch[slot] !== bucket) {
+      this.epoch[slot] = bucket;
+      this.integral[slot] = 0;
+      this.covered[slot] = 0;
+      this.most[slot] = -Infinity;
+    }
+    return slot;
+  }
+}
+
+test('averages and maxima read the same bits as weighing every bucket, at real clocks, fractional times and gaps', () => {
+  let seed = 7;
+  const rand = () => ((seed = (seed * 16807) % 2147483647) - 1) / 2147483646;
+  for (const [spanMs, bucketMs] of [
+    [60_000, 500],
+    [10_000, 250],
+    [5_000, 300],
+  ]) {
+    for (const origin of [0, 1_764_000_000_000.25, 2 ** 40 + 0.5, -123_456.75]) {
+      const w = new TimeWindow({ spanMs, bucketMs });
+      const ref = new WeighedWindow(spanMs, bucketMs);
+      let t = origin;
+      for (let i = 0; i < 3000; i++) {
+        // Scrapes every ~100 ms, now and then a long gap or an unknown value.
+        t += rand() < 0.01 ? rand() * 3 * spanMs : 50 + rand() * 100;
+        const value = rand() < 0.02 ? NaN : Math.floor(rand() * 5) + (rand() < 0.3 ? rand() : 0);
+        w.record(t, value);
+        ref.record(t, value);
+        if (i % 7 !== 0) continue;
+        for (const windowMs of [bucketMs, 1_000, 30_000, spanMs, 2 * spanMs]) {
+          const now = t + rand() * 2 * bucketMs;
+          assert.ok(Object.is(w.average(windowMs, now), ref.average(windowMs, now)), `average at ${now}`);
+          assert.ok(Object.is(w.max(windowMs, now), ref.max(windowMs, now)), `max at ${now}`);
+        }
+      }
+      assert.ok(Object.is(w.average(1_000, NaN), ref.average(1_000, NaN)));
+    }
+  }
+});
+
+/** The largest double below x (x finite, not 0). */
+function below(x: number): number {
+  const view = new DataView(new ArrayBuffer(8));
+  view.setFloat64(0, x);
+  view.setBigInt64(0, view.getBigInt64(0) + (x > 0 ? -1n : 1n));
+  return view.getFloat64(0);
+}
+
+test('averageAtMost is never true when the average is above the limit, and decides the clear cases from kept sums', () => {
+  let seed = 11;
+  const rand = () => ((seed = (seed * 16807) % 2147483647) - 1) / 2147483646;
+  let certain = 0;
+  let asked = 0;
+  for (const origin of [0, 1_764_000_000_000.25, -98_765.5]) {
+    const w = new TimeWindow({ spanMs: 60_000, bucketMs: 500 });
+    let t = origin;
+    for (let i = 0; i < 4000; i++) {
+      t += rand() < 0.01 ? rand() * 90_000 : 50 + rand() * 100;
+      const value = rand() < 0.02 ? NaN : (rand() < 0.05 ? -1 : 1) * (Math.floor(rand() * 5) + rand());
+      w.record(t, value);
+      for (const windowMs of [1_000, 30_000, 60_000, 120_000]) {
+        // Several decisions between two scrapes, as a serving agent makes them.
+        for (let k = 0; k < 3; k++) {
+          const now = t + rand() * 600;
+          const average = w.average(windowMs, now);
+          if (Number.isNaN(average)) {
+            assert.equal(w.averageAtMost(windowMs, now, Infinity), false);
+            continue;
+          }
+          // The limits that matter: at the average, a double either side of it, and farther off.
+          for (const limit of [average, below(average), -below(-average), average - 0.5, 2]) {
+            const atMost = w.averageAtMost(windowMs, now, limit);
+            assert.ok(!atMost || average <= limit, `average ${average} > limit ${limit} at ${now}`);
+          }
+          assert.equal(w.averageAtMost(windowMs, now, below(average)), false);
+          // A limit a millionth away is clear: kept sums decide it.
+          asked++;
+          if (w.averageAtMost(windowMs, now, average + 1e-6 * (1 + Math.abs(average)))) certain++;
+        }
+      }
+    }
+  }
+  assert.ok(certain / asked > 0.4, `certain in ${certain} of ${asked}`);
+});

@@ -139,6 +139,11 @@ class LocalCandidate implements Candidate {
     return Number.isNaN(value) ? 0 : value;
   }
 
+  // (A window that knows nothing averages NaN, read as 0 above: never certain here, so average() says.)
+  averageAtMost(metric: WindowedMetric, windowMs: number, limit: number): boolean {
+    return this.#telemetry?.averageAtMost(metric, windowMs, limit, this.#now) ?? false;
+  }
+
   logMargin(q: number): number {
     return this.#learner.logMargin(this.pod.uid, q, this.queuedNow + this.unseenSent);
   }

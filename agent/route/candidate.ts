@@ -19,6 +19,11 @@ export interface Candidate {
   kvCache: number;
   /** Average of a metric over the window a policy names (peers: the gossiped reference window). */
   average(metric: WindowedMetric, windowMs: number): number;
+  /**
+   * True when `average(metric, windowMs) <= limit` is certain without computing it; false when
+   * not (then average() decides). Absent: average() always decides.
+   */
+  averageAtMost?(metric: WindowedMetric, windowMs: number, limit: number): boolean;
   params: PredictorParams;
   /** The pod's embeddings model (prefill only); absent for peers' pods (gossip carries one model). */
   embeddingParams?: PredictorParams;

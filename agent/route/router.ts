@@ -4,7 +4,7 @@
 // candidate left the policy decides between overflow, a bounded wait, and rejection.
 import type { EffectivePolicy, RouteRequest } from '../types.ts';
 import type { Candidate } from './candidate.ts';
-import { DEFAULT_FILTERS, type Drop, type Filter, type FilterContext } from './filters.ts';
+import { DEFAULT_FILTERS, firstDrop, type Drop, type DropReason, type Filter, type FilterContext } from './filters.ts';
 import { fastestAmongNearTies, type Picker, type Scored } from './picker.ts';
 import { predictedTtft, predictionPlusLoad, type Among, type Predict, type Score } from './score.ts';
 
@@ -68,6 +68,43 @@ export interface DecisionBasis {
 /** `peer/<node>/<pod>` or `local/<pod>`: the name people see in headers and explain. */
 export function candidateName(c: Candidate): string {
   return c.where === 'local' ? `local/${c.pod.name}` : `peer/${c.pod.node}/${c.pod.name}`;
+}
+
+/**
+ * A dropped candidate whose name and detail are written when read: every request counts its
+ * drops by reason (metrics), only explain and logs read the words.
+ */
+class Dropped implements DroppedCandidate {
+  readonly reason: DropReason;
+  readonly where: 'local' | 'peer';
+  readonly predictedMs: number;
+  readonly quantileMs: number;
+  readonly #drop: Drop;
+  readonly #candidate: Candidate;
+  #pod: string | undefined;
+
+  constructor(drop: Drop, candidate: Candidate, predictedMs: number, quantileMs: number) {
+    this.reason = drop.reason;
+    this.where = candidate.where;
+    this.predictedMs = predictedMs;
+    this.quantileMs = quantileMs;
+    this.#drop = drop;
+    this.#candidate = candidate;
+  }
+
+  get detail(): string {
+    return this.#drop.detail;
+  }
+
+  get pod(): string {
+    return (this.#pod ??= candidateName(this.#candidate));
+  }
+
+  /** Read like the plain object it stands for (JSON.stringify skips getters). */
+  toJSON(): DroppedCandidate {
+    const { reason, detail, pod, where, predictedMs, quantileMs } = this;
+    return { reason, detail, pod, where, predictedMs, quantileMs };
+  }
 }
 
 /** A q-quantile of a predicted TTFT: the pod's part times `factor` (exp of the candidate's log
@@ -154,23 +191,12 @@ export function decide(input: DecideInput): Decision {
     }
     context.predictedMs = predictedMs;
     context.quantileMs = quantileMs;
-    let drop: Drop | undefined;
-    for (const filter of strategy.filters) {
-      drop = filter(candidate, context);
-      if (drop) break;
-    }
+    const drop = firstDrop(strategy.filters, candidate, context);
     if (drop?.reason !== 'model-not-served') servesModel++;
     if (drop) {
       // Pods of other models are noise in explain output; keep only those that could have served.
       if (drop.reason !== 'model-not-served') {
-        dropped.push({
-          reason: drop.reason,
-          detail: drop.detail,
-          pod: candidateName(candidate),
-          where: candidate.where,
-          predictedMs,
-          quantileMs,
-        });
+        dropped.push(new Dropped(drop, candidate, predictedMs, quantileMs));
       }
       continue;
     }

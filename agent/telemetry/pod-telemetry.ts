@@ -134,6 +134,11 @@ export class PodTelemetry {
     return this.window(metric).average(windowMs, now);
   }
 
+  /** Whether the gauge's average over the last `windowMs` is certainly at most `limit` (TimeWindow.averageAtMost). */
+  averageAtMost(metric: WindowedMetric, windowMs: number, limit: number, now = this.#now()): boolean {
+    return this.window(metric).averageAtMost(windowMs, now, limit);
+  }
+
   /** Highest value of a gauge over the last `windowMs`; `now` defaults to the last scrape. */
   max(metric: WindowedMetric, windowMs: number, now = this.#now()): number {
     return this.window(metric).max(windowMs, now);
