@@ -3,7 +3,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { PodPool, type PoolOptions } from '../agent/pool/pool.ts';
-import { prefillAhead } from '../agent/pool/pod-records.ts';
 import { promptBlocks } from '../agent/prefix/blocks.ts';
 import { predictedTtft } from '../agent/route/score.ts';
 import { decide } from '../agent/route/router.ts';
@@ -83,47 +82,6 @@ test("a pod's candidate carries this agent's recent send rate to it, fading over
   now.t += 30_000;
   const faded = a().sentPerMs!;
   assert.ok(faded < 0.4 * 0.001 && faded > 0, `${faded}`);
-});
-
-test("the prefill still ahead at a pod: what was sent, drained at the pod's own prefill cost, never more than still pending", () => {
-  const local = { backlogTokens: 0, backlogAt: 0, pendingPromptTokens: 0 };
-  const send = (at: number, tokens: number) => {
-    local.backlogTokens = prefillAhead(local, at, 250) + tokens;
-    local.backlogAt = at;
-    local.pendingPromptTokens += tokens;
-  };
-  send(1000, 3000);
-  assert.equal(prefillAhead(local, 1000, 250), 3000);
-  // 250 ms per 1k tokens: 4 a ms, so 500 ms later 1,000 are left.
-  assert.equal(prefillAhead(local, 1500, 250), 1000);
-  // A second prompt waits for what is left of the first, then drains after it.
-  send(1500, 2000);
-  assert.equal(prefillAhead(local, 1500, 250), 3000);
-  assert.equal(prefillAhead(local, 2000, 250), 1000);
-  assert.equal(prefillAhead(local, 5000, 250), 0);
-  // Never more than the prompts still awaiting their first token (the first answered early).
-  local.pendingPromptTokens = 2000;
-  assert.equal(prefillAhead(local, 1500, 250), 2000);
-  // No learned cost (or a nonsensical one): nothing is taken as done.
-  assert.equal(prefillAhead(local, 9000, 0), 2000);
-  assert.equal(prefillAhead(local, 1000, 250), 2000, 'a clock that went back drains nothing');
-});
-
-test('a candidate counts the prefill still ahead of it: a long prompt sent earlier is partly done', () => {
-  const now = { t: 1000 };
-  const p = pool(now);
-  const a = () => p.candidates().find((c) => c.pod.name === 'a')!;
-  const msPerK = a().params.perKPromptTokens;
-  p.begin(a(), 3000);
-  now.t += 300;
-  const left = 3000 - (300 * 1000) / msPerK;
-  assert.ok(Math.abs(a().pendingPromptTokens - left) < 1e-9, `${a().pendingPromptTokens} vs ${left}`);
-  // A non-streamed request's prefill ends unseen: it adds nothing, as to the pending count.
-  p.begin(a(), 5000, 'chat', false);
-  assert.ok(Math.abs(a().pendingPromptTokens - left) < 1e-9);
-  now.t += 60_000;
-  assert.equal(a().pendingPromptTokens, 0);
-  assert.equal(a().pendingRequests, 1, 'still awaiting its first token: only its prefill is taken as done');
 });
 
 test('a request that ends without a first token releases its pending prompt too', () => {

@@ -6,7 +6,7 @@ import { staleAfterMs } from '../telemetry/scraper.ts';
 import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
 import type { Pod, PodEstimate, PodLoad, PredictorParams, RouteRequest } from '../types.ts';
 import type { PoolOptions } from './options.ts';
-import { localHealthy, prefillAhead, sendRate, type LocalPod } from './pod-records.ts';
+import { localHealthy, sendRate, type LocalPod } from './pod-records.ts';
 import type { PeerTraffic } from './peer-traffic.ts';
 
 /** What a pod is ranked on with no request at hand (peer shortlists, /debug/state, the dashboard): a typical chat turn. */
@@ -96,7 +96,7 @@ class LocalCandidate implements Candidate {
     this.params = learner.params(local.pod.uid);
     this.inFlight = local.inFlight;
     this.unseenSent = local.unseenSent;
-    this.pendingPromptTokens = prefillAhead(local, now, this.params.perKPromptTokens);
+    this.pendingPromptTokens = local.pendingPromptTokens;
     this.pendingRequests = local.pendingRequests;
     this.expectedCachedTokens = expectedCachedTokens;
     this.#load = load;

@@ -30,9 +30,6 @@ export interface LocalPod extends RequestCounters {
   /** This agent's requests sent to the pod, each fading with age (sendRate), and when last updated. */
   recentSends: number;
   recentSendsAt: number;
-  /** This agent's prompt tokens sent to the pod still to prefill as of `backlogAt` (prefillAhead). */
-  backlogTokens: number;
-  backlogAt: number;
 }
 
 /** Adds one send to `local`'s fading count: each counts exp(−age / windowMs). */
@@ -50,33 +47,6 @@ export function sendRate(
   return (local.recentSends * Math.exp(-Math.max(0, now - local.recentSendsAt) / windowMs)) / windowMs;
 }
 
-/**
- * Of this agent's prompt tokens at the pod without a first token, those the pod has still to
- * prefill now: what was sent, less what the pod prefills in the time since at its own learned
- * cost (`msPerKTokens`, the model's perKPromptTokens), first come first served, and never more
- * than are still awaiting a first token. The sum of pending prompts counts a 3,000-token miss
- * in full until its first token, when most of it is done after the first steps: a hit sent
- * 500 ms behind it waited for ~1,000 tokens, not 3,000; fitted on those sums, the wait's
- * per-token cost came out at a third of the prefill's (bench:routing-prefix, shared prompts over
- * mixed speeds: 50–90 ms per 1k tokens against ~270), and hits behind a miss were predicted at
- * 200–300 ms and took 500–1,000.
- */
-export function prefillAhead(
-  local: Pick<LocalPod, 'backlogTokens' | 'backlogAt' | 'pendingPromptTokens'>,
-  now: number,
-  msPerKTokens: number,
-): number {
-  const elapsed = Math.max(0, now - local.backlogAt);
-  const done = msPerKTokens > 0 ? (elapsed * 1000) / msPerKTokens : 0;
-  return Math.min(local.pendingPromptTokens, Math.max(0, local.backlogTokens - done));
-}
-
-/** `tokens` more to prefill were just sent to `local` (their part of prefillAhead). */
-export function addBacklog(local: LocalPod, now: number, msPerKTokens: number, tokens: number): void {
-  local.backlogTokens = prefillAhead(local, now, msPerKTokens) + tokens;
-  local.backlogAt = now;
-}
-
 export function newLocalPod(pod: Pod): LocalPod {
   return {
     pod,
@@ -92,8 +62,6 @@ export function newLocalPod(pod: Pod): LocalPod {
     computedTokens: 0,
     recentSends: 0,
     recentSendsAt: 0,
-    backlogTokens: 0,
-    backlogAt: 0,
   };
 }
 

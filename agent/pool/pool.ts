@@ -14,8 +14,8 @@ import { poolDebugState } from './debug-state.ts';
 import { fastestPerNode, indexByModel, peerShortlists } from './model-index.ts';
 import { DEFAULT_PEER_SHORTLIST, type PoolOptions } from './options.ts';
 import { PeerTrafficBook } from './peer-traffic.ts';
-import { addBacklog, countSend, newLocalPod, type LocalPod } from './pod-records.ts';
-import { openTicket, pendingCounted, type PodTicket } from './ticket.ts';
+import { countSend, newLocalPod, type LocalPod } from './pod-records.ts';
+import { openTicket, type PodTicket } from './ticket.ts';
 
 // Importers name the pool's types from here, wherever they are defined.
 export { DEFAULT_PEER_SHORTLIST, type PoolOptions } from './options.ts';
@@ -214,11 +214,7 @@ export class PodPool {
     };
     const local = c.where === 'local' ? this.#local.get(c.pod.uid) : undefined;
     if (local && promptBlocks?.length) this.#prefix.record(local.pod.uid, promptBlocks);
-    if (local) {
-      const now = this.options.now();
-      countSend(local, now, this.options.referenceWindowMs);
-      addBacklog(local, now, c.params.perKPromptTokens, pendingCounted(stream, kind, features.promptTokens));
-    }
+    if (local) countSend(local, this.options.now(), this.options.referenceWindowMs);
     return openTicket({
       counters: local ?? this.#peerTraffic.forPod(c.pod.uid),
       learnsAs: local?.pod.uid,

@@ -27,11 +27,6 @@ export interface TicketRequest {
   changed: () => void;
 }
 
-/** The prompt tokens a request counts as pending at its pod until its first byte (see openTicket). */
-export function pendingCounted(stream: boolean, kind: RequestKind, promptTokens: number): number {
-  return stream || kind === 'embeddings' ? promptTokens : 0;
-}
-
 export function openTicket(r: TicketRequest): PodTicket {
   const { counters, learnsAs: uid, learner, kind, features } = r;
   const predictedMs = uid !== undefined ? learner.predict(uid, kind, features) : NaN;
@@ -41,7 +36,7 @@ export function openTicket(r: TicketRequest): PodTicket {
   // A non-streamed request's prefill ends unseen (its first byte is its whole answer): counted
   // until the answer, its prompt would stand in front of later requests for its whole decode.
   // The scraped queue and batch show it instead.
-  const counted = pendingCounted(r.stream, kind, features.promptTokens);
+  const counted = r.stream || kind === 'embeddings' ? features.promptTokens : 0;
   const awaited = r.stream || kind === 'embeddings' ? 1 : 0;
   counters.pendingPromptTokens += counted;
   counters.pendingRequests += awaited;
