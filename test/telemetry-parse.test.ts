@@ -345,6 +345,49 @@ test('lines the selector does not want are skipped in the bytes exactly as the t
   }
 });
 
+test('a run of lines with the name of the line before is judged line by line, wherever a chunk cuts it', () => {
+  // The reader compares each line with the last skipped name; a longer or shorter name, a name
+  // char, a missing value or a wanted name sharing the bytes must still be read as the text reader does.
+  const select = new MetricSelector(['fam_bucket_sum', 'fam_bucketx', 'want']);
+  const long = 'x'.repeat(90);
+  const page = [
+    'fam_bucket{le="1"} 1',
+    'fam_bucket{le="2"} 2',
+    `fam_bucket{le="3",long="${long}"} 3`,
+    'fam_bucket 4',
+    'fam_bucket\t5',
+    'fam_bucketx{le="4"} 6',
+    'fam_bucket_sum 7',
+    'fam_bucket',
+    'fam_bucket-x 1',
+    'fam_bucke 1',
+    'fam_bucket{le="5"} 8\r',
+    'fam_bucket{le="6"',
+    'fam_bucket{le="7"} 9',
+    'want 10',
+    'fam_bucket{le="8"} 11',
+    'fam_bucket',
+  ].join('\n');
+  const bytes = Buffer.from(page, 'utf8');
+  const whole = pageContent(parsePromText(page, select));
+  assert.ok(whole.errors >= 2, JSON.stringify(whole.diagnostics));
+  assert.deepEqual(
+    whole.series.map(([n]) => n),
+    ['fam_bucketx', 'fam_bucket_sum', 'want'],
+  );
+  for (let size = 1; size <= bytes.length; size++) {
+    assert.deepEqual(pageContent(readInChunks(bytes, size, select)), whole, `chunks of ${size}`);
+  }
+  // Chunks at every offset of a buffer shared with other bytes (views into one larger ArrayBuffer).
+  const shared = Buffer.concat([Buffer.from('\n\n\n'), bytes, Buffer.from('fam_bucket 1\n')]);
+  for (let size = 1; size <= bytes.length; size += 7) {
+    const reader = new PromTextReader(select);
+    for (let at = 3; at < 3 + bytes.length; at += size)
+      reader.write(shared.subarray(at, Math.min(at + size, 3 + bytes.length)));
+    assert.deepEqual(pageContent(reader.end()), whole, `views of ${size}`);
+  }
+});
+
 test('real pages read in chunks through each engine adapter’s selector equal the page read whole', () => {
   for (const file of readdirSync(realPages).filter((f) => f.endsWith('.txt'))) {
     const bytes = readFileSync(new URL(file, realPages));

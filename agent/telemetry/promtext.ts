@@ -172,19 +172,42 @@ export class PromTextReader {
       readLine(line, 0, line.length, this.#select, page);
       pos = next + 1;
     }
+    // The name of the last skipped sample line in this chunk (`[named, named + nameLength)`): a
+    // histogram's buckets and a family's series repeat it line after line, and a line that starts
+    // with those bytes and a blank or `{` has that name, already checked (well-formed, unwanted).
+    let named = -1;
+    let nameLength = 0;
+    const words = named4(chunk);
+    const base = chunk.byteOffset;
+    let skipped = 0; // lines skipped since page.lines was last brought up to date
     while (pos < length && !page.eof) {
-      let next = skippable(chunk, pos, length, this.#select);
+      let next: number;
+      const after = pos + nameLength;
+      if (named >= 0 && after < length && startsLike(words, base + pos, base + named, nameLength)) {
+        const c = chunk[after];
+        skippedName = after;
+        next =
+          c === OPEN_BRACE || c === SPACE || c === TAB
+            ? lineEnd(chunk, words, base, after, length)
+            : skippable(chunk, words, base, pos, length, this.#select);
+      } else next = skippable(chunk, words, base, pos, length, this.#select);
       if (next >= 0) {
-        page.lines++;
+        skipped++;
+        if (skippedName > 0) {
+          named = pos;
+          nameLength = skippedName - pos;
+        }
       } else {
-        next = pos;
-        while (next < length && chunk[next] !== LF) next++;
-        if (next === length) break;
+        next = lineEnd(chunk, words, base, pos, length);
+        if (next < 0) break;
+        page.lines += skipped; // a diagnostic names the line
+        skipped = 0;
         const line = latin1(chunk, pos, next);
         readLine(line, 0, line.length, this.#select, page);
       }
       pos = next + 1;
     }
+    page.lines += skipped;
     if (page.eof) checkAfterEof(latin1(chunk, pos, length), 0, page);
     else if (pos < length) this.#carry = latin1(chunk, pos, length);
   }
@@ -213,14 +236,22 @@ function latin1(bytes: Buffer, start: number, end: number): string {
  * `# TYPE` of a family the selector doesn't want, named and typed (`readComment` would stop there).
  * Anything else, including every line with an error to count, goes to the text reader.
  */
-function skippable(bytes: Buffer, start: number, length: number, select: MetricSelector): number {
+function skippable(
+  bytes: Buffer,
+  words: DataView,
+  base: number,
+  start: number,
+  length: number,
+  select: MetricSelector,
+): number {
   let i = start;
+  skippedName = 0;
   if (bytes[i] === HASH) {
     i = skipBlankBytes(bytes, i + 1, length);
     const word = i;
     while (i < length && NAME_CHAR[bytes[i]] === 1) i++;
     if (i === length || (bytes[i] !== SPACE && bytes[i] !== TAB)) return -1;
-    if (i - word === 4 && isWord(bytes, word, HELP)) return lineEnd(bytes, i, length);
+    if (i - word === 4 && isWord(bytes, word, HELP)) return lineEnd(bytes, words, base, i, length);
     if (i - word !== 4 || !isWord(bytes, word, TYPE)) return -1;
     // `# TYPE name type`: ignored when the family isn't wanted and both tokens are there.
     const name = skipBlankBytes(bytes, i, length);
@@ -230,7 +261,7 @@ function skippable(bytes: Buffer, start: number, length: number, select: MetricS
     i = skipBlankBytes(bytes, i, length);
     const type = bytes[i];
     if (i === length || type === LF || type === CR) return -1;
-    return lineEnd(bytes, i, length);
+    return lineEnd(bytes, words, base, i, length);
   }
   if (NAME_START[bytes[i]] !== 1) return -1;
   i++;
@@ -239,8 +270,29 @@ function skippable(bytes: Buffer, start: number, length: number, select: MetricS
   const after = bytes[i];
   if (after !== OPEN_BRACE && after !== SPACE && after !== TAB) return -1;
   if (select.wantsNameBytes(bytes, start, i)) return -1;
-  // A label set makes the rest of the line long: the native search wins there, the loop on `name value`.
-  return after === OPEN_BRACE ? bytes.indexOf(LF, i) : lineEnd(bytes, i, length);
+  skippedName = i;
+  return lineEnd(bytes, words, base, i, length);
+}
+
+/** Where the name of the sample line `skippable` last skipped ends; 0 when it skipped a comment or nothing. */
+let skippedName = 0;
+
+/** The chunk's bytes as 32-bit words, for comparing names four bytes at a time (one view per buffer). */
+let wordView: DataView | undefined;
+function named4(chunk: Buffer): DataView {
+  if (wordView?.buffer !== chunk.buffer) wordView = new DataView(chunk.buffer);
+  return wordView;
+}
+
+/**
+ * Whether the `n` bytes at `at` equal those at `name` (offsets in the chunk's ArrayBuffer, both
+ * inside the chunk), compared a word at a time through `words`, the view of that whole buffer.
+ */
+function startsLike(words: DataView, at: number, name: number, n: number): boolean {
+  let k = 0;
+  for (; k + 4 <= n; k += 4) if (words.getUint32(at + k, true) !== words.getUint32(name + k, true)) return false;
+  for (; k < n; k++) if (words.getUint8(at + k) !== words.getUint8(name + k)) return false;
+  return true;
 }
 
 const HELP = [72, 69, 76, 80];
@@ -256,11 +308,24 @@ function skipBlankBytes(bytes: Buffer, i: number, length: number): number {
   return i;
 }
 
-/** The index of the LF that ends the line at or after `i`, or -1 when the chunk ends first. */
-function lineEnd(bytes: Buffer, i: number, length: number): number {
+/**
+ * The index of the LF that ends the line at or after `i`, or -1 when the chunk ends first. Four
+ * bytes at a time (a word holds an LF iff `word ^ 0x0a0a0a0a` has a zero byte), then the byte;
+ * past `LONG` bytes the native search, which wins on a long label set. `words`: `named4(bytes)`,
+ * `base`: the chunk's offset in it.
+ */
+function lineEnd(bytes: Buffer, words: DataView, base: number, i: number, length: number): number {
+  const stop = Math.min(length, i + LONG);
+  for (; i + 4 <= stop; i += 4) {
+    const v = words.getUint32(base + i, true) ^ 0x0a0a0a0a;
+    if (((v - 0x01010101) & ~v & 0x80808080) !== 0) break;
+  }
+  if (i + 4 > stop && stop < length) return bytes.indexOf(LF, i);
   while (i < length && bytes[i] !== LF) i++;
   return i < length ? i : -1;
 }
+
+const LONG = 64;
 
 /** One line, `text[start, end)` without its newline. */
 function readLine(text: string, start: number, end: number, select: MetricSelector, page: PageBuilder): void {
