@@ -107,5 +107,8 @@ for (const page of pages) {
   }
   console.log(`${page.file.padEnd(26)} ${String(page.bytes.length).padStart(7)} B  ${figure}`);
 }
-if (values.callgrind) console.log(`all pages: ${(all / 1000).toFixed(1)} K instructions, ${(all / pages.length / 1000).toFixed(1)} K a page`);
+if (values.callgrind)
+  console.log(
+    `all pages: ${(all / 1000).toFixed(1)} K instructions, ${(all / pages.length / 1000).toFixed(1)} K a page`,
+  );
 if (sink === -1) console.log(sink);
