@@ -3,9 +3,8 @@
 // Run: node bench/decide-alloc.ts [--known 1000] [--decisions 200000] [--before DIR] [--history MS]
 //        [--observations N: TTFTs measured per local pod]
 import { Session } from 'node:inspector/promises';
-import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { poolKnowing, type PoolClasses } from './known-pods.ts';
+import { poolKnowing, treeAt, type PoolClasses } from './known-pods.ts';
 import { PodPool } from '../agent/pool/pool.ts';
 import { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
 import { decide } from '../agent/route/router.ts';
@@ -55,11 +54,6 @@ async function profile(label: string, classes: PoolClasses, decideWith: typeof d
 
 await profile('now', { PodPool, PodTelemetry }, decide);
 if (args.before !== undefined) {
-  const dir = args.before;
-  const pool = (await import(resolve(dir, 'agent/pool/pool.ts'))) as { PodPool: typeof PodPool };
-  const telemetry = (await import(resolve(dir, 'agent/telemetry/pod-telemetry.ts'))) as {
-    PodTelemetry: typeof PodTelemetry;
-  };
-  const router = (await import(resolve(dir, 'agent/route/router.ts'))) as { decide: typeof decide };
-  await profile(`before (${dir})`, { PodPool: pool.PodPool, PodTelemetry: telemetry.PodTelemetry }, router.decide);
+  const before = await treeAt(args.before);
+  await profile(`before (${args.before})`, before.classes, before.decide);
 }

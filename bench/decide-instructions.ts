@@ -10,10 +10,7 @@
 import { spawnSync } from 'node:child_process';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { poolKnowing } from './known-pods.ts';
-import type { PodPool } from '../agent/pool/pool.ts';
-import type { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
-import type { decide } from '../agent/route/router.ts';
+import { poolKnowing, treeAt } from './known-pods.ts';
 import { benchCandidates, benchLeave, benchPolicy, benchRequest } from './decide-fixtures.ts';
 
 const args = parseArgs({
@@ -27,24 +24,20 @@ const args = parseArgs({
   },
 }).values;
 const dir = args.tree;
-const { PodPool: Pool } = (await import(resolve(dir, 'agent/pool/pool.ts'))) as { PodPool: typeof PodPool };
-const { PodTelemetry: Telemetry } = (await import(resolve(dir, 'agent/telemetry/pod-telemetry.ts'))) as {
-  PodTelemetry: typeof PodTelemetry;
-};
-const router = (await import(resolve(dir, 'agent/route/router.ts'))) as { decide: typeof decide };
+const tree = await treeAt(dir);
 const pool = poolKnowing(
   Number(args.known),
   benchCandidates(8),
   8,
   Number(args.history),
-  { PodPool: Pool, PodTelemetry: Telemetry },
+  tree.classes,
   Number(args.observations),
 );
 let seed = 1;
 // A fixed sequence, so both trees draw the same picks.
 const rand = () => ((seed = (seed * 16807) % 2147483647) - 1) / 2147483646;
 const run = () =>
-  router.decide({
+  tree.decide({
     request: benchRequest,
     policy: benchPolicy,
     candidates: pool.candidates(benchRequest.model),

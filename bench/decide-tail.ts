@@ -10,9 +10,8 @@
 // Run: node [--max-semi-space-size=2] bench/decide-tail.ts [--before DIR] [--known 10,100,1000,10000]
 //        [--blocks 20] [--block 5000] [--history MS: each local pod's windows hold that much history]
 //        [--observations N: TTFTs measured per local pod] [--reference 2000,4000: loop lengths]
-import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { poolKnowing, type PoolClasses } from './known-pods.ts';
+import { poolKnowing, treeAt, type PoolClasses } from './known-pods.ts';
 import { PodPool } from '../agent/pool/pool.ts';
 import { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
 import { decide } from '../agent/route/router.ts';
@@ -53,16 +52,7 @@ const referenceOf = (length: number) => () => {
 type Tree = { classes: PoolClasses; decide: typeof decide };
 const trees: [string, Tree][] = [['now', { classes: { PodPool, PodTelemetry }, decide }]];
 if (args.before !== undefined) {
-  const dir = args.before;
-  const pool = (await import(resolve(dir, 'agent/pool/pool.ts'))) as { PodPool: typeof PodPool };
-  const telemetry = (await import(resolve(dir, 'agent/telemetry/pod-telemetry.ts'))) as {
-    PodTelemetry: typeof PodTelemetry;
-  };
-  const router = (await import(resolve(dir, 'agent/route/router.ts'))) as { decide: typeof decide };
-  trees.unshift([
-    'before',
-    { classes: { PodPool: pool.PodPool, PodTelemetry: telemetry.PodTelemetry }, decide: router.decide },
-  ]);
+  trees.unshift(['before', await treeAt(args.before)]);
 }
 const historyMs = Number(args.history);
 const observations = Number(args.observations);

@@ -3,12 +3,24 @@ import { PodPool } from '../agent/pool/pool.ts';
 import type { Candidate } from '../agent/route/candidate.ts';
 import { poolOptions } from '../test/helpers/route-fixtures.ts';
 import { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
+import type { decide } from '../agent/route/router.ts';
+import { resolve } from 'node:path';
 import type { PodEstimate, PodLoad } from '../agent/types.ts';
 
 /** The pool and telemetry classes to build with: this tree's, or another tree's for a side-by-side run. */
 export interface PoolClasses {
   PodPool: typeof PodPool;
   PodTelemetry: typeof PodTelemetry;
+}
+
+/** Another checkout's pool and telemetry classes and its decide(), for a side-by-side run. */
+export async function treeAt(dir: string): Promise<{ classes: PoolClasses; decide: typeof decide }> {
+  const pool = (await import(resolve(dir, 'agent/pool/pool.ts'))) as { PodPool: typeof PodPool };
+  const telemetry = (await import(resolve(dir, 'agent/telemetry/pod-telemetry.ts'))) as {
+    PodTelemetry: typeof PodTelemetry;
+  };
+  const router = (await import(resolve(dir, 'agent/route/router.ts'))) as { decide: typeof decide };
+  return { classes: { PodPool: pool.PodPool, PodTelemetry: telemetry.PodTelemetry }, decide: router.decide };
 }
 
 /** A pool that knows `known` pods: `local` on this node (scraped), the rest gossiped by peers,
