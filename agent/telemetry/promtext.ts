@@ -136,7 +136,7 @@ export function parsePromText(text: string, select: MetricSelector = EVERYTHING)
  * `end` for the page. The same result as `parsePromText` of the whole page decoded as UTF-8.
  *
  * Most of a page is lines the selector doesn't want (a histogram's buckets, other families, HELP
- * text). Those are recognised in the bytes themselves (`skippable`) and never become strings;
+ * text). Those are recognised in the bytes themselves (`#skippable`) and never become strings;
  * every other line is read as Latin-1 text by the same code as `parsePromText`. So a scrape leaves
  * the GC a few short strings instead of the whole page, and a chunk boundary can never split a
  * character (only a line cut by a boundary is carried over to the next chunk, as text).
@@ -147,6 +147,10 @@ export class PromTextReader {
   /** The start of a line the last chunk cut. */
   #carry = '';
   #ended = false;
+  /** Where the name of the sample line `#skippable` last skipped ends; 0 when it skipped a comment or nothing. */
+  #skippedName = 0;
+  /** The read buffer's bytes as 32-bit words, for comparing names four bytes at a time (one view per buffer). */
+  #words: DataView | undefined;
 
   constructor(select: MetricSelector = EVERYTHING) {
     this.#select = select;
@@ -177,7 +181,7 @@ export class PromTextReader {
     // with those bytes and a blank or `{` has that name, already checked (well-formed, unwanted).
     let named = -1;
     let nameLength = 0;
-    const words = named4(chunk);
+    const words = this.#wordsOf(chunk);
     const base = chunk.byteOffset;
     let skipped = 0; // lines skipped since page.lines was last brought up to date
     while (pos < length && !page.eof) {
@@ -185,17 +189,17 @@ export class PromTextReader {
       const after = pos + nameLength;
       if (named >= 0 && after < length && startsLike(words, base + pos, base + named, nameLength)) {
         const c = chunk[after];
-        skippedName = after;
+        this.#skippedName = after;
         next =
           c === OPEN_BRACE || c === SPACE || c === TAB
             ? lineEnd(chunk, words, base, after, length)
-            : skippable(chunk, words, base, pos, length, this.#select);
-      } else next = skippable(chunk, words, base, pos, length, this.#select);
+            : this.#skippable(chunk, words, base, pos, length);
+      } else next = this.#skippable(chunk, words, base, pos, length);
       if (next >= 0) {
         skipped++;
-        if (skippedName > 0) {
+        if (this.#skippedName > 0) {
           named = pos;
-          nameLength = skippedName - pos;
+          nameLength = this.#skippedName - pos;
         }
       } else {
         next = lineEnd(chunk, words, base, pos, length);
@@ -210,6 +214,51 @@ export class PromTextReader {
     page.lines += skipped;
     if (page.eof) checkAfterEof(latin1(chunk, pos, length), 0, page);
     else if (pos < length) this.#carry = latin1(chunk, pos, length);
+  }
+
+  /**
+   * If the line at `bytes[start…]` is whole in this chunk and reading it could change nothing but
+   * the line count, the index of its LF; otherwise -1 (read it as text). Such lines: a sample of a
+   * well-formed name the selector doesn't want (`readSample` would stop at its name), `# HELP`, and
+   * `# TYPE` of a family the selector doesn't want, named and typed (`readComment` would stop there).
+   * Anything else, including every line with an error to count, goes to the text reader. A sample
+   * line's name end is left in `#skippedName` (a second result without an object per line).
+   */
+  #skippable(bytes: Buffer, words: DataView, base: number, start: number, length: number): number {
+    const select = this.#select;
+    let i = start;
+    this.#skippedName = 0;
+    if (bytes[i] === HASH) {
+      i = skipBlankBytes(bytes, i + 1, length);
+      const word = i;
+      while (i < length && NAME_CHAR[bytes[i]] === 1) i++;
+      if (i === length || (bytes[i] !== SPACE && bytes[i] !== TAB)) return -1;
+      if (i - word === 4 && isWord(bytes, word, HELP)) return lineEnd(bytes, words, base, i, length);
+      if (i - word !== 4 || !isWord(bytes, word, TYPE)) return -1;
+      // `# TYPE name type`: ignored when the family isn't wanted and both tokens are there.
+      const name = skipBlankBytes(bytes, i, length);
+      i = name;
+      while (i < length && bytes[i] !== SPACE && bytes[i] !== TAB && bytes[i] !== LF) i++;
+      if (i === name || select.wantsFamilyBytes(bytes, name, i)) return -1;
+      i = skipBlankBytes(bytes, i, length);
+      const type = bytes[i];
+      if (i === length || type === LF || type === CR) return -1;
+      return lineEnd(bytes, words, base, i, length);
+    }
+    if (NAME_START[bytes[i]] !== 1) return -1;
+    i++;
+    while (i < length && NAME_CHAR[bytes[i]] === 1) i++;
+    if (i === length) return -1;
+    const after = bytes[i];
+    if (after !== OPEN_BRACE && after !== SPACE && after !== TAB) return -1;
+    if (select.wantsNameBytes(bytes, start, i)) return -1;
+    this.#skippedName = i;
+    return lineEnd(bytes, words, base, i, length);
+  }
+
+  #wordsOf(chunk: Buffer): DataView {
+    if (this.#words?.buffer !== chunk.buffer) this.#words = new DataView(chunk.buffer);
+    return this.#words;
   }
 
   /** The page; a last line without a newline counts. */
@@ -227,61 +276,6 @@ const LF = 10;
 
 function latin1(bytes: Buffer, start: number, end: number): string {
   return bytes.toString('latin1', start, end);
-}
-
-/**
- * If the line at `bytes[start…]` is whole in this chunk and reading it could change nothing but
- * the line count, the index of its LF; otherwise -1 (read it as text). Such lines: a sample of a
- * well-formed name the selector doesn't want (`readSample` would stop at its name), `# HELP`, and
- * `# TYPE` of a family the selector doesn't want, named and typed (`readComment` would stop there).
- * Anything else, including every line with an error to count, goes to the text reader.
- */
-function skippable(
-  bytes: Buffer,
-  words: DataView,
-  base: number,
-  start: number,
-  length: number,
-  select: MetricSelector,
-): number {
-  let i = start;
-  skippedName = 0;
-  if (bytes[i] === HASH) {
-    i = skipBlankBytes(bytes, i + 1, length);
-    const word = i;
-    while (i < length && NAME_CHAR[bytes[i]] === 1) i++;
-    if (i === length || (bytes[i] !== SPACE && bytes[i] !== TAB)) return -1;
-    if (i - word === 4 && isWord(bytes, word, HELP)) return lineEnd(bytes, words, base, i, length);
-    if (i - word !== 4 || !isWord(bytes, word, TYPE)) return -1;
-    // `# TYPE name type`: ignored when the family isn't wanted and both tokens are there.
-    const name = skipBlankBytes(bytes, i, length);
-    i = name;
-    while (i < length && bytes[i] !== SPACE && bytes[i] !== TAB && bytes[i] !== LF) i++;
-    if (i === name || select.wantsFamilyBytes(bytes, name, i)) return -1;
-    i = skipBlankBytes(bytes, i, length);
-    const type = bytes[i];
-    if (i === length || type === LF || type === CR) return -1;
-    return lineEnd(bytes, words, base, i, length);
-  }
-  if (NAME_START[bytes[i]] !== 1) return -1;
-  i++;
-  while (i < length && NAME_CHAR[bytes[i]] === 1) i++;
-  if (i === length) return -1;
-  const after = bytes[i];
-  if (after !== OPEN_BRACE && after !== SPACE && after !== TAB) return -1;
-  if (select.wantsNameBytes(bytes, start, i)) return -1;
-  skippedName = i;
-  return lineEnd(bytes, words, base, i, length);
-}
-
-/** Where the name of the sample line `skippable` last skipped ends; 0 when it skipped a comment or nothing. */
-let skippedName = 0;
-
-/** The chunk's bytes as 32-bit words, for comparing names four bytes at a time (one view per buffer). */
-let wordView: DataView | undefined;
-function named4(chunk: Buffer): DataView {
-  if (wordView?.buffer !== chunk.buffer) wordView = new DataView(chunk.buffer);
-  return wordView;
 }
 
 /**
@@ -311,7 +305,7 @@ function skipBlankBytes(bytes: Buffer, i: number, length: number): number {
 /**
  * The index of the LF that ends the line at or after `i`, or -1 when the chunk ends first. Four
  * bytes at a time (a word holds an LF iff `word ^ 0x0a0a0a0a` has a zero byte), then the byte;
- * past `LONG` bytes the native search, which wins on a long label set. `words`: `named4(bytes)`,
+ * past `LONG` bytes the native search, which wins on a long label set. `words`: a view of `bytes`'s buffer,
  * `base`: the chunk's offset in it.
  */
 function lineEnd(bytes: Buffer, words: DataView, base: number, i: number, length: number): number {
