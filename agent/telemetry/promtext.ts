@@ -147,9 +147,9 @@ export class PromTextReader {
   /** The start of a line the last chunk cut. */
   #carry = '';
   #ended = false;
-  /** Where the name of the sample line `#skippable` last skipped ends; 0 when it skipped a comment or nothing. */
+  /** Where the name of the sample line `#skippable` last skipped ends; 0: a comment or nothing. */
   #skippedName = 0;
-  /** The read buffer's bytes as 32-bit words, for comparing names four bytes at a time (one view per buffer). */
+  /** The read buffer as 32-bit words, to compare names four bytes at a time (one view per buffer). */
   #words: DataView | undefined;
 
   constructor(select: MetricSelector = EVERYTHING) {
@@ -305,8 +305,8 @@ function skipBlankBytes(bytes: Buffer, i: number, length: number): number {
 /**
  * The index of the LF that ends the line at or after `i`, or -1 when the chunk ends first. Four
  * bytes at a time (a word holds an LF iff `word ^ 0x0a0a0a0a` has a zero byte), then the byte;
- * past `LONG` bytes the native search, which wins on a long label set. `words`: a view of `bytes`'s buffer,
- * `base`: the chunk's offset in it.
+ * past `LONG` bytes the native search, which wins on a long label set. `words`: a view of the
+ * buffer `bytes` lies in, `base`: the chunk's offset in it.
  */
 function lineEnd(bytes: Buffer, words: DataView, base: number, i: number, length: number): number {
   const stop = Math.min(length, i + LONG);
