@@ -43,7 +43,7 @@ USER 65532:65532
 EXPOSE 8080 9090 7946/udp
 # `kinference …`; the DaemonSet passes `agent --config /etc/kinference/agent.yaml`.
 # Node flags (kept equal to bench/process-memory.ts IMAGE_NODE_FLAGS by test/manifests.test.ts, so
-# `npm run soak` and `npm run bench:memory` measure the agent as deployed; figures in README "Memory"):
+# `npm run soak` and `npm run bench:memory` measure the agent as deployed; figures in docs/benchmarks.md, "Memory"):
 # --max-semi-space-size=2: a small young generation; at hundreds of requests a second V8
 #   otherwise grows it to its maximum and keeps those pages.
 # --memory-saver-mode: every major GC reduces memory. Without it V8 keeps the pages freed after a

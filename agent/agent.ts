@@ -48,7 +48,7 @@ export interface RunningAgent {
 // node:http as its CommonJS module, not an ES import: an ES import of a built-in reads every export
 // to build its namespace, and node:http's WebSocket, CloseEvent and MessageEvent getters then load
 // Node's bundled undici (fetch, WebSocket, web Request/Response): 2.3 MB of heap for the process's
-// life that nothing here uses (README "Memory").
+// life that nothing here uses (docs/benchmarks.md, "Memory").
 const { createServer } = process.getBuiltinModule('node:http');
 
 /** Serves a node:http handler (the admin listener's) on `hostPort`. */

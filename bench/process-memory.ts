@@ -113,7 +113,7 @@ export const IMAGE_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=2', '
  * default glibc raises the threshold to the largest buffer freed (up to 32 MiB), after which such
  * buffers come from the main heap and fragment it (+27 MB kept after the soak's 3 MB bodies).
  * MALLOC_ARENA_MAX=2: worker threads (V8's, libuv's) share two arenas instead of one each; the
- * arenas otherwise kept 5–10 MB freed after the soak's 1,000 streams (README "Soak": every run).
+ * arenas otherwise kept 5–10 MB freed after the soak's 1,000 streams (docs/benchmarks.md, "Soak").
  */
 export const IMAGE_ENV: Readonly<Record<string, string>> = {
   MALLOC_MMAP_THRESHOLD_: '1048576',

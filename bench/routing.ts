@@ -1,5 +1,5 @@
 // `npm run bench:routing`: every strategy against the same simulated pools and the same recorded
-// arrivals, in virtual time. Writes bench/results/routing.json and prints the README table.
+// arrivals, in virtual time. Writes bench/results/routing.json and prints the table of docs/benchmarks.md.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import {

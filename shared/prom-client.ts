@@ -2,7 +2,7 @@
 // and Node.js metrics), loaded without prom-client's index: the index also loads summaries and
 // their t-digest, the Pushgateway client (with http, https, zlib), the cluster aggregator, and,
 // through its CPU metric, the OpenTelemetry API (for exemplars, which the agent does not use).
-// Measured (README "Memory"): the index costs 2.0 MB of V8 heap, these parts 0.5 MB.
+// Measured (docs/benchmarks.md, "Memory"): the index costs 2.0 MB of V8 heap, these parts 0.5 MB.
 // They are the same module instances the index loads (CommonJS caches them by path), so a
 // Registry made by `import { Registry } from 'prom-client'` (tests) takes these metrics too.
 import { createRequire } from 'node:module';

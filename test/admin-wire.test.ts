@@ -1,6 +1,6 @@
 // The admin listener's answers on the wire, byte for byte (Date aside): the headers, their order
 // and case, the length, HEAD, and how the target is read. They are the answers it gave when it
-// ran on Hono (README "Admin listener"), so probes, Prometheus and scripts see no change.
+// ran on Hono (docs/api.md, "Admin listener"), so probes, Prometheus and scripts see no change.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';

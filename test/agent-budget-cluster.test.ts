@@ -127,7 +127,7 @@ describe('an overflow budget shared by three agents over gossip', () => {
     assert.equal(provider.requests.length, answered, 'refused requests never reached the provider');
     // Each agent alone would admit the whole budget (3× in total). Counted together, the
     // documented worst case is the budget plus one request's estimate per other spender (the
-    // last interval's blind admissions, README "Overflow budgets": overshoot).
+    // last interval's blind admissions, docs/policy.md, "Overflow budgets": overshoot).
     const estimate = estimatePromptTokens(BODY) + 10;
     const bound = BUDGET + (AGENTS - 1) * estimate;
     assert.ok(spent <= bound, `provider reported ${spent} tokens for a ${BUDGET}-token budget (bound ${bound})`);

@@ -6,8 +6,8 @@ import { CustomResourceDefinition } from 'kubernetes-models/apiextensions.k8s.io
 import { loadPolicies, validatePolicy, type PolicyError } from '../agent/policy/validate.ts';
 import { CRD_FILE, inferencePolicyOpenAPISchema, renderCrd, renderCrdYaml } from '../agent/policy/crd.ts';
 
-// The InferencePolicy example of the team's interface contract (the README's policy reference), as written there.
-const CONTRACT_EXAMPLE = `
+// The InferencePolicy example of docs/policy.md, as written there.
+const POLICY_EXAMPLE = `
 apiVersion: kinference.io/v1alpha1
 kind: InferencePolicy
 metadata: {name: team-a-llama, namespace: team-a}
@@ -30,7 +30,7 @@ spec:
 `;
 
 function example(): Record<string, unknown> & { spec: Record<string, unknown> } {
-  return parse(CONTRACT_EXAMPLE) as Record<string, unknown> & { spec: Record<string, unknown> };
+  return parse(POLICY_EXAMPLE) as Record<string, unknown> & { spec: Record<string, unknown> };
 }
 
 function errorsOf(doc: unknown, requireTypeMeta = false): PolicyError[] {
@@ -45,7 +45,7 @@ function errorAt(errors: PolicyError[], path: string): string {
   return error.message;
 }
 
-test('accepts the CONTRACT.md example, with and without type meta required', () => {
+test('accepts the documented policy example, with and without type meta required', () => {
   assert.equal(validatePolicy(example(), { requireTypeMeta: true }).ok, true);
   assert.equal(validatePolicy(example()).ok, true);
 });

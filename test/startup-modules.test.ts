@@ -1,4 +1,4 @@
-// What a running agent has loaded (README "Memory": every loaded module's code and source stay in
+// What a running agent has loaded (docs/benchmarks.md, "Memory": every loaded module's code and source stay in
 // the heap for the process's life): an agent in static mode that served requests has loaded the
 // undici parts it uses but not undici's index (fetch, WebSocket, caches, mocks), typebox's error
 // iterator but not its value operations, prom-client's registry and metrics but not its index, and

@@ -22,7 +22,7 @@
 //
 // Partitions: each side keeps counting its own origins; on healing, merging by version gives the
 // exact sum of both sides. During a partition each side enforces on what it sees, so the
-// overshoot can reach what the other side spends meanwhile (documented in the README).
+// overshoot can reach what the other side spends meanwhile (docs/policy.md, "Overflow budgets and priority").
 //
 // Enforcement, reserve before and settle after: a request may overflow when, for every limit
 // that applies, the cluster's usage (settled + pending, as this replica sees it) plus its
@@ -33,7 +33,7 @@
 // alone. The share rule (1/k per interval among k known spenders), the slow start (a new
 // spender begins at 1/N and doubles per interval, and per full sweep with gossip) and the
 // granularity draw (a share under one request admits one with probability share/request) bound
-// it by what remained plus (k − 1) requests' estimates (README: "Overflow budgets and priority";
+// it by what remained plus (k − 1) requests' estimates (docs/policy.md, "Overflow budgets and priority";
 // bench:budget measures it; test/agent-budget-cluster.test.ts checks it through three agents).
 //
 // Seams: window arithmetic in epochs.ts, the per-origin counters and their merge in
@@ -325,7 +325,7 @@ export class BudgetLedger {
   /**
    * Past warm-up without having heard the cluster in full (partitioned, or peers slow to answer):
    * it cannot tell what the others spent, so it spends at most 1/agents of the limit itself.
-   * Each such agent overshoots by at most that share (README: "Overflow budgets", overshoot).
+   * Each such agent overshoots by at most that share (docs/policy.md, "Overflow budgets": overshoot).
    */
   #unsyncedRefusal(
     tenant: string,

@@ -67,7 +67,7 @@ export class ShareRule {
    * last few convergence intervals, this one included), so in any convergence interval this agent
    * admits at most 1/k of what remained before it. While every spender knows the others, they
    * together admit at most what remained: no overshoot from not yet seeing each other's last
-   * admissions. Only a spender that no one has heard from yet can overshoot (see the README).
+   * admissions. Only a spender that no one has heard from yet can overshoot (see docs/policy.md).
    */
   allows(
     tenant: string,
@@ -108,7 +108,7 @@ export class ShareRule {
     // Granularity: a share smaller than one request would strand the rest of the budget (no
     // agent could ever admit again). Such an agent admits one request in this interval with
     // probability share / request, drawn once per interval: the k spenders together admit what
-    // remained on average. Worst case (every draw won): k − 1 requests over (README: overshoot).
+    // remained on average. Worst case (every draw won): k − 1 requests over (docs/policy.md: overshoot).
     const key = `${tenant}\u0000${limit.window}\u0000${limit.provider ?? ''}`;
     const drawn = this.#draws.get(key);
     if (drawn && !this.#past(drawn, now)) return drawn.won;

@@ -1,4 +1,4 @@
-// Provider settings (CONTRACT.md "providers"), one schema for both places they are written: the
+// Provider settings (docs/configuration.md, "Hosted providers"), one schema for both places they are written: the
 // agent config's `providers:` and the providers ConfigMap (agent/cluster/kubernetes-providers.ts).
 import { Type, type Static } from '@sinclair/typebox';
 import type { ProviderSettings } from '../providers/types.ts';

@@ -1,4 +1,4 @@
-// The agent's configuration file (README "Agent configuration"), as one TypeBox schema.
+// The agent's configuration file (docs/configuration.md), as one TypeBox schema.
 // A wrong key or value names the key: at start the agent exits non-zero; a reload of the
 // watched file (static mode) is rejected and the last good settings stay.
 import { Type, type Static } from '@sinclair/typebox';

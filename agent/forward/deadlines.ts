@@ -1,7 +1,7 @@
 // Deadlines of one length, kept in the order they were set (which is the order they fall due),
 // under one timer. A pod exchange's headers deadline was a setTimeout of its own; at a few hundred
 // requests a second, with one request open at a time, node's timer list for that length emptied
-// and was built again for every request (bench:proxy --serial, README "Proxy overhead"). Here a
+// and was built again for every request (bench:proxy --serial, docs/benchmarks.md "Proxy overhead"). Here a
 // deadline is a list node: set and cleared in O(1), no timer call unless none is armed; the timer
 // fires at the earliest deadline set, skips what was cleared, and arms again for the next one.
 // Each deadline still fires at its own time (never before it), as its own setTimeout would.

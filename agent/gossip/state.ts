@@ -38,7 +38,7 @@ import {
   type PodInfoWire,
 } from './wire.ts';
 
-/** The default TTL: the backstop behind membership (see README, "Gossip liveness"). */
+/** The default TTL: the backstop behind membership (see docs/concepts.md, "Gossip"). */
 export const DEFAULT_TTL_MS = 30_000;
 
 export interface GossipStateOptions {

@@ -47,7 +47,7 @@ export interface PredictorOptions {
   minTtftMs: number;
 }
 
-/** A prior shaped like an 8B model on one GPU (see the simulator's latency model in README). */
+/** A prior shaped like an 8B model on one GPU (see the simulator's latency model in docs/benchmarks.md). */
 export const DEFAULT_PREDICTOR: PredictorOptions = {
   forgetting: 0.98,
   prior: { base: 25, perQueued: 200, perRunning: 2, perKPromptTokens: 250, perKPendingTokens: 250 },

@@ -1,5 +1,5 @@
 // How the admin listener reads a request target (path and query) from node:http. It keeps what
-// the listener answered when it ran on Hono (README "Admin listener"), so probes, scrapers and
+// the listener answered when it ran on Hono (docs/api.md, "Admin listener"), so probes, scrapers and
 // scripts see the same answers: dot segments resolved and odd characters escaped as the URL
 // parser does, the path's escapes decoded (but not an escaped `/`, `?`, `%`, …), query values with
 // `+` as a space and their escapes decoded (an invalid escape kept as written), the first of a

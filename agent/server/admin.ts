@@ -1,7 +1,7 @@
 // The admin listener: probes, Prometheus metrics, state, explain, dashboard. Never on the
 // request path, so it stays answerable when the API listener is saturated. On node:http directly,
 // like the API listener: a web framework and web Request/Response objects cost the idle agent
-// ~3.4 MB of heap for a handful of small answers (README "Memory"). Its answers are the ones it
+// ~3.4 MB of heap for a handful of small answers (docs/benchmarks.md, "Memory"). Its answers are the ones it
 // gave on Hono, byte for byte: the same headers in the same order and case, HEAD as GET without
 // the body, and the same target reading (admin-target.ts).
 import type { IncomingMessage, ServerResponse } from 'node:http';

@@ -21,7 +21,7 @@ export interface Answer {
   settle?: () => void;
 }
 
-/** An OpenAI-shaped error, marked `x-kinference-route: rejected` as the README's API section promises. */
+/** An OpenAI-shaped error, marked `x-kinference-route: rejected` as docs/api.md promises. */
 export function errorAnswer(status: number, message: string, opts: ErrorOptions = {}): Answer {
   return {
     status,

@@ -1,10 +1,10 @@
 // Large request bodies judged off the event loop. Parsing, checking, classifying and measuring a
-// 3 MB body took 30–200 ms of the agent's only JS thread (README "Soak"): every other request,
+// 3 MB body took 30–200 ms of the agent's only JS thread (docs/benchmarks.md, "Soak"): every other request,
 // probe and scrape waited behind it. Bodies of at least `limits.offloadBodyBytes` go to a small
 // pool of worker threads (`limits.bodyWorkers`) that run the same code (body-work.ts), so the
 // verdict is the same; the event loop only copies the bytes over and reads the answer. Workers
 // start on the first large body and end after `idleMs` without one (their V8 heap goes back; glibc
-// keeps part of what they allocated natively, measured in README "Soak").
+// keeps part of what they allocated natively, measured in docs/benchmarks.md, "Soak").
 // A worker that fails or dies never lets a body through unjudged: the agent judges that body
 // itself, on the loop, as it would without workers.
 import { Worker } from 'node:worker_threads';

@@ -225,7 +225,7 @@ const kinferenceWith =
     // No overflow and no waiting in this comparison: when every pod is excluded or predicted over
     // the SLO, the request still goes to the best-scored pod, so every strategy's TTFTs are over
     // the same requests. The agent would hold it in line for the policy's wait.max and then answer
-    // 429 (CONTRACT.md); it never serves a request no pod is predicted to answer in time.
+    // 429 (docs/api.md); it never serves a request no pod is predicted to answer in time.
     const fallback: EffectivePolicy = { ...policy, sloTtftMs: Infinity, exclude: [] };
     const stay = { allowed: false, reason: 'bench', providers: [] };
     return {

@@ -32,7 +32,7 @@ export function errorBody(status: number, message: string, opts: ErrorOptions = 
   };
 }
 
-/** A complete error response, marked `x-kinference-route: rejected` as the README's API section promises. */
+/** A complete error response, marked `x-kinference-route: rejected` as docs/api.md promises. */
 export function errorResponse(status: number, message: string, opts: ErrorOptions = {}): Response {
   return new Response(JSON.stringify(errorBody(status, message, opts)), {
     status,
