@@ -119,6 +119,30 @@ export interface ExcludeRule {
 }
 
 /** The policy that applies to one request, after resolution and namespace annotations. */
+/** Requests that finished a phase between two scrapes, from a cumulative histogram's sum/count. */
+export interface MeanDelta {
+  count: number;
+  /** Seconds. */
+  sum: number;
+  /** Seconds; NaN when no request finished in the interval. */
+  mean: number;
+}
+
+/** What a pod's own counters say happened between two scrapes (telemetry computes it, predict learns from it). */
+export interface IntervalDelta {
+  /** Time between the two scrapes. */
+  intervalMs: number;
+  /** Mean TTFT of the requests whose first token came in the interval (engines with a TTFT histogram). */
+  ttft?: MeanDelta;
+  queueTime?: MeanDelta;
+  finished?: number;
+  promptTokens?: number;
+  /** Prompt tokens the pod computed (not served from its prefix cache): vLLM's queries − hits,
+   *  SGLang's prompt tokens × (1 − cache_hit_rate); absent without prefix-cache metrics. */
+  computedPromptTokens?: number;
+  generationTokens?: number;
+}
+
 export interface EffectivePolicy {
   /** `namespace/name` of the InferencePolicy that matched, or `builtin/default`. */
   name: string;

@@ -5,7 +5,8 @@
 import { randomUUID } from 'node:crypto';
 import { Bench } from 'tinybench';
 import { propagatedHeaders, requestIdFor } from '../agent/forward/headers.ts';
-import { logLine, usageOf, type RequestRecord } from '../agent/server/evidence.ts';
+import { logLine, type RequestRecord } from '../agent/server/evidence.ts';
+import { usageOf } from '../shared/openai/usage.ts';
 import { BoundedLabel } from '../agent/server/metrics.ts';
 import { parseInferenceRequest } from '../agent/server/request.ts';
 

@@ -24,7 +24,7 @@ import { Service } from 'kubernetes-models/v1/Service';
 import { ServiceAccount } from 'kubernetes-models/v1/ServiceAccount';
 import { parseProvidersConfigMap } from '../agent/cluster/kubernetes-providers.ts';
 import { policyObjects, type KubeObject } from '../agent/cluster/kubernetes-snapshot.ts';
-import { parseDuration } from '../agent/config/duration.ts';
+import { parseDuration } from '../shared/duration.ts';
 import { settingsFromObject } from '../agent/config/load.ts';
 import { checkNamespaceAnnotations } from '../agent/policy/annotations.ts';
 import { checkPolicySet } from '../agent/policy/resolve.ts';

@@ -43,10 +43,11 @@ import { WINDOW_MS, BUDGET_WINDOWS, type BudgetLimit, type BudgetWindow, scopeNa
 import { CounterStore, type Counter } from './counter-store.ts';
 import { epochOf, epochsAt } from './epochs.ts';
 import { ShareRule } from './share-rule.ts';
+import type { Reservation } from './reservation.ts';
 
 // Re-exported so importers keep taking the ledger's model from one place.
-export type { Counter, CounterKey } from './counter-store.ts';
-export { epochOf } from './epochs.ts';
+export type { Counter } from './counter-store.ts';
+export type { Reservation } from './reservation.ts';
 
 export interface LedgerOptions {
   /** This agent instance: node or pod name plus an incarnation unique to this start. */
@@ -79,15 +80,6 @@ export const DEFAULT_LEDGER_LIMITS = {
   maxCounters: 100_000,
   maxOrigins: 4096,
 } as const;
-
-export interface Reservation {
-  readonly tenant: string;
-  readonly provider: string;
-  readonly tokens: number;
-  /** The epoch of each window counted (those the tenant's limits use) when reserved: the spend belongs there, even if settled later. */
-  readonly epochs: Readonly<Partial<Record<BudgetWindow, number>>>;
-  done: boolean;
-}
 
 export type Admission =
   | { ok: true; reservation: Reservation }

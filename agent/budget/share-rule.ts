@@ -2,7 +2,7 @@
 // per convergence interval, so agents that cannot yet see each other's latest admissions
 // together stay within the budget (see ledger.ts). Pure: time comes in as `now`.
 import type { BudgetLimit } from './limits.ts';
-import type { Reservation } from './ledger.ts';
+import type { Reservation } from './reservation.ts';
 
 /** An origin whose counter changed this many convergence intervals ago still counts as spending (a steady spender refreshes well within it). */
 const SPENDER_ACTIVE_INTERVALS = 4;

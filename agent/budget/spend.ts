@@ -1,7 +1,7 @@
 // The overflow budget on the request path: the estimate a request reserves before a provider is
 // asked (prompt estimate + the most the answer may take), and settling it from the usage the
 // provider reports in its answer, once the answer's body has gone through. The ledger decides.
-import { usageOf } from '../server/evidence.ts';
+import { usageOf } from '../../shared/openai/usage.ts';
 import type { RouteRequest } from '../types.ts';
 import type { BudgetLedger, Reservation } from './ledger.ts';
 import type { BudgetLimit } from './limits.ts';

@@ -3,7 +3,7 @@
 import { createHash } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import protobuf from 'protobufjs';
-import { varintSize } from '../gossip/wire.ts';
+import { varintSize } from '../../shared/varint.ts';
 import { BUDGET_WINDOWS, WINDOW_MS, type BudgetWindow } from './limits.ts';
 import type { Counter } from './ledger.ts';
 

@@ -1,10 +1,9 @@
 // Tags a caller declares in `x-kinference-tags: pii,internal`. They can only add: a header is
 // never consulted to drop what a detector found.
 
-export const TAG_HEADER = 'x-kinference-tags';
 export const MAX_HEADER_TAGS = 16;
 export const MAX_TAG_LENGTH = 64;
-/** Same charset as the policy schema's deny tags (agent/policy/schema.ts TAG_PATTERN). */
+/** Same charset as the policy schema's deny tags (agent/policy/schema-parts.ts TAG_PATTERN). */
 const TAG = /^[a-z0-9][a-z0-9._-]*$/;
 
 export interface HeaderTags {

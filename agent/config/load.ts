@@ -7,7 +7,7 @@ import { Errors } from '@sinclair/typebox/errors';
 import { parse as parseYaml } from 'yaml';
 import type { Pod } from '../types.ts';
 import type { ProviderSettings } from '../providers/types.ts';
-import { parseDuration } from './duration.ts';
+import { parseDuration } from '../../shared/duration.ts';
 import type { SecretRef } from './secrets.ts';
 import { loadPolicies } from '../policy/validate.ts';
 import { compilePolicies } from '../policy/resolve.ts';

@@ -2,7 +2,7 @@
 // agent config's `providers:` and the providers ConfigMap (agent/cluster/kubernetes-providers.ts).
 import { Type, type Static } from '@sinclair/typebox';
 import type { ProviderSettings } from '../providers/types.ts';
-import { parseDuration } from './duration.ts';
+import { parseDuration } from '../../shared/duration.ts';
 import { DurationString, Name, SecretRef } from './schema-parts.ts';
 
 export const DEFAULT_PROVIDER_TIMEOUT_MS = 10_000;

@@ -2,7 +2,8 @@
 // budget allows (a complete shard of the id space among them); deltas carry whole version
 // groups up to a byte limit. Pure; the versioning it packs lives in state.ts.
 import type { OriginRecord, PodRecord } from './records.ts';
-import { deltaHeaderSize, fieldSize, varintSize, type DigestWire, type OriginDeltaWire } from './wire.ts';
+import { varintSize } from '../../shared/varint.ts';
+import { deltaHeaderSize, fieldSize, type DigestWire, type OriginDeltaWire } from './wire.ts';
 
 // Bytes a digest spends beyond its entries: three packed-array prefixes and the shard fields.
 const DIGEST_FRAMING = 3 * 3 + 2 * 6;

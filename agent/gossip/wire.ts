@@ -6,6 +6,7 @@ import { createHash } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import protobuf from 'protobufjs';
 import type { Engine } from '../types.ts';
+import { varintSize } from '../../shared/varint.ts';
 
 const PROTO_PATH = fileURLToPath(new URL('../../shared/proto/gossip.proto', import.meta.url));
 
@@ -282,15 +283,6 @@ export function decodeEnvelopeBody(bytes: Uint8Array): EnvelopeWire {
 }
 
 // --- exact encoded sizes (what protobufjs writes: proto3 defaults are omitted) ---------------
-
-export function varintSize(n: number): number {
-  let size = 1;
-  while (n >= 128) {
-    n = Math.floor(n / 128);
-    size++;
-  }
-  return size;
-}
 
 const zigzag = (n: number): number => (n >= 0 ? n * 2 : -n * 2 - 1);
 const scalar = (n: number): number => (n === 0 ? 0 : 1 + varintSize(n));

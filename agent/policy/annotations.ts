@@ -1,6 +1,6 @@
 // Namespace annotations: the platform team's shortcuts on a namespace (which policy, overflow
 // allowed or not, the SLO, the tenant), parsed once per change of annotations. Pure.
-import { isDuration, parseDuration } from '../config/duration.ts';
+import { isDuration, parseDuration } from '../../shared/duration.ts';
 import { ATTAINMENT_PATTERN, type InferencePolicy } from './schema.ts';
 
 export const ANNOTATIONS = {

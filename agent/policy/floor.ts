@@ -2,9 +2,9 @@
 // floor denies [pii, unscanned] when none sets one). Applied last to every resolved policy; a
 // namespace policy that would loosen it is rejected. Pure.
 import type { EffectivePolicy } from '../types.ts';
-import { parseDuration } from '../config/duration.ts';
+import { parseDuration } from '../../shared/duration.ts';
 import { policyKey, type InferencePolicy } from './schema.ts';
-import type { PolicySetIssue } from './resolve.ts';
+import type { PolicySetIssue } from './issues.ts';
 import { budgetLoosenings, type BudgetLimit } from '../budget/limits.ts';
 
 /** A policy that leaves `overflow.deny.tags` out still keeps pii, and what could not be read, on the cluster. */

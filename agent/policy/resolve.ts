@@ -35,8 +35,9 @@
 // loosen the floor (lists deny tags without a floor tag, a looser SLO, providers while the floor
 // forbids overflow, or guardrails of its own) is rejected: kept out, and reported.
 import type { EffectivePolicy, ExcludeRule } from '../types.ts';
-import { parseDuration } from '../config/duration.ts';
+import { parseDuration } from '../../shared/duration.ts';
 import { policyKey, type InferencePolicy } from './schema.ts';
+import type { PolicySetIssue } from './issues.ts';
 import {
   ANNOTATIONS,
   annotationEntries,
@@ -86,16 +87,6 @@ export function specificity(policy: InferencePolicy): number {
   );
 }
 
-/** Does the policy cover this request (namespace, model and tenant)? */
-export function appliesTo(policy: InferencePolicy, tenant: string, namespace: string, model: string): boolean {
-  const { namespace: ns } = policy.metadata;
-  return (
-    (ns === '*' || ns === namespace) &&
-    (!policy.spec.models || policy.spec.models.includes(model)) &&
-    (!policy.spec.tenants || policy.spec.tenants.includes(tenant))
-  );
-}
-
 /** The policy's own fields over the built-in defaults, durations in ms. Annotations not applied. */
 export function effectiveOf(policy: InferencePolicy): EffectivePolicy {
   const { spec } = policy;
@@ -121,17 +112,6 @@ export function effectiveOf(policy: InferencePolicy): EffectivePolicy {
 
 // ---------------------------------------------------------------------------------------------
 // Set checks
-
-export interface PolicySetIssue {
-  severity: 'error' | 'warning';
-  /** Index of the policy in the array given. */
-  index: number;
-  /** Field the issue is about, e.g. `metadata.name`, `spec.overflow.deny.tags`. */
-  path: string;
-  message: string;
-  /** The other policy of a tie or duplicate. */
-  other?: number;
-}
 
 /**
  * Problems no single policy shows: duplicates, ambiguous ties (same namespace, same specificity,

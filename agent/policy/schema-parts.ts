@@ -4,7 +4,7 @@
 import { BUDGET_WINDOWS, PRIORITIES } from '../budget/limits.ts';
 import { Type } from '@sinclair/typebox';
 
-/** Same grammar as agent/config/duration.ts, anchored without surrounding spaces (RE2-compatible). */
+/** Same grammar as shared/duration.ts, anchored without surrounding spaces (RE2-compatible). */
 export const DURATION_PATTERN = '^[0-9]+(\\.[0-9]+)?(ms|s|m|h)$';
 /** Request tags are lowercased by the classifier, so a deny tag outside this charset never matches. */
 export const TAG_PATTERN = '^[a-z0-9][a-z0-9._-]*$';

@@ -16,17 +16,7 @@ import {
 } from './schema-parts.ts';
 
 // Re-exported so importers keep one place to take the policy model from.
-export {
-  ATTAINMENT_PATTERN,
-  BudgetLimitSchema,
-  DURATION_PATTERN,
-  EXCLUDE_METRICS,
-  ExcludeRuleSchema,
-  GuardrailsSchema,
-  OverflowBudgetSchema,
-  PrioritySchema,
-  TAG_PATTERN,
-} from './schema-parts.ts';
+export { ATTAINMENT_PATTERN } from './schema-parts.ts';
 
 export const API_GROUP = 'kinference.io';
 export const API_VERSION = 'kinference.io/v1alpha1';
@@ -159,7 +149,6 @@ export const InferencePolicySchema = Type.Object(
 
 export type InferencePolicySpec = Static<typeof InferencePolicySpecSchema>;
 export type InferencePolicy = Static<typeof InferencePolicySchema>;
-export type PolicyStatus = Static<typeof PolicyStatusSchema>;
 
 /** A policy's name where it is shown: namespace/name. */
 export function policyKey(policy: InferencePolicy): string {

@@ -1,6 +1,6 @@
 // Validation of InferencePolicy documents against the schema, plus the rules a schema cannot say
 // alone. Never throws: every problem comes back as a PolicyError with its path.
-import { isDuration, parseDuration } from '../config/duration.ts';
+import { isDuration, parseDuration } from '../../shared/duration.ts';
 import { duplicateScopes } from '../budget/limits.ts';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import { dotPath, formatPath, isRecord, pointerSegments } from '../../shared/json.ts';

@@ -1,8 +1,7 @@
 // Where the agent's model of its own pods learns: the per-node TTFT model (and embeddings' own,
 // all prefill), and the calibration of its errors. The pool calls it with what it measured;
 // everything here is pure and time comes in as arguments.
-import type { IntervalDelta } from '../telemetry/pod-telemetry.ts';
-import type { PodLoad, PredictorParams, RequestKind } from '../types.ts';
+import type { IntervalDelta, PodLoad, PredictorParams, RequestKind } from '../types.ts';
 import { Calibration, type Regime } from './calibration.ts';
 import { NodeModel } from './node-model.ts';
 import type { Features, PredictorOptions } from './predictor.ts';

@@ -4,13 +4,8 @@ import { createBedrockProvider, type BedrockDeps } from './bedrock.ts';
 import { createOpenAIProvider } from './openai.ts';
 import type { ClosableProvider } from './upstream.ts';
 
-export type { Provider, ProviderCall, ProviderSettings } from './types.ts';
-export type { ClosableProvider, ProviderDeps } from './upstream.ts';
-export { ProviderError, isProviderFault } from './upstream.ts';
-export { BreakerSet, CircuitBreaker, type BreakerOptions, type BreakerState } from './breaker.ts';
-export { tryProviders, type Attempt, type ChainOptions, type ChainResult } from './chain.ts';
-export { createBedrockProvider } from './bedrock.ts';
-export { createOpenAIProvider } from './openai.ts';
+export type { ProviderSettings } from './types.ts';
+export type { ClosableProvider } from './upstream.ts';
 
 export function createProvider(settings: ProviderSettings, deps: BedrockDeps = {}): ClosableProvider {
   switch (settings.kind) {

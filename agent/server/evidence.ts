@@ -48,24 +48,6 @@ export function overflowReason(dropped: readonly Pick<DroppedCandidate, 'reason'
   return best ?? 'no-pod';
 }
 
-/** Token counts from a non-streamed OpenAI answer (chat/completions `usage`, Responses `usage`). */
-export function usageOf(body: Uint8Array): { promptTokens?: number; completionTokens?: number } {
-  try {
-    const parsed = JSON.parse(Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8')) as {
-      usage?: Record<string, unknown>;
-    };
-    const u = parsed?.usage;
-    if (!u || typeof u !== 'object') return {};
-    const num = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
-    return {
-      promptTokens: num(u.prompt_tokens) ?? num(u.input_tokens),
-      completionTokens: num(u.completion_tokens) ?? num(u.output_tokens),
-    };
-  } catch {
-    return {};
-  }
-}
-
 /** The record as one line (fields without a value are left out). */
 export function logLine(record: RequestRecord): string {
   return JSON.stringify({ msg: 'request', ...record });

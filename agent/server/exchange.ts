@@ -6,7 +6,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { Readable } from 'node:stream';
 import type { HeaderReader } from '../forward/headers.ts';
-import { RequestError } from './request.ts';
+import { RequestError } from './request-error.ts';
 
 export interface ApiRequest {
   readonly method: string;

@@ -28,10 +28,8 @@ import type { Callers } from './caller.ts';
 import type { Overflow } from '../providers/overflow.ts';
 import { bodyOffloadFor, parsedFromVerdict, routeFromVerdict } from './body-offload.ts';
 
-// Importers (agent, passthrough, providers, tests) keep importing the request path's API from here.
+// Importers (agent, passthrough, tests) keep importing the request path's API from here.
 export type { OverflowResult, RequestContext, RequestPathDeps } from './path-deps.ts';
-export { requestPathLimits } from './path-deps.ts';
-export { podsFailed, withHeaders } from './answers.ts';
 
 /** The agent's request path from its settings, over its callers, overflow and pool; owns its pod dispatcher. */
 export function requestPathFor(

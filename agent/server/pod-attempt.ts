@@ -8,7 +8,7 @@ import type { Candidate } from '../route/candidate.ts';
 import type { Scored } from '../route/picker.ts';
 import { API_PATHS, type RouteRequest } from '../types.ts';
 import type { ParsedRequest } from './request.ts';
-import { usageOf } from './evidence.ts';
+import { usageOf } from '../../shared/openai/usage.ts';
 import type { RequestContext, RequestPathDeps } from './path-deps.ts';
 import { errorAnswer, podStreamAnswer, type Answer } from './answers.ts';
 

@@ -3,18 +3,10 @@
 import { tooLarge, type ApiRequest } from './exchange.ts';
 import type { HeaderReader } from '../forward/headers.ts';
 import type { RequestKind } from '../types.ts';
+import { RequestError } from './request-error.ts';
 
-export class RequestError extends Error {
-  readonly status: number;
-  readonly param: string | null;
-  readonly code: string | null;
-  constructor(status: number, message: string, param: string | null = null, code: string | null = null) {
-    super(message);
-    this.status = status;
-    this.param = param;
-    this.code = code;
-  }
-}
+// Re-exported: the request path takes its error from the parser that throws it most.
+export { RequestError };
 
 /** The body as bytes, read once, refusing (413) past `limit` without keeping the rest in memory. */
 export function readBoundedBody(

@@ -3,31 +3,8 @@
 // interval. Pure: time comes from the loads themselves or from the caller.
 
 import type { WindowedMetric } from '../route/candidate.ts';
-import type { PodLoad } from '../types.ts';
+import type { IntervalDelta, MeanDelta, PodLoad } from '../types.ts';
 import { TimeWindow, type WindowOptions } from './window.ts';
-
-/** Requests that finished a phase between two scrapes, from a cumulative histogram's sum/count. */
-export interface MeanDelta {
-  count: number;
-  /** Seconds. */
-  sum: number;
-  /** Seconds; NaN when no request finished in the interval. */
-  mean: number;
-}
-
-export interface IntervalDelta {
-  /** Time between the two scrapes. */
-  intervalMs: number;
-  /** Mean TTFT of the requests whose first token came in the interval (engines with a TTFT histogram). */
-  ttft?: MeanDelta;
-  queueTime?: MeanDelta;
-  finished?: number;
-  promptTokens?: number;
-  /** Prompt tokens the pod computed (not served from its prefix cache): vLLM's queries − hits,
-   *  SGLang's prompt tokens × (1 − cache_hit_rate); absent without prefix-cache metrics. */
-  computedPromptTokens?: number;
-  generationTokens?: number;
-}
 
 /** Increase of a cumulative counter; a decrease means the server restarted, counting from zero. */
 function increase(previous: number | undefined, current: number | undefined): number | undefined {

@@ -24,7 +24,7 @@
 import { LRUCache } from 'lru-cache';
 import { BLOCK_TOKENS, CHARS_PER_TOKEN, promptBlocks } from '../../agent/prefix/blocks.ts';
 import type { PodLoad } from '../../agent/types.ts';
-import type { BenchStrategy, StrategyFactory } from './strategies.ts';
+import type { BenchStrategy, StrategyFactory } from './strategy-types.ts';
 import { promptTextOf } from './workload.ts';
 
 export const GIE_WEIGHTS = { queue: 2, kvCache: 2, prefix: 3 } as const;

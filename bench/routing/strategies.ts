@@ -6,55 +6,16 @@ import { decide, type Strategy } from '../../agent/route/router.ts';
 import { STRATEGIES } from '../../agent/route/strategies.ts';
 import { DEFAULT_PREDICTOR } from '../../agent/predict/predictor.ts';
 import type { Candidate, WindowedMetric } from '../../agent/route/candidate.ts';
-import type { EffectivePolicy, Pod, PodLoad, PredictorParams, RouteRequest } from '../../agent/types.ts';
-import type { PodTelemetry } from '../../agent/telemetry/pod-telemetry.ts';
-import type { SimEngine } from '../../shared/sim/engine.ts';
+import type { EffectivePolicy, PodLoad, PredictorParams, RouteRequest } from '../../agent/types.ts';
 import { DEFAULT_PREFIX_MAX_BLOCKS, promptBlocks } from '../../agent/prefix/blocks.ts';
 import { promptTextOf, type Arrival } from './workload.ts';
+import type { BenchPod, StrategyFactory } from './strategy-types.ts';
 import { gieProfile } from './gie.ts';
 import { poolOptions, routePolicy, routeRequest } from '../../test/helpers/route-fixtures.ts';
 
-export interface BenchPod {
-  index: number;
-  pod: Pod;
-  /** The simulated server itself: only the oracle may look. */
-  engine: SimEngine;
-  speed: number;
-  /** This agent's requests to the pod that have not finished. */
-  inFlight: number;
-  /** True prompt tokens at the pod awaiting their first token, every source's: only the oracle may look. */
-  pendingPromptTokens: number;
-  /** The last scrape, as every realistic strategy sees it. */
-  lastLoad?: PodLoad;
-  telemetry: PodTelemetry;
-}
-
-export interface Choice {
-  pod: number;
-  /** The strategy's own TTFT prediction, for MAPE (Kinference only). */
-  predictedMs?: number;
-  firstToken?(ms: number): void;
-  done?(): void;
-}
-
-export interface BenchStrategy {
-  choose(a: Arrival): Choice;
-  scraped?(p: BenchPod, load: PodLoad): void;
-  /** How often this strategy reads the pods' metrics (ms); default the harness's SCRAPE_INTERVAL_MS. */
-  scrapeIntervalMs?: number;
-}
-
-export interface StrategyContext {
-  pods: BenchPod[];
-  now: () => number;
-  rand: () => number;
-  sloMs: number;
-  scrapeIntervalMs: number;
-  /** Linear TTFT model fitted offline at speed 1 on the true queue: the oracle's knowledge. */
-  oracleModel: PredictorParams;
-}
-
-export type StrategyFactory = (ctx: StrategyContext) => BenchStrategy;
+// The strategy's shape lives in strategy-types.ts, so strategies written elsewhere (gie.ts) need not
+// import this list of them.
+export type { BenchPod, StrategyContext, StrategyFactory } from './strategy-types.ts';
 
 /**
  * A strategy of agent/route run by the production router, over what every realistic baseline

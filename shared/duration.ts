@@ -1,4 +1,5 @@
 // Durations in config and policy are strings like `250ms`, `30s`, `1m`, `1.5s`. Numbers mean ms.
+// Here, below both, so the policy core and the config shell read them the same way.
 
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 const DURATION = /^(\d+(?:\.\d+)?)(ms|s|m|h)$/;
@@ -16,10 +17,4 @@ export function parseDuration(value: string | number): number {
   const match = DURATION.exec(value.trim());
   if (!match) throw new Error(`invalid duration "${value}" (expected e.g. 250ms, 30s, 1m)`);
   return Number(match[1]) * UNIT_MS[match[2]];
-}
-
-export function formatDuration(ms: number): string {
-  if (ms % 60_000 === 0 && ms >= 60_000) return `${ms / 60_000}m`;
-  if (ms % 1000 === 0 && ms >= 1000) return `${ms / 1000}s`;
-  return `${ms}ms`;
 }
