@@ -24,6 +24,16 @@ export default {
       to: { path: `^agent/(${SHELLS})/|^agent/agent\\.ts$` },
     },
     {
+      name: 'shells-import-no-request-path',
+      severity: 'error',
+      comment:
+        'The request path (server), the commands (cli) and the wiring (agent.ts) sit on top: the shells ' +
+        'below them (forward, providers, telemetry, gossip, cluster, config, pool, memory) reach them ' +
+        'only through the core types in agent/types.ts and interfaces of their own.',
+      from: { path: '^agent/(forward|providers|telemetry|gossip|cluster|config|pool|memory)/' },
+      to: { path: '^agent/(server|cli)/|^agent/agent\\.ts$' },
+    },
+    {
       name: 'agent-imports-no-bench-or-test',
       severity: 'error',
       comment: 'What ships never depends on benchmarks, tests or scripts.',

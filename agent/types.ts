@@ -143,6 +143,14 @@ export interface IntervalDelta {
   generationTokens?: number;
 }
 
+/** An OpenAI-compatible request as the API listener parsed it: which API, its JSON body, model and streaming. */
+export interface ParsedRequest {
+  kind: RequestKind;
+  body: Record<string, unknown>;
+  model: string;
+  stream: boolean;
+}
+
 export interface EffectivePolicy {
   /** `namespace/name` of the InferencePolicy that matched, or `builtin/default`. */
   name: string;

@@ -3,7 +3,6 @@
 // longer change the status, so an event stream ends with an error event and `data: [DONE]` (what
 // vLLM itself does); a client that leaves aborts the upstream request; at the drain deadline an
 // event stream ends with its own error event and [DONE] rather than a cut socket.
-import type { ApiResponse } from '../server/exchange.ts';
 import { SSE_DONE, sseErrorFrame } from '../../shared/openai/errors.ts';
 
 /** Where a body's chunks go, as they arrive. */
@@ -42,6 +41,17 @@ export interface RelayOutcome {
   bytes: number;
 }
 
+/** What the relay needs of the client's answer: the server's ApiResponse (and node:http's) fits it. */
+export interface RelaySink {
+  readonly destroyed: boolean;
+  readonly writableFinished: boolean;
+  write(chunk: Uint8Array | string): boolean;
+  end(chunk?: Uint8Array | string): unknown;
+  destroy(error?: Error): unknown;
+  on(event: 'drain' | 'close', listener: () => void): this;
+  off(event: 'drain' | 'close', listener: () => void): this;
+}
+
 /** When to end an event stream early (the agent's drain deadline), and what to tell the client. */
 export interface RelayStop {
   signal: AbortSignal;
@@ -54,7 +64,7 @@ const chatStreamEnd = (message: string) => sseErrorFrame(502, message, { code: '
  * Writes `body` to `res` (whose head is already written) as its chunks arrive, until it ends,
  * breaks, the client leaves, or `stop` fires. The socket's 'drain' resumes a paused source.
  */
-export function relayTo(res: ApiResponse, body: UpstreamBody, stop?: RelayStop): Promise<RelayOutcome> {
+export function relayTo(res: RelaySink, body: UpstreamBody, stop?: RelayStop): Promise<RelayOutcome> {
   return new Promise((resolve) => {
     const { source } = body;
     const watchStop = stop !== undefined && body.eventStream;

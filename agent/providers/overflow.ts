@@ -4,10 +4,7 @@
 import type { Counter } from 'prom-client';
 import { mayLeave } from '../policy/resolve.ts';
 import type { LeaveVerdict } from '../route/router.ts';
-import type { ParsedRequest } from '../server/request.ts';
-import type { OverflowResult } from '../server/path-deps.ts';
-import { withHeaders } from '../server/answers.ts';
-import type { EffectivePolicy, RouteRequest } from '../types.ts';
+import type { EffectivePolicy, ParsedRequest, RouteRequest } from '../types.ts';
 import { BreakerSet } from './breaker.ts';
 import { tryProviders, type Attempt } from './chain.ts';
 import { createProvider } from './index.ts';
@@ -15,6 +12,19 @@ import type { ProviderSettings } from './types.ts';
 import type { ClosableProvider } from './upstream.ts';
 import type { OverflowBudget } from '../budget/spend.ts';
 import type { AgentSettings } from '../config/load.ts';
+
+/** What the overflow chain gives the request path: a provider's answer, or why there is none. */
+export type OverflowResult =
+  | { ok: true; response: Response }
+  /** 503: no provider could be reached (refused, timed out, circuit open); 502: they answered badly. */
+  | { ok: false; status: 502 | 503; message: string };
+
+/** A provider's web Response with headers added (the overflow chain's answers). */
+function withHeaders(response: Response, headers: Record<string, string>): Response {
+  const merged = new Headers(response.headers);
+  for (const [k, v] of Object.entries(headers)) merged.set(k, v);
+  return new Response(response.body, { status: response.status, headers: merged });
+}
 
 export interface OverflowDeps {
   limits: { maxBodyBytes: number; idleTimeoutMs: number };

@@ -119,13 +119,6 @@ export async function writeAnswer(res: ApiResponse, answer: Answer, stop?: Relay
   return { ok: !res.destroyed, bytes: length };
 }
 
-/** A provider's web Response with headers added (the overflow chain's answers). */
-export function withHeaders(response: Response, headers: Record<string, string>): Response {
-  const merged = new Headers(response.headers);
-  for (const [k, v] of Object.entries(headers)) merged.set(k, v);
-  return new Response(response.body, { status: response.status, headers: merged });
-}
-
 /** 502 after every pod tried failed before its first byte; says how the last one failed. */
 export function podsFailed(attempts: number, lastError?: string): Answer {
   const last = lastError ? `; last: ${lastError}` : '';

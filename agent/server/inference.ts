@@ -29,7 +29,8 @@ import type { Overflow } from '../providers/overflow.ts';
 import { bodyOffloadFor, parsedFromVerdict, routeFromVerdict } from './body-offload.ts';
 
 // Importers (agent, passthrough, tests) keep importing the request path's API from here.
-export type { OverflowResult, RequestContext, RequestPathDeps } from './path-deps.ts';
+export type { RequestContext, RequestPathDeps } from './path-deps.ts';
+export type { OverflowResult } from '../providers/overflow.ts';
 
 /** The agent's request path from its settings, over its callers, overflow and pool; owns its pod dispatcher. */
 export function requestPathFor(

@@ -12,6 +12,7 @@ import type { RequestRecord } from './evidence.ts';
 import type { Limits } from '../config/load.ts';
 import type { Classification } from '../classify/classify.ts';
 import type { BodyVerdict } from './body-work.ts';
+import type { OverflowResult } from '../providers/overflow.ts';
 
 /** One request's context along the path: its id, what goes upstream with it, and its record. */
 export interface RequestContext {
@@ -22,11 +23,6 @@ export interface RequestContext {
   /** How the last pod tried failed before its first byte (safe to show: codes, statuses). */
   lastPodError?: string;
 }
-
-export type OverflowResult =
-  | { ok: true; response: Response }
-  /** 503: no provider could be reached (refused, timed out, circuit open); 502: they answered badly. */
-  | { ok: false; status: 502 | 503; message: string };
 
 /** What the request path needs from the rest of the agent. */
 export interface RequestPathDeps {

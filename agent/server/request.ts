@@ -2,11 +2,12 @@
 // else passes through to the model server untouched (it knows its own sampling parameters).
 import { tooLarge, type ApiRequest } from './exchange.ts';
 import type { HeaderReader } from '../forward/headers.ts';
-import type { RequestKind } from '../types.ts';
+import type { ParsedRequest, RequestKind } from '../types.ts';
 import { RequestError } from './request-error.ts';
 
-// Re-exported: the request path takes its error from the parser that throws it most.
+// Re-exported: the request path takes its error and its parsed request from the parser.
 export { RequestError };
+export type { ParsedRequest };
 
 /** The body as bytes, read once, refusing (413) past `limit` without keeping the rest in memory. */
 export function readBoundedBody(
@@ -43,13 +44,6 @@ export function jsonDepthExceeds(bytes: Uint8Array, limit: number): boolean {
     } else if (c === 0x5d || c === 0x7d) depth--;
   }
   return false;
-}
-
-export interface ParsedRequest {
-  kind: RequestKind;
-  body: Record<string, unknown>;
-  model: string;
-  stream: boolean;
 }
 
 const ROLES = new Set(['system', 'developer', 'user', 'assistant', 'tool', 'function']);
