@@ -82,6 +82,21 @@ export function bedrockRefusal(name: string, kind: RequestKind): string {
   return `provider ${name} (bedrock) serves chat completions only: ${why[kind]}`;
 }
 
+/** What one Bedrock provider's calls share: its settings, where it sends, and how. */
+interface Bedrock {
+  name: string;
+  settings: ProviderSettings;
+  region: string | undefined;
+  endpoint: string;
+  limits: ReturnType<typeof providerLimits>;
+  dispatcher: ReturnType<typeof providerDispatcher>['dispatcher'];
+  now: () => number;
+  env: BedrockDeps['env'];
+  awsLoading: Promise<AwsPieces>;
+}
+
+type AnswerMeta = { id: string; created: number; model: string };
+
 export function createBedrockProvider(settings: ProviderSettings, deps: BedrockDeps = {}): ClosableProvider {
   const name = settings.name;
   const region = bedrockRegion(settings);
@@ -91,241 +106,275 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
   if (!region && (!settings.endpoint || settings.credentials)) {
     throw new Error(`provider ${name}: bedrock needs a region`);
   }
-  const endpoint = settings.endpoint ?? `https://bedrock-runtime.${region}.amazonaws.com`;
   const limits = providerLimits(deps);
   const { dispatcher, close } = providerDispatcher(deps, settings.timeoutMs, limits.idleTimeoutMs);
-  const now = deps.now ?? Date.now;
   // Loading starts now, so the first request does not wait for it; a failure surfaces on use.
   const awsLoading = loadAwsPieces();
   awsLoading.catch(() => {});
-
-  /** Auth headers for this request, secrets read now; returns the values to redact too. */
-  async function authorize(
-    { SignatureV4, Sha256 }: AwsPieces,
-    url: URL,
-    headers: Record<string, string>,
-    body: string,
-  ): Promise<{ headers: Record<string, string>; secrets: string[] }> {
-    try {
-      if (settings.apiKey) {
-        const key = resolveSecret(settings.apiKey, deps.env);
-        return { headers: { ...headers, authorization: `Bearer ${key}` }, secrets: [key] };
-      }
-      const c = settings.credentials!;
-      const credentials = {
-        accessKeyId: resolveSecret(c.accessKeyId, deps.env),
-        secretAccessKey: resolveSecret(c.secretAccessKey, deps.env),
-        sessionToken: c.sessionToken ? resolveSecret(c.sessionToken, deps.env) : undefined,
-      };
-      const signer = new SignatureV4({ service: 'bedrock', region: region!, sha256: Sha256, credentials });
-      const signed = await signer.sign(
-        {
-          method: 'POST',
-          protocol: url.protocol,
-          hostname: url.hostname,
-          port: url.port ? Number(url.port) : undefined,
-          path: url.pathname,
-          query: {},
-          headers: { ...headers, host: url.host },
-          body,
-        },
-        { signingDate: new Date(now()) },
-      );
-      const secrets = [credentials.secretAccessKey, credentials.sessionToken ?? ''];
-      return { headers: signed.headers as Record<string, string>, secrets };
-    } catch (err) {
-      throw new ProviderError(
-        name,
-        'config',
-        err instanceof Error && err.message.startsWith('secret ') ? err.message : 'cannot sign the request',
-      );
-    }
-  }
-
-  async function send(call: ProviderCall): Promise<Response> {
-    const modelId = settings.models[call.model];
-    if (modelId === undefined) {
-      return errorResponse(404, `model ${call.model} is not offered by provider ${name}`, {
-        code: 'model_not_found',
-        param: 'model',
-      });
-    }
-    if (call.kind !== 'chat') {
-      return errorResponse(400, bedrockRefusal(name, call.kind), { code: 'unsupported_request' });
-    }
-    let converse: ConverseRequest;
-    try {
-      converse = toConverseRequest(call.body);
-    } catch (err) {
-      if (err instanceof TranslationError) return errorResponse(400, err.message, { param: err.param });
-      throw err;
-    }
-    const stream = call.body.stream === true;
-    const url = converseUrl(endpoint, modelId, stream);
-    const body = JSON.stringify(converse);
-    const aws = await awsLoading;
-    const { headers, secrets } = await authorize(
-      aws,
-      url,
-      {
-        ...call.headers,
-        'content-type': 'application/json',
-        accept: stream ? 'application/vnd.amazon.eventstream' : 'application/json',
-      },
-      body,
-    );
-    const res = await postUpstream({
-      provider: name,
-      url,
-      headers,
-      body,
-      signal: call.signal,
-      timeoutMs: settings.timeoutMs,
-      dispatcher,
-    });
-    const ctx = () => ({
-      timedOut: res.timedOut(),
-      aborted: call.signal.aborted,
-      timeoutMs: settings.timeoutMs,
-      idleTimeoutMs: limits.idleTimeoutMs,
-    });
-    const meta = {
-      id: `chatcmpl-${header(res.headers, 'x-amzn-requestid') ?? randomUUID()}`,
-      created: Math.floor(now() / 1000),
-      model: modelId,
-    };
-
-    if (res.status !== 200) {
-      res.settle();
-      let text: string;
-      try {
-        text = await readText(res.body);
-      } catch (err) {
-        throw failure(name, err, ctx());
-      }
-      return bedrockErrorResponse(name, res.status, header(res.headers, 'x-amzn-errortype'), text, secrets);
-    }
-    if (!stream) {
-      res.settle();
-      let parsed: ConverseResponse;
-      try {
-        parsed = JSON.parse(await readBounded(res.body, limits.maxBodyBytes, name)) as ConverseResponse;
-      } catch (err) {
-        if (err instanceof SyntaxError)
-          return errorResponse(502, `provider ${name} returned a malformed response`, { code: 'upstream_malformed' });
-        throw failure(name, err, ctx());
-      }
-      return new Response(JSON.stringify(fromConverseResponse(parsed, meta)), { status: 200, headers: JSON_HEADERS });
-    }
-    return streamResponse(aws, res, call, meta);
-  }
-
-  /**
-   * ConverseStream. The connect/headers deadline runs until the first event: Bedrock's 200 says
-   * nothing yet, and an exception arriving first (throttling) is still a failure before the first
-   * byte, which the chain can fail over on.
-   */
-  async function streamResponse(
-    { EventStreamDecoder, EventStreamError, ConverseStreamTranslator }: AwsPieces,
-    res: UpstreamResponse,
-    call: ProviderCall,
-    meta: { id: string; created: number; model: string },
-  ): Promise<Response> {
-    const it = res.body[Symbol.asyncIterator]() as AsyncIterator<Uint8Array>;
-    const decoder = new EventStreamDecoder();
-    const queue: StreamEvent[] = [];
-    const ctx = () => ({
-      timedOut: res.timedOut(),
-      aborted: call.signal.aborted,
-      timeoutMs: settings.timeoutMs,
-      idleTimeoutMs: limits.idleTimeoutMs,
-    });
-
-    try {
-      while (queue.length === 0) {
-        const next = await it.next();
-        if (next.done) break;
-        queue.push(...decoder.push(next.value));
-      }
-    } catch (err) {
-      res.settle();
-      res.body.destroy();
-      if (err instanceof EventStreamError)
-        return errorResponse(502, `provider ${name}: ${err.message}`, { code: 'upstream_stream_error' });
-      throw failure(name, err, ctx());
-    }
-    res.settle();
-    const first = queue[0];
-    if (first === undefined) {
-      return errorResponse(502, `provider ${name}: stream ended before any event`, { code: 'upstream_stream_error' });
-    }
-    if (first.type === 'exception') {
-      res.body.destroy();
-      return errorResponse(bedrockErrorStatus(first.exceptionType, 500), first.message, {
-        code: bedrockErrorCode(first.exceptionType),
-      });
-    }
-
-    const translator = new ConverseStreamTranslator({
-      ...meta,
-      includeUsage: (call.body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
-    });
-    const encoder = new TextEncoder();
-    const body = new ReadableStream<Uint8Array>({
-      async pull(controller) {
-        while (true) {
-          const frames: string[] = [];
-          for (const ev of queue.splice(0)) frames.push(...translator.event(ev));
-          if (!translator.done) {
-            try {
-              const next = await it.next();
-              if (next.done) {
-                frames.push(
-                  ...(decoder.pending
-                    ? translator.fail(502, `provider ${name}: stream ended inside an event`, 'upstream_stream_error')
-                    : translator.end()),
-                );
-              } else {
-                queue.push(...decoder.push(next.value));
-              }
-            } catch (err) {
-              const message =
-                err instanceof EventStreamError
-                  ? `provider ${name}: ${err.message}`
-                  : call.signal.aborted
-                    ? `provider ${name}: request aborted`
-                    : `provider ${name}: stream broke`;
-              frames.push(...translator.fail(502, message, 'upstream_stream_error'));
-            }
-          }
-          if (frames.length > 0) controller.enqueue(encoder.encode(frames.join('')));
-          if (translator.done) {
-            controller.close();
-            // After metadata only the end of the HTTP body is left: read it so the socket goes
-            // back to the pool (a new TLS handshake per stream would cost more than this).
-            if (translator.failed) res.body.destroy();
-            else void drain(it, () => res.body.destroy());
-            return;
-          }
-          if (frames.length > 0) return;
-        }
-      },
-      cancel() {
-        res.body.destroy();
-      },
-    });
-    return new Response(body, { status: 200, headers: SSE_HEADERS });
-  }
-
+  const bedrock: Bedrock = {
+    name,
+    settings,
+    region,
+    endpoint: settings.endpoint ?? `https://bedrock-runtime.${region}.amazonaws.com`,
+    limits,
+    dispatcher,
+    now: deps.now ?? Date.now,
+    env: deps.env,
+    awsLoading,
+  };
   return {
     name,
     kind: 'bedrock',
     models: Object.keys(settings.models),
     supports: (kind: RequestKind, model: string) => kind === 'chat' && Object.hasOwn(settings.models, model),
     refusal: (kind: RequestKind) => (kind === 'chat' ? undefined : bedrockRefusal(name, kind)),
-    send,
+    send: (call) => send(bedrock, call),
     close,
   };
+}
+
+/** Auth headers for this request, secrets read now; returns the values to redact too. */
+async function authorize(
+  { name, settings, region, now, env }: Bedrock,
+  { SignatureV4, Sha256 }: AwsPieces,
+  url: URL,
+  headers: Record<string, string>,
+  body: string,
+): Promise<{ headers: Record<string, string>; secrets: string[] }> {
+  try {
+    if (settings.apiKey) {
+      const key = resolveSecret(settings.apiKey, env);
+      return { headers: { ...headers, authorization: `Bearer ${key}` }, secrets: [key] };
+    }
+    const c = settings.credentials!;
+    const credentials = {
+      accessKeyId: resolveSecret(c.accessKeyId, env),
+      secretAccessKey: resolveSecret(c.secretAccessKey, env),
+      sessionToken: c.sessionToken ? resolveSecret(c.sessionToken, env) : undefined,
+    };
+    const signer = new SignatureV4({ service: 'bedrock', region: region!, sha256: Sha256, credentials });
+    const signed = await signer.sign(
+      {
+        method: 'POST',
+        protocol: url.protocol,
+        hostname: url.hostname,
+        port: url.port ? Number(url.port) : undefined,
+        path: url.pathname,
+        query: {},
+        headers: { ...headers, host: url.host },
+        body,
+      },
+      { signingDate: new Date(now()) },
+    );
+    const secrets = [credentials.secretAccessKey, credentials.sessionToken ?? ''];
+    return { headers: signed.headers as Record<string, string>, secrets };
+  } catch (err) {
+    throw new ProviderError(
+      name,
+      'config',
+      err instanceof Error && err.message.startsWith('secret ') ? err.message : 'cannot sign the request',
+    );
+  }
+}
+
+/** What the failure helpers need to say why a call failed (timed out, aborted, idle). */
+function failureContext({ settings, limits }: Bedrock, res: UpstreamResponse, call: ProviderCall) {
+  return () => ({
+    timedOut: res.timedOut(),
+    aborted: call.signal.aborted,
+    timeoutMs: settings.timeoutMs,
+    idleTimeoutMs: limits.idleTimeoutMs,
+  });
+}
+
+async function send(bedrock: Bedrock, call: ProviderCall): Promise<Response> {
+  const { name, settings } = bedrock;
+  const modelId = settings.models[call.model];
+  if (modelId === undefined) {
+    return errorResponse(404, `model ${call.model} is not offered by provider ${name}`, {
+      code: 'model_not_found',
+      param: 'model',
+    });
+  }
+  if (call.kind !== 'chat') {
+    return errorResponse(400, bedrockRefusal(name, call.kind), { code: 'unsupported_request' });
+  }
+  let converse: ConverseRequest;
+  try {
+    converse = toConverseRequest(call.body);
+  } catch (err) {
+    if (err instanceof TranslationError) return errorResponse(400, err.message, { param: err.param });
+    throw err;
+  }
+  const stream = call.body.stream === true;
+  const url = converseUrl(bedrock.endpoint, modelId, stream);
+  const body = JSON.stringify(converse);
+  const aws = await bedrock.awsLoading;
+  const { headers, secrets } = await authorize(
+    bedrock,
+    aws,
+    url,
+    {
+      ...call.headers,
+      'content-type': 'application/json',
+      accept: stream ? 'application/vnd.amazon.eventstream' : 'application/json',
+    },
+    body,
+  );
+  const res = await postUpstream({
+    provider: name,
+    url,
+    headers,
+    body,
+    signal: call.signal,
+    timeoutMs: settings.timeoutMs,
+    dispatcher: bedrock.dispatcher,
+  });
+  const meta: AnswerMeta = {
+    id: `chatcmpl-${header(res.headers, 'x-amzn-requestid') ?? randomUUID()}`,
+    created: Math.floor(bedrock.now() / 1000),
+    model: modelId,
+  };
+  if (res.status !== 200) {
+    res.settle();
+    let text: string;
+    try {
+      text = await readText(res.body);
+    } catch (err) {
+      throw failure(name, err, failureContext(bedrock, res, call)());
+    }
+    return bedrockErrorResponse(name, res.status, header(res.headers, 'x-amzn-errortype'), text, secrets);
+  }
+  if (!stream) return wholeResponse(bedrock, res, call, meta);
+  return streamResponse(bedrock, aws, res, call, meta);
+}
+
+/** Converse: the whole answer, translated to an OpenAI chat completion. */
+async function wholeResponse(
+  bedrock: Bedrock,
+  res: UpstreamResponse,
+  call: ProviderCall,
+  meta: AnswerMeta,
+): Promise<Response> {
+  const { name } = bedrock;
+  res.settle();
+  let parsed: ConverseResponse;
+  try {
+    parsed = JSON.parse(await readBounded(res.body, bedrock.limits.maxBodyBytes, name)) as ConverseResponse;
+  } catch (err) {
+    if (err instanceof SyntaxError)
+      return errorResponse(502, `provider ${name} returned a malformed response`, { code: 'upstream_malformed' });
+    throw failure(name, err, failureContext(bedrock, res, call)());
+  }
+  return new Response(JSON.stringify(fromConverseResponse(parsed, meta)), { status: 200, headers: JSON_HEADERS });
+}
+
+/**
+ * ConverseStream. The connect/headers deadline runs until the first event: Bedrock's 200 says
+ * nothing yet, and an exception arriving first (throttling) is still a failure before the first
+ * byte, which the chain can fail over on.
+ */
+async function streamResponse(
+  bedrock: Bedrock,
+  aws: AwsPieces,
+  res: UpstreamResponse,
+  call: ProviderCall,
+  meta: AnswerMeta,
+): Promise<Response> {
+  const { name } = bedrock;
+  const it = res.body[Symbol.asyncIterator]() as AsyncIterator<Uint8Array>;
+  const decoder = new aws.EventStreamDecoder();
+  const queue: StreamEvent[] = [];
+  try {
+    while (queue.length === 0) {
+      const next = await it.next();
+      if (next.done) break;
+      queue.push(...decoder.push(next.value));
+    }
+  } catch (err) {
+    res.settle();
+    res.body.destroy();
+    if (err instanceof aws.EventStreamError)
+      return errorResponse(502, `provider ${name}: ${err.message}`, { code: 'upstream_stream_error' });
+    throw failure(name, err, failureContext(bedrock, res, call)());
+  }
+  res.settle();
+  const first = queue[0];
+  if (first === undefined) {
+    return errorResponse(502, `provider ${name}: stream ended before any event`, { code: 'upstream_stream_error' });
+  }
+  if (first.type === 'exception') {
+    res.body.destroy();
+    return errorResponse(bedrockErrorStatus(first.exceptionType, 500), first.message, {
+      code: bedrockErrorCode(first.exceptionType),
+    });
+  }
+  const body = translatedStream(name, aws, { it, decoder, queue, res }, call, meta);
+  return new Response(body, { status: 200, headers: SSE_HEADERS });
+}
+
+/** The rest of an event stream, decoded and translated to OpenAI SSE chunks as the client reads. */
+function translatedStream(
+  name: string,
+  { EventStreamError, ConverseStreamTranslator }: AwsPieces,
+  upstream: {
+    it: AsyncIterator<Uint8Array>;
+    decoder: InstanceType<AwsPieces['EventStreamDecoder']>;
+    queue: StreamEvent[];
+    res: UpstreamResponse;
+  },
+  call: ProviderCall,
+  meta: AnswerMeta,
+): ReadableStream<Uint8Array> {
+  const { it, decoder, queue, res } = upstream;
+  const translator = new ConverseStreamTranslator({
+    ...meta,
+    includeUsage: (call.body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
+  });
+  const encoder = new TextEncoder();
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      while (true) {
+        const frames: string[] = [];
+        for (const ev of queue.splice(0)) frames.push(...translator.event(ev));
+        if (!translator.done) {
+          try {
+            const next = await it.next();
+            if (next.done) {
+              frames.push(
+                ...(decoder.pending
+                  ? translator.fail(502, `provider ${name}: stream ended inside an event`, 'upstream_stream_error')
+                  : translator.end()),
+              );
+            } else {
+              queue.push(...decoder.push(next.value));
+            }
+          } catch (err) {
+            const message =
+              err instanceof EventStreamError
+                ? `provider ${name}: ${err.message}`
+                : call.signal.aborted
+                  ? `provider ${name}: request aborted`
+                  : `provider ${name}: stream broke`;
+            frames.push(...translator.fail(502, message, 'upstream_stream_error'));
+          }
+        }
+        if (frames.length > 0) controller.enqueue(encoder.encode(frames.join('')));
+        if (translator.done) {
+          controller.close();
+          // After metadata only the end of the HTTP body is left: read it so the socket goes
+          // back to the pool (a new TLS handshake per stream would cost more than this).
+          if (translator.failed) res.body.destroy();
+          else void drain(it, () => res.body.destroy());
+          return;
+        }
+        if (frames.length > 0) return;
+      }
+    },
+    cancel() {
+      res.body.destroy();
+    },
+  });
 }
 
 /** Reads what is left of a finished stream, giving up (and dropping the socket) past a few KiB. */
