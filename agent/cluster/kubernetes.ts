@@ -17,11 +17,11 @@
 //
 // Changes reach listeners at most debounceMs after the event arrives (the window is not extended
 // by further events, so a churning pod cannot starve it), and only when the snapshot changed.
-import { existsSync, readFileSync } from 'node:fs';
 import { KubeConfig, ListWatch } from '@kubernetes/client-node';
 import type { KubernetesObject } from '@kubernetes/client-node';
 import type { ProviderSettings } from '../providers/types.ts';
 import { describeError } from '../../shared/describe-error.ts';
+import { DEFAULTS, loadKubeConfig, resolveSettings, type KubernetesDiscoveryOptions } from './kubernetes-settings.ts';
 import { listObjects, ResumingWatch } from './kubernetes-client.ts';
 import type { Selectors } from './kubernetes-client.ts';
 import { parseProvidersConfigMap } from './kubernetes-providers.ts';
@@ -34,45 +34,13 @@ import {
   peerAddresses,
   gossipMembers,
   policyObjects,
-  POOL_LABEL,
   SERVICE_NAME_LABEL,
 } from './kubernetes-snapshot.ts';
 import type { ConfigMapObject, EndpointSliceObject, PodObject } from './kubernetes-snapshot.ts';
 import type { ClusterSnapshot, Discovery, DiscoveryStatus } from './types.ts';
-import type { ClockAndRandom } from '../types.ts';
 
-export interface KubernetesDiscoveryOptions extends ClockAndRandom {
-  /** This agent's node (downward API `spec.nodeName`). */
-  nodeName: string;
-  /** A KubeConfig or a kubeconfig file path; default: in-cluster when running in a pod, else $KUBECONFIG / ~/.kube/config. */
-  kubeconfig?: KubeConfig | string;
-  /** Where the agent DaemonSet, its gossip Service and the providers ConfigMap live; default: the
-   *  pod's own namespace when the in-cluster config is used, else `kinference`. */
-  agentNamespace?: string;
-  /** Headless Service selecting the agents; its EndpointSlices are the gossip peers. */
-  gossipService?: string;
-  /** Peers' gossip port; default: the slice's port named `gossip`, else 7946. */
-  gossipPort?: number;
-  /** This agent's pod IP (downward API `status.podIP`): never its own peer. */
-  podIP?: string;
-  providersConfigMap?: string;
-  /** Label that marks a model-server pod (the annotation kinference.io/model does too). */
-  podLabel?: string;
-  debounceMs?: number;
-  /** start() resolves once every source listed, or after this long (status().synced tells which). */
-  syncTimeoutMs?: number;
-  /** Restart delay after an informer stopped on an error. */
-  backoff?: { initialMs?: number; maxMs?: number };
-  watch?: {
-    /** Silence after which a watch is presumed stalled and resumed. */
-    idleTimeoutMs?: number;
-    connectTimeoutMs?: number;
-    /** Server-side timeout per watch; each request adds up to 50 % jitter. */
-    timeoutSeconds?: number;
-  };
-  list?: { pageSize?: number; timeoutMs?: number };
-  log?: (level: 'info' | 'warn', message: string) => void;
-}
+// Re-exported: callers build the discovery and its options from this file.
+export type { KubernetesDiscoveryOptions } from './kubernetes-settings.ts';
 
 export type SourceName = 'pods' | 'namespaces' | 'policies' | 'providers' | 'peers';
 
@@ -94,54 +62,6 @@ export interface KubernetesDiscovery extends Discovery {
   status(): KubernetesDiscoveryStatus;
 }
 
-export const DEFAULTS = {
-  agentNamespace: 'kinference',
-  gossipService: 'kinference-gossip',
-  providersConfigMap: 'kinference-providers',
-  debounceMs: 100,
-  syncTimeoutMs: 10_000,
-  backoffInitialMs: 500,
-  backoffMaxMs: 30_000,
-  // Above the API server's usual bookmark cadence (about a minute), so a healthy quiet watch is
-  // never mistaken for a stalled one; a stalled one is resumed within this.
-  idleTimeoutMs: 90_000,
-  connectTimeoutMs: 15_000,
-  watchTimeoutSeconds: 300,
-  pageSize: 500,
-  listTimeoutMs: 30_000,
-  // A watch that stayed up this long ended normally (server timeout, API server restart): resume
-  // at once instead of waiting out ListWatch's reconnect backoff, which only guards against a
-  // server that closes watches as soon as it opens them.
-  healthyWatchMs: 1_000,
-} as const;
-
-const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
-
-function inCluster(): boolean {
-  return Boolean(process.env.KUBERNETES_SERVICE_HOST) && existsSync(`${SERVICE_ACCOUNT_DIR}/token`);
-}
-
-/** In a pod: the service account; elsewhere: $KUBECONFIG or ~/.kube/config. */
-export function defaultKubeConfig(): KubeConfig {
-  const kc = new KubeConfig();
-  if (inCluster()) kc.loadFromCluster();
-  else kc.loadFromDefault();
-  return kc;
-}
-
-/** The namespace of the pod we run in (in-cluster config only), else the default. */
-function defaultAgentNamespace(usingInClusterConfig: boolean): string {
-  if (usingInClusterConfig && inCluster()) {
-    try {
-      const ns = readFileSync(`${SERVICE_ACCOUNT_DIR}/namespace`, 'utf8').trim();
-      if (ns) return ns;
-    } catch {
-      // fall through to the default
-    }
-  }
-  return DEFAULTS.agentNamespace;
-}
-
 function emptySnapshot(): ClusterSnapshot {
   return { pods: [], namespaces: new Map(), policies: [], providers: [], peers: [], callers: new Map() };
 }
@@ -161,50 +81,70 @@ interface Source {
 }
 
 export function createKubernetesDiscovery(opts: KubernetesDiscoveryOptions): KubernetesDiscovery {
-  const node = opts.nodeName;
-  if (!node) throw new Error('kubernetes discovery needs the node name (downward API spec.nodeName)');
-  const kc = opts.kubeconfig instanceof KubeConfig ? opts.kubeconfig : loadKubeConfig(opts.kubeconfig);
-  const agentNamespace = opts.agentNamespace ?? defaultAgentNamespace(opts.kubeconfig === undefined);
-  const gossipService = opts.gossipService ?? DEFAULTS.gossipService;
-  const providersConfigMap = opts.providersConfigMap ?? DEFAULTS.providersConfigMap;
-  const podLabel = opts.podLabel ?? POOL_LABEL;
-  const debounceMs = opts.debounceMs ?? DEFAULTS.debounceMs;
-  const now = opts.now ?? Date.now;
-  const rand = opts.rand ?? Math.random;
-  const log = opts.log ?? (() => undefined);
-  const backoffInitialMs = opts.backoff?.initialMs ?? DEFAULTS.backoffInitialMs;
-  const backoffMaxMs = opts.backoff?.maxMs ?? DEFAULTS.backoffMaxMs;
-  const watchTimeoutSeconds = opts.watch?.timeoutSeconds ?? DEFAULTS.watchTimeoutSeconds;
-  const listOptions = {
-    pageSize: opts.list?.pageSize ?? DEFAULTS.pageSize,
-    timeoutMs: opts.list?.timeoutMs ?? DEFAULTS.listTimeoutMs,
-  };
+  if (!opts.nodeName) throw new Error('kubernetes discovery needs the node name (downward API spec.nodeName)');
+  return new InformerDiscovery(opts);
+}
 
-  const listeners: (() => void)[] = [];
-  let current = emptySnapshot();
-  let currentKey = '';
-  let debounce: NodeJS.Timeout | undefined;
-  let started = false;
-  let stopped = false;
-  let published = false;
-  let onSynced: (() => void) | undefined;
+/** The five informers, their health, and the snapshot they feed. */
+class InformerDiscovery implements KubernetesDiscovery {
+  readonly #opts: KubernetesDiscoveryOptions;
+  readonly #settings: ReturnType<typeof resolveSettings>;
+  readonly #kc: KubeConfig;
+  readonly #now: () => number;
+  readonly #rand: () => number;
+  readonly #log: (level: 'info' | 'warn', message: string) => void;
+  readonly #sources: Source[];
+  readonly #byName: Record<SourceName, Source>;
+  readonly #listeners: (() => void)[] = [];
+  #current = emptySnapshot();
+  #currentKey = '';
+  #debounce: NodeJS.Timeout | undefined;
+  #started = false;
+  #stopped = false;
+  #published = false;
+  #onSynced: (() => void) | undefined;
+  #providers: ProviderSettings[] = [];
+  #providersVersion: string | undefined;
+  #providersProblem: string | undefined;
 
-  let providers: ProviderSettings[] = [];
-  let providersVersion: string | undefined;
-  let providersProblem: string | undefined;
+  constructor(opts: KubernetesDiscoveryOptions) {
+    this.#opts = opts;
+    this.#settings = resolveSettings(opts);
+    this.#kc = opts.kubeconfig instanceof KubeConfig ? opts.kubeconfig : loadKubeConfig(opts.kubeconfig);
+    this.#now = opts.now ?? Date.now;
+    this.#rand = opts.rand ?? Math.random;
+    this.#log = opts.log ?? (() => undefined);
+    const { agentNamespace, providersConfigMap, gossipService } = this.#settings;
+    this.#sources = [
+      // Cluster-wide: a caller or a gossiped pod on any node must be known by its IP (identity and
+      // peer validation fail closed otherwise). Slimmed before caching; see slimPod.
+      this.#source('pods', '/api/v1/pods', {}, slimPod as (item: KubernetesObject) => KubernetesObject),
+      this.#source('namespaces', '/api/v1/namespaces', {}),
+      this.#source('policies', '/apis/kinference.io/v1alpha1/inferencepolicies', {}),
+      this.#source('providers', `/api/v1/namespaces/${agentNamespace}/configmaps`, {
+        fieldSelector: `metadata.name=${providersConfigMap}`,
+      }),
+      this.#source('peers', `/apis/discovery.k8s.io/v1/namespaces/${agentNamespace}/endpointslices`, {
+        labelSelector: `${SERVICE_NAME_LABEL}=${gossipService}`,
+      }),
+    ];
+    this.#byName = Object.fromEntries(this.#sources.map((s) => [s.name, s])) as Record<SourceName, Source>;
+  }
 
-  function source(
+  #source(
     name: SourceName,
     path: string,
     selectors: Selectors,
     slim?: (item: KubernetesObject) => KubernetesObject,
   ): Source {
+    const kc = this.#kc;
+    const { watch, list: listOptions } = this.#settings;
     const transport: ResumingWatch = new ResumingWatch(kc, {
-      idleTimeoutMs: opts.watch?.idleTimeoutMs ?? DEFAULTS.idleTimeoutMs,
-      connectTimeoutMs: opts.watch?.connectTimeoutMs ?? DEFAULTS.connectTimeoutMs,
-      timeoutSeconds: () => watchTimeoutSeconds * (1 + rand() / 2),
-      onEstablished: () => connected(src),
-      onInternalError: (err) => failed(src, err),
+      idleTimeoutMs: watch.idleTimeoutMs,
+      connectTimeoutMs: watch.connectTimeoutMs,
+      timeoutSeconds: () => watch.timeoutSeconds * (1 + this.#rand() / 2),
+      onEstablished: () => this.#connected(src),
+      onInternalError: (err) => this.#failed(src, err),
       slim,
     });
     const informer = new ListWatch<KubernetesObject>(
@@ -226,7 +166,7 @@ export function createKubernetesDiscovery(opts: KubernetesDiscoveryOptions): Kub
         }
         transport.lastResourceVersion = list.metadata?.resourceVersion ?? transport.lastResourceVersion;
         // ListWatch applies the items right after this resolves; look at them after that.
-        setImmediate(() => listed(src));
+        setImmediate(() => this.#listed(src));
         return list;
       },
       false,
@@ -238,194 +178,184 @@ export function createKubernetesDiscovery(opts: KubernetesDiscoveryOptions): Kub
       },
     );
     const src: Source = { name, path, selectors, informer, transport, synced: false, connected: false, attempt: 0 };
-    informer.on('change', changed);
-    informer.on('error', (err?: unknown) => failed(src, err));
+    informer.on('change', () => this.#changed());
+    informer.on('error', (err?: unknown) => this.#failed(src, err));
     return src;
   }
 
-  const sources: Source[] = [
-    // Cluster-wide: a caller or a gossiped pod on any node must be known by its IP (identity and
-    // peer validation fail closed otherwise). Slimmed before caching; see slimPod.
-    source('pods', '/api/v1/pods', {}, slimPod as (item: KubernetesObject) => KubernetesObject),
-    source('namespaces', '/api/v1/namespaces', {}),
-    source('policies', '/apis/kinference.io/v1alpha1/inferencepolicies', {}),
-    source('providers', `/api/v1/namespaces/${agentNamespace}/configmaps`, {
-      fieldSelector: `metadata.name=${providersConfigMap}`,
-    }),
-    source('peers', `/apis/discovery.k8s.io/v1/namespaces/${agentNamespace}/endpointslices`, {
-      labelSelector: `${SERVICE_NAME_LABEL}=${gossipService}`,
-    }),
-  ];
-  const byName = Object.fromEntries(sources.map((s) => [s.name, s])) as Record<SourceName, Source>;
-
-  function connected(src: Source): void {
-    if (stopped) return;
-    if (!src.connected && src.lastError !== undefined) log('info', `kubernetes ${src.name}: connected again`);
+  #connected(src: Source): void {
+    if (this.#stopped) return;
+    if (!src.connected && src.lastError !== undefined) this.#log('info', `kubernetes ${src.name}: connected again`);
     src.connected = true;
     src.attempt = 0;
   }
 
-  function listed(src: Source): void {
-    if (stopped) return;
-    connected(src);
+  #listed(src: Source): void {
+    if (this.#stopped) return;
+    this.#connected(src);
     if (!src.synced) {
       src.synced = true;
-      if (sources.every((s) => s.synced)) {
-        recompute();
-        onSynced?.();
+      if (this.#sources.every((s) => s.synced)) {
+        this.#recompute();
+        this.#onSynced?.();
       }
     }
-    changed();
+    this.#changed();
   }
 
-  function failed(src: Source, err: unknown): void {
-    if (stopped) return;
+  #failed(src: Source, err: unknown): void {
+    if (this.#stopped) return;
     const message = describeError(err);
     if (src.connected || src.lastError !== message)
-      log('warn', `kubernetes ${src.name}: ${message}; keeping the last view`);
+      this.#log('warn', `kubernetes ${src.name}: ${message}; keeping the last view`);
     src.connected = false;
     src.lastError =
       src.name === 'policies' && / 404\b/.test(message)
         ? `${message} (is the InferencePolicy CRD installed?)`
         : message;
-    src.lastErrorAt = now();
+    src.lastErrorAt = this.#now();
     if (src.restart) return;
-    const delay = Math.min(backoffMaxMs, backoffInitialMs * 2 ** src.attempt) * (0.5 + rand() / 2);
+    const { backoffInitialMs, backoffMaxMs } = this.#settings;
+    const delay = Math.min(backoffMaxMs, backoffInitialMs * 2 ** src.attempt) * (0.5 + this.#rand() / 2);
     src.attempt++;
     src.restart = setTimeout(() => {
       src.restart = undefined;
-      if (!stopped) run(src);
+      if (!this.#stopped) this.#run(src);
     }, delay);
   }
 
-  function run(src: Source): void {
-    src.informer.start().catch((err: unknown) => failed(src, err));
+  #run(src: Source): void {
+    src.informer.start().catch((err: unknown) => this.#failed(src, err));
   }
 
-  function changed(): void {
-    if (stopped || debounce) return;
-    debounce = setTimeout(() => {
-      debounce = undefined;
-      recompute();
-    }, debounceMs);
+  #changed(): void {
+    if (this.#stopped || this.#debounce) return;
+    this.#debounce = setTimeout(() => {
+      this.#debounce = undefined;
+      this.#recompute();
+    }, this.#settings.debounceMs);
   }
 
-  function currentProviders(): ProviderSettings[] {
-    const cm = byName.providers.informer.list().find((o) => o.metadata?.name === providersConfigMap) as
+  #currentProviders(): ProviderSettings[] {
+    const { agentNamespace, providersConfigMap } = this.#settings;
+    const cm = this.#byName.providers.informer.list().find((o) => o.metadata?.name === providersConfigMap) as
       ConfigMapObject | undefined;
     const version = cm ? (cm.metadata?.resourceVersion ?? JSON.stringify(cm.data)) : 'absent';
-    if (version === providersVersion) return providers;
-    providersVersion = version;
+    if (version === this.#providersVersion) return this.#providers;
+    this.#providersVersion = version;
     try {
-      providers = cm ? parseProvidersConfigMap(cm.data, `configmap ${agentNamespace}/${providersConfigMap}`) : [];
-      providersProblem = undefined;
+      this.#providers = cm ? parseProvidersConfigMap(cm.data, `configmap ${agentNamespace}/${providersConfigMap}`) : [];
+      this.#providersProblem = undefined;
     } catch (err) {
-      providersProblem = `${(err as Error).message} (keeping the last good provider list)`;
-      log('warn', providersProblem);
+      this.#providersProblem = `${(err as Error).message} (keeping the last good provider list)`;
+      this.#log('warn', this.#providersProblem);
     }
-    return providers;
+    return this.#providers;
   }
 
-  function recompute(): void {
-    if (stopped || !sources.every((s) => s.synced)) return;
+  #recompute(): void {
+    if (this.#stopped || !this.#sources.every((s) => s.synced)) return;
+    const { node, podLabel, agentNamespace } = this.#settings;
+    const byName = this.#byName;
     const pods = byName.pods.informer.list() as PodObject[];
     const agentSlices = byName.peers.informer.list() as EndpointSliceObject[];
-    const peerOptions = { node, podIP: opts.podIP, gossipPort: opts.gossipPort };
+    const peerOptions = { node, podIP: this.#opts.podIP, gossipPort: this.#opts.gossipPort };
     const next: ClusterSnapshot = {
       pods: modelServerPods(pods, node, podLabel),
       namespaces: namespaceAnnotations(byName.namespaces.informer.list()),
       policies: policyObjects(byName.policies.informer.list(), agentNamespace),
-      providers: currentProviders(),
+      providers: this.#currentProviders(),
       peers: peerAddresses(agentSlices, peerOptions),
       gossipMembers: gossipMembers(agentSlices, peerOptions),
       callers: callersByIp(pods),
       peerPods: { kind: 'cluster', pods: servingPodsByIp(pods, podLabel) },
     };
-    const key = JSON.stringify([
-      next.pods,
-      [...next.namespaces],
-      next.policies,
-      next.providers,
-      next.peers,
-      next.gossipMembers,
-      [...next.callers],
-      [...(next.peerPods!.kind === 'cluster' ? next.peerPods!.pods : [])],
-    ]);
-    if (published && key === currentKey) return;
-    published = true;
-    current = next;
-    currentKey = key;
-    for (const listener of listeners) {
+    const key = snapshotKey(next);
+    if (this.#published && key === this.#currentKey) return;
+    this.#published = true;
+    this.#current = next;
+    this.#currentKey = key;
+    for (const listener of this.#listeners) {
       try {
         listener();
       } catch (err) {
-        log('warn', `discovery listener failed: ${describeError(err)}`);
+        this.#log('warn', `discovery listener failed: ${describeError(err)}`);
       }
     }
   }
 
-  return {
-    async start() {
-      if (started) return;
-      started = true;
-      const synced = new Promise<void>((resolve) => {
-        onSynced = resolve;
-      });
-      for (const src of sources) run(src);
-      let timer: NodeJS.Timeout | undefined;
-      const timeout = new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, opts.syncTimeoutMs ?? DEFAULTS.syncTimeoutMs);
-      });
-      await Promise.race([synced, timeout]);
-      clearTimeout(timer);
-    },
+  async start(): Promise<void> {
+    if (this.#started) return;
+    this.#started = true;
+    const synced = new Promise<void>((resolve) => {
+      this.#onSynced = resolve;
+    });
+    for (const src of this.#sources) this.#run(src);
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, this.#settings.syncTimeoutMs);
+    });
+    await Promise.race([synced, timeout]);
+    clearTimeout(timer);
+  }
 
-    snapshot() {
-      return current;
-    },
+  snapshot(): ClusterSnapshot {
+    return this.#current;
+  }
 
-    onChange(listener) {
-      listeners.push(listener);
-    },
+  onChange(listener: () => void): void {
+    this.#listeners.push(listener);
+  }
 
-    status() {
-      const sourceStatus = {} as Record<SourceName, SourceStatus>;
-      for (const s of sources) {
-        sourceStatus[s.name] = { synced: s.synced, connected: s.connected };
-        if (s.lastError !== undefined) sourceStatus[s.name].lastError = s.lastError;
-        if (s.lastErrorAt !== undefined) sourceStatus[s.name].lastErrorAt = s.lastErrorAt;
-      }
-      const down = sources
-        .filter((s) => !s.connected && s.lastError !== undefined)
-        .sort((a, b) => (b.lastErrorAt ?? 0) - (a.lastErrorAt ?? 0));
-      const status: KubernetesDiscoveryStatus = {
-        synced: sources.every((s) => s.synced),
-        connected: sources.every((s) => s.connected),
-        sources: sourceStatus,
-        problems: providersProblem ? [providersProblem] : [],
-      };
-      if (down.length > 0) status.lastError = `${down[0].name}: ${down[0].lastError}`;
-      return status;
-    },
+  status(): KubernetesDiscoveryStatus {
+    return discoveryStatus(this.#sources, this.#providersProblem);
+  }
 
-    async stop() {
-      stopped = true;
-      clearTimeout(debounce);
-      debounce = undefined;
-      for (const src of sources) {
-        clearTimeout(src.restart);
-        src.restart = undefined;
-        src.transport.close();
-      }
-      await Promise.all(sources.map((s) => s.informer.stop()));
-      onSynced?.();
-    },
-  };
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    clearTimeout(this.#debounce);
+    this.#debounce = undefined;
+    for (const src of this.#sources) {
+      clearTimeout(src.restart);
+      src.restart = undefined;
+      src.transport.close();
+    }
+    await Promise.all(this.#sources.map((s) => s.informer.stop()));
+    this.#onSynced?.();
+  }
 }
 
-function loadKubeConfig(path: string | undefined): KubeConfig {
-  if (path === undefined) return defaultKubeConfig();
-  const kc = new KubeConfig();
-  kc.loadFromFile(path);
-  return kc;
+/** What decides whether listeners hear of a new snapshot: its content, Maps included. */
+function snapshotKey(next: ClusterSnapshot): string {
+  return JSON.stringify([
+    next.pods,
+    [...next.namespaces],
+    next.policies,
+    next.providers,
+    next.peers,
+    next.gossipMembers,
+    [...next.callers],
+    [...(next.peerPods!.kind === 'cluster' ? next.peerPods!.pods : [])],
+  ]);
+}
+
+/** Each source's health, and the most recent error of those down. */
+function discoveryStatus(sources: readonly Source[], providersProblem: string | undefined): KubernetesDiscoveryStatus {
+  const sourceStatus = {} as Record<SourceName, SourceStatus>;
+  for (const s of sources) {
+    sourceStatus[s.name] = { synced: s.synced, connected: s.connected };
+    if (s.lastError !== undefined) sourceStatus[s.name].lastError = s.lastError;
+    if (s.lastErrorAt !== undefined) sourceStatus[s.name].lastErrorAt = s.lastErrorAt;
+  }
+  const down = sources
+    .filter((s) => !s.connected && s.lastError !== undefined)
+    .sort((a, b) => (b.lastErrorAt ?? 0) - (a.lastErrorAt ?? 0));
+  const status: KubernetesDiscoveryStatus = {
+    synced: sources.every((s) => s.synced),
+    connected: sources.every((s) => s.connected),
+    sources: sourceStatus,
+    problems: providersProblem ? [providersProblem] : [],
+  };
+  if (down.length > 0) status.lastError = `${down[0].name}: ${down[0].lastError}`;
+  return status;
 }
