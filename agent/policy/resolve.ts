@@ -43,6 +43,7 @@ import {
   annotationEntries,
   findPinned,
   parseAnnotations,
+  type NamespaceOverrides,
   parsePercentage,
   type NamespaceAnnotations,
 } from './annotations.ts';
@@ -225,25 +226,8 @@ interface Entry {
 
 const CACHE_LIMIT = 4096;
 
-export function compilePolicies(
-  all: readonly InferencePolicy[],
-  annotations: NamespaceAnnotations = new Map(),
-): CompiledPolicies {
-  const floor = floorOf(all);
-  const rejected: { name: string; reasons: string[] }[] = [];
-  const policies = all.filter((policy) => {
-    const violations = guardrailViolations(policy, floor);
-    if (violations.length > 0)
-      rejected.push({ name: policyKey(policy), reasons: violations.map((v) => `${v.path}: ${v.message}`) });
-    return violations.length === 0;
-  });
-  const problems: string[] = rejected.map((r) => `${r.name}: rejected, ${r.reasons.join('; ')}`);
-  problems.push(
-    ...checkPolicySet(policies, annotations)
-      .filter((issue) => issue.severity === 'error')
-      .map((issue) => `${policyKey(policies[issue.index])}: ${issue.message}`),
-  );
-
+/** Each namespace's policies (with their effective values under the floor), most specific first. */
+function indexPolicies(policies: readonly InferencePolicy[], floor: Floor) {
   const byNamespace = new Map<string, Entry[]>();
   const entries = new Map<InferencePolicy, Entry>();
   for (const policy of policies) {
@@ -263,14 +247,12 @@ export function compilePolicies(
   for (const list of byNamespace.values()) {
     list.sort((a, b) => b.specificity - a.specificity || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   }
-  const star = byNamespace.get('*') ?? [];
+  return { byNamespace, entries };
+}
 
-  const { overrides, issues } = parseAnnotations(annotations, (namespace, ref) => {
-    const pinned = findPinned(policies, namespace, ref);
-    return pinned && entries.get(pinned);
-  });
-  for (const issue of issues)
-    problems.push(`namespace ${issue.namespace}: annotation ${issue.key}: ${issue.message}; ignored`);
+/** Annotations the floor caps or voids: applied as the floor allows, and reported. */
+function annotationsPastTheFloor(overrides: ReadonlyMap<string, NamespaceOverrides<unknown>>, floor: Floor): string[] {
+  const problems: string[] = [];
   for (const [namespace, o] of overrides) {
     if (o.sloTtftMs !== undefined && floor.maxSloTtftMs !== undefined && o.sloTtftMs > floor.maxSloTtftMs) {
       problems.push(
@@ -282,6 +264,38 @@ export function compilePolicies(
         `namespace ${namespace}: annotation ${ANNOTATIONS.overflow}: allow has no effect, ${floorName(floor)} forbids overflow`,
       );
   }
+  return problems;
+}
+
+export function compilePolicies(
+  all: readonly InferencePolicy[],
+  annotations: NamespaceAnnotations = new Map(),
+): CompiledPolicies {
+  const floor = floorOf(all);
+  const rejected: { name: string; reasons: string[] }[] = [];
+  const policies = all.filter((policy) => {
+    const violations = guardrailViolations(policy, floor);
+    if (violations.length > 0)
+      rejected.push({ name: policyKey(policy), reasons: violations.map((v) => `${v.path}: ${v.message}`) });
+    return violations.length === 0;
+  });
+  const problems: string[] = rejected.map((r) => `${r.name}: rejected, ${r.reasons.join('; ')}`);
+  problems.push(
+    ...checkPolicySet(policies, annotations)
+      .filter((issue) => issue.severity === 'error')
+      .map((issue) => `${policyKey(policies[issue.index])}: ${issue.message}`),
+  );
+
+  const { byNamespace, entries } = indexPolicies(policies, floor);
+  const star = byNamespace.get('*') ?? [];
+
+  const { overrides, issues } = parseAnnotations(annotations, (namespace, ref) => {
+    const pinned = findPinned(policies, namespace, ref);
+    return pinned && entries.get(pinned);
+  });
+  for (const issue of issues)
+    problems.push(`namespace ${issue.namespace}: annotation ${issue.key}: ${issue.message}; ignored`);
+  problems.push(...annotationsPastTheFloor(overrides, floor));
 
   const cache = new Map<string, EffectivePolicy>();
   const builtin = applyFloor(BUILTIN_DEFAULT, floor);
