@@ -205,6 +205,37 @@ export class ResumingWatch extends Watch {
     this.#active.delete(controller);
   }
 
+  /** One line of a watch stream, handed to the callback; returns why the watch must end, if it must. */
+  #deliver(line: string, path: string, callback: WatchCallback): Error | undefined {
+    let event: { type?: string; object?: Status };
+    try {
+      event = JSON.parse(line) as typeof event;
+    } catch {
+      // Skipping a line would skip an event for good; resuming from the last resourceVersion replays it.
+      return new Error(`watch ${path}: malformed event`);
+    }
+    if (typeof event.type !== 'string') return undefined;
+    const rv = (event.object as { metadata?: { resourceVersion?: string } } | undefined)?.metadata?.resourceVersion;
+    if (event.type !== 'ERROR' && rv) this.lastResourceVersion = rv;
+    try {
+      // ListWatch's handler is async and its promise is not awaited by anyone else.
+      const slim =
+        this.#opts.slim &&
+        event.object &&
+        (event.type === 'ADDED' || event.type === 'MODIFIED' || event.type === 'DELETED');
+      Promise.resolve(
+        callback(
+          event.type,
+          slim ? this.#opts.slim!(event.object as KubernetesObject) : event.object,
+          event,
+        ) as unknown,
+      ).catch((e: unknown) => this.#opts.onInternalError?.(e));
+    } catch (e) {
+      this.#opts.onInternalError?.(e);
+    }
+    return event.type === 'ERROR' ? statusError(`watch ${path}`, event.object, 500) : undefined;
+  }
+
   async #run(
     controller: AbortController,
     path: string,
@@ -283,34 +314,8 @@ export class ResumingWatch extends Watch {
           const line = buffer.slice(0, newline).trim();
           buffer = buffer.slice(newline + 1);
           if (line === '') continue;
-          let event: { type?: string; object?: Status };
-          try {
-            event = JSON.parse(line) as typeof event;
-          } catch {
-            // Skipping a line would skip an event for good; resuming from the last resourceVersion replays it.
-            return finish(new Error(`watch ${path}: malformed event`));
-          }
-          if (typeof event.type !== 'string') continue;
-          const rv = (event.object as { metadata?: { resourceVersion?: string } } | undefined)?.metadata
-            ?.resourceVersion;
-          if (event.type !== 'ERROR' && rv) this.lastResourceVersion = rv;
-          try {
-            // ListWatch's handler is async and its promise is not awaited by anyone else.
-            const slim =
-              this.#opts.slim &&
-              event.object &&
-              (event.type === 'ADDED' || event.type === 'MODIFIED' || event.type === 'DELETED');
-            Promise.resolve(
-              callback(
-                event.type,
-                slim ? this.#opts.slim!(event.object as KubernetesObject) : event.object,
-                event,
-              ) as unknown,
-            ).catch((e: unknown) => this.#opts.onInternalError?.(e));
-          } catch (e) {
-            this.#opts.onInternalError?.(e);
-          }
-          if (event.type === 'ERROR') return finish(statusError(`watch ${path}`, event.object, 500));
+          const stop = this.#deliver(line, path, callback);
+          if (stop !== undefined) return finish(stop);
         }
       }
       finish(null);
