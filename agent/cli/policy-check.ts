@@ -81,69 +81,7 @@ export async function runPolicyCheck(args: string[], out: CheckOutput = console)
     let policiesInFile = 0;
     const errorsBefore = errors;
     docs.forEach((doc, i) => {
-      const where = `${file}: doc ${i + 1}`;
-      if (doc.errors.length > 0) {
-        for (const e of doc.errors)
-          report(`${where}: invalid YAML: ${e.message.split('\n')[0]}${lineSuffix(lines, e.pos[0])}`);
-        return;
-      }
-      const value: unknown = doc.toJS();
-      if (value === null || value === undefined) return; // an empty document (trailing ---)
-
-      const check = (item: unknown, label: string, at: (string | number)[], requireTypeMeta: boolean) => {
-        policiesInFile++;
-        const result = validatePolicy(item, { requireTypeMeta });
-        const name = describeDoc(item);
-        const prefix = `${label}${name ? ` (${name})` : ''}`;
-        if (result.ok) {
-          found.push({ policy: result.policy, where: label, at, doc, lines });
-          return;
-        }
-        for (const e of result.errors) report(`${prefix}: ${formatError(e, at, doc, lines)}`);
-      };
-
-      if (!isRecord(value)) {
-        report(
-          `${where}: expected an InferencePolicy object, found ${Array.isArray(value) ? 'a list' : JSON.stringify(value)}`,
-        );
-      } else if (value.kind === KIND || (value.kind === undefined && value.apiVersion === API_VERSION)) {
-        check(value, where, [], true);
-      } else if ((value.kind === 'List' || value.kind === `${KIND}List`) && Array.isArray(value.items)) {
-        value.items.forEach((item, m) => check(item, `${where} items[${m}]`, ['items', m], true));
-      } else if (value.kind === undefined && Array.isArray(value.policies)) {
-        value.policies.forEach((item, m) => check(item, `${where} policies[${m}]`, ['policies', m], false));
-        if (value.namespaces !== undefined) {
-          if (!isAnnotationMap(value.namespaces))
-            report(
-              `${where}: namespaces: expected namespace: {annotation: "value", …}${nodeLine(doc, lines, ['namespaces'])}`,
-            );
-          else {
-            for (const [ns, annotations] of Object.entries(value.namespaces)) {
-              namespaces.set(ns, { annotations, where, at: ['namespaces', ns], doc, lines });
-            }
-          }
-        }
-      } else if (value.kind === 'Namespace' && isRecord(value.metadata) && typeof value.metadata.name === 'string') {
-        policiesInFile++;
-        const annotations = value.metadata.annotations ?? {};
-        if (!isRecord(annotations) || !Object.values(annotations).every((v) => typeof v === 'string')) {
-          report(
-            `${where} (namespace ${value.metadata.name}): metadata.annotations: expected string values${nodeLine(doc, lines, ['metadata', 'annotations'])}`,
-          );
-        } else {
-          namespaces.set(value.metadata.name, {
-            annotations: annotations as Record<string, string>,
-            where: `${where} (namespace ${value.metadata.name})`,
-            at: ['metadata', 'annotations'],
-            doc,
-            lines,
-          });
-        }
-      } else {
-        report(
-          `${where}: kind: expected ${KIND} (or a List of them), found ${value.kind === undefined ? 'nothing' : JSON.stringify(value.kind)}${nodeLine(doc, lines, ['kind'])}`,
-        );
-      }
+      policiesInFile += readDocument(doc, `${file}: doc ${i + 1}`, lines, { report, found, namespaces });
     });
     if (policiesInFile === 0 && errors === errorsBefore) report(`${file}: no InferencePolicy or Namespace documents`);
   }
@@ -179,6 +117,82 @@ export async function runPolicyCheck(args: string[], out: CheckOutput = console)
     `ok: ${policies.length} ${policies.length === 1 ? 'policy' : 'policies'}${warnings > 0 ? `, ${warnings} warning${warnings === 1 ? '' : 's'}` : ''}`,
   );
   return 0;
+}
+
+/** Where one file's documents put what they hold, and how they report what is wrong. */
+interface DocumentSink {
+  report(line: string): void;
+  found: Found[];
+  namespaces: Map<string, NamespaceSource>;
+}
+
+/** One YAML document: its policies (alone, in a List, or in an agent config) and namespace annotations. Returns how many it held. */
+function readDocument(doc: Document.Parsed, where: string, lines: LineCounter, sink: DocumentSink): number {
+  const { report, found, namespaces } = sink;
+  let counted = 0;
+  if (doc.errors.length > 0) {
+    for (const e of doc.errors)
+      report(`${where}: invalid YAML: ${e.message.split('\n')[0]}${lineSuffix(lines, e.pos[0])}`);
+    return 0;
+  }
+  const value: unknown = doc.toJS();
+  if (value === null || value === undefined) return 0; // an empty document (trailing ---)
+
+  const check = (item: unknown, label: string, at: (string | number)[], requireTypeMeta: boolean) => {
+    counted++;
+    const result = validatePolicy(item, { requireTypeMeta });
+    const name = describeDoc(item);
+    const prefix = `${label}${name ? ` (${name})` : ''}`;
+    if (result.ok) {
+      found.push({ policy: result.policy, where: label, at, doc, lines });
+      return;
+    }
+    for (const e of result.errors) report(`${prefix}: ${formatError(e, at, doc, lines)}`);
+  };
+
+  if (!isRecord(value)) {
+    report(
+      `${where}: expected an InferencePolicy object, found ${Array.isArray(value) ? 'a list' : JSON.stringify(value)}`,
+    );
+  } else if (value.kind === KIND || (value.kind === undefined && value.apiVersion === API_VERSION)) {
+    check(value, where, [], true);
+  } else if ((value.kind === 'List' || value.kind === `${KIND}List`) && Array.isArray(value.items)) {
+    value.items.forEach((item, m) => check(item, `${where} items[${m}]`, ['items', m], true));
+  } else if (value.kind === undefined && Array.isArray(value.policies)) {
+    value.policies.forEach((item, m) => check(item, `${where} policies[${m}]`, ['policies', m], false));
+    if (value.namespaces !== undefined) {
+      if (!isAnnotationMap(value.namespaces))
+        report(
+          `${where}: namespaces: expected namespace: {annotation: "value", …}${nodeLine(doc, lines, ['namespaces'])}`,
+        );
+      else {
+        for (const [ns, annotations] of Object.entries(value.namespaces)) {
+          namespaces.set(ns, { annotations, where, at: ['namespaces', ns], doc, lines });
+        }
+      }
+    }
+  } else if (value.kind === 'Namespace' && isRecord(value.metadata) && typeof value.metadata.name === 'string') {
+    counted++;
+    const annotations = value.metadata.annotations ?? {};
+    if (!isRecord(annotations) || !Object.values(annotations).every((v) => typeof v === 'string')) {
+      report(
+        `${where} (namespace ${value.metadata.name}): metadata.annotations: expected string values${nodeLine(doc, lines, ['metadata', 'annotations'])}`,
+      );
+    } else {
+      namespaces.set(value.metadata.name, {
+        annotations: annotations as Record<string, string>,
+        where: `${where} (namespace ${value.metadata.name})`,
+        at: ['metadata', 'annotations'],
+        doc,
+        lines,
+      });
+    }
+  } else {
+    report(
+      `${where}: kind: expected ${KIND} (or a List of them), found ${value.kind === undefined ? 'nothing' : JSON.stringify(value.kind)}${nodeLine(doc, lines, ['kind'])}`,
+    );
+  }
+  return counted;
 }
 
 function isAnnotationMap(value: unknown): value is Record<string, Record<string, string>> {
