@@ -218,6 +218,60 @@ async function sendOne(
   }
 }
 
+/** The agent's settings for the demo: its four pods, the hosted provider, and two tenants' policies. */
+function demoSettings(pods: readonly SimServer[], provider: SimServer) {
+  return settingsFromObject(
+    {
+      node: 'demo-node',
+      listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' },
+      scrapeInterval: '100ms',
+      pods: pods.map((sim, i) => ({
+        name: `gpu-${i}`,
+        namespace: 'inference',
+        address: new URL(sim.url).host,
+        engine: 'vllm',
+        models: [MODEL],
+      })),
+      providers: [
+        {
+          name: 'hosted',
+          kind: 'openai',
+          endpoint: `${provider.url}/v1`,
+          models: { [MODEL]: 'hosted-llama-3-8b' },
+          apiKey: { env: PROVIDER_KEY_ENV },
+          timeout: '5s',
+        },
+      ],
+      policies: [
+        {
+          metadata: { name: 'demo', namespace: '*' },
+          spec: {
+            slo: { ttft: `${SLO_MS}ms`, attainment: '99%' },
+            exclude: [{ metric: 'queued', above: 2, window: '5s' }],
+            overflow: { providers: ['hosted'], deny: { tags: ['pii'] } },
+            wait: { max: '3s' },
+          },
+        },
+        // The batch tenant (its namespace): the same, with a small overflow budget.
+        {
+          metadata: { name: 'batch', namespace: 'batch' },
+          spec: {
+            slo: { ttft: `${SLO_MS}ms`, attainment: '99%' },
+            exclude: [{ metric: 'queued', above: 2, window: '5s' }],
+            // deny.tags left out: a namespace policy inherits the platform floor's (pii, unscanned).
+            overflow: {
+              providers: ['hosted'],
+              budget: { limits: [{ window: 'hour', tokens: BATCH_BUDGET_TOKENS }] },
+            },
+            wait: { max: '3s' },
+          },
+        },
+      ],
+    },
+    'demo',
+  );
+}
+
 export async function runDemoCommand(argv: string[]): Promise<number> {
   const { values } = parseArgs({
     args: argv,
@@ -253,56 +307,7 @@ export async function runDemoCommand(argv: string[]): Promise<number> {
     started.push(provider);
     process.env[PROVIDER_KEY_ENV] ??= 'demo-key';
 
-    const settings = settingsFromObject(
-      {
-        node: 'demo-node',
-        listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0' },
-        scrapeInterval: '100ms',
-        pods: pods.map((sim, i) => ({
-          name: `gpu-${i}`,
-          namespace: 'inference',
-          address: new URL(sim.url).host,
-          engine: 'vllm',
-          models: [MODEL],
-        })),
-        providers: [
-          {
-            name: 'hosted',
-            kind: 'openai',
-            endpoint: `${provider.url}/v1`,
-            models: { [MODEL]: 'hosted-llama-3-8b' },
-            apiKey: { env: PROVIDER_KEY_ENV },
-            timeout: '5s',
-          },
-        ],
-        policies: [
-          {
-            metadata: { name: 'demo', namespace: '*' },
-            spec: {
-              slo: { ttft: `${SLO_MS}ms`, attainment: '99%' },
-              exclude: [{ metric: 'queued', above: 2, window: '5s' }],
-              overflow: { providers: ['hosted'], deny: { tags: ['pii'] } },
-              wait: { max: '3s' },
-            },
-          },
-          // The batch tenant (its namespace): the same, with a small overflow budget.
-          {
-            metadata: { name: 'batch', namespace: 'batch' },
-            spec: {
-              slo: { ttft: `${SLO_MS}ms`, attainment: '99%' },
-              exclude: [{ metric: 'queued', above: 2, window: '5s' }],
-              // deny.tags left out: a namespace policy inherits the platform floor's (pii, unscanned).
-              overflow: {
-                providers: ['hosted'],
-                budget: { limits: [{ window: 'hour', tokens: BATCH_BUDGET_TOKENS }] },
-              },
-              wait: { max: '3s' },
-            },
-          },
-        ],
-      },
-      'demo',
-    );
+    const settings = demoSettings(pods, provider);
     const agent = await startAgent(settings, {
       log: (level, message) => level !== 'info' && console.error(`  [agent ${level}] ${message}`),
     });
