@@ -2,10 +2,10 @@
 // in any string of the body, and `unscanned` for what could not be read. Pure.
 import { formatPath } from '../../shared/json.ts';
 import type { CustomDetector } from './custom.ts';
-import { DETECTORS, detect, type Detector } from './detect.ts';
-import { normalise } from './normalise.ts';
+import { forEachForm, type Decoding } from './decode.ts';
+import { DETECTORS, scan, type Detector } from './detect.ts';
 import { parseTagHeader } from './tags.ts';
-import { DEFAULT_SCAN_LIMITS, walkBody, type ScanLimits, type UnscannedReason } from './walk.ts';
+import { DEFAULT_SCAN_LIMITS, walkBody, type PathSegment, type ScanLimits, type UnscannedReason } from './walk.ts';
 
 export const PII_TAG = 'pii';
 /** Added when part of the body could not be read as text; denied by default like pii. */
@@ -15,8 +15,12 @@ export interface Finding {
   /** A built-in detector (tag pii) or a custom detector's name. */
   detector: string;
   tag: string;
-  /** Where in the body, e.g. `messages[0].content[1].text`; never the matched text. */
+  /** Where in the body, e.g. `messages[0].content[1].text`, or `headers["x-request-id"]`; never the matched text. */
   path: string;
+  /** The decodings of the form that fired (`url`, `base64`, `json-escapes+unicode`); absent: the text as it came. */
+  via?: string;
+  /** Fired only on the text read across the boundaries between the items of the array at `path`. */
+  seam?: true;
 }
 
 export interface Unscanned {
@@ -59,25 +63,31 @@ export function classifyRequest(
   const findings: Finding[] = [];
   const unscanned: Unscanned[] = [];
   const hits = new Set<Detector>();
+  /** Detectors already reported for the current text, whichever form they fired in first. */
+  const reported = new Set<string>();
 
   walkBody(body, options.limits ?? DEFAULT_SCAN_LIMITS, {
-    text(text, path) {
-      hits.clear();
-      detect(text, hits);
-      for (const d of hits) {
-        found.add(d);
-        tags.add(PII_TAG);
-        if (findings.length < MAX_REPORTED) findings.push({ detector: d, tag: PII_TAG, path: formatPath(path) });
-      }
-      if (custom.length === 0) return;
-      const normalised = normalise(text);
-      for (const detector of custom) {
-        if (!detector.matches(normalised)) continue;
-        fired.add(detector.name);
-        tags.add(detector.tag);
-        if (findings.length < MAX_REPORTED)
-          findings.push({ detector: detector.name, tag: detector.tag, path: formatPath(path) });
-      }
+    text(text, path, seam) {
+      reported.clear();
+      forEachForm(text, (form, via) => {
+        hits.clear();
+        scan(form, hits);
+        for (const d of hits) {
+          if (reported.has(d)) continue;
+          reported.add(d);
+          found.add(d);
+          tags.add(PII_TAG);
+          if (findings.length < MAX_REPORTED) findings.push(finding(d, PII_TAG, path, via, seam));
+        }
+        for (const detector of custom) {
+          const key = `custom:${detector.name}`;
+          if (reported.has(key) || !detector.matches(form)) continue;
+          reported.add(key);
+          fired.add(detector.name);
+          tags.add(detector.tag);
+          if (findings.length < MAX_REPORTED) findings.push(finding(detector.name, detector.tag, path, via, seam));
+        }
+      });
     },
     unscanned(reason, path) {
       tags.add(UNSCANNED_TAG);
@@ -93,6 +103,19 @@ export function classifyRequest(
     unscanned,
     rejectedHeaderTags: header.rejected,
   };
+}
+
+function finding(
+  detector: string,
+  tag: string,
+  path: readonly PathSegment[],
+  via: readonly Decoding[],
+  seam: boolean,
+): Finding {
+  const f: Finding = { detector, tag, path: formatPath(path) };
+  if (via[0] !== 'text') f.via = via.join('+');
+  if (seam) f.seam = true;
+  return f;
 }
 
 /** Sorted unique tags: valid header tags ∪ what the detectors found ∪ `unscanned`. */
