@@ -3,9 +3,10 @@
 import { formatPath } from '../../shared/json.ts';
 import type { CustomDetector } from './custom.ts';
 import { forEachForm, type Decoding } from './decode.ts';
+import { headerPath, offClusterHeaders } from './headers.ts';
 import { DETECTORS, scan, type Detector } from './detect.ts';
 import { parseTagHeader } from './tags.ts';
-import { DEFAULT_SCAN_LIMITS, walkBody, type PathSegment, type ScanLimits, type UnscannedReason } from './walk.ts';
+import { DEFAULT_SCAN_LIMITS, walkBody, type ScanLimits, type UnscannedReason } from './walk.ts';
 
 export const PII_TAG = 'pii';
 /** Added when part of the body could not be read as text; denied by default like pii. */
@@ -45,6 +46,11 @@ export interface Classification {
 export interface ClassifyOptions {
   limits?: ScanLimits;
   detectors?: readonly CustomDetector[];
+  /**
+   * The header values the request would carry to a provider (name → value, names lowercase):
+   * those OFF_CLUSTER_HEADERS allows are classified like the body, the rest never leave.
+   */
+  headers?: Readonly<Record<string, string>>;
 }
 
 /** Evidence kept per request: enough to explain, bounded against bodies built to flood it. */
@@ -66,29 +72,33 @@ export function classifyRequest(
   /** Detectors already reported for the current text, whichever form they fired in first. */
   const reported = new Set<string>();
 
+  const inspect = (text: string, where: () => string, seam: boolean) => {
+    reported.clear();
+    forEachForm(text, (form, via) => {
+      hits.clear();
+      scan(form, hits);
+      for (const d of hits) {
+        if (reported.has(d)) continue;
+        reported.add(d);
+        found.add(d);
+        tags.add(PII_TAG);
+        if (findings.length < MAX_REPORTED) findings.push(finding(d, PII_TAG, where(), via, seam));
+      }
+      for (const detector of custom) {
+        const key = `custom:${detector.name}`;
+        if (reported.has(key) || !detector.matches(form)) continue;
+        reported.add(key);
+        fired.add(detector.name);
+        tags.add(detector.tag);
+        if (findings.length < MAX_REPORTED) findings.push(finding(detector.name, detector.tag, where(), via, seam));
+      }
+    });
+  };
+
+  for (const [name, value] of Object.entries(offClusterHeaders(options.headers)))
+    inspect(value, () => headerPath(name), false);
   walkBody(body, options.limits ?? DEFAULT_SCAN_LIMITS, {
-    text(text, path, seam) {
-      reported.clear();
-      forEachForm(text, (form, via) => {
-        hits.clear();
-        scan(form, hits);
-        for (const d of hits) {
-          if (reported.has(d)) continue;
-          reported.add(d);
-          found.add(d);
-          tags.add(PII_TAG);
-          if (findings.length < MAX_REPORTED) findings.push(finding(d, PII_TAG, path, via, seam));
-        }
-        for (const detector of custom) {
-          const key = `custom:${detector.name}`;
-          if (reported.has(key) || !detector.matches(form)) continue;
-          reported.add(key);
-          fired.add(detector.name);
-          tags.add(detector.tag);
-          if (findings.length < MAX_REPORTED) findings.push(finding(detector.name, detector.tag, path, via, seam));
-        }
-      });
-    },
+    text: (text, path, seam) => inspect(text, () => formatPath(path), seam),
     unscanned(reason, path) {
       tags.add(UNSCANNED_TAG);
       if (unscanned.length < MAX_REPORTED) unscanned.push({ reason, path: formatPath(path) });
@@ -105,17 +115,32 @@ export function classifyRequest(
   };
 }
 
-function finding(
-  detector: string,
-  tag: string,
-  path: readonly PathSegment[],
-  via: readonly Decoding[],
-  seam: boolean,
-): Finding {
-  const f: Finding = { detector, tag, path: formatPath(path) };
+function finding(detector: string, tag: string, path: string, via: readonly Decoding[], seam: boolean): Finding {
+  const f: Finding = { detector, tag, path };
   if (via[0] !== 'text') f.via = via.join('+');
   if (seam) f.seam = true;
   return f;
+}
+
+/**
+ * `c` with what the detectors find in the header values a provider would receive: for a body
+ * judged elsewhere (a worker thread), whose headers are classified where the request is.
+ */
+export function withHeaders(
+  c: Classification,
+  headers: Readonly<Record<string, string>>,
+  options: Omit<ClassifyOptions, 'headers'> = {},
+): Classification {
+  const h = classifyRequest(null, undefined, { ...options, headers });
+  if (h.findings.length === 0) return c;
+  return {
+    tags: [...new Set([...c.tags, ...h.tags])].sort(),
+    detectors: DETECTORS.filter((d) => c.detectors.includes(d) || h.detectors.includes(d)),
+    custom: [...new Set([...c.custom, ...h.custom])],
+    findings: [...h.findings, ...c.findings].slice(0, MAX_REPORTED),
+    unscanned: c.unscanned,
+    rejectedHeaderTags: c.rejectedHeaderTags,
+  };
 }
 
 /** Sorted unique tags: valid header tags ∪ what the detectors found ∪ `unscanned`. */

@@ -38,13 +38,14 @@ function percentDecoded(run: string): string {
 const ENTITY = /&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});?/;
 
 /**
- * The shortest base64 span read: 12 bytes, enough for `a@b.co` with room, a 13-digit card
- * takes 20. Runs of the standard and URL-safe alphabets are both decoded (Node's decoder takes
- * either); a JWT's three parts are three runs, split at its dots.
+ * The shortest base64 span read: 9 bytes, so a dashed SSN (15 characters unpadded) and any
+ * address of 9 characters or more are read; a 13-digit card takes 18. Runs of the standard and
+ * URL-safe alphabets are both decoded (Node's decoder takes either); a JWT's three parts are
+ * three runs, split at its dots.
  */
-export const MIN_BASE64 = 16;
+export const MIN_BASE64 = 12;
 /** Both alphabets: `A-Z a-z 0-9 + /` and `- _`. A table lookup per character: a regex with a
- *  `{16,}` class repeat retries at every position and costs 40 times as much on prose. */
+ *  `{12,}` class repeat retries at every position and costs 40 times as much on prose. */
 const BASE64_CHAR = new Uint8Array(128);
 for (const ch of 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_')
   BASE64_CHAR[ch.charCodeAt(0)] = 1;
@@ -61,7 +62,7 @@ function base64Texts(s: string): string | undefined {
   const n = s.length;
   // Any run of MIN_BASE64 characters covers one index ≡ MIN_BASE64-1 (mod MIN_BASE64): only
   // those are looked at, and the run around each grown both ways. Prose costs a short word's
-  // length per 16 characters.
+  // length per MIN_BASE64 characters.
   for (let i = MIN_BASE64 - 1; i < n; i += MIN_BASE64) {
     if (!isBase64Char(s.charCodeAt(i))) continue;
     let start = i;
