@@ -74,25 +74,29 @@ export function classifyRequest(
 
   const inspect = (text: string, where: () => string, seam: boolean) => {
     reported.clear();
-    forEachForm(text, (form, via) => {
-      hits.clear();
-      scan(form, hits);
-      for (const d of hits) {
-        if (reported.has(d)) continue;
-        reported.add(d);
-        found.add(d);
-        tags.add(PII_TAG);
-        if (findings.length < MAX_REPORTED) findings.push(finding(d, PII_TAG, where(), via, seam));
-      }
-      for (const detector of custom) {
-        const key = `custom:${detector.name}`;
-        if (reported.has(key) || !detector.matches(form)) continue;
-        reported.add(key);
-        fired.add(detector.name);
-        tags.add(detector.tag);
-        if (findings.length < MAX_REPORTED) findings.push(finding(detector.name, detector.tag, where(), via, seam));
-      }
-    });
+    forEachForm(
+      text,
+      (form, via) => {
+        hits.clear();
+        scan(form, hits);
+        for (const d of hits) {
+          if (reported.has(d)) continue;
+          reported.add(d);
+          found.add(d);
+          tags.add(PII_TAG);
+          if (findings.length < MAX_REPORTED) findings.push(finding(d, PII_TAG, where(), via, seam));
+        }
+        for (const detector of custom) {
+          const key = `custom:${detector.name}`;
+          if (reported.has(key) || !detector.matches(form)) continue;
+          reported.add(key);
+          fired.add(detector.name);
+          tags.add(detector.tag);
+          if (findings.length < MAX_REPORTED) findings.push(finding(detector.name, detector.tag, where(), via, seam));
+        }
+      },
+      seam,
+    );
   };
 
   for (const [name, value] of Object.entries(offClusterHeaders(options.headers)))

@@ -107,7 +107,7 @@ const API_KEYS = new Set([
   'reasoning_effort',
 ]);
 /** Characters either side of a seam read again: any value up to this long that a seam splits is found whole. */
-const SEAM = 128;
+const SEAM = 64;
 /** Strings shorter than this cannot hold an address (a@b.co) or a 9-digit number. */
 const SHORTEST_FINDING = 6;
 
@@ -173,25 +173,28 @@ export function walkBody(body: unknown, limits: ScanLimits, visitor: WalkVisitor
   // space in it: `4111 1111` + `1111 1111` is a card only when the parts stay apart, while
   // `41111111` + `11111111` is one only when they join.
   const readSeams = (parts: string[]) => {
-    const whole = parts.join('');
+    // Offsets into the texts as if joined, without joining them (a chat's texts can be megabytes).
+    const offsets = new Array<number>(parts.length + 1);
+    offsets[0] = 0;
+    for (let i = 0; i < parts.length; i++) offsets[i + 1] = offsets[i] + parts[i].length;
+    const total = offsets[parts.length];
     let from = -1;
     let to = -1;
-    let boundary = 0;
-    for (let i = 0; i < parts.length - 1; i++) {
-      boundary += parts[i].length;
+    for (let i = 1; i < parts.length; i++) {
+      const boundary = offsets[i];
       const start = Math.max(0, boundary - SEAM);
-      const end = Math.min(whole.length, boundary + SEAM);
-      if (boundary > 0 && boundary < whole.length && isDigitAt(whole, boundary - 1) && isDigitAt(whole, boundary))
-        read(`${whole.slice(start, boundary)} ${whole.slice(boundary, end)}`, true);
+      const end = Math.min(total, boundary + SEAM);
+      if (boundary > 0 && boundary < total && digitEndsBefore(parts, i) && digitStartsAt(parts, i))
+        read(`${joinedSlice(parts, offsets, start, boundary)} ${joinedSlice(parts, offsets, boundary, end)}`, true);
       if (from !== -1 && start <= to) {
         to = end;
         continue;
       }
-      if (from !== -1) read(whole.slice(from, to), true);
+      if (from !== -1) read(joinedSlice(parts, offsets, from, to), true);
       from = start;
       to = end;
     }
-    if (from !== -1) read(whole.slice(from, to), true);
+    if (from !== -1) read(joinedSlice(parts, offsets, from, to), true);
   };
 
   const object = (record: Record<string, unknown>, depth: number, inTokenKey: boolean, seamsRead: boolean) => {
@@ -238,6 +241,33 @@ function segmentsOf(item: unknown, out: string[]): void {
       }
     }
   if (typeof output === 'string') out.push(output);
+}
+
+/** Characters [from, to) of the texts as if joined. */
+function joinedSlice(parts: readonly string[], offsets: readonly number[], from: number, to: number): string {
+  let out = '';
+  // The first part that reaches past `from`: a binary search, the array may hold thousands.
+  let lo = 0;
+  let hi = parts.length - 1;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (offsets[mid] <= from) lo = mid;
+    else hi = mid - 1;
+  }
+  for (let i = lo; i < parts.length && offsets[i] < to; i++)
+    out += parts[i].slice(Math.max(0, from - offsets[i]), Math.min(parts[i].length, to - offsets[i]));
+  return out;
+}
+
+/** Whether the text before the boundary at part `i` ends with a digit (skipping empty parts). */
+function digitEndsBefore(parts: readonly string[], i: number): boolean {
+  for (let k = i - 1; k >= 0; k--) if (parts[k].length > 0) return isDigitAt(parts[k], parts[k].length - 1);
+  return false;
+}
+
+function digitStartsAt(parts: readonly string[], i: number): boolean {
+  for (let k = i; k < parts.length; k++) if (parts[k].length > 0) return isDigitAt(parts[k], 0);
+  return false;
 }
 
 function isDigitAt(s: string, i: number): boolean {
