@@ -34,6 +34,8 @@ describe('no canary reaches a provider, in any form ordinary traffic carries it'
       pods: [{ speed: 50 }],
       config: {
         providers: [openaiProvider('hosted', provider.url, KEY_ENV)],
+        // Bodies of 16 KiB and more are judged on a worker thread: one test below sends one.
+        limits: { offloadBodyBytes: 16 * 1024 },
         // No pod can meet 1 ms: every request that may leave does; the rest is served at home.
         policies: [
           {
@@ -90,6 +92,17 @@ describe('no canary reaches a provider, in any form ordinary traffic carries it'
       assert.equal(provider.requests.length, overflowed + END_TO_END);
     });
   }
+
+  it('classifies the forwarded headers of a body judged on a worker thread too', async () => {
+    const before = provider.requests.length;
+    const body = { model: 'llama-3-8b', messages: [{ role: 'user', content: 'a long document. '.repeat(1200) }] };
+    const kept = await send({ kind: 'chat', body, headers: { 'x-request-id': 'jane.doe@example.com' } });
+    assert.notEqual(kept.headers.get('x-kinference-route'), 'overflow/hosted');
+    assert.equal(provider.requests.length, before);
+    const left = await send({ kind: 'chat', body, headers: { 'x-request-id': 'req-42' } });
+    assert.equal(left.headers.get('x-kinference-route'), 'overflow/hosted');
+    assert.equal(provider.requests.length, before + 1);
+  });
 
   it('sends a provider only the allow-listed headers, and a URL built from configuration alone', async () => {
     const before = provider.requests.length;

@@ -3,7 +3,7 @@
 // an attacker writes.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { classify, classifyRequest, withHeaders } from '../agent/classify/classify.ts';
+import { classify, classifyRequest, withForwardedHeaders } from '../agent/classify/classify.ts';
 import { backtrackingHazard, compileDetectors } from '../agent/classify/custom.ts';
 import { detect } from '../agent/classify/detect.ts';
 import { normalise } from '../agent/classify/normalise.ts';
@@ -209,9 +209,9 @@ describe('decoded forms and the evidence they leave', () => {
       { detector: 'email', tag: 'pii', path: 'header:tracestate', via: 'base64' },
     ]);
     const body = classifyRequest(undefined, content('hello there'));
-    const merged = withHeaders(body, { 'x-request-id': '4111-1111-1111-1111' });
+    const merged = withForwardedHeaders(body, { 'x-request-id': '4111-1111-1111-1111' });
     assert.deepEqual([merged.tags, merged.detectors], [['pii'], ['card']]);
-    assert.equal(withHeaders(body, { 'x-request-id': 'req-42' }), body);
+    assert.equal(withForwardedHeaders(body, { 'x-request-id': 'req-42' }), body);
   });
 });
 

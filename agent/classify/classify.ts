@@ -130,7 +130,7 @@ function finding(detector: string, tag: string, path: string, via: readonly Deco
  * `c` with what the detectors find in the header values a provider would receive: for a body
  * judged elsewhere (a worker thread), whose headers are classified where the request is.
  */
-export function withHeaders(
+export function withForwardedHeaders(
   c: Classification,
   headers: Readonly<Record<string, string>>,
   options: Omit<ClassifyOptions, 'headers'> = {},

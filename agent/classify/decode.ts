@@ -51,7 +51,7 @@ const ENTITY = /&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|[A-Za-z][A-Za-z0-9]{1,31})
  * and any JWT payload are read; an unpadded value under 12 bytes is not. Runs of the standard and URL-safe alphabets are both decoded
  * (Node's decoder takes either); a JWT's three parts are three runs, split at its dots.
  */
-export const MIN_BASE64 = 16;
+const MIN_BASE64 = 16;
 /** Each character's 6-bit value in either alphabet (`+ /` standard, `- _` URL-safe), else -1. */
 const BASE64_VALUE = new Int8Array(128).fill(-1);
 [...'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789'].forEach((ch, i) => {

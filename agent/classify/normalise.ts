@@ -53,7 +53,7 @@ export function foldUnicode(s: string): string {
  * UTF-8 length equals UTF-16 length only for ASCII: native, several times cheaper than a regex
  * scan on long text; short strings (ids, roles, names) are cheaper to check in place.
  */
-export function isAscii(s: string): boolean {
+function isAscii(s: string): boolean {
   if (s.length > 64) return Buffer.byteLength(s, 'utf8') === s.length;
   for (let i = 0; i < s.length; i++) if (s.charCodeAt(i) > 127) return false;
   return true;

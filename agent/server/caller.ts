@@ -3,7 +3,7 @@
 // callers, platform detectors). Decisions stay in identify.ts, policy/ and classify/.
 import type { Caller } from '../cluster/types.ts';
 import type { HeaderReader } from '../forward/headers.ts';
-import { classifyRequest, UNSCANNED_TAG, withHeaders, type Classification } from '../classify/classify.ts';
+import { classifyRequest, UNSCANNED_TAG, withForwardedHeaders, type Classification } from '../classify/classify.ts';
 import { compileDetectors, type CustomDetector, type DetectorSpec } from '../classify/custom.ts';
 import type { AgentSettings } from '../config/load.ts';
 import { compilePolicies, type CompiledPolicies } from '../policy/resolve.ts';
@@ -105,8 +105,8 @@ export class Callers {
   }
 
   /** A classification made elsewhere (a body worker), with the forwarded header values classified here. */
-  withHeaders(c: Classification, headers: Record<string, string>): Classification {
-    return withHeaders(c, headers, { detectors: this.#detectors });
+  withForwardedHeaders(c: Classification, headers: Record<string, string>): Classification {
+    return withForwardedHeaders(c, headers, { detectors: this.#detectors });
   }
 
   /** The platform's detectors as last set (a body worker compiles the same ones). */
