@@ -3,7 +3,7 @@
 // an attacker writes.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { classify, classifyRequest } from '../agent/classify/classify.ts';
+import { classify, classifyRequest, withForwardedHeaders } from '../agent/classify/classify.ts';
 import { backtrackingHazard, compileDetectors } from '../agent/classify/custom.ts';
 import { detect } from '../agent/classify/detect.ts';
 import { normalise } from '../agent/classify/normalise.ts';
@@ -112,9 +112,106 @@ describe('normalisation', () => {
 });
 
 describe('false positives on ordinary prompts', () => {
-  it(`tags at most 1 of the ${ORDINARY_PROMPTS.length} ordinary prompts (a lottery draw shaped exactly like a French number)`, () => {
-    const flagged = ORDINARY_PROMPTS.filter((text) => detect(text).size > 0);
-    assert.deepEqual(flagged, ['The lottery drew 04 11 23 35 42 and bonus 07.']);
+  it(`tags at most 0.5% of the ${ORDINARY_PROMPTS.length} ordinary prompts, alone or as consecutive messages`, () => {
+    const tagged = (body: unknown) => classifyRequest(undefined, body).tags.length > 0;
+    const flagged = ORDINARY_PROMPTS.filter((text) => tagged({ messages: [{ role: 'user', content: text }] }));
+    assert.ok(flagged.length <= ORDINARY_PROMPTS.length * 0.005, flagged.join('\n'));
+    // The lottery draw is shaped exactly like a French number; random 16-digit ids pass Luhn one time in ten.
+    assert.ok(flagged.includes('The lottery drew 04 11 23 35 42 and bonus 07.'));
+    for (const text of flagged) assert.match(text, /lottery|txn=|I got \d{16}/);
+    // Reading across the seam between two clean messages adds nothing.
+    const seams = ORDINARY_PROMPTS.slice(1).filter(
+      (text, i) =>
+        !flagged.includes(text) &&
+        !flagged.includes(ORDINARY_PROMPTS[i]) &&
+        tagged({
+          messages: [
+            { role: 'user', content: ORDINARY_PROMPTS[i] },
+            { role: 'user', content: text },
+          ],
+        }),
+    );
+    assert.deepEqual(seams, []);
+  });
+});
+
+describe('decoded forms and the evidence they leave', () => {
+  const findings = (body: unknown, headers?: Record<string, string>) =>
+    classifyRequest(undefined, body, { headers }).findings;
+  const content = (text: string) => ({ messages: [{ role: 'user', content: text }] });
+
+  it('folds the decimal digits of every script and drops every default-ignorable code point', () => {
+    // Arabic-Indic, Extended Arabic-Indic, Devanagari, Bengali, Thai, Myanmar, Adlam.
+    for (const zero of [0x660, 0x6f0, 0x966, 0x9e6, 0xe50, 0x1040, 0x1e950]) {
+      const digits = '4111111111111111'.replace(/\d/g, (d) => String.fromCodePoint(zero + Number(d)));
+      assert.deepEqual([...detect(`card ${digits}`)], ['card'], zero.toString(16));
+    }
+    for (const mark of ['\u200e', '\u200f', '\u2063', '\u034f', '\ufe0f', '\u{e0041}', '\u061c', '\u115f'])
+      assert.deepEqual([...detect(`jane${mark}.doe@exam${mark}ple.com`)], ['email'], mark.codePointAt(0)!.toString(16));
+    assert.deepEqual(findings(content('٥٣٦-٩٠-٤٣٩٩')), [
+      { detector: 'ssn', tag: 'pii', path: 'messages[0].content', via: 'unicode' },
+    ]);
+  });
+
+  it('undoes JSON escapes two deep, URL escapes, HTML entities and base64 spans, and names the decoding', () => {
+    const inner = '{"to":"jane\\u0040example.com"}';
+    assert.deepEqual(findings(content(JSON.stringify({ result: inner }))), [
+      { detector: 'email', tag: 'pii', path: 'messages[0].content', via: 'json-escapes' },
+    ]);
+    const jwt = ['{"alg":"HS256"}', '{"email":"jane@example.com"}', 'sig']
+      .map((part) => Buffer.from(part).toString('base64url'))
+      .join('.');
+    const cases: [string, string][] = [
+      ['https://crm.example/?q=jane.doe%40example.com', 'url'],
+      ['jane.doe&commat;example&period;com', 'html'],
+      ['jane.doe&#x40;example.com', 'html'],
+      [`Bearer ${jwt}`, 'base64'],
+      [`id ${Buffer.from('card 4111 1111 1111 1111').toString('base64')}`, 'base64'],
+      [`ssn ${Buffer.from('536-90-4399').toString('base64')}`, 'base64'],
+    ];
+    for (const [text, via] of cases) assert.equal(findings(content(text))[0]?.via, via, text);
+    // Base64 of binary (hashes, keys) and long words are passed over, not decoded into noise.
+    assert.deepEqual(findings(content(`sha256 ${Buffer.alloc(32, 7).toString('base64')} internationalization`)), []);
+  });
+
+  it('reads SSNs written with spaces or dots when they stand alone, and negative numbers', () => {
+    assert.deepEqual([...detect('SSN 287 65 4321.')], ['ssn']);
+    assert.deepEqual([...detect('ssn: 287.65.4321')], ['ssn']);
+    assert.deepEqual([...detect('series 12 287 65 4321 99')], []);
+    assert.deepEqual(classifyRequest(undefined, { metadata: { ref: -4111111111111111 } }).detectors, ['card']);
+    assert.deepEqual([...detect('{"account": -4111111111111111}')], ['card']);
+  });
+
+  it('reads across messages, a name and its content, and /v1/responses input items, and says so', () => {
+    assert.deepEqual(
+      findings({
+        messages: [
+          { role: 'user', content: 'mail jane.doe' },
+          { role: 'user', content: '@example.com now' },
+        ],
+      }),
+      [{ detector: 'email', tag: 'pii', path: 'messages', seam: true }],
+    );
+    assert.deepEqual(findings({ messages: [{ role: 'user', name: 'jane.doe', content: '@example.com says hi' }] }), [
+      { detector: 'email', tag: 'pii', path: 'messages', seam: true },
+    ]);
+    const item = (text: string) => ({ role: 'user', content: [{ type: 'input_text', text }] });
+    assert.deepEqual(findings({ input: [item('card 4111 1111'), item('1111 1111 thanks')] }), [
+      { detector: 'card', tag: 'pii', path: 'input', seam: true },
+    ]);
+  });
+
+  it('classifies the header values a provider would receive, and only those', () => {
+    assert.deepEqual(findings({}, { 'x-request-id': 'jane.doe@example.com', baggage: 'mail=jane.doe@example.com' }), [
+      { detector: 'email', tag: 'pii', path: 'header:x-request-id' },
+    ]);
+    assert.deepEqual(findings({}, { tracestate: `vendor=${Buffer.from('jane@example.com').toString('base64')}` }), [
+      { detector: 'email', tag: 'pii', path: 'header:tracestate', via: 'base64' },
+    ]);
+    const body = classifyRequest(undefined, content('hello there'));
+    const merged = withForwardedHeaders(body, { 'x-request-id': '4111-1111-1111-1111' });
+    assert.deepEqual([merged.tags, merged.detectors], [['pii'], ['card']]);
+    assert.equal(withForwardedHeaders(body, { 'x-request-id': 'req-42' }), body);
   });
 });
 

@@ -513,4 +513,34 @@ describe('data leaves only when policy says so', () => {
     assert.match(out, /unscanned \(media\) at messages\[0\]\.content\[1\]/);
     assert.ok(!out.includes(email));
   });
+
+  it('`kinference explain --body` names the decoded form that fired and the seam, and classifies --header values', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kinference-explain-'));
+    const file = join(dir, 'body.json');
+    const token = ['{"alg":"HS256"}', JSON.stringify({ email }), 'sig']
+      .map((part) => Buffer.from(part).toString('base64url'))
+      .join('.');
+    const [local, domain] = email.split('@');
+    writeFileSync(
+      file,
+      JSON.stringify(
+        chat({ metadata: { session: token } }, [user(`write to ${local}`), user(`@${domain} today`), user('hello')]),
+      ),
+    );
+    const lines: string[] = [];
+    const log = console.log;
+    console.log = (line: string) => lines.push(line);
+    try {
+      const args = ['--admin', stack.admin, '--body', file, '--header', `x-request-id: ${email}`];
+      assert.equal(await runExplainCommand(args), 0);
+    } finally {
+      console.log = log;
+      rmSync(dir, { recursive: true, force: true });
+    }
+    const out = lines.join('\n');
+    assert.match(out, /email +→ pii +at header:x-request-id\n/);
+    assert.match(out, /email +→ pii +at metadata\.session \(decoded: base64\)/);
+    assert.match(out, /email +→ pii +at messages \(across the items\)/);
+    assert.ok(!out.includes(email) && !out.includes(local) && !out.includes(token));
+  });
 });

@@ -28,18 +28,25 @@ import {
 import { knownIssuer, luhn } from './checksums.ts';
 import { hasEmail } from './email.ts';
 import { ibanAt } from './iban.ts';
-import { normalise } from './normalise.ts';
+import { forEachForm } from './decode.ts';
 import { e164At, parenPhoneAt } from './phone.ts';
 
 export type Detector = 'email' | 'card' | 'ssn' | 'iban' | 'phone';
 export const DETECTORS: readonly Detector[] = ['email', 'card', 'ssn', 'iban', 'phone'];
 
-/** Which detectors fire on `text`; adds to `found` when given (one set across a request's texts). */
+/**
+ * Which detectors fire on `text` in any of its forms (decode.ts); adds to `found` when given
+ * (one set across a request's texts).
+ */
 export function detect(text: string, found: Set<Detector> = new Set()): Set<Detector> {
-  const s = normalise(text);
+  forEachForm(text, (form) => scan(form, found));
+  return found;
+}
+
+/** Which detectors fire on one form, already normalised. */
+export function scan(s: string, found: Set<Detector>): void {
   if (s.indexOf('@') !== -1 && !found.has('email') && hasEmail(s)) found.add('email');
   scanDigits(s, found);
-  return found;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -97,9 +104,13 @@ function atDigit(s: string, p: number, found: Set<Detector>): number {
       return end;
     }
   }
+  // A negative number where JSON or a list puts one (`"card": -4111…`, `[-4111…`) is still the number.
+  if (prev === DASH && (p === 1 || OPENS_NUMBER.has(s.charCodeAt(p - 2)))) return chainAt(s, p, found);
   if (p > 0 && blocksBefore(prev)) return skipToken(s, p);
   return chainAt(s, p, found);
 }
+
+const OPENS_NUMBER = new Set([...' \t\n\r:,[(='].map((ch) => ch.charCodeAt(0)));
 
 // A chain: digit groups joined by single spaces, dashes or dots (`4111 1111 1111 1111`,
 // `123-45-6789`, `555.123.4567`). Candidates are windows of consecutive groups whose outer
@@ -158,7 +169,7 @@ function chainAt(s: string, p: number, found: Set<Detector>): number {
       const rightOk = b === count - 1 ? cleanEnd : isBreak(gSep[b]);
       if (!rightOk) continue;
       const k = b - a + 1;
-      if (k === 3 && isSsn(s, a)) found.add('ssn');
+      if (k === 3 && isSsn(s, a, a === 0 && k === count)) found.add('ssn');
       else if ((k === 3 || k === 4) && isNanp(s, a, k)) found.add('phone');
       // A national number stands alone: the whole chain, not four digits inside a longer one.
       else if (
@@ -185,9 +196,15 @@ function groupValue(s: string, k: number): number {
   return v;
 }
 
-/** `AAA-GG-SSSS`: area not 000, 666 or 9xx; group not 00; serial not 0000. */
-function isSsn(s: string, a: number): boolean {
-  if (gLen[a] !== 3 || gLen[a + 1] !== 2 || gLen[a + 2] !== 4 || gSep[a] !== DASH || gSep[a + 1] !== DASH) return false;
+/**
+ * `AAA-GG-SSSS`: area not 000, 666 or 9xx; group not 00; serial not 0000. Written with spaces
+ * or dots (`287 65 4321`, `287.65.4321`) only when those three groups are the whole number: a
+ * longer list of numbers holds 3-2-4 runs by chance.
+ */
+function isSsn(s: string, a: number, whole: boolean): boolean {
+  if (gLen[a] !== 3 || gLen[a + 1] !== 2 || gLen[a + 2] !== 4) return false;
+  const sep = gSep[a];
+  if (gSep[a + 1] !== sep || !(sep === DASH || (whole && (sep === SPACE || sep === DOT)))) return false;
   const area = groupValue(s, a);
   return area !== 0 && area !== 666 && area < 900 && groupValue(s, a + 1) !== 0 && groupValue(s, a + 2) !== 0;
 }

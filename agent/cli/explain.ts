@@ -9,7 +9,7 @@ interface BodyEvidence {
   caller?: { namespace: string; tenant: string; unidentified?: string };
   classification?: {
     tags: string[];
-    findings: { detector: string; tag: string; path: string }[];
+    findings: { detector: string; tag: string; path: string; via?: string; seam?: boolean }[];
     unscanned: { reason: string; path: string }[];
   };
   /** The tenant's overflow budget per limit (only under a budget), and who waits for a pod by class. */
@@ -34,8 +34,11 @@ export function formatExplanation(e: Explanation & BodyEvidence): string {
     );
   if (e.classification) {
     lines.push(`tags:     ${e.classification.tags.join(', ') || '(none)'}`);
-    for (const f of e.classification.findings)
-      lines.push(`  ${f.detector.padEnd(14)} → ${f.tag.padEnd(14)} at ${f.path || '(body)'}`);
+    // Where and in which decoded form a detector fired; the text itself is never shown.
+    for (const f of e.classification.findings) {
+      const how = [f.seam ? 'across the items' : '', f.via ? `decoded: ${f.via}` : ''].filter(Boolean).join(', ');
+      lines.push(`  ${f.detector.padEnd(14)} → ${f.tag.padEnd(14)} at ${f.path || '(body)'}${how ? ` (${how})` : ''}`);
+    }
     for (const u of e.classification.unscanned) lines.push(`  unscanned (${u.reason}) at ${u.path || '(body)'}`);
   }
   if ('status' in e) lines.push(`  ${e.status}: ${e.message}`);
@@ -89,6 +92,7 @@ export async function runExplainCommand(argv: string[]): Promise<number> {
       body: { type: 'string' },
       api: { type: 'string' },
       ip: { type: 'string' },
+      header: { type: 'string', multiple: true },
       json: { type: 'boolean' },
     },
     strict: true,
@@ -107,6 +111,16 @@ export async function runExplainCommand(argv: string[]): Promise<number> {
       'content-type': 'application/json',
       ...(values.tags ? { 'x-kinference-tags': values.tags } : {}),
     };
+    // `--header 'x-request-id: …'`: the request id and trace context the app sends, classified
+    // as the request path classifies what it would forward to a provider.
+    for (const h of values.header ?? []) {
+      const colon = h.indexOf(':');
+      if (colon <= 0) {
+        console.error(`kinference explain: --header wants 'name: value', got ${JSON.stringify(h)}`);
+        return 2;
+      }
+      headers[h.slice(0, colon).trim().toLowerCase()] = h.slice(colon + 1).trim();
+    }
     const response = await request(url, {
       method: 'POST',
       body: text,

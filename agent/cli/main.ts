@@ -10,6 +10,8 @@ commands:
                                  validate InferencePolicy YAML (exit 1 on errors)
   explain --admin URL --model M [--tenant T] [--tags a,b] [--prompt-tokens N]
                                  ask a running agent what it would do with such a request now
+  explain --admin URL --body FILE [--api chat|completions|embeddings] [--ip A] [--header 'N: V']...
+                                 the same for a real body: where each detector fired, in which decoded form
 `;
 
 export async function main(argv: string[]): Promise<number> {

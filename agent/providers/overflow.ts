@@ -2,6 +2,7 @@
 // providers may take a request now (the leave verdict), sending through them in order, and what
 // their failure means for the client (502 vs 503). Providers are rebuilt when their settings change.
 import type { Counter } from 'prom-client';
+import { offClusterHeaders } from '../classify/headers.ts';
 import { mayLeave } from '../policy/resolve.ts';
 import type { LeaveVerdict } from '../route/router.ts';
 import type { EffectivePolicy, ParsedRequest, RouteRequest } from '../types.ts';
@@ -160,7 +161,8 @@ export class Overflow {
     const chain = names.map((n) => this.#providers.get(n)).filter((p): p is ClosableProvider => p !== undefined);
     const result = await tryProviders(
       chain,
-      { kind: request.kind, model: request.model, body: parsed.body, signal, headers },
+      // Only the allow-listed headers leave, and the request path classified their values.
+      { kind: request.kind, model: request.model, body: parsed.body, signal, headers: offClusterHeaders(headers) },
       {
         breakers: this.breakers,
         now,

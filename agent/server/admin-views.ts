@@ -112,7 +112,7 @@ export function adminViews(deps: AdminViewsDeps): Pick<AdminDeps, 'readiness' | 
       throw new RequestError(404, `The model \`${parsed.model}\` does not exist.`, 'model', 'model_not_found');
     const who: Identity =
       q.ip !== undefined ? callers.identityOf(q.tenant ?? null, q.ip) : callers.named(q.namespace, q.tenant);
-    const c = callers.classify(q.tags, parsed.body);
+    const c = callers.classify(q.tags, parsed.body, q.forwardedHeaders);
     const decision = requestPath.explain(requestPath.routeRequest(parsed, who, c.tags), who);
     const policy = callers.policyFor(who, parsed.model);
     return {

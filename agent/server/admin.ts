@@ -13,6 +13,7 @@ import { readBoundedBody, RequestError } from './request.ts';
 import { nodeRequest } from './exchange.ts';
 import { readTarget, type AdminTarget } from './admin-target.ts';
 import { describeUnexpected } from '../../shared/describe-error.ts';
+import { propagatedHeaders, requestIdFor } from '../forward/headers.ts';
 import type { RequestKind } from '../types.ts';
 
 /** What POST /explain is asked: the body an app would send, and who sends it. */
@@ -25,6 +26,8 @@ export interface ExplainBodyQuery {
   tenant?: string;
   /** Explain as the caller at this source IP (identity as the API listener would establish it). */
   ip?: string;
+  /** The request id and trace context the app would send, as the request path would forward them. */
+  forwardedHeaders?: Record<string, string>;
 }
 
 const KINDS: readonly RequestKind[] = ['chat', 'completions', 'embeddings'];
@@ -150,6 +153,10 @@ export function createAdminHandler(deps: AdminDeps, hostname: string): AdminHand
           namespace: target.query('namespace'),
           tenant: target.query('tenant'),
           ip: target.query('ip'),
+          forwardedHeaders: propagatedHeaders(
+            headers,
+            requestIdFor(headers.get('x-request-id'), () => 'explain'),
+          ),
         }),
       );
     } catch (error) {

@@ -191,7 +191,7 @@ const WORKER_IDLE_MS = 10_000;
 /** The request path's large-body workers, from the agent's settings. */
 export function bodyOffloadFor(
   settings: Pick<AgentSettings, 'limits'>,
-  callers: Pick<Callers, 'detectorSpecs' | 'counted'>,
+  callers: Pick<Callers, 'detectorSpecs' | 'counted' | 'withForwardedHeaders'>,
   log: (level: 'warn', message: string) => void,
 ): NonNullable<RequestPathDeps['bodies']> {
   const { limits } = settings;
@@ -212,7 +212,7 @@ export function bodyOffloadFor(
   return {
     takes: (byteLength) => offload.takes(byteLength),
     judge: (kind, bytes, headerTags) => offload.judge(kind, bytes, headerTags),
-    counted: (c) => callers.counted(c),
+    counted: (c, headers) => callers.counted(callers.withForwardedHeaders(c, headers)),
     close: () => offload.close(),
   };
 }

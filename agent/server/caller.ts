@@ -3,7 +3,7 @@
 // callers, platform detectors). Decisions stay in identify.ts, policy/ and classify/.
 import type { Caller } from '../cluster/types.ts';
 import type { HeaderReader } from '../forward/headers.ts';
-import { classifyRequest, UNSCANNED_TAG, type Classification } from '../classify/classify.ts';
+import { classifyRequest, UNSCANNED_TAG, withForwardedHeaders, type Classification } from '../classify/classify.ts';
 import { compileDetectors, type CustomDetector, type DetectorSpec } from '../classify/custom.ts';
 import type { AgentSettings } from '../config/load.ts';
 import { compilePolicies, type CompiledPolicies } from '../policy/resolve.ts';
@@ -99,8 +99,14 @@ export class Callers {
     return who.unidentified && !this.#policies.floor.unidentifiedMayLeave ? restrictUnidentified(policy) : policy;
   }
 
-  classify(headerTags: string | null, body: unknown): Classification {
-    return classifyRequest(headerTags, body, { limits: this.#scanLimits, detectors: this.#detectors });
+  /** `headers`: the values a provider would receive (only the off-cluster allow-list is read). */
+  classify(headerTags: string | null, body: unknown, headers?: Record<string, string>): Classification {
+    return classifyRequest(headerTags, body, { limits: this.#scanLimits, detectors: this.#detectors, headers });
+  }
+
+  /** A classification made elsewhere (a body worker), with the forwarded header values classified here. */
+  withForwardedHeaders(c: Classification, headers: Record<string, string>): Classification {
+    return withForwardedHeaders(c, headers, { detectors: this.#detectors });
   }
 
   /** The platform's detectors as last set (a body worker compiles the same ones). */
@@ -109,8 +115,8 @@ export class Callers {
   }
 
   /** The request's tags, with kinference_classified_total counted per detector that fired. */
-  classifyCounted(headerTags: string | null, body: unknown): string[] {
-    return this.counted(this.classify(headerTags, body));
+  classifyCounted(headerTags: string | null, body: unknown, headers?: Record<string, string>): string[] {
+    return this.counted(this.classify(headerTags, body, headers));
   }
 
   /** A classification's tags, counted in kinference_classified_total per detector that fired. */

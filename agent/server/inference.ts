@@ -55,7 +55,7 @@ export function requestPathFor(
     },
     podAuth: podAuthFrom(settings.podCredentials, shared.log),
     identify: (req, ip) => callers.identify(req, ip),
-    classify: (tags, body) => callers.classifyCounted(tags, body),
+    classify: (tags, body, headers) => callers.classifyCounted(tags, body, headers),
     bodies: bodyOffloadFor(settings, callers, shared.log),
     policyFor: (who, model) => callers.policyFor(who, model),
     leaveVerdict: (policy, request) => overflow.leaveVerdict(policy, request),
@@ -137,8 +137,14 @@ export class RequestPath {
       throw new RequestError(404, `The model \`${parsed.model}\` does not exist.`, 'model', 'model_not_found');
     }
     const identity = deps.identify(req, req.remoteIp);
-    const tags = judged ? deps.bodies!.counted(judged.classification) : deps.classify(headerTags, parsed.body);
-    const request = judged ? routeFromVerdict(judged, identity) : this.routeRequest(parsed, identity, tags);
+    // The header values that may go to a provider are classified with the body: a request id
+    // or tracestate that holds an address keeps the request home like the body would.
+    const tags = judged
+      ? deps.bodies!.counted(judged.classification, ctx.upstreamHeaders)
+      : deps.classify(headerTags, parsed.body, ctx.upstreamHeaders);
+    const request = judged
+      ? { ...routeFromVerdict(judged, identity), tags }
+      : this.routeRequest(parsed, identity, tags);
     const policy = deps.policyFor(identity, parsed.model);
     record.model = parsed.model;
     record.tenant = identity.tenant;

@@ -49,17 +49,23 @@ export interface RequestPathDeps {
   /** Headers that authenticate the agent to this pod (its configured API key), if any. */
   podAuth(pod: Candidate['pod']): Record<string, string>;
   identify(req: { headers: HeaderReader }, remoteIp: string | undefined): Identity;
-  classify(headerTags: string | null, body: Record<string, unknown>): string[];
+  /** Tags of the body and of the header values a provider would receive (`forwardedHeaders`). */
+  classify(
+    headerTags: string | null,
+    body: Record<string, unknown>,
+    forwardedHeaders: Record<string, string>,
+  ): string[];
   /**
    * Large bodies judged on worker threads (body-offload.ts): `takes` says whether a body of this
    * size goes to a worker at all (so small bodies skip the promise), `judge` gives the verdict,
    * or undefined when the body is the path's to parse and classify itself; `counted` counts a
-   * worker's classification as `classify` counts its own.
+   * worker's classification, with the forwarded header values classified here, as `classify`
+   * counts its own.
    */
   bodies?: {
     takes(byteLength: number): boolean;
     judge(kind: RequestKind, bytes: Uint8Array, headerTags: string | null): Promise<BodyVerdict | undefined>;
-    counted(c: Classification): string[];
+    counted(c: Classification, forwardedHeaders: Record<string, string>): string[];
     close(): Promise<void>;
   };
   isKnownModel(model: string): boolean;
