@@ -90,26 +90,48 @@ for (const [what, bad] of [
   });
 }
 
-test('bytes a pod writes after its answer never become the next client`s answer', async () => {
-  const smuggled = COMPLETION(999);
-  const pod = await startRawPod(
-    MODEL,
-    whole(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${smuggled.length}\r\n\r\n${smuggled}`),
-  );
-  const stack = await stackOf([podEntry('chatty', pod)]);
-  try {
-    for (let i = 0; i < 3; i++) {
-      const response = await postJson(`${stack.api}/v1/chat/completions`, chatBody('hi'));
-      const text = await response.text();
-      assert.equal(response.status, 200, text);
-      assert.doesNotMatch(text, /answer 999/);
-      assert.match(text, new RegExp(`answer ${i}`));
+/** A chunked event stream answering request `index`, then `after` right behind it or `laterMs` later. */
+const streamed =
+  (after: string, laterMs?: number): RawAnswer =>
+  (socket, index, done) => {
+    const event = `data: {"choices":[{"index":0,"delta":{"content":"answer ${index}"}}]}\n\n`;
+    const answer =
+      'HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n' +
+      `${Buffer.byteLength(event).toString(16)}\r\n${event}\r\n0\r\n\r\n`;
+    if (laterMs === undefined) socket.write(answer + after);
+    else {
+      socket.write(answer);
+      setTimeout(() => socket.write(after), laterMs);
     }
-  } finally {
-    await stack.close();
-    await pod.close();
-  }
-});
+    done();
+  };
+
+const SMUGGLED = COMPLETION(999);
+const EXTRA = `HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${SMUGGLED.length}\r\n\r\n${SMUGGLED}`;
+
+for (const [what, answer, stream] of [
+  ['whole, bytes in the same write', whole(EXTRA), false],
+  ['streamed, bytes in the same write', streamed(EXTRA), true],
+  ['streamed, bytes written after the answer', streamed(EXTRA, 30), true],
+] as const) {
+  test(`bytes a pod writes after its answer never become the next client's answer (${what})`, async () => {
+    const pod = await startRawPod(MODEL, answer);
+    const stack = await stackOf([podEntry('chatty', pod)]);
+    try {
+      for (let i = 0; i < 3; i++) {
+        const response = await postJson(`${stack.api}/v1/chat/completions`, chatBody('hi', { stream }));
+        const text = await response.text();
+        assert.equal(response.status, 200, text);
+        assert.doesNotMatch(text, /answer 999/);
+        assert.match(text, new RegExp(`answer ${i}`));
+        await new Promise((r) => setTimeout(r, 60));
+      }
+    } finally {
+      await stack.close();
+      await pod.close();
+    }
+  });
+}
 
 test('passthrough routes keep to a pod`s in-flight cap (maxConcurrency: 1)', async () => {
   const held: (() => void)[] = [];
