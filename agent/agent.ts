@@ -245,7 +245,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
           now,
           received: () => drain.received,
           open: () => drain.active,
-          release: memoryRelease((message) => log('info', message)),
+          release: memoryRelease(),
           released: () => metrics.memoryReleases.inc(),
         })
       : undefined;
