@@ -17,7 +17,7 @@ COPY agent/ agent/
 COPY shared/ shared/
 RUN npm run build
 
-# Production dependencies only (with the optional koffi: the idle release calls glibc malloc_trim through it).
+# Production dependencies only.
 FROM node:24-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./

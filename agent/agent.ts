@@ -17,7 +17,7 @@ import { BudgetExchange } from './budget/exchange.ts';
 import { createAdminHandler, type AdminHandler } from './server/admin.ts';
 import { adminViews } from './server/admin-views.ts';
 import { createApiHandler } from './server/api.ts';
-import { Http1Server } from './server/http1/server.ts';
+import { listenApi } from './server/listener.ts';
 import { Callers } from './server/caller.ts';
 import { Drain } from './server/drain.ts';
 import { memoryRelease, startIdleRelease } from './memory/idle-release.ts';
@@ -60,7 +60,7 @@ function listen(handler: AdminHandler, hostPort: string): Promise<Server> {
   });
 }
 
-function urlOf(server: Server | Http1Server): string {
+function urlOf(server: Server): string {
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   return `http://${host}:${address.port}`;
@@ -223,7 +223,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
 
   const drain = new Drain();
   const apiAt = parseHostPort(settings.listen.api);
-  const api = await new Http1Server(
+  const api = await listenApi(
     createApiHandler({ requestPath, models: knownModels, accepting: () => !drain.draining, log }),
     {
       maxHeaderBytes: limits.apiMaxHeaderBytes,
@@ -232,9 +232,11 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
       headersTimeoutMs: limits.apiHeadersTimeoutMs,
       requestTimeoutMs: limits.apiRequestTimeoutMs,
       keepAliveTimeoutMs: limits.apiKeepAliveTimeoutMs,
-      maxBodyBytes: limits.maxBodyBytes,
+      maxRequestsPerSocket: limits.apiMaxRequestsPerSocket,
     },
-  ).listen(apiAt.port, apiAt.host);
+    apiAt.port,
+    apiAt.host,
+  );
   drain.track(api);
   const idleRelease =
     limits.releaseMemoryAfterIdleMs > 0
@@ -243,7 +245,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
           now,
           received: () => drain.received,
           open: () => drain.active,
-          release: memoryRelease((message) => log('info', message)),
+          release: memoryRelease(),
           released: () => metrics.memoryReleases.inc(),
         })
       : undefined;

@@ -114,13 +114,13 @@ interface ListedPod {
 let listed: ListedPod[] = [];
 
 /**
- * The same floor on the scraper's own connections (scrape-connection.ts): why scrapes don't use
- * undici. `filtered`: each pod asked for what the scraper reads in steady state (the filtered page
+ * The same floor on the scraper's connections (scrape-connection.ts, an undici Client with dispatch
+ * callbacks) against plain undici requests. `filtered`: each pod asked for what the scraper reads in steady state (the filtered page
  * where its server honours the filter).
  */
 class HttpOnlyScrapeConnection {
   static filtered = false;
-  readonly #connections: { connection: ScrapeConnection; request: Buffer | undefined }[] = [];
+  readonly #connections: { connection: ScrapeConnection; request: string | undefined }[] = [];
   readonly #filtered = (this.constructor as typeof HttpOnlyScrapeConnection).filtered;
   bytes = 0;
   #ticker: NodeJS.Timeout | undefined;

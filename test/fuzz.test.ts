@@ -1,6 +1,7 @@
 // Seeded property-based fuzzing of the parsers that read what strangers write: the request
 // parser (+ token estimate and classifier behind it), the Prometheus text parser, the gossip
-// decoder, and the API listener's head parser and body framing. Small counts here (FUZZ_RUNS
+// decoder (the API listener's HTTP is node:http's; test/http-differential.test.ts holds it to
+// node:http's own server). Small counts here (FUZZ_RUNS
 // raises them); a failure prints its seed and case number.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -16,8 +17,6 @@ import { int, pick, requestText } from './fixtures/fuzz-requests.ts';
 import { podEstimates } from './fixtures/gossip-estimates.ts';
 import { GossipState } from '../agent/gossip/state.ts';
 import { writeDelta } from '../agent/gossip/packing.ts';
-import { parseRequestHead } from '../agent/server/http1/head.ts';
-import { BodyFraming } from '../agent/server/http1/body.ts';
 
 const SEED = Number(process.env.FUZZ_SEED ?? 20261201);
 const RUNS = Number(process.env.FUZZ_RUNS ?? 300);
@@ -105,54 +104,5 @@ test('gossip decoder: mutated payloads decode to a valid payload or throw a deco
     } catch (error) {
       assert.ok(error instanceof WireError, `seed ${SEED + 2} case ${i}: ${(error as Error).stack}`);
     }
-  }
-});
-
-/** A request head near the valid one: fields dropped, repeated, mangled, line ends and bytes changed. */
-function requestHead(rand: Rand): string {
-  const fields = [
-    'Host: agent',
-    'Content-Length: 12',
-    'Transfer-Encoding: chunked',
-    'Connection: close',
-    'Expect: 100-continue',
-    'X-Request-Id: abc',
-    'Content-Length: 13',
-    'Transfer-Encoding: gzip, chunked',
-    ' folded',
-  ];
-  const lines = [
-    pick(rand, ['POST /v1/chat/completions HTTP/1.1', 'GET / HTTP/1.0', 'GET / HTTP/2.0', 'X  / HTTP/1.1']),
-  ];
-  for (let n = int(rand, 6); n > 0; n--) lines.push(pick(rand, fields));
-  let text = lines.join(pick(rand, ['\r\n', '\r\n', '\r\n', '\n', '\r']));
-  for (let n = int(rand, 4); n > 0; n--) {
-    const at = int(rand, text.length + 1);
-    text = text.slice(0, at) + String.fromCharCode(int(rand, 256)) + text.slice(at + (rand() < 0.5 ? 1 : 0));
-  }
-  return text;
-}
-
-test('API head parser and body framing: any head gives a head or a refusal with a 4xx/5xx status, any body bytes a body or a reason, never a throw', () => {
-  const rand = mulberry32(SEED);
-  const limits = { maxHeaders: 8, maxTargetBytes: 64 };
-  for (let i = 0; i < RUNS * 10; i++) {
-    const text = requestHead(rand);
-    const head = parseRequestHead(text, limits);
-    if ('status' in head) {
-      assert.ok([400, 414, 417, 431, 501, 505].includes(head.status), `seed ${SEED} case ${i}: ${head.status}`);
-      continue;
-    }
-    // What was accepted is framed one way only.
-    assert.ok(head.body === 'chunked' || (Number.isInteger(head.body) && head.body >= 0), `case ${i}`);
-    assert.ok(!(head.body === 'chunked' && head.fields['content-length'] !== undefined), `case ${i}: TE and CL`);
-    const body = Buffer.from(
-      Array.from({ length: int(rand, 40) }, () => pick(rand, ['0', '5', 'a', '\r\n', ';x', 'hello', '\n', 'z'])).join(
-        '',
-      ),
-    );
-    const framing = new BodyFraming(head.body, 32);
-    const next = framing.read(body, 0, body.length);
-    assert.ok(typeof next === 'string' || (next >= 0 && next <= body.length), `case ${i}: ${next}`);
   }
 });

@@ -1,8 +1,8 @@
 // What a running agent has loaded (docs/benchmarks.md, "Memory": every loaded module's code and source stay in
-// the heap for the process's life): an agent in static mode that served requests has loaded the
-// undici parts it uses but not undici's index (fetch, WebSocket, caches, mocks), typebox's error
+// the heap for the process's life): an agent in static mode that served requests has loaded
+// undici through its public entry (never by a path inside the package), typebox's error
 // iterator but not its value operations, prom-client's registry and metrics but not its index, and
-// nothing of the Kubernetes client or a web framework. Checked in a fresh
+// nothing of the Kubernetes client; the admin listener on Hono. Checked in a fresh
 // Node process that records every module resolved (import and require) while a real agent starts,
 // forwards a request to a pod, and serves its admin pages.
 import { describe, it } from 'node:test';
@@ -53,29 +53,19 @@ async function modulesLoaded(podAddress: string): Promise<string[]> {
 }
 
 describe('modules a static-mode agent loads', () => {
-  it("loads undici's connection pools, not its index; typebox's errors, not its values; prom-client's parts, not its index; no Kubernetes client, no web framework", async () => {
+  it("loads undici through its public entry; typebox's errors, not its values; prom-client's parts, not its index; no Kubernetes client; Hono for the admin listener", async () => {
     const pod = await startSim({ models: ['m'] });
     try {
       const loaded = await modulesLoaded(`127.0.0.1:${pod.port}`);
       const has = (pattern: RegExp) => loaded.filter((u) => pattern.test(u));
       assert.ok(has(/undici\/lib\/dispatcher\/agent\.js$/).length > 0, 'undici Agent loaded');
       assert.ok(has(/undici\/lib\/dispatcher\/client-h1\.js$/).length > 0, 'the HTTP/1.1 client ran');
-      assert.deepEqual(has(/node_modules\/undici\/index\.js$/), [], "undici's index");
-      assert.deepEqual(
-        has(/node_modules\/undici\/lib\/(web|mock|cache)\//),
-        [],
-        'undici fetch, WebSocket, mocks, caches',
-      );
+      assert.ok(has(/node_modules\/undici\/index\.js$/).length > 0, "undici through its public entry ('undici')");
       assert.ok(has(/@sinclair\/typebox\/.*errors/).length > 0, "typebox's error iterator loaded");
       assert.deepEqual(has(/@sinclair\/typebox\/build\/(esm|cjs)\/value\/value\//), [], "typebox's value operations");
       assert.deepEqual(has(/@kubernetes\/client-node/), [], 'the Kubernetes client');
-      assert.deepEqual(has(/node_modules\/(hono|@hono)\//), [], 'a web framework for the admin listener');
+      assert.ok(has(/node_modules\/hono\//).length > 0, 'the admin listener on Hono');
       assert.ok(has(/^node:internal\/internal\/http$/).length > 0, "node's own modules are listed");
-      assert.deepEqual(
-        has(/^node:internal\/internal\/(deps\/undici|webstreams)\//),
-        [],
-        "Node's bundled undici (web fetch, Request/Response, WebSocket) and web streams",
-      );
       assert.ok(has(/prom-client\/lib\/registry\.js$/).length > 0, "prom-client's registry loaded");
       assert.deepEqual(has(/node_modules\/prom-client\/index\.js$/), [], "prom-client's index");
       assert.deepEqual(

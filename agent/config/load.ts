@@ -61,7 +61,7 @@ export interface Limits {
   releaseMemoryAfterIdleMs: number;
   prefixMaxBlocks: number;
   prefixBlocksPerPod: number;
-  /** The API listener's HTTP/1.1 bounds and timers (agent/server/http1/server.ts). */
+  /** The API listener's HTTP/1.1 bounds and timers (node:http's, agent/server/listener.ts). */
   apiMaxHeaderBytes: number;
   apiMaxHeaders: number;
   apiMaxTargetBytes: number;
@@ -69,6 +69,8 @@ export interface Limits {
   /** 0: none. */
   apiRequestTimeoutMs: number;
   apiKeepAliveTimeoutMs: number;
+  /** 0: no limit. */
+  apiMaxRequestsPerSocket: number;
 }
 
 /** The key sent to matching model-server pods: `pod` (NAME or NAMESPACE/NAME) beats `namespace` beats neither. */
@@ -149,13 +151,14 @@ export const DEFAULT_LIMITS: Limits = {
   releaseMemoryAfterIdleMs: 10_000,
   prefixMaxBlocks: DEFAULT_PREFIX_MAX_BLOCKS,
   prefixBlocksPerPod: DEFAULT_MAX_BLOCKS_PER_POD,
-  // node:http's own defaults, which the API listener had before its own server.
+  // node:http's own defaults (maxHeadersCount 2000 was a cut, here a refusal past it).
   apiMaxHeaderBytes: 16 * 1024,
-  apiMaxHeaders: 100,
+  apiMaxHeaders: 2000,
   apiMaxTargetBytes: 8 * 1024,
   apiHeadersTimeoutMs: 60_000,
   apiRequestTimeoutMs: 300_000,
   apiKeepAliveTimeoutMs: 5_000,
+  apiMaxRequestsPerSocket: 0,
 };
 
 export class ConfigError extends Error {
@@ -350,6 +353,7 @@ export function settingsFromObject(
       apiHeadersTimeoutMs: durationOr(limits.apiHeadersTimeout, DEFAULT_LIMITS.apiHeadersTimeoutMs),
       apiRequestTimeoutMs: durationOr(limits.apiRequestTimeout, DEFAULT_LIMITS.apiRequestTimeoutMs),
       apiKeepAliveTimeoutMs: durationOr(limits.apiKeepAliveTimeout, DEFAULT_LIMITS.apiKeepAliveTimeoutMs),
+      apiMaxRequestsPerSocket: limits.apiMaxRequestsPerSocket ?? DEFAULT_LIMITS.apiMaxRequestsPerSocket,
     },
     kubernetes: file.kubernetes ?? {},
     logLevel: file.logLevel ?? 'info',

@@ -89,6 +89,8 @@ const Limits = Type.Object(
     apiRequestTimeout: Type.Optional(DurationString),
     /** An idle kept-alive API connection closes after this long. */
     apiKeepAliveTimeout: Type.Optional(DurationString),
+    /** Requests one API connection may carry, then it closes after its answer; 0: no limit. */
+    apiMaxRequestsPerSocket: Type.Optional(Type.Integer({ minimum: 0, maximum: 1_000_000 })),
     /** Prompt blocks (64 characters each) hashed per request for the prefix index; the rest is not matched. */
     prefixMaxBlocks: Type.Optional(Type.Integer({ minimum: 1, maximum: 65_536 })),
     /** Prompt blocks the prefix index remembers per local pod (~190 bytes each). */

@@ -59,6 +59,9 @@ export function podAuthFrom(
   };
 }
 
+/** A character outside a field value (RFC 9110 5.5: visible ASCII, space, tab, obs-text). */
+const NOT_FIELD_VALUE = /[^\t\x20-\x7e\x80-\xff]/;
+
 /** Error answers are a message, not a payload: more than this is cut off (and the pod is at fault). */
 const MAX_ERROR_BODY_BYTES = 256 * 1024;
 
@@ -88,7 +91,7 @@ export type PodAttempt =
     };
 
 /**
- * One request to a pod on the agent's own client (pod-client.ts). It settles the attempt at the
+ * One request to a pod on the pod client (pod-client.ts, undici). It settles the attempt at the
  * first body byte (or the failure before it), then hands the rest to one sink as it arrives,
  * pausing the pod's socket when the sink is full (the client reads slowly) and until a sink is
  * attached.
@@ -147,6 +150,10 @@ class PodExchange implements PodResponseHandler, ChunkSource {
 
   head(status: number, contentType: string | undefined): void {
     this.#headersDeadline.clear();
+    // The content type goes on to the client's answer head; one that could not be written there
+    // is the pod's malformed answer: a failure before the first byte, retried elsewhere.
+    if (contentType !== undefined && NOT_FIELD_VALUE.test(contentType))
+      return this.#stop(new Error(`pod answered a malformed content-type: ${JSON.stringify(contentType)}`));
     this.#status = status;
     if (contentType !== undefined) this.#contentType = contentType;
     if (status >= 400) this.#errorBody = [];

@@ -6,8 +6,6 @@
 // when nobody waits for an answer, once per quiet period.
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { dropKeptHttpParsers } from './http-parsers.ts';
-import { mallocTrim } from './malloc-trim.ts';
 
 /**
  * Pure: says when the agent has just turned quiet after serving requests. Fed on every tick with
@@ -79,20 +77,7 @@ export function startIdleRelease(deps: IdleReleaseDeps): { stop(): void } {
   return { stop: () => clearInterval(timer) };
 }
 
-/**
- * What the agent gives back when it turns quiet, in order: the HTTP parsers node:http keeps for
- * reuse (their native halves freed into glibc's heap: agent/memory/http-parsers.ts), one
- * memory-reducing GC (V8's pooled pages, and the native halves of what it collects), then glibc's
- * free pages (malloc_trim, where it can be called: agent/memory/malloc-trim.ts). `note` hears once,
- * at start, when the last step is not available.
- */
-export function memoryRelease(note?: (message: string) => void): () => void {
-  const gc = memoryReducingGc();
-  const trim = mallocTrim();
-  if ('unavailable' in trim) note?.(`the idle memory release cannot return glibc's free pages: ${trim.unavailable}`);
-  return () => {
-    dropKeptHttpParsers();
-    gc();
-    if ('trim' in trim) trim.trim();
-  };
+/** What the agent gives back when it turns quiet: one memory-reducing GC (V8's pooled pages, and the native halves of what it collects). */
+export function memoryRelease(): () => void {
+  return memoryReducingGc();
 }

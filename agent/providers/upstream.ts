@@ -1,8 +1,7 @@
 // The one place provider adapters touch the network: a keep-alive undici pool per provider, a
 // deadline that covers connect + response headers, and errors that say what happened without
 // ever carrying a request header (where the credentials are).
-import type { Dispatcher } from 'undici';
-import { Agent, request } from '../../shared/undici.ts';
+import { Agent, request, type Dispatcher } from 'undici';
 import type { Provider } from './types.ts';
 
 /** Bounds on what a provider may send back (limits.maxUpstreamBodyBytes, limits.providerIdleTimeout). */

@@ -17,6 +17,8 @@ export function leastLoaded(
   let bestKey = Infinity;
   for (const c of candidates) {
     if (!c.healthy || c.ageMs > c.maxAgeMs || !c.pod.models.includes(model)) continue;
+    // A pod's in-flight cap holds here too: past it, the request waits for a slot like any other.
+    if (c.inFlight >= (c.maxInFlight ?? Infinity)) continue;
     // Local pods win ties: the half step is smaller than one request of load.
     const key = load(c) + (c.where === 'peer' ? 0.5 : 0);
     if (key < bestKey) {

@@ -1,8 +1,7 @@
-// The seam between a server and the request path: what the path needs of a client's request and
-// of its answer, and nothing more. The API listener's own HTTP/1.1 server (agent/server/http1/)
-// implements it; node:http's IncomingMessage and ServerResponse do too, through `nodeRequest` and
-// as they are (a ServerResponse has every member below), so the request path does not care which
-// server carries it.
+// The seam between the listener and the request path: what the path needs of a client's request
+// and of its answer, and nothing more. node:http's IncomingMessage implements it through
+// `nodeRequest`, its ServerResponse as it is (it has every member below); tests can hand the path
+// their own.
 import type { IncomingMessage } from 'node:http';
 import type { Readable } from 'node:stream';
 import type { HeaderReader } from '../forward/headers.ts';

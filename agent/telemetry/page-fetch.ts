@@ -1,5 +1,5 @@
 // One scrape of one pod's /metrics as the sink of its connection's response (scrape-connection.ts):
-// the body's bytes go straight from the socket's read buffer into the page reader, so the page is
+// the body's bytes go straight from undici's parser into the page reader, so the page is
 // parsed while it arrives and never exists whole (no stream object, no chunk list, no
 // concatenated buffer, no page string). An error body is read and dropped so the kept-alive
 // connection stays reusable.
@@ -34,8 +34,9 @@ export class PageFetch implements ResponseSink {
 
   /** Ends the scrape now with `error` (a timeout) and drops the connection it was using. */
   fail(error: string): void {
-    this.#finish({ error });
+    // The connection first: the scrape's end may send the next request on it at once.
     this.#abort(this);
+    this.#finish({ error });
   }
 
   /** Ends the scrape without a result (pod removed, scraper stopped). */
@@ -56,7 +57,7 @@ export class PageFetch implements ResponseSink {
     if (this.#finished || this.#status !== 200) return; // an error body is read to its end and dropped
     if (this.#gunzip !== undefined) {
       // Compressed bytes have the same limit (a stream that inflates to little must still end),
-      // and are copied: zlib reads them later, the connection reuses its buffer at once.
+      // and are copied: zlib reads them later, and the chunk is not the sink's to keep.
       this.#compressedBytes += chunk.length;
       if (this.#compressedBytes > this.#maxBodyBytes) this.fail(`page larger than ${this.#maxBodyBytes} bytes`);
       else this.#gunzip.write(Buffer.from(chunk));

@@ -5,7 +5,7 @@
 // pod is never scraped twice at once and never delays the others, and the scraper wakes once per
 // interval for all pods rather than once per pod (on this kind of host a wake-up costs as much
 // CPU as parsing a page); a scrape still in flight past its timeout is failed at a tick. Each pod has its own kept-alive
-// connection (scrape-connection.ts, a minimal HTTP/1.1 client; why not undici is said there): at
+// connection (scrape-connection.ts, an undici Client): at
 // 10–40 scrapes a second per pod, a TCP handshake per scrape would cost more than the scrape. A
 // scrape's body bytes are parsed as they arrive (page-fetch.ts), reading only the samples the
 // pod's engine adapter uses: a scrape's CPU is the HTTP exchange and a pass over the bytes, with
@@ -43,7 +43,7 @@ export interface ScraperOptions {
   now?: () => number;
   /** A page larger than this is an error, not a memory problem. */
   maxBodyBytes?: number;
-  /** Limit for a response's head, a chunk-size line and a chunked body's trailers (scrape-connection.ts; 16 KiB). */
+  /** Limit for a response's head (scrape-connection.ts; 16 KiB). */
   maxHeaderBytes?: number;
   /**
    * Ask for gzip. Off by default: model servers sit on the same node, where the bytes are cheap
@@ -92,7 +92,7 @@ interface PodState {
   startedAt: number;
   removed: boolean;
   /** The filtered request for `pod.engine` (made once per engine), or undefined when it has none. */
-  filtered: { engine: Engine; request: Buffer | undefined } | undefined;
+  filtered: { engine: Engine; request: string | undefined } | undefined;
   /** The adapter's samples the last whole page held: what a filtered page must hold too. */
   expected: readonly string[] | undefined;
   /** performance.now() before which the pod is scraped whole (its filtered page lacked samples). */
@@ -102,7 +102,7 @@ interface PodState {
 /** How a scrape asks for the page: whole, filtered, or whole after a filtered answer fell short (`lacking`). */
 type Ask =
   | { kind: 'whole' }
-  | { kind: 'filtered'; request: Buffer }
+  | { kind: 'filtered'; request: string }
   /** `lacking`: the samples the filtered page didn't have; undefined when it was an error status. */
   | { kind: 'fallback'; lacking: readonly string[] | undefined };
 
@@ -297,7 +297,7 @@ export class Scraper {
   }
 
   /** The filtered request to send now, if the pod's engine has one and it isn't resting after a refusal. */
-  #filteredRequest(state: PodState): Buffer | undefined {
+  #filteredRequest(state: PodState): string | undefined {
     const engine = state.pod.engine;
     if (!this.#filter || engine === undefined || state.expected === undefined) return undefined;
     if (state.wholeUntil > 0 && performance.now() < state.wholeUntil) return undefined;

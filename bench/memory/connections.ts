@@ -3,19 +3,15 @@
 // then all end and close; after each round, one memory-reducing GC, then the process's memory by
 // kind (bench/process-memory.ts). Shows the native high-water mark glibc keeps after a burst of
 // connections, and whether later rounds reuse it (flat) or add to it (a leak).
-// With `drop`, each round then also drops the HTTP parsers node:http keeps for reuse (up to 1,000,
-// each with ~10 KB of native memory: agent/memory/http-parsers.ts) and reads again.
-//   node bench/memory/connections.ts [connections=1000] [rounds=3] [drop]
+//   node bench/memory/connections.ts [connections=1000] [rounds=3]
 // Run with the image's malloc settings to compare: MALLOC_MMAP_THRESHOLD_=1048576 node …
 import { createServer, type ServerResponse } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
 import { memoryReducingGc } from '../../agent/memory/idle-release.ts';
-import { dropKeptHttpParsers } from '../../agent/memory/http-parsers.ts';
 import { arenasOf, residentOf } from '../process-memory.ts';
 
 const N = Number(process.argv[2] ?? 1000);
 const ROUNDS = Number(process.argv[3] ?? 3);
-const DROP = process.argv[4] === 'drop';
 const release = memoryReducingGc();
 const open: ServerResponse[] = [];
 const server = createServer((_req, res) => {
@@ -57,9 +53,5 @@ for (let round = 1; round <= ROUNDS; round++) {
   await new Promise((r) => setTimeout(r, 2000)); // the server side closes too
   release();
   report(`round ${round}`);
-  if (!DROP) continue;
-  const dropped = dropKeptHttpParsers();
-  release();
-  report(`  ${dropped} parsers`);
 }
 server.close();
