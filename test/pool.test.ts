@@ -197,7 +197,7 @@ test("a local pod is stale after two scrape intervals without a good scrape (the
   assert.equal(a().queuedNow, 1);
 });
 
-test('an implausible page makes the pod unhealthy with its reason until a plausible one; a failed request cools it down', () => {
+test('an implausible page makes the pod unhealthy with its reason until a plausible one; a failed request ejects it until a probe', () => {
   const now = { t: 1000 };
   const p = pool(now);
   const a = () => p.candidates().find((c) => c.pod.name === 'a')!;
@@ -214,8 +214,19 @@ test('an implausible page makes the pod unhealthy with its reason until a plausi
     p.debugState().local.find((l) => l.pod.name === 'a')!.unhealthyReason,
     'failed a request before its first byte',
   );
+  assert.deepEqual(p.ejectedDue(), [], 'not probed before its backoff ends');
   now.t += 1000;
-  assert.equal(a().healthy, true, 'back after the cool-down');
+  assert.equal(a().healthy, false, 'still out after the backoff: a probe must readmit it');
+  assert.deepEqual(
+    p.ejectedDue().map((d) => d.uid),
+    ['ns/a'],
+  );
+  p.probed('ns/a', false);
+  now.t += 1000;
+  assert.deepEqual(p.ejectedDue(), [], 'a failed probe ejects it again, for twice as long');
+  now.t += 1000;
+  p.probed('ns/a', true);
+  assert.equal(a().healthy, true, 'back once a probe succeeds');
 });
 
 test("measured TTFTs teach the pod's model and its calibration; a pod that leaves is forgotten", () => {
