@@ -156,4 +156,3 @@ describe('a node dies while the survivors route to its pods', () => {
   it('two agents: no 5xx, and the dead pods out of every decision within 2 s', () => nodeDeath(2));
   it('three agents: no 5xx, and the dead pods out of every decision within 2 s', () => nodeDeath(3));
 });
-
