@@ -88,7 +88,7 @@ async function nodeDeath(n: number): Promise<void> {
     for (const agent of survivors) {
       await waitFor(
         async () => (await explain(agent)).candidates.length + (await explain(agent)).dropped.length === 2 * n,
-        8000,
+        15_000,
         'every pod known at every survivor',
       );
     }

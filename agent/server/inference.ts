@@ -240,7 +240,7 @@ export class RequestPath {
           const message =
             woke === 'full'
               ? 'too many requests are already waiting for a pod'
-              : 'too many requests are waiting for a pod and this one has a lower priority than those that arrived';
+              : 'too many requests are waiting for a pod: its place went to one of a higher priority or of a tenant with fewer waiting';
           return errorAnswer(429, message, {
             code: 'wait_queue_full',
             headers: { 'retry-after': retryAfterSeconds(policy) },
@@ -286,7 +286,7 @@ export class RequestPath {
   /**
    * Waits (at most `maxMs`) in line for a pod: 'turn' when the pool changed and this request is
    * the first in order that `canAct`; 'full' at once when the bound on waiting requests is
-   * reached by its class or higher; 'shed' when a higher class took its place. Throws when the
+   * reached and it may displace nobody; 'shed' when a higher class, or a tenant under its share, took its place. Throws when the
    * client leaves. Adds the wait to the record.
    */
   async waitInLine(
