@@ -47,9 +47,9 @@ export interface ProbeOptions {
 }
 
 export const DEFAULT_PROBE: ProbeOptions = {
-  periodMs: 250,
+  periodMs: 200,
   directTimeoutMs: 150,
-  indirectTimeoutMs: 500,
+  indirectTimeoutMs: 400,
   indirectProbes: 3,
   retransmitMult: 3,
   maxNotices: 8,
