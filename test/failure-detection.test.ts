@@ -100,3 +100,18 @@ test('an agent declared down by mistake refutes it, and the refutation wins ever
   for (const [name, d] of c.detectors) if (name !== 'b') assert.equal(d.isOut('b'), false, `${name} takes b back`);
   assert.ok(c.detectors.get('b')!.counters.refuted > 0);
 });
+
+test('an ack counts by its probe, not by the address it came from (an agent listed by name)', () => {
+  const a = new FailureDetector('10.0.0.1:7946', { periodMs: 100, directTimeoutMs: 50, indirectTimeoutMs: 150 });
+  a.setMembers(['agent-b.example:7946']);
+  const b = new FailureDetector('0.0.0.0:7946');
+  b.setMembers(['10.0.0.1:7946']);
+  let now = 0;
+  const ping = a.tick(now, () => 0).out[0];
+  assert.equal(ping.to, 'agent-b.example:7946');
+  const ack = b.receive('10.0.0.1:7946', ping.message, now).out[0];
+  a.receive('10.0.0.2:7946', ack.message, now); // b's datagrams come from its IP
+  for (now = 10; now < 100; now += 10) a.tick(now, () => 0.99); // past the direct timeout, before the next probe
+  assert.equal(a.isOut('agent-b.example:7946'), false);
+  assert.equal(a.counters.indirect, 0);
+});

@@ -92,6 +92,11 @@ export class FailureDetector {
   #seq = 0;
   #incarnation = 0;
   readonly #probing = new Map<string, Probing>();
+  /**
+   * The agent each probe in flight is for, by seq: acks are matched by seq, not by address, as
+   * an agent's address as listed (a name, an advertised IP) need not be where its datagrams come from.
+   */
+  readonly #probeFor = new Map<number, string>();
   readonly #relays = new Map<number, Relay>();
   readonly #held = new Map<string, Held>();
   /** When an agent held down was last told so. */
@@ -109,7 +114,7 @@ export class FailureDetector {
     this.#members = members.filter((m) => m !== this.self);
     const live = new Set(this.#members);
     this.#order = this.#order.filter((m) => live.has(m));
-    for (const agent of this.#probing.keys()) if (!live.has(agent)) this.#probing.delete(agent);
+    for (const agent of this.#probing.keys()) if (!live.has(agent)) this.#endProbe(agent);
   }
 
   /** Whether the agent's pods should be out of decisions now: declared down, or suspected and being probed. */
@@ -150,7 +155,7 @@ export class FailureDetector {
           out.push({ to: helper, message: this.#message('ping-req', p.seq, agent) });
         }
       } else if (p.indirect && now - p.startedAt >= this.options.indirectTimeoutMs) {
-        this.#probing.delete(agent);
+        this.#endProbe(agent);
         this.#declare({ agent, incarnation: this.#held.get(agent)?.incarnation ?? 0, down: true }, now);
         this.counters.declaredDown++;
         changed = true;
@@ -195,15 +200,15 @@ export class FailureDetector {
       }
       case 'ack': {
         const relay = this.#relays.get(message.seq);
-        if (relay && relay.target === from) {
+        if (relay) {
           this.#relays.delete(message.seq);
           out.push({ to: relay.requester, message: this.#message('ack', relay.requesterSeq, relay.target) });
           break;
         }
-        const answered = message.target || from;
-        const p = this.#probing.get(answered);
-        if (p && p.seq === message.seq) {
-          this.#probing.delete(answered);
+        const answered = this.#probeFor.get(message.seq);
+        const p = answered === undefined ? undefined : this.#probing.get(answered);
+        if (answered !== undefined && p?.seq === message.seq) {
+          this.#endProbe(answered);
           if (p.suspected) changed = true;
         }
         break;
@@ -245,13 +250,21 @@ export class FailureDetector {
     }
     const p = this.#probing.get(from);
     if (!p) return false;
-    this.#probing.delete(from);
+    this.#endProbe(from);
     return p.suspected;
+  }
+
+  #endProbe(agent: string): void {
+    const p = this.#probing.get(agent);
+    if (!p) return;
+    this.#probing.delete(agent);
+    this.#probeFor.delete(p.seq);
   }
 
   #startProbe(agent: string, now: number, suspected: boolean): ProbeOut {
     const seq = this.#nextSeq();
     this.#probing.set(agent, { seq, startedAt: now, indirect: false, suspected });
+    this.#probeFor.set(seq, agent);
     this.counters.probes++;
     return { to: agent, message: this.#message('ping', seq, '') };
   }
@@ -272,7 +285,7 @@ export class FailureDetector {
     if (!newer) return false;
     const wasOut = this.isOut(n.agent);
     this.#declare(n, now);
-    if (n.down) this.#probing.delete(n.agent);
+    if (n.down) this.#endProbe(n.agent);
     return wasOut !== this.isOut(n.agent);
   }
 
