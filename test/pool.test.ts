@@ -482,3 +482,27 @@ test('predictions for /metrics: every local pod, and the fastest pod of the fast
     ['p1', 'p2', 'p3'],
   );
 });
+
+test('an unreachable peer pod is ejected, its node suspected, and it stays ejected while that node is briefly out of view; a pod that answered an error only sits out a moment', () => {
+  const now = { t: 1000 };
+  const p = newPool(() => now.t);
+  const suspected: string[] = [];
+  p.onPeerPodFailed((node) => suspected.push(node));
+  const estimates = [peerEstimate(1, 'other', now.t), peerEstimate(2, 'other', now.t)];
+  p.setRemote(estimates);
+  const peer = (q: number) => p.candidates('m').find((c) => c.pod.uid === `p/${q}`)!;
+  p.markFailed(peer(1));
+  assert.deepEqual(suspected, ['other']);
+  p.setRemote([]); // the node's pods out of view while its agent is probed
+  p.setRemote(estimates); // it answered: back in view
+  assert.equal(peer(1).healthy, false, 'still ejected');
+  assert.equal(peer(2).healthy, true);
+  p.markFailed(peer(2), 'answered');
+  assert.deepEqual(suspected, ['other'], 'an answer is no reason to suspect its node');
+  assert.equal(peer(2).healthy, false);
+  now.t += 1000;
+  assert.equal(peer(2).healthy, true, 'back after the cool-down, no probe needed');
+  assert.equal(peer(1).healthy, false, 'the ejected one waits for its probe');
+  p.probed('p/1', true);
+  assert.equal(peer(1).healthy, true);
+});

@@ -91,10 +91,14 @@ export class Ejections {
     this.#byPod.delete(uid);
   }
 
-  /** Forgets the pods `keep` says are gone, and records readmitted long enough ago (bounded memory). */
+  /**
+   * Forgets readmitted pods that `keep` says are gone or that stayed healthy long enough (bounded
+   * memory). An ejected pod is kept even while unknown (its node briefly suspected and out of
+   * view): it comes back ejected; one unknown when its backoff ends is forgotten then (due()'s caller).
+   */
   prune(keep: (uid: string) => boolean, now: number): void {
     for (const [uid, e] of this.#byPod) {
-      if (!keep(uid) || (!e.out && now - e.readmittedAt >= this.#options.forgetAfterMs)) this.#byPod.delete(uid);
+      if (!e.out && (!keep(uid) || now - e.readmittedAt >= this.#options.forgetAfterMs)) this.#byPod.delete(uid);
     }
   }
 }

@@ -241,12 +241,20 @@ export class PodPool {
   }
 
   /**
-   * The pod refused or reset the connection before its first byte: ejected from every decision
-   * of this agent at once, until its backoff ends and a probe readmits it (ejectedDue/probed).
-   * A peer's pod also makes its origin suspect (onPeerPodFailed: the gossip's failure detector).
+   * The pod failed a request before its first byte. `unreachable` (refused, reset, no headers in
+   * time): ejected from every decision of this agent at once, until its backoff ends and a probe
+   * readmits it (ejectedDue/probed), and a peer's pod makes its origin suspect (onPeerPodFailed:
+   * the gossip's failure detector). `answered` (it said 429, 5xx, or refused our key): it is up,
+   * so it only sits out `answerCooldownMs`.
    */
-  markFailed(c: Candidate): void {
-    this.#ejections.eject(c.pod.uid, this.options.now());
+  markFailed(c: Candidate, how: 'unreachable' | 'answered' = 'unreachable'): void {
+    const now = this.options.now();
+    if (how === 'answered') {
+      if (!this.#ejections.isOut(c.pod.uid)) this.#setOut(c.pod.uid, now + (this.options.answerCooldownMs ?? 1000));
+      this.#changed();
+      return;
+    }
+    this.#ejections.eject(c.pod.uid, now);
     this.#setOut(c.pod.uid, Infinity);
     if (c.where === 'peer') {
       const origin = this.#remoteByUid.get(c.pod.uid)?.origin;
