@@ -194,6 +194,10 @@ async function nodeDeath(n: number, mode: 'static' | 'kubernetes'): Promise<void
   const cluster = await startCluster(n, 2, mode);
   let stop = false;
   let clients: Promise<void>[] = [];
+  let held: ReturnType<SimServer['engine']['submit']>[] = [];
+  const release = () => {
+    for (const h of held) if (h.accepted) h.seq.abort();
+  };
   try {
     const [dead, ...survivors] = [cluster.agents.at(-1)!, ...cluster.agents.slice(0, -1)];
     const deadNode = cluster.names.at(-1)!;
@@ -209,10 +213,18 @@ async function nodeDeath(n: number, mode: 'static' | 'kubernetes'): Promise<void
     // Outside traffic fills every survivor's pods (excluded: queued above 1), so their agents send
     // to the dead node's pods; it ends half a second after the death, so a request whose pod died
     // has a pod to wait for. Two clients per survivor stream short answers back to back.
-    const held = cluster.sims
+    held = cluster.sims
       .slice(0, -1)
       .flat()
       .flatMap((sim) => Array.from({ length: 6 }, () => sim.engine.submit({ promptTokens: 100, maxTokens: 100_000 })));
+    // Clients start once every survivor sees its own pods full, so none queues behind the held load.
+    for (const agent of survivors) {
+      await waitFor(
+        async () => (await explain(agent)).dropped.filter((d) => d.pod.startsWith('local/')).length === 2,
+        15_000,
+        "the survivors' own pods excluded",
+      );
+    }
     const client = async (agent: AgentProcess) => {
       while (!stop) {
         try {
@@ -247,9 +259,7 @@ async function nodeDeath(n: number, mode: 'static' | 'kubernetes'): Promise<void
     await stopAgent(dead, 'SIGKILL');
     await Promise.all(cluster.sims.at(-1)!.map((s) => s.close()));
     died = performance.now();
-    setTimeout(() => {
-      for (const h of held) if (h.accepted) h.seq.abort();
-    }, 500);
+    setTimeout(release, 500);
     // Whether any survivor may still choose a dead pod, checked until 3 s after the death.
     let lastChoosable = -1;
     while (performance.now() - died < 3000) {
@@ -271,6 +281,7 @@ async function nodeDeath(n: number, mode: 'static' | 'kubernetes'): Promise<void
     );
   } finally {
     stop = true;
+    release();
     await Promise.allSettled(clients);
     await cluster.close();
   }
