@@ -24,6 +24,7 @@ import { memoryRelease, startIdleRelease } from './memory/idle-release.ts';
 import { requestPathFor } from './server/inference.ts';
 import { createMetrics, podPredictionsOf } from './server/metrics.ts';
 import { scraperFeedingPool } from './telemetry/pool-feed.ts';
+import { startPodProbes } from './forward/pod-probe.ts';
 import type { Scraper } from './telemetry/scraper.ts';
 
 export interface AgentDeps extends ClockAndRandom {
@@ -84,7 +85,7 @@ function poolFor(settings: AgentSettings, now: () => number): PodPool {
     peerMaxAgeMs: settings.gossip?.ttlMs ?? 3000,
     networkCostMs: settings.gossip?.networkCostMs ?? 2,
     referenceWindowMs: 30_000,
-    failureCooldownMs: 1000,
+    ejection: { baseMs: settings.limits.ejectionBaseMs, maxMs: settings.limits.ejectionMaxMs },
     maxInFlightPerPod: settings.limits.maxConnectionsPerPod,
     peerShortlist: settings.limits.peerShortlist,
     prefixBlocksPerPod: settings.limits.prefixBlocksPerPod,
@@ -201,11 +202,16 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   const { registry, peerPodsRejected } = metrics;
   const gossipDeps = { now, rand, registry, peerPodsRejected, log, pool, incarnation, rider: budgetExchange };
   const gossip = gossipFor(settings, gossipDeps);
+  if (gossip) pool.onPeerPodFailed((node) => gossip.suspect(node));
 
   await discovery.start();
   const discovered = followDiscovery(discovery, { pool, scraper, callers, overflow, gossip });
   scraper.start();
   await gossip?.start();
+  const stopPodProbes = startPodProbes(pool, {
+    intervalMs: 200,
+    timeoutMs: Math.min(1_000, limits.podConnectTimeoutMs),
+  });
 
   const isKnownModel = (model: string) => pool.servedModels().has(model) || overflow.serves(model);
   const knownModels = () => [...new Set([...pool.servedModels(), ...overflow.models()])].sort();
@@ -279,6 +285,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   const shutdown = once(async () => {
     idleRelease?.stop();
     await drain.drain(api, limits.drainTimeoutMs, () => requestPath.endStreams());
+    stopPodProbes();
     for (const part of [gossip, scraper, discovery]) await part?.stop();
     await overflow.close();
     await requestPath.deps.dispatcher.close().catch(() => {});

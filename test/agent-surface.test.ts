@@ -374,7 +374,7 @@ describe('pods that require an API key the agent does not have', () => {
     assert.equal(res.status, 502);
     assert.match(
       ((await res.json()) as { error: { message: string } }).error.message,
-      /failed before answering \(tried 1 pod; last: pod rejected the agent's credentials \(HTTP 401\): check podCredentials\)/,
+      /failed before answering \(tried 1 pod: local\/[\w-]+; last: pod rejected the agent's credentials \(HTTP 401\): check podCredentials\)/,
     );
   });
 });

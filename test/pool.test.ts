@@ -197,7 +197,7 @@ test("a local pod is stale after two scrape intervals without a good scrape (the
   assert.equal(a().queuedNow, 1);
 });
 
-test('an implausible page makes the pod unhealthy with its reason until a plausible one; a failed request cools it down', () => {
+test('an implausible page makes the pod unhealthy with its reason until a plausible one; a failed request ejects it until a probe', () => {
   const now = { t: 1000 };
   const p = pool(now);
   const a = () => p.candidates().find((c) => c.pod.name === 'a')!;
@@ -214,8 +214,19 @@ test('an implausible page makes the pod unhealthy with its reason until a plausi
     p.debugState().local.find((l) => l.pod.name === 'a')!.unhealthyReason,
     'failed a request before its first byte',
   );
+  assert.deepEqual(p.ejectedDue(), [], 'not probed before its backoff ends');
   now.t += 1000;
-  assert.equal(a().healthy, true, 'back after the cool-down');
+  assert.equal(a().healthy, false, 'still out after the backoff: a probe must readmit it');
+  assert.deepEqual(
+    p.ejectedDue().map((d) => d.uid),
+    ['ns/a'],
+  );
+  p.probed('ns/a', false);
+  now.t += 1000;
+  assert.deepEqual(p.ejectedDue(), [], 'a failed probe ejects it again, for twice as long');
+  now.t += 1000;
+  p.probed('ns/a', true);
+  assert.equal(a().healthy, true, 'back once a probe succeeds');
 });
 
 test("measured TTFTs teach the pod's model and its calibration; a pod that leaves is forgotten", () => {
@@ -470,4 +481,28 @@ test('predictions for /metrics: every local pod, and the fastest pod of the fast
     state.remote.map((r) => r.pod.name),
     ['p1', 'p2', 'p3'],
   );
+});
+
+test('an unreachable peer pod is ejected, its node suspected, and it stays ejected while that node is briefly out of view; a pod that answered an error only sits out a moment', () => {
+  const now = { t: 1000 };
+  const p = newPool(() => now.t);
+  const suspected: string[] = [];
+  p.onPeerPodFailed((node) => suspected.push(node));
+  const estimates = [peerEstimate(1, 'other', now.t), peerEstimate(2, 'other', now.t)];
+  p.setRemote(estimates);
+  const peer = (q: number) => p.candidates('m').find((c) => c.pod.uid === `p/${q}`)!;
+  p.markFailed(peer(1));
+  assert.deepEqual(suspected, ['other']);
+  p.setRemote([]); // the node's pods out of view while its agent is probed
+  p.setRemote(estimates); // it answered: back in view
+  assert.equal(peer(1).healthy, false, 'still ejected');
+  assert.equal(peer(2).healthy, true);
+  p.markFailed(peer(2), 'answered');
+  assert.deepEqual(suspected, ['other'], 'an answer is no reason to suspect its node');
+  assert.equal(peer(2).healthy, false);
+  now.t += 1000;
+  assert.equal(peer(2).healthy, true, 'back after the cool-down, no probe needed');
+  assert.equal(peer(1).healthy, false, 'the ejected one waits for its probe');
+  p.probed('p/1', true);
+  assert.equal(peer(1).healthy, true);
 });

@@ -90,7 +90,7 @@ test('waiting full: sheddable are refused first; a newcomer displaces the newest
   add('s2', 'a', 'sheddable');
   add('s3', 'b', 'sheddable');
   add('x1', 'b', 'standard');
-  assert.deepEqual(add('s4', 'c', 'sheddable'), { admitted: false });
+  assert.deepEqual(add('s4', 'a', 'sheddable'), { admitted: false }, 'the tenant most over its share gets no more');
   const std = add('x2', 'c', 'standard');
   assert.ok(std.admitted);
   assert.equal(std.shed?.item, 's2', 'the newest sheddable of the tenant with most sheddable waiters');
@@ -100,6 +100,34 @@ test('waiting full: sheddable are refused first; a newcomer displaces the newest
   assert.equal(add('x3', 'e', 'standard').admitted, false, 'nothing below standard is left to shed');
   assert.deepEqual(q.depth().byPriority, { critical: 2, standard: 2, sheddable: 0 });
   assert.equal(q.size, 4);
+});
+
+test('waiting full within one class: a tenant under its share displaces the newest waiter of the tenant most over it', () => {
+  const q = new WaitQueue<string>({ maxWaiting: 6 });
+  const add = (item: string, tenant: string) => q.enqueue(item, { tenant, priority: 'standard', deadline: FAR });
+  const shedBy = (item: string, tenant: string) => {
+    const e = add(item, tenant);
+    return e.admitted ? e.shed?.item : 'refused';
+  };
+  for (let i = 0; i < 6; i++) add(`flood${i}`, 'flood');
+  assert.deepEqual(add('flood6', 'flood'), { admitted: false });
+  const light = add('light0', 'light');
+  assert.ok(light.admitted && light.shed?.item === 'flood5', 'the newest of the flood gives way');
+  assert.equal(shedBy('light1', 'light'), 'flood4');
+  assert.equal(shedBy('other0', 'other'), 'flood3');
+  // Now flood 3, light 2, other 1: light would hold as many as flood keeps, so no more moves.
+  assert.deepEqual(add('light2', 'light'), { admitted: false });
+  assert.equal(shedBy('other1', 'other'), 'flood2');
+  assert.deepEqual([...q.depth().byTenant].sort(), [
+    ['flood', 2],
+    ['light', 2],
+    ['other', 2],
+  ]);
+  assert.deepEqual(
+    drain(q).map((w) => w.item),
+    ['flood0', 'light0', 'other0', 'flood1', 'light1', 'other1'],
+    'and the line is served fairly',
+  );
 });
 
 test('the head gets the freed pod among those it fits; deadlines expire waiters; a client that leaves is removed', () => {

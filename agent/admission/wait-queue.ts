@@ -12,7 +12,10 @@
 //
 // Full: a newcomer takes the place of the newest waiter of the lowest class below its own
 // (from the tenant with the most waiters there: the heaviest gives way first), which is refused
-// with 429; with nothing below it, the newcomer is refused. So sheddable requests go first.
+// with 429. With nothing below it, the bound is shared fairly within its class: a newcomer whose
+// tenant holds fewer places than another tenant (by weight) takes the newest place of the tenant
+// most over its share, so one tenant's flood cannot keep the others out of the line. Otherwise
+// the newcomer is refused. So sheddable requests go first, and then the heaviest tenant's.
 import { PRIORITIES, PRIORITY_RANK, type Priority } from '../budget/limits.ts';
 
 export interface Waiter<T> {
@@ -63,7 +66,7 @@ export class WaitQueue<T> {
   enqueue(item: T, at: { tenant: string; priority: Priority; deadline: number }): Enqueued<T> {
     let shed: Waiter<T> | undefined;
     if (this.#size >= this.#options.maxWaiting) {
-      shed = this.#sheddableBelow(PRIORITY_RANK[at.priority]);
+      shed = this.#sheddableBelow(PRIORITY_RANK[at.priority]) ?? this.#overShare(at.tenant, at.priority);
       if (!shed) return { admitted: false };
       this.remove(shed);
     }
@@ -159,6 +162,26 @@ export class WaitQueue<T> {
       }
     });
     return { byPriority, byTenant };
+  }
+
+  /**
+   * The newest waiter of the tenant most over its share in `priority`'s class, if `tenant` holds
+   * fewer places than that one would keep after giving one up (by weight): so places move toward
+   * an even share and never back and forth.
+   */
+  #overShare(tenant: string, priority: Priority): Waiter<T> | undefined {
+    const weight = (t: string) => Math.max(1e-6, this.#options.weight?.(t) ?? 1);
+    const lanes = this.#classes[PRIORITY_RANK[priority]].lanes;
+    const held = (lanes.get(tenant)?.waiters.length ?? 0) + 1;
+    let heaviest: { lane: TenantLane<T>; load: number } | undefined;
+    for (const [other, lane] of lanes) {
+      if (other === tenant || lane.waiters.length === 0) continue;
+      const load = lane.waiters.length / weight(other);
+      if (!heaviest || load > heaviest.load) heaviest = { lane, load };
+    }
+    if (!heaviest) return undefined;
+    const giver = heaviest.lane.waiters.at(-1)!;
+    return (heaviest.lane.waiters.length - 1) / weight(giver.tenant) >= held / weight(tenant) ? giver : undefined;
   }
 
   #sheddableBelow(rank: number): Waiter<T> | undefined {

@@ -44,8 +44,9 @@ export class WaitingRoom {
 
   /**
    * Waits for this request's turn: 'turn' when the pool changed and it is the first waiter in
-   * order that can use it; 'timeout' at the deadline; 'shed' when a higher class took its place;
-   * 'full' at once when the queue is full of its class or higher. Throws when the client leaves.
+   * order that can use it; 'timeout' at the deadline; 'shed' when a higher class or a tenant
+   * under its share took its place; 'full' at once when the queue is full and it may displace
+   * nobody. Throws when the client leaves.
    */
   async wait(
     at: { tenant: string; priority: Priority; deadline: number },

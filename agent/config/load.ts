@@ -31,6 +31,9 @@ export interface Limits {
   podResponseTimeoutMs: number;
   podIdleTimeoutMs: number;
   maxRetries: number;
+  /** A pod that failed before its first byte is out this long at first, doubling per repeat up to the max. */
+  ejectionBaseMs: number;
+  ejectionMaxMs: number;
   drainTimeoutMs: number;
   scrapeTimeoutMs: number;
   maxWaiting: number;
@@ -127,6 +130,8 @@ export const DEFAULT_LIMITS: Limits = {
   podResponseTimeoutMs: 600_000,
   podIdleTimeoutMs: 120_000,
   maxRetries: 2,
+  ejectionBaseMs: 1_000,
+  ejectionMaxMs: 30_000,
   drainTimeoutMs: 25_000,
   scrapeTimeoutMs: 1_000,
   maxWaiting: 1_000,
@@ -320,6 +325,8 @@ export function settingsFromObject(
       podResponseTimeoutMs: durationOr(limits.podResponseTimeout, DEFAULT_LIMITS.podResponseTimeoutMs),
       podIdleTimeoutMs: durationOr(limits.podIdleTimeout, DEFAULT_LIMITS.podIdleTimeoutMs),
       maxRetries: limits.maxRetries ?? DEFAULT_LIMITS.maxRetries,
+      ejectionBaseMs: durationOr(limits.ejectionBase, DEFAULT_LIMITS.ejectionBaseMs),
+      ejectionMaxMs: durationOr(limits.ejectionMax, DEFAULT_LIMITS.ejectionMaxMs),
       drainTimeoutMs: durationOr(limits.drainTimeout, DEFAULT_LIMITS.drainTimeoutMs),
       scrapeTimeoutMs: durationOr(limits.scrapeTimeout, Math.max(DEFAULT_LIMITS.scrapeTimeoutMs, scrapeIntervalMs)),
       maxWaiting: limits.maxWaiting ?? DEFAULT_LIMITS.maxWaiting,

@@ -33,6 +33,10 @@ const Limits = Type.Object(
     podIdleTimeout: Type.Optional(DurationString),
     /** How many other pods a request may try after a pod fails before its first byte. */
     maxRetries: Type.Optional(Type.Integer({ minimum: 0, maximum: 10 })),
+    /** A pod that refused or reset a connection before its first byte is out of decisions this long at first. */
+    ejectionBase: Type.Optional(DurationString),
+    /** Longest ejection: each one in a row doubles it up to this; a probe then readmits the pod. */
+    ejectionMax: Type.Optional(DurationString),
     /** Time allowed for in-flight requests to finish after SIGTERM. */
     drainTimeout: Type.Optional(DurationString),
     /** Per-scrape timeout of a pod's /metrics. */

@@ -105,6 +105,11 @@ export class GossipLink {
     return this.#node.stats();
   }
 
+  /** One of `node`'s pods failed before its first byte: probe its agent, its pods out meanwhile (at once). */
+  suspect(node: string): void {
+    if (this.#node.suspect(node)) this.#screenPeers();
+  }
+
   /**
    * A new agent (a rollout's surge) is ready once it has heard a peer, so it routes with the
    * cluster's view from its first request; alone in the cluster, a few seconds of silence are

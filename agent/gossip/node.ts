@@ -5,6 +5,7 @@ import { isIPv6 } from 'node:net';
 import type { ClockAndRandom, PodEstimate } from '../types.ts';
 import { DROP_REASONS, Opener, Sealer, type DropReason } from './envelope.ts';
 import { GossipProtocol, type Outgoing } from './protocol.ts';
+import { FailureDetector, type ProbeOptions, type ProbeStep } from './probe.ts';
 import { SourceGate } from './source-gate.ts';
 import type { RemoteEstimate } from './state.ts';
 import { decodePayload, encodePayload, envelopeOverhead } from './wire.ts';
@@ -39,6 +40,8 @@ export interface GossipNodeOptions extends ClockAndRandom {
   incarnation?: number;
   /** Another state carried in gossip's datagrams (the overflow budget counters), in Payload.budget. */
   rider?: GossipRider;
+  /** Failure detection of peer agents (agent/gossip/probe.ts); default DEFAULT_PROBE. */
+  probe?: Partial<ProbeOptions>;
 }
 
 /**
@@ -70,6 +73,8 @@ export interface GossipStats {
   expired: number;
   originsKnown: number;
   origins: { origin: string; agent: string; pods: number; version: number; ageMs: number }[];
+  /** Failure detection: probes started, ones that needed others' help, agents declared down, refutations; agents out now. */
+  probes: FailureDetector['counters'] & { agentsOut: string[] };
 }
 
 export function parseHostPort(hostPort: string): { host: string; port: number } {
@@ -102,6 +107,8 @@ export class GossipNode {
   #gate: SourceGate;
   #socket: Socket | undefined;
   #timer: NodeJS.Timeout | undefined;
+  #probeTimer: NodeJS.Timeout | undefined;
+  #detector: FailureDetector | undefined;
   #peers: readonly string[];
   #members: readonly string[];
   #self = '';
@@ -169,13 +176,22 @@ export class GossipNode {
     // Replay windows are per sender: each agent its own, so two agents on one node (a rollout's
     // surge) do not take each other's datagrams for replays.
     this.#sealer = new Sealer({ sender: agent || this.nodeId, key: this.#key, boot: this.#boot });
+    this.#detector = new FailureDetector(agent || this.#self, this.#options.probe);
     this.setPeers(this.#peers, this.#members);
     this.#schedule();
+    // Finer than a period, so a probe's timeouts are kept to within a few tens of ms.
+    const d = this.#detector.options;
+    this.#probeTimer = setInterval(
+      () => this.#probeStep(this.#detector!.tick(this.#now(), this.#rand)),
+      Math.max(10, Math.min(d.periodMs, d.directTimeoutMs) / 3),
+    );
+    this.#probeTimer.unref();
   }
 
   async stop(): Promise<void> {
     clearTimeout(this.#timer);
     this.#timer = undefined;
+    clearInterval(this.#probeTimer);
     const socket = this.#socket;
     this.#socket = undefined;
     if (socket) await new Promise<void>((resolve) => socket.close(() => resolve()));
@@ -195,8 +211,29 @@ export class GossipNode {
     this.#peers = peers;
     this.#members = members;
     this.#gate.setPeers(peers);
-    this.#protocol.setPeers(peers.filter((p) => p !== this.#self && p !== this.#options.bind));
+    const others = peers.filter((p) => p !== this.#self && p !== this.#options.bind);
+    this.#protocol.setPeers(others);
+    this.#detector?.setMembers(others);
     if (this.#protocol.state.setMembers(new Set(members))) this.#changed();
+  }
+
+  /**
+   * A failure on the request path points at `node` (one of its pods refused a connection): its
+   * agent is probed now, directly then through others, and its pods are out of remoteEstimates
+   * while that runs and after it if the agent is down. True when that changed remoteEstimates.
+   */
+  suspect(node: string): boolean {
+    const detector = this.#detector;
+    if (!detector) return false;
+    const now = this.#now();
+    let changed = false;
+    for (const o of this.#protocol.state.origins(now)) {
+      if (o.origin !== node || o.agent === '') continue;
+      const step = detector.suspect(o.agent, now);
+      this.#sendProbes(step);
+      changed ||= step.changed;
+    }
+    return changed;
   }
 
   /** Our pods' estimates; gossiped from the next round on, and only what changed meaningfully. */
@@ -206,7 +243,17 @@ export class GossipNode {
 
   /** Other nodes' pods, from origins heard from within the TTL; `at` and `ageMs` are in our clock. */
   remoteEstimates(): RemoteEstimate[] {
-    return this.#protocol.state.remoteEstimates(this.#now());
+    const now = this.#now();
+    const all = this.#protocol.state.remoteEstimates(now);
+    const out = this.#detector?.outAgents();
+    if (!out?.size) return all;
+    // A node's pods are out when every agent gossiping for it is (a surge's second agent still speaks).
+    const agentsOf = new Map<string, boolean>();
+    for (const o of this.#protocol.state.origins(now)) {
+      const allOut = (agentsOf.get(o.origin) ?? true) && o.agent !== '' && out.has(o.agent);
+      agentsOf.set(o.origin, allOut);
+    }
+    return all.filter((e) => agentsOf.get(e.origin) !== true);
   }
 
   /**
@@ -233,6 +280,14 @@ export class GossipNode {
       expired: counters.expired,
       originsKnown: origins.length,
       origins,
+      probes: {
+        probes: 0,
+        indirect: 0,
+        declaredDown: 0,
+        refuted: 0,
+        ...this.#detector?.counters,
+        agentsOut: [...(this.#detector?.outAgents() ?? [])],
+      },
     };
   }
 
@@ -244,6 +299,7 @@ export class GossipNode {
       const step = this.#protocol.tick(this.#now(), this.#rand);
       this.#send(step.out);
       this.#rideAlong(step.out);
+      this.#spreadNews(step.out);
       if (step.dataChanged || this.#livenessMoved) this.#changed();
       this.#livenessMoved = false;
       this.#schedule();
@@ -273,6 +329,10 @@ export class GossipNode {
       return;
     }
     const from = formatHostPort(rinfo.address, rinfo.port);
+    if (this.#detector) {
+      this.#probeStep(this.#detector.heard(from, now));
+      if (payload.probe) this.#probeStep(this.#detector.receive(from, payload.probe, now));
+    }
     if (payload.budget && this.#options.rider) {
       try {
         this.#sendRider(from, this.#options.rider.receive(payload.budget, this.#riderRoom()));
@@ -300,6 +360,26 @@ export class GossipNode {
       this.#sent.bytes += datagram.length;
       socket.send(datagram, port, host);
     }
+  }
+
+  /** A failure detector's step: its messages out, and listeners told when agents went out or came back. */
+  #probeStep(step: ProbeStep): void {
+    this.#sendProbes(step);
+    if (step.changed) this.#changed();
+  }
+
+  #sendProbes(step: ProbeStep): void {
+    if (step.out.length === 0) return;
+    this.#send(step.out.map((o) => ({ to: o.to, payload: encodePayload({ deltas: [], probe: o.message }) })));
+  }
+
+  /** News of agents down (or back) goes with a round's digests too: it spreads as fast as gossip. */
+  #spreadNews(out: Outgoing[]): void {
+    if (!this.#detector || out.length === 0) return;
+    const notices = this.#detector.news();
+    if (notices.length === 0) return;
+    const probe = { kind: 'news' as const, seq: 0, target: '', notices };
+    this.#send([...new Set(out.map((o) => o.to))].map((to) => ({ to, payload: encodePayload({ deltas: [], probe }) })));
   }
 
   /** The rider's turn in a round: an ask to each peer this round's digests went to. */

@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import protobuf from 'protobufjs';
 import type { Engine } from '../types.ts';
 import { varintSize } from '../../shared/varint.ts';
+import type { ProbeKind, ProbeMessage } from './probe.ts';
 
 const PROTO_PATH = fileURLToPath(new URL('../../shared/proto/gossip.proto', import.meta.url));
 
@@ -85,6 +86,8 @@ export interface PayloadWire {
   deltas: OriginDeltaWire[];
   /** An encoded BudgetGossip (agent/budget/wire.ts), carried undecoded. */
   budget?: Uint8Array;
+  /** Failure detection (agent/gossip/probe.ts). */
+  probe?: ProbeMessage;
 }
 
 export interface EnvelopeWire {
@@ -135,7 +138,31 @@ const originIds = new Map<string, number>();
 // --- encoding -------------------------------------------------------------------------------
 
 export function encodePayload(payload: PayloadWire): Uint8Array {
-  return types.payload.encode(payload).finish();
+  if (!payload.probe) return types.payload.encode(payload).finish();
+  const probe = { ...payload.probe, kind: PROBE_KINDS.indexOf(payload.probe.kind) };
+  return types.payload.encode({ ...payload, probe }).finish();
+}
+
+/** Probe.Kind's numbers, in order. */
+const PROBE_KINDS: readonly ProbeKind[] = ['news', 'ping', 'ack', 'ping-req'];
+/** Notices one probe message may carry. */
+const MAX_NOTICES = 32;
+
+function decodeProbe(m: Decoded): ProbeMessage {
+  const kind = PROBE_KINDS[num(m.kind)];
+  if (kind === undefined) throw new WireError('unknown probe kind');
+  const notices = (m.notices as Decoded[] | undefined) ?? [];
+  if (notices.length > MAX_NOTICES) throw new WireError('too many notices');
+  return {
+    kind,
+    seq: num(m.seq),
+    target: str(m.target, 'probe target'),
+    notices: notices.map((n) => ({
+      agent: str(n.agent, 'notice agent'),
+      incarnation: num(n.incarnation),
+      down: n.down === true,
+    })),
+  };
 }
 
 export function encodeEnvelopeBody(envelope: EnvelopeWire): Uint8Array {
@@ -268,6 +295,7 @@ function decodePayloadUnchecked(bytes: Uint8Array): PayloadWire {
     offers: decodeDigest(m.offers as Decoded | undefined),
     deltas: deltas.map(decodeDelta),
     ...((m.budget as Uint8Array | undefined)?.length ? { budget: m.budget as Uint8Array } : {}),
+    ...(m.probe ? { probe: decodeProbe(m.probe as Decoded) } : {}),
   };
 }
 

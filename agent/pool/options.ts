@@ -1,5 +1,6 @@
 // The pool's settings, apart from the pool so each of its parts can name the few it needs.
 import type { PredictorOptions } from '../predict/predictor.ts';
+import type { EjectionOptions } from './ejection.ts';
 
 export interface PoolOptions {
   node: string;
@@ -14,8 +15,10 @@ export interface PoolOptions {
   networkCostMs: number;
   /** The window gossiped as a pod's `queued` (and used for peers' exclusion rules). */
   referenceWindowMs: number;
-  /** A pod that failed a request before its first byte sits out this long. */
-  failureCooldownMs: number;
+  /** A pod unreachable before a request's first byte is ejected (agent/pool/ejection.ts). */
+  ejection?: Partial<EjectionOptions>;
+  /** A pod that answered a request with an error (429, 5xx) sits out this long (default 1 s). */
+  answerCooldownMs?: number;
   /** Requests this agent has at one pod at once (= connections); past it the pod is at capacity. */
   maxInFlightPerPod?: number;
   now: () => number;

@@ -15,6 +15,7 @@ import { fastestPerNode, indexByModel, peerShortlists } from './model-index.ts';
 import { DEFAULT_PEER_SHORTLIST, type PoolOptions } from './options.ts';
 import { PeerTrafficBook } from './peer-traffic.ts';
 import { countSend, newLocalPod, type LocalPod } from './pod-records.ts';
+import { Ejections } from './ejection.ts';
 import { openTicket, type PodTicket } from './ticket.ts';
 
 // Importers name the pool's types from here, wherever they are defined.
@@ -40,6 +41,11 @@ export class PodPool {
   #peerNodesRanked: PodEstimate[] = [];
   readonly #peerTraffic = new PeerTrafficBook();
   readonly #waiters = new Set<Waiter>();
+  /** Pods out of decisions after failing before their first byte, until a probe readmits them. */
+  readonly #ejections: Ejections;
+  /** Peers' pods by uid (address and origin for probes and suspicion). */
+  #remoteByUid = new Map<string, PodEstimate>();
+  readonly #peerFailureListeners = new Set<(origin: string) => void>();
   #version = 0;
   /** Bumped when pods come or go (local discovery, gossip), not on every scrape. */
   #podsVersion = 0;
@@ -51,6 +57,7 @@ export class PodPool {
     this.options = options;
     this.#learner = new Learner(options.predictor);
     this.#prefix = new PrefixIndex({ maxBlocksPerPod: options.prefixBlocksPerPod });
+    this.#ejections = new Ejections(options.ejection);
   }
 
   /** Bumped on every change (a scrape, a gossip update, a request ending). */
@@ -81,6 +88,7 @@ export class PodPool {
       this.#local.delete(uid);
       this.#learner.forget(uid);
       this.#prefix.forget(uid);
+      this.#ejections.forget(uid);
     }
     for (const pod of pods) {
       const existing = this.#local.get(pod.uid);
@@ -133,9 +141,14 @@ export class PodPool {
   setRemote(estimates: readonly PodEstimate[]): void {
     this.#remote = estimates.filter((e) => e.origin !== this.options.node);
     this.#peerTraffic.reconcile(this.#remote);
+    this.#remoteByUid = new Map(this.#remote.map((e) => [e.pod.uid, e]));
+    const now = this.options.now();
+    this.#ejections.prune((uid) => this.#local.has(uid) || this.#remoteByUid.has(uid), now);
+    // Traffic records are forgotten with their pods; one still ejected comes back ejected.
+    for (const e of this.#remote)
+      if (this.#ejections.isOut(e.pod.uid)) this.#peerTraffic.forPod(e.pod.uid).unhealthyUntil = Infinity;
     // Ranked once here, when gossip changes them: decisions (the shortlists), /debug/state and
     // /metrics (the fastest first) then cost what the local pods and their bounds cost.
-    const now = this.options.now();
     this.#peersRanked = this.#remote
       .map((e) => ({ e, ms: predictedTtft(this.#peerCandidate(e, now), REFERENCE_REQUEST) }))
       .sort((a, b) => a.ms - b.ms)
@@ -227,13 +240,67 @@ export class PodPool {
     });
   }
 
-  markFailed(c: Candidate): void {
-    const until = this.options.now() + this.options.failureCooldownMs;
-    if (c.where === 'local') {
-      const local = this.#local.get(c.pod.uid);
-      if (local) local.unhealthyUntil = until;
-    } else this.#peerTraffic.forPod(c.pod.uid).unhealthyUntil = until;
+  /**
+   * The pod failed a request before its first byte. `unreachable` (refused, reset, no headers in
+   * time): ejected from every decision of this agent at once, until its backoff ends and a probe
+   * readmits it (ejectedDue/probed), and a peer's pod makes its origin suspect (onPeerPodFailed:
+   * the gossip's failure detector). `answered` (it said 429, 5xx, or refused our key): it is up,
+   * so it only sits out `answerCooldownMs`.
+   */
+  markFailed(c: Candidate, how: 'unreachable' | 'answered' = 'unreachable'): void {
+    const now = this.options.now();
+    if (how === 'answered') {
+      if (!this.#ejections.isOut(c.pod.uid)) this.#setOut(c.pod.uid, now + (this.options.answerCooldownMs ?? 1000));
+      this.#changed();
+      return;
+    }
+    this.#ejections.eject(c.pod.uid, now);
+    this.#setOut(c.pod.uid, Infinity);
+    if (c.where === 'peer') {
+      const origin = this.#remoteByUid.get(c.pod.uid)?.origin;
+      if (origin !== undefined) for (const listener of this.#peerFailureListeners) listener(origin);
+    }
     this.#changed();
+  }
+
+  /** Called with a peer's node name when one of its pods failed before its first byte. */
+  onPeerPodFailed(listener: (origin: string) => void): () => void {
+    this.#peerFailureListeners.add(listener);
+    return () => this.#peerFailureListeners.delete(listener);
+  }
+
+  /** Ejected pods whose backoff is over, to probe (pod-probe.ts), with where to reach them. */
+  ejectedDue(): { uid: string; address: string }[] {
+    const out: { uid: string; address: string }[] = [];
+    for (const uid of this.#ejections.due(this.options.now())) {
+      const pod = this.#local.get(uid)?.pod ?? this.#remoteByUid.get(uid)?.pod;
+      if (pod) out.push({ uid, address: pod.address });
+      else this.#ejections.forget(uid);
+    }
+    return out;
+  }
+
+  /** When the next ejection's backoff ends (undefined: none running). */
+  nextEjectionDue(): number | undefined {
+    return this.#ejections.nextDue();
+  }
+
+  /** A probe of an ejected pod answered: readmitted when `ok`, ejected again for longer when not. */
+  probed(uid: string, ok: boolean): void {
+    if (!this.#ejections.probed(uid, ok, this.options.now())) return;
+    this.#setOut(uid, 0);
+    this.#changed();
+  }
+
+  /** How many times in a row a pod was ejected, while it is out (views). */
+  ejection(uid: string): { count: number; until: number } | undefined {
+    return this.#ejections.state(uid);
+  }
+
+  #setOut(uid: string, until: number): void {
+    const local = this.#local.get(uid);
+    if (local) local.unhealthyUntil = until;
+    else if (until > 0 || this.#peerTraffic.get(uid)) this.#peerTraffic.forPod(uid).unhealthyUntil = until;
   }
 
   nextChange(timeoutMs: number, signal: AbortSignal): Promise<'change' | 'timeout' | 'aborted'> {

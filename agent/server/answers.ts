@@ -120,11 +120,13 @@ export async function writeAnswer(res: ApiResponse, answer: Answer, stop?: Relay
 }
 
 /** 502 after every pod tried failed before its first byte; says how the last one failed. */
-export function podsFailed(attempts: number, lastError?: string): Answer {
+/** 502: every pod the request could use failed before answering; `tried` names them, in order. */
+export function podsFailed(attempts: number, lastError?: string, tried?: readonly string[]): Answer {
+  const names = tried?.length ? `: ${tried.join(', ')}` : '';
   const last = lastError ? `; last: ${lastError}` : '';
   return errorAnswer(
     502,
-    `the model server failed before answering (tried ${attempts} pod${attempts > 1 ? 's' : ''}${last})`,
+    `the model server failed before answering (tried ${attempts} pod${attempts > 1 ? 's' : ''}${names}${last})`,
     { code: 'upstream_failed' },
   );
 }

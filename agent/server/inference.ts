@@ -5,7 +5,7 @@
 // try and its measurement), waiting-line (the ordered wait), route-request, answers.
 import type { ApiRequest, ApiResponse } from './exchange.ts';
 import { randomUUID } from 'node:crypto';
-import { decide, type Decision } from '../route/router.ts';
+import { candidateName, decide, type Decision } from '../route/router.ts';
 import type { Candidate } from '../route/candidate.ts';
 import type { RequestKind, RouteRequest } from '../types.ts';
 import { BoundedLabel } from './metrics.ts';
@@ -155,6 +155,7 @@ export class RequestPath {
     record.promptTokensEstimate = request.promptTokens;
     const started = deps.now();
     const tried = new Set<string>();
+    const triedNames: string[] = [];
     const untried = (candidates: Candidate[]) =>
       tried.size === 0 ? candidates : candidates.filter((c) => !tried.has(c.pod.uid));
     let podAttempts = 0;
@@ -187,16 +188,18 @@ export class RequestPath {
         const answer = await attemptPod(deps, chosen, parsed, body, request, decision.chosen, slo, req, ctx);
         if (answer) return answer;
         tried.add(chosen.pod.uid);
+        triedNames.push(candidateName(chosen));
         if (req.aborted) throw new Error('client gone');
-        if (podAttempts > deps.limits.maxRetries) return podsFailed(podAttempts, ctx.lastPodError);
+        if (podAttempts > deps.limits.maxRetries) return podsFailed(podAttempts, ctx.lastPodError, triedNames);
         deps.metrics.retries.inc();
         continue;
       }
 
-      // Every pod we could try failed before answering: overflow if allowed, else say so (502);
-      // waiting for a pod that just failed would only delay the same answer.
-      if (podAttempts > 0 && (decision.action === 'wait' || decision.action === 'reject'))
-        return podsFailed(podAttempts, ctx.lastPodError);
+      // A pod failed before answering, and the request goes back through the decision: overflow
+      // if its data may leave, else wait for a healthy pod that is only busy. With none left
+      // (every pod it may use failed, or is ejected or stale) waiting would only delay a 502.
+      if (podAttempts > 0 && (decision.action === 'wait' || decision.action === 'reject') && !anyHealthy(decision))
+        return podsFailed(podAttempts, ctx.lastPodError, triedNames);
 
       if (decision.action === 'overflow') {
         const reason = overflowReason(decision.dropped, podAttempts);
@@ -242,7 +245,7 @@ export class RequestPath {
           const message =
             woke === 'full'
               ? 'too many requests are already waiting for a pod'
-              : 'too many requests are waiting for a pod and this one has a lower priority than those that arrived';
+              : 'too many requests are waiting for a pod: its place went to one of a higher priority or of a tenant with fewer waiting';
           return errorAnswer(429, message, {
             code: 'wait_queue_full',
             headers: { 'retry-after': retryAfterSeconds(policy) },
@@ -288,7 +291,7 @@ export class RequestPath {
   /**
    * Waits (at most `maxMs`) in line for a pod: 'turn' when the pool changed and this request is
    * the first in order that `canAct`; 'full' at once when the bound on waiting requests is
-   * reached by its class or higher; 'shed' when a higher class took its place. Throws when the
+   * reached and it may displace nobody; 'shed' when a higher class, or a tenant under its share, took its place. Throws when the
    * client leaves. Adds the wait to the record.
    */
   async waitInLine(
@@ -299,4 +302,12 @@ export class RequestPath {
   ): Promise<'turn' | 'timeout' | 'full' | 'shed'> {
     return waitInLine(this.deps, this.waiting, who, canAct, signal, record);
   }
+}
+
+/** Reasons that say a pod cannot answer at all now, rather than that it is busy or slow. */
+const DOWN_REASONS: ReadonlySet<string> = new Set(['unhealthy', 'stale', 'implausible']);
+
+/** Whether a pod this request may use is up, only too busy or slow now: worth waiting for. */
+function anyHealthy(decision: Decision): boolean {
+  return decision.dropped.some((d) => !DOWN_REASONS.has(d.reason));
 }

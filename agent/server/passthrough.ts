@@ -116,7 +116,7 @@ async function passthrough(path: RequestPath, req: ClientRequest, ctx: RequestCo
       ticket.end(false);
       if (sent.retryable) ctx.lastPodError = sent.error;
       if (sent.retryable && !req.aborted && attempt < deps.limits.maxRetries) {
-        deps.pool.markFailed(candidate);
+        deps.pool.markFailed(candidate, sent.status === undefined ? 'unreachable' : 'answered');
         deps.metrics.retries.inc();
         tried.add(candidate.pod.uid);
         continue;

@@ -85,8 +85,8 @@ export interface RequestPathDeps {
       stream: boolean,
       promptBlocks?: readonly number[],
     ): { firstByte(ms: number): void; answered(ms: number): void; end(ok: boolean): void };
-    /** The pod failed before its first byte: keep it out of decisions for a moment. */
-    markFailed(c: Candidate): void;
+    /** The pod failed before its first byte: unreachable (ejected until a probe) or answered an error (a moment out). */
+    markFailed(c: Candidate, how?: 'unreachable' | 'answered'): void;
     /** Resolves at the next change of any candidate (scrape, gossip, a request ending). */
     nextChange(timeoutMs: number, signal: AbortSignal): Promise<'change' | 'timeout' | 'aborted'>;
   };

@@ -52,7 +52,8 @@ export async function attemptPod(
     ticket.end(false);
     if (attempt.retryable) {
       ctx.lastPodError = attempt.error;
-      deps.pool.markFailed(candidate);
+      // A status means the pod answered (429, 5xx, our key refused): it is up, only unwell.
+      deps.pool.markFailed(candidate, attempt.status === undefined ? 'unreachable' : 'answered');
       return undefined;
     }
     // The pod refused the request itself (e.g. prompt longer than its context): pass it on.

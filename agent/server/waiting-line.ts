@@ -7,7 +7,7 @@ import type { RequestPathDeps } from './path-deps.ts';
 /**
  * Waits (at most `maxMs`) in line for a pod: 'turn' when the pool changed and this request is
  * the first in order that `canAct`; 'full' at once when the bound on waiting requests is
- * reached by its class or higher; 'shed' when a higher class took its place. Throws when the
+ * reached and it may displace nobody; 'shed' when a higher class, or a tenant under its share, took its place. Throws when the
  * client leaves. Adds the wait to the record.
  */
 export async function waitInLine(

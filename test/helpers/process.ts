@@ -17,13 +17,15 @@ export interface AgentProcess {
 export interface Launch {
   nodeFlags?: readonly string[];
   main?: string;
+  /** How long it may take to say where it serves (default 10 s). */
+  startTimeoutMs?: number;
 }
 
 /** Starts an agent on `configPath` and resolves once it says where it serves. */
 export function runAgent(
   configPath: string,
   env: NodeJS.ProcessEnv = process.env,
-  { nodeFlags = [], main = MAIN }: Launch = {},
+  { nodeFlags = [], main = MAIN, startTimeoutMs = 10_000 }: Launch = {},
 ): Promise<AgentProcess> {
   const child = spawn(process.execPath, [...nodeFlags, main, 'agent', '--config', configPath], {
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -38,7 +40,7 @@ export function runAgent(
       // Nobody gets a handle on a process that did not start: end it, or it holds the test run open.
       child.kill('SIGKILL');
       reject(new Error(`agent did not start:\n${output}`));
-    }, 10_000);
+    }, startTimeoutMs);
     const onData = () => {
       const match = /ready to serve on (http:\/\/[\d.:]+)\/v1 \(admin (http:\/\/[\d.:]+)\)/.exec(output);
       if (!match) return;

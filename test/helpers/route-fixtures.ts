@@ -77,7 +77,6 @@ export function poolOptions(now: () => number, overrides: Partial<PoolOptions> =
     peerMaxAgeMs: 3000,
     networkCostMs: 2,
     referenceWindowMs: 30_000,
-    failureCooldownMs: 1000,
     now,
     ...overrides,
   };
