@@ -168,7 +168,7 @@ class Cluster {
         index,
         protocol,
         sealer: new Sealer({ sender: name, key: KEY, boot: EPOCH }),
-        opener: new Opener({ key: KEY, maxDatagram: MAX_DATAGRAM, maxClockSkewMs: 30_000 }),
+        opener: new Opener({ key: KEY, maxDatagram: MAX_DATAGRAM, maxClockSkewMs: 30_000, recipients: [name] }),
       };
     });
     for (const a of this.agents) this.#byName.set(a.name, a);
@@ -199,7 +199,7 @@ class Cluster {
 
   #send(from: Agent, out: { to: string; payload: Uint8Array }[]): void {
     for (const o of out) {
-      const datagram = from.sealer.seal(o.payload, this.now);
+      const datagram = from.sealer.seal(o.payload, this.now, o.to);
       this.sentBytes += datagram.length;
       this.sentDatagrams++;
       if (this.rand() < this.loss) continue;

@@ -166,6 +166,8 @@ export class GossipNode {
     const wildcard = bound.address === '0.0.0.0' || bound.address === '::';
     const agent = this.#options.advertise ?? (wildcard ? '' : this.#self);
     this.#protocol.state.setAgent(agent);
+    // Peers send to the address they list us at: the advertised one, else the bound one.
+    this.#opener.setRecipients(wildcard ? [agent] : [agent, this.#self]);
     // Replay windows are per sender: each agent its own, so two agents on one node (a rollout's
     // surge) do not take each other's datagrams for replays.
     this.#sealer = new Sealer({ sender: agent || this.nodeId, key: this.#key, boot: this.#boot });
@@ -294,7 +296,7 @@ export class GossipNode {
     if (!socket || !sealer) return;
     const now = this.#now();
     for (const o of out) {
-      const datagram = sealer.seal(o.payload, now);
+      const datagram = sealer.seal(o.payload, now, o.to);
       const { host, port } = parseHostPort(o.to);
       this.#sent.datagrams++;
       this.#sent.bytes += datagram.length;

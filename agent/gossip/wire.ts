@@ -92,6 +92,8 @@ export interface EnvelopeWire {
   seq: number;
   sentAt: number;
   payload: Uint8Array;
+  /** The gossip address the datagram was sent to. */
+  recipient: string;
 }
 
 /** What a peer may send; anything beyond is a malformed datagram (bounded memory per estimate). */
@@ -278,6 +280,7 @@ export function decodeEnvelopeBody(bytes: Uint8Array): EnvelopeWire {
     seq: num(m.seq),
     sentAt: num(m.sentAt),
     payload: (m.payload as Uint8Array | undefined) ?? new Uint8Array(0),
+    recipient: str(m.recipient, 'recipient'),
   };
 }
 
@@ -361,11 +364,15 @@ export function digestSize(d: DigestWire): number {
   );
 }
 
+/** The longest `host:port` a recipient can be (a bracketed IPv6 literal and a port). */
+const MAX_ADDRESS_BYTES = 47;
+
 /** Envelope bytes around a payload of up to 16 KiB, at the largest the counters can grow to. */
 export function envelopeOverhead(sender: string, boot: number): number {
   const seq = 6; // uint32 varint
   const sentAt = 9; // uint64 varint up to 2^56 ms
   const payloadPrefix = 3; // tag + 2-byte length
   const tag = 34; // tag + length + 32-byte HMAC
-  return stringSize(sender) + scalar(boot) + seq + sentAt + payloadPrefix + tag;
+  const recipient = 3 + MAX_ADDRESS_BYTES; // field 30: a two-byte tag and a length
+  return stringSize(sender) + scalar(boot) + seq + sentAt + payloadPrefix + recipient + tag;
 }
