@@ -66,6 +66,17 @@ function urlOf(server: Server | Http1Server): string {
   return `http://${host}:${address.port}`;
 }
 
+/** Where others reach our API: the bound address, and on a wildcard our advertised gossip host. */
+function agentApiAddresses(bound: AddressInfo, advertise: string | undefined): string[] {
+  const out = [apiHostPort(bound.address, bound.port)];
+  if (advertise && (bound.address === '0.0.0.0' || bound.address === '::'))
+    out.push(apiHostPort(parseHostPort(advertise).host, bound.port));
+  return out;
+}
+
+const apiHostPort = (host: string, port: number): string =>
+  host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
+
 const LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;
 type Log = (level: 'info' | 'warn' | 'error', message: string) => void;
 
@@ -236,6 +247,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     },
   ).listen(apiAt.port, apiAt.host);
   drain.track(api);
+  gossip?.addAgentApi(...agentApiAddresses(api.address(), settings.gossip?.advertise));
   const idleRelease =
     limits.releaseMemoryAfterIdleMs > 0
       ? startIdleRelease({

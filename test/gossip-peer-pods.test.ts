@@ -164,6 +164,20 @@ describe('peer pod screening (pure)', () => {
     assert.deepEqual(reasons({ ...ok, queued: Number.NaN }), ['bad-estimate']);
     assert.deepEqual(reasons({ ...ok, running: 1e9 }), ['bad-estimate']);
     assert.deepEqual(reasons({ ...ok, kvCache: 3 }), ['bad-estimate']);
+    assert.deepEqual(reasons({ ...ok, kvCache: Number.POSITIVE_INFINITY }), ['bad-estimate']);
+  });
+  it('accepts a TGI pod whose KV use is not reported (NaN: unknown, not bad)', () => {
+    const tgi = estimate('node-b', 'vllm-0', '10.0.2.5:8000', { kvCache: Number.NaN });
+    assert.deepEqual(reasons({ ...tgi, pod: { ...tgi.pod, engine: 'tgi' } }), []);
+  });
+  it("never routes to an agent's own API address, whatever the rules allow", () => {
+    const apis = new Set(['10.0.2.5:8080']);
+    const cidrs = peerPodScreen({ kind: 'cidrs', cidrs: ['10.0.0.0/8'] }, apis);
+    assert.deepEqual(
+      cidrs([estimate('node-b', 'loop', '10.0.2.5:8080')]).rejected.map((r) => r.reason),
+      ['agent-address'],
+    );
+    assert.equal(cidrs([estimate('node-b', 'vllm-0', '10.0.2.5:8000')]).accepted.length, 1);
   });
   it('without rules nothing is routable (fail closed); CIDRs cover IPv4 and IPv6', () => {
     assert.deepEqual(

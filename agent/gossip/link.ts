@@ -48,6 +48,9 @@ export class GossipLink {
   readonly #deps: GossipLinkDeps;
   readonly #node: GossipNode;
   #startedAt = 0;
+  #rules: PeerPodRules | undefined;
+  /** Agents' own API addresses (ours, once listening): never routable pods. */
+  readonly #agentApis = new Set<string>();
   #screen = peerPodScreen(undefined);
   #rejected: ScreenedPeers<PodEstimate>['rejected'] = [];
   readonly #counted = new Set<string>();
@@ -92,7 +95,15 @@ export class GossipLink {
 
   /** New rules from discovery: screen what we hold again. */
   setPeerPodRules(rules: PeerPodRules | undefined): void {
-    this.#screen = peerPodScreen(rules);
+    this.#rules = rules;
+    this.#screen = peerPodScreen(rules, this.#agentApis);
+    this.#screenPeers();
+  }
+
+  /** Our API's address(es) as others reach it: a gossiped pod there is a loop, never a candidate. */
+  addAgentApi(...addresses: string[]): void {
+    for (const a of addresses) this.#agentApis.add(a);
+    this.#screen = peerPodScreen(this.#rules, this.#agentApis);
     this.#screenPeers();
   }
 
