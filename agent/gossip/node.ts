@@ -5,6 +5,7 @@ import { isIPv6 } from 'node:net';
 import type { ClockAndRandom, PodEstimate } from '../types.ts';
 import { DROP_REASONS, Opener, Sealer, type DropReason } from './envelope.ts';
 import { GossipProtocol, type Outgoing } from './protocol.ts';
+import type { Keyring, OriginSigner } from './signatures.ts';
 import { SourceGate } from './source-gate.ts';
 import type { RemoteEstimate } from './state.ts';
 import { decodePayload, encodePayload, envelopeOverhead } from './wire.ts';
@@ -39,6 +40,10 @@ export interface GossipNodeOptions extends ClockAndRandom {
   incarnation?: number;
   /** Another state carried in gossip's datagrams (the overflow budget counters), in Payload.budget. */
   rider?: GossipRider;
+  /** Signs our origin with this agent's own key (agent/gossip/signatures.ts). */
+  signer?: OriginSigner;
+  /** With one, other origins are accepted only when signed by a key it trusts for their node. */
+  keyring?: Keyring;
 }
 
 /**
@@ -67,6 +72,8 @@ export interface GossipStats {
   /** Deltas that arrived after a lost datagram, refused deltas, origins aged out. */
   gaps: number;
   rejected: number;
+  /** Origin state refused: not signed by a key trusted for its node, or the signature did not verify. */
+  untrusted: number;
   expired: number;
   originsKnown: number;
   origins: { origin: string; agent: string; pods: number; version: number; ageMs: number }[];
@@ -139,6 +146,8 @@ export class GossipNode {
       maxPayload: maxDatagram - envelopeOverhead(longestSender, boot),
       maxDatagramsPerReply: options.maxDatagramsPerReply,
       groupBytes: Math.max(200, maxDatagram - 400),
+      signer: options.signer,
+      keyring: options.keyring,
     });
     this.#opener = new Opener({ key: options.key, maxDatagram, maxClockSkewMs: options.maxClockSkewMs ?? 30_000 });
     this.#gate = new SourceGate({
@@ -232,6 +241,7 @@ export class GossipNode {
       dropped: { ...this.#dropped },
       gaps: counters.gaps,
       rejected: counters.rejected,
+      untrusted: counters.untrusted,
       expired: counters.expired,
       originsKnown: origins.length,
       origins,

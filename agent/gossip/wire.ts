@@ -64,6 +64,10 @@ export interface OriginDeltaWire {
   pods: PodEntryWire[];
   /** Only when from = 0: the origin agent's gossip address ('' when it does not know it). */
   agent: string;
+  /** Only when from = 0, from a signing origin: its raw Ed25519 public key. */
+  key?: Uint8Array;
+  /** The origin's signature over its state at `to` (agent/gossip/signatures.ts). */
+  stamp?: Uint8Array;
 }
 
 export interface DigestWire {
@@ -220,6 +224,8 @@ function decodeDelta(m: Decoded): OriginDeltaWire {
     continuesFull: (m.continuesFull as boolean | undefined) ?? false,
     pods: pods.map(decodeEntry),
     agent: str(m.agent, 'agent'),
+    ...optionalBytes('key', m.key, 32),
+    ...optionalBytes('stamp', m.stamp, 64),
   };
   if (delta.from === 0 && !delta.node) throw new WireError('a delta from version 0 must name its node');
   if (delta.from >= delta.to) throw new WireError('a delta must end after it starts');
@@ -231,6 +237,13 @@ function decodeDelta(m: Decoded): OriginDeltaWire {
     last = p.version;
   }
   return delta;
+}
+
+function optionalBytes(name: 'key' | 'stamp', v: unknown, length: number): { key?: Uint8Array; stamp?: Uint8Array } {
+  const bytes = v as Uint8Array | undefined;
+  if (!bytes?.length) return {};
+  if (bytes.length !== length) throw new WireError(`a ${name} has ${length} bytes`);
+  return { [name]: bytes };
 }
 
 function decodeDigest(m: Decoded | undefined): DigestWire | undefined {
@@ -341,7 +354,9 @@ export function deltaHeaderSize(d: Omit<OriginDeltaWire, 'pods'>): number {
     scalar(d.incarnation) +
     scalar(d.floor) +
     (d.continuesFull ? 2 : 0) +
-    stringSize(d.agent)
+    stringSize(d.agent) +
+    (d.key?.length ? 2 + bytesField(d.key.length) - 1 : 0) +
+    (d.stamp?.length ? 2 + bytesField(d.stamp.length) - 1 : 0)
   );
 }
 
