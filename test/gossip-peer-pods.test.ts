@@ -9,9 +9,11 @@ import { GossipNode } from '../agent/gossip/node.ts';
 import { peerPodScreen } from '../agent/cluster/peer-pods.ts';
 import type { PodEstimate } from '../agent/types.ts';
 import { startSim, type SimServer } from '../shared/sim/server.ts';
+import { gossipIdentities } from './helpers/gossip-keys.ts';
 import { freeUdpPort } from './helpers/process.ts';
 import { chatBody, MODEL, postJson, startStack, waitFor, type Stack } from './helpers/stack.ts';
 
+const ids = gossipIdentities('node-r');
 const KEY = 'test-gossip-key-peer-pods-0123456789';
 
 function estimate(node: string, name: string, address: string, over: Partial<PodEstimate> = {}): PodEstimate {
@@ -60,6 +62,8 @@ describe('gossiped pods must be pods the cluster knows', () => {
           interval: '50ms',
           ttl: '2s',
           peerPodCidrs: ['127.0.0.1/32'],
+          // The sender of the decoys is a compromised agent: trusted, for its own origin only.
+          peerKeys: [ids['node-r'].peerKey],
         },
         policies: [
           {
@@ -78,6 +82,7 @@ describe('gossiped pods must be pods the cluster knows', () => {
       bind: `127.0.0.1:${roguePort}`,
       peers: [`127.0.0.1:${agentPort}`],
       key: Buffer.from(KEY),
+      signer: ids['node-r'].signer,
       intervalMs: 50,
       ttlMs: 2000,
     });

@@ -7,9 +7,11 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { GossipNode } from '../agent/gossip/node.ts';
 import type { PodEstimate } from '../agent/types.ts';
+import { gossipIdentities } from './helpers/gossip-keys.ts';
 import { freeUdpPort } from './helpers/process.ts';
 import { chatBody, MODEL, postJson, startStack, waitFor, type Stack } from './helpers/stack.ts';
 
+const ids = gossipIdentities('node-r');
 const KEY = 'test-gossip-key-request-loop-0123456789';
 
 function fakePod(name: string, address: string): PodEstimate {
@@ -85,6 +87,8 @@ describe('two agents, each announced as a pod to the other', () => {
         interval: '50ms',
         ttl: '2s',
         peerPodCidrs: ['127.0.0.1/32'],
+        // The sender of the decoys is a compromised agent: trusted, for its own origin only.
+        peerKeys: [ids['node-r'].peerKey],
       },
       policies: [
         {
@@ -102,6 +106,7 @@ describe('two agents, each announced as a pod to the other', () => {
       bind: `127.0.0.1:${gossipR}`,
       peers: [`127.0.0.1:${gossipA}`, `127.0.0.1:${gossipB}`],
       key: Buffer.from(KEY),
+      signer: ids['node-r'].signer,
       intervalMs: 50,
       ttlMs: 2000,
     });

@@ -9,6 +9,7 @@ import { resolveSecret } from '../config/secrets.ts';
 import type { PodEstimate } from '../types.ts';
 import { registerGossipMetrics } from './metrics.ts';
 import { GossipNode, type GossipRider, type GossipStats } from './node.ts';
+import { FirstKeyKeyring, OriginSigner, StaticKeyring, type Keyring } from './signatures.ts';
 
 /** Rounds without a datagram after which an agent with peers listed takes itself to be alone. */
 const SILENT_ROUNDS_ALONE = 15;
@@ -19,6 +20,8 @@ const MAX_COUNTED_REJECTIONS = 10_000;
 export interface GossipLinkDeps {
   node: string;
   settings: GossipSettings;
+  /** Static: only the configured peer keys sign origins; Kubernetes: see FirstKeyKeyring. */
+  discovery: 'static' | 'kubernetes';
   peers: readonly string[];
   now: () => number;
   rand: () => number;
@@ -37,11 +40,21 @@ export interface GossipLinkDeps {
 /** The agent's gossip link from its settings, or none when gossip is off; peers come from discovery. */
 export function gossipFor(
   settings: AgentSettings,
-  deps: Omit<GossipLinkDeps, 'node' | 'settings' | 'peers'>,
+  deps: Omit<GossipLinkDeps, 'node' | 'settings' | 'peers' | 'discovery'>,
 ): GossipLink | undefined {
   return settings.gossip
-    ? new GossipLink({ node: settings.node, settings: settings.gossip, peers: [], ...deps })
+    ? new GossipLink({
+        node: settings.node,
+        settings: settings.gossip,
+        discovery: settings.discovery,
+        peers: [],
+        ...deps,
+      })
     : undefined;
+}
+
+function keyringFor(discovery: 'static' | 'kubernetes', settings: GossipSettings): Keyring {
+  return discovery === 'static' ? new StaticKeyring(settings.peerKeys ?? []) : new FirstKeyKeyring();
 }
 
 export class GossipLink {
@@ -72,6 +85,8 @@ export class GossipLink {
       rand: deps.rand,
       incarnation: deps.incarnation,
       rider: deps.rider,
+      signer: new OriginSigner(settings.identity ? resolveSecret(settings.identity) : undefined),
+      keyring: keyringFor(deps.discovery, settings),
     });
     this.#node.onChange(() => this.#screenPeers());
     registerGossipMetrics(deps.registry, this.#node);

@@ -101,6 +101,32 @@ export class StaticKeyring implements Keyring {
   }
 }
 
+/**
+ * Kubernetes mode, until an agent's key is bound through the API: the first key an agent (node and
+ * gossip address, which membership must list for its pods to be read) signs with is its key for
+ * as long as this agent runs. An impostor can no longer take over an agent that was heard; it can
+ * race one that was not (see docs/trust-model.md).
+ */
+export class FirstKeyKeyring implements Keyring {
+  readonly #keys = new Map<string, string>();
+  readonly #max: number;
+
+  constructor(maxAgents = 8192) {
+    this.#max = maxAgents;
+  }
+
+  trusts(node: string, agent: string, key: Uint8Array): boolean {
+    if (agent === '') return false; // an agent that cannot be named cannot be bound
+    const id = `${node}\0${agent}`;
+    const encoded = Buffer.from(key).toString('base64');
+    const held = this.#keys.get(id);
+    if (held !== undefined) return held === encoded;
+    if (this.#keys.size >= this.#max) this.#keys.delete(this.#keys.keys().next().value!);
+    this.#keys.set(id, encoded);
+    return true;
+  }
+}
+
 /** SHA-256 over every live entry, by slot, each as its PodEntry encoding with its identity. */
 export function stateHash(pods: ReadonlyMap<number, PodRecord>): Buffer {
   const live: PodRecord[] = [];
