@@ -76,6 +76,8 @@ export interface GossipStateOptions {
   keyring?: Keyring;
   /** Origins one signing key may hold at once (an agent and its restarts or a surge's second agent). */
   maxOriginsPerKey?: number;
+  /** Checks a stamp (default verifyStamp); the simulation counts and shares its verdicts. */
+  verify?: typeof verifyStamp;
 }
 
 export type RemoteEstimate = PodEstimate & { ageMs: number };
@@ -115,6 +117,7 @@ export class GossipState {
   readonly signed: boolean;
   readonly #signer: OriginSigner | undefined;
   readonly #keyring: Keyring | undefined;
+  readonly #verify: typeof verifyStamp;
 
   readonly self: OriginRecord;
   readonly #origins: OriginTable;
@@ -143,6 +146,7 @@ export class GossipState {
     this.maxOriginsPerKey = options.maxOriginsPerKey ?? 4;
     this.#signer = options.signer;
     this.#keyring = options.keyring;
+    this.#verify = options.verify ?? verifyStamp;
     this.signed = options.keyring !== undefined;
     const id = originId(this.nodeId, this.incarnation);
     this.self = newOrigin(id, this.nodeId, options.agent ?? '', this.incarnation, options.incarnation);
@@ -355,7 +359,7 @@ export class GossipState {
     const key = publicKeyFromRaw(d.key);
     if (!key) return undefined;
     const subject = { id: d.origin, node: d.node, agent: d.agent, incarnation: d.incarnation };
-    if (!verifyStamp(key, stampMessage(subject, d.to, stateHash(pods)), d.stamp)) return undefined;
+    if (!this.#verify(key, stampMessage(subject, d.to, stateHash(pods)), d.stamp)) return undefined;
     let held = 0;
     for (const o of this.#origins.values())
       if (o !== replacing && o.id !== d.origin && o.keyRaw && Buffer.compare(o.keyRaw, d.key) === 0) held++;
@@ -401,7 +405,7 @@ export class GossipState {
       } else {
         const next = new Map(o.pods);
         for (const e of fresh) next.set(e.slot, this.#recordFor(e, next.get(e.slot)));
-        if (!o.key || !d.stamp || !verifyStamp(o.key, stampMessage(o, d.to, stateHash(next)), d.stamp))
+        if (!o.key || !d.stamp || !this.#verify(o.key, stampMessage(o, d.to, stateHash(next)), d.stamp))
           return 'untrusted';
         o.stamp = d.stamp;
       }
