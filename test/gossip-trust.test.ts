@@ -8,7 +8,7 @@ import { describe, it } from 'node:test';
 import { Sealer } from '../agent/gossip/envelope.ts';
 import { GossipNode, parseHostPort } from '../agent/gossip/node.ts';
 import { writeDelta } from '../agent/gossip/packing.ts';
-import { EPOCH_BEATS, OriginSigner, StaticKeyring } from '../agent/gossip/signatures.ts';
+import { ContinuityKeyring, EPOCH_BEATS, OriginSigner, StaticKeyring } from '../agent/gossip/signatures.ts';
 import { GossipState } from '../agent/gossip/state.ts';
 import { decodePayload, encodePayload, type OriginDeltaWire } from '../agent/gossip/wire.ts';
 import { EPOCH, podEstimates } from './fixtures/gossip-estimates.ts';
@@ -196,6 +196,32 @@ describe('signed gossip origins', () => {
     b.localUpdate(podEstimates('node-b', 1), EPOCH + 10);
     assert.equal(a.apply([fullDelta(b)], EPOCH + 20).dataChanged, true);
     assert.equal(addresses(a, EPOCH + 20, 'node-b').length, 1);
+  });
+});
+
+describe('Kubernetes mode: an agent keeps the key it signs with', () => {
+  const k8s = (node: string, agent: string, incarnation: number, signer: OriginSigner) =>
+    new GossipState({ nodeId: node, agent, incarnation, signer, keyring: new ContinuityKeyring() });
+
+  it('refuses another key for an agent whose origin is held, and takes a new one once it has left', () => {
+    const agentB = '10.244.2.9:7946';
+    const a = k8s('node-a', '10.244.1.4:7946', EPOCH, signers.a);
+    a.setMembers(new Set([agentB]));
+    const b = k8s('node-b', agentB, EPOCH, signers.b);
+    b.localUpdate(podEstimates('node-b', 1), EPOCH + 10);
+    assert.equal(a.apply([fullDelta(b)], EPOCH + 20).dataChanged, true);
+
+    const impostor = k8s('node-b', agentB, EPOCH + 5000, signers.m);
+    impostor.localUpdate(podEstimates('node-b', 1), EPOCH + 10);
+    assert.equal(a.apply([fullDelta(impostor)], EPOCH + 20).untrusted, 1);
+    assert.equal(a.origin('node-b', agentB)!.incarnation, EPOCH);
+
+    // B's pod is replaced (a new agent at the same address, with a fresh key): once the old one
+    // has left the membership, the new key is taken.
+    a.setMembers(new Set());
+    const restarted = k8s('node-b', agentB, EPOCH + 9000, new OriginSigner());
+    restarted.localUpdate(podEstimates('node-b', 1), EPOCH + 10);
+    assert.equal(a.apply([fullDelta(restarted)], EPOCH + 20).dataChanged, true);
   });
 });
 

@@ -9,7 +9,7 @@ import { resolveSecret } from '../config/secrets.ts';
 import type { PodEstimate } from '../types.ts';
 import { registerGossipMetrics } from './metrics.ts';
 import { GossipNode, type GossipRider, type GossipStats } from './node.ts';
-import { FirstKeyKeyring, OriginSigner, StaticKeyring, type Keyring } from './signatures.ts';
+import { ContinuityKeyring, OriginSigner, StaticKeyring, type Keyring } from './signatures.ts';
 
 /** Rounds without a datagram after which an agent with peers listed takes itself to be alone. */
 const SILENT_ROUNDS_ALONE = 15;
@@ -20,7 +20,7 @@ const MAX_COUNTED_REJECTIONS = 10_000;
 export interface GossipLinkDeps {
   node: string;
   settings: GossipSettings;
-  /** Static: only the configured peer keys sign origins; Kubernetes: see FirstKeyKeyring. */
+  /** Static: only the configured peer keys sign origins; Kubernetes: see ContinuityKeyring. */
   discovery: 'static' | 'kubernetes';
   peers: readonly string[];
   now: () => number;
@@ -54,7 +54,7 @@ export function gossipFor(
 }
 
 function keyringFor(discovery: 'static' | 'kubernetes', settings: GossipSettings): Keyring {
-  return discovery === 'static' ? new StaticKeyring(settings.peerKeys ?? []) : new FirstKeyKeyring();
+  return discovery === 'static' ? new StaticKeyring(settings.peerKeys ?? []) : new ContinuityKeyring();
 }
 
 export class GossipLink {

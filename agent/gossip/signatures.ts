@@ -77,8 +77,11 @@ export function newIdentity(): { privateKeyPem: string; publicKey: string } {
 
 /** Who may speak for a node: decides, per origin, whether a public key is that agent's. */
 export interface Keyring {
-  /** Whether `key` (raw Ed25519) may sign the origin of the agent `agent` on `node`. */
-  trusts(node: string, agent: string, key: Uint8Array): boolean;
+  /**
+   * Whether `key` (raw Ed25519) may sign the origin of the agent `agent` on `node`; `held`: the
+   * key of that agent's origin held now (and not departed), if any.
+   */
+  trusts(node: string, agent: string, key: Uint8Array, held?: Uint8Array): boolean;
 }
 
 /** Static mode: the operator lists each node's agent public keys. */
@@ -102,28 +105,16 @@ export class StaticKeyring implements Keyring {
 }
 
 /**
- * Kubernetes mode, until an agent's key is bound through the API: the first key an agent (node and
- * gossip address, which membership must list for its pods to be read) signs with is its key for
- * as long as this agent runs. An impostor can no longer take over an agent that was heard; it can
- * race one that was not (see docs/trust-model.md).
+ * Kubernetes mode, until an agent's key is bound through the API: an agent (node and gossip
+ * address, which membership must list for its pods to be read) keeps the key it signs with for as
+ * long as its origin is held and has not left; a new key is taken only after that (a container
+ * restarted with a fresh key waits for its old origin to go). An impostor can no longer take over
+ * an agent that is heard; it can race one that is not (see docs/trust-model.md).
  */
-export class FirstKeyKeyring implements Keyring {
-  readonly #keys = new Map<string, string>();
-  readonly #max: number;
-
-  constructor(maxAgents = 8192) {
-    this.#max = maxAgents;
-  }
-
-  trusts(node: string, agent: string, key: Uint8Array): boolean {
-    if (agent === '') return false; // an agent that cannot be named cannot be bound
-    const id = `${node}\0${agent}`;
-    const encoded = Buffer.from(key).toString('base64');
-    const held = this.#keys.get(id);
-    if (held !== undefined) return held === encoded;
-    if (this.#keys.size >= this.#max) this.#keys.delete(this.#keys.keys().next().value!);
-    this.#keys.set(id, encoded);
-    return true;
+export class ContinuityKeyring implements Keyring {
+  trusts(_node: string, agent: string, key: Uint8Array, held?: Uint8Array): boolean {
+    if (agent === '') return false; // an agent that cannot be named cannot be held to its key
+    return held === undefined || Buffer.compare(Buffer.from(held), Buffer.from(key)) === 0;
   }
 }
 

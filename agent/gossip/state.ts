@@ -355,15 +355,17 @@ export class GossipState {
    * the key does not already hold its share of origins (`replacing` aside).
    */
   #trustedKey(d: OriginDeltaWire, pods: Map<number, PodRecord>, replacing: OriginRecord | undefined) {
-    if (!d.key || !d.stamp || !this.#keyring!.trusts(d.node, d.agent, d.key)) return undefined;
+    const current = this.#origins.byAgent(d.node, d.agent);
+    const held = current && current.membership !== 'left' ? current.keyRaw : undefined;
+    if (!d.key || !d.stamp || !this.#keyring!.trusts(d.node, d.agent, d.key, held)) return undefined;
     const key = publicKeyFromRaw(d.key);
     if (!key) return undefined;
     const subject = { id: d.origin, node: d.node, agent: d.agent, incarnation: d.incarnation };
     if (!this.#verify(key, stampMessage(subject, d.to, stateHash(pods)), d.stamp)) return undefined;
-    let held = 0;
+    let sameKey = 0;
     for (const o of this.#origins.values())
-      if (o !== replacing && o.id !== d.origin && o.keyRaw && Buffer.compare(o.keyRaw, d.key) === 0) held++;
-    return held < this.maxOriginsPerKey ? key : undefined;
+      if (o !== replacing && o.id !== d.origin && o.keyRaw && Buffer.compare(o.keyRaw, d.key) === 0) sameKey++;
+    return sameKey < this.maxOriginsPerKey ? key : undefined;
   }
 
   #fullPods(d: OriginDeltaWire): Map<number, PodRecord> | undefined {
