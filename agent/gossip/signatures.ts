@@ -49,14 +49,18 @@ export function rawPublicKey(key: KeyObject): Buffer {
   return key.export({ format: 'der', type: 'spki' }).subarray(SPKI_PREFIX.length);
 }
 
-/** An agent's signing identity: a PEM private key (PKCS#8), or a fresh one. */
+/** An agent's signing identity: a PEM private key (PKCS#8), a key object, or a fresh one. */
 export class OriginSigner {
   readonly publicKey: Buffer;
   readonly #privateKey: KeyObject;
 
-  constructor(privateKeyPem?: string | Buffer) {
+  constructor(privateKey?: string | Buffer | KeyObject) {
     this.#privateKey =
-      privateKeyPem === undefined ? generateKeyPairSync('ed25519').privateKey : createPrivateKey(privateKeyPem);
+      privateKey === undefined
+        ? generateKeyPairSync('ed25519').privateKey
+        : typeof privateKey === 'string' || Buffer.isBuffer(privateKey)
+          ? createPrivateKey(privateKey)
+          : privateKey;
     if (this.#privateKey.asymmetricKeyType !== 'ed25519') throw new Error('gossip identity: not an Ed25519 key');
     this.publicKey = rawPublicKey(createPublicKey(this.#privateKey));
   }
