@@ -68,3 +68,17 @@ test('counters of origins gossip does not vouch for take no room: a real agent s
   assert.equal(a.ledger.size.origins, 2);
   assert.equal(a.ledger.reserve('team-a', 'bedrock', 100, HOUR).ok, false, "the real agent's spending was lost");
 });
+
+test("a restarted peer's earlier incarnation still counts, on the word of its live one; made-up ones do not pile up", () => {
+  const a = agent('node-a#1', 64);
+  const alive = new Set(['node-b#5']);
+  a.exchange.round(2, (node, incarnation) => alive.has(`${node}#${incarnation}`));
+  a.exchange.receive(push('node-b#5', [counter(10)]), DATAGRAM);
+  a.exchange.receive(push('node-b#4', [counter(999_950)]), DATAGRAM);
+  assert.equal(a.ledger.reserve('team-a', 'bedrock', 100, HOUR).ok, false, 'the earlier incarnation was not counted');
+  for (let i = 0; i < 100; i++) a.exchange.receive(push(`node-b#${i / 1000}`, [counter(1)]), DATAGRAM);
+  assert.ok(a.ledger.size.origins <= 1 + 4, `${a.ledger.size.origins} origins held`);
+  // Earlier incarnations of a node with no live origin are refused.
+  a.exchange.receive(push('node-z#1', [counter(1)]), DATAGRAM);
+  assert.ok(!a.ledger.versions().has('node-z#1'));
+});
