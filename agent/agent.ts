@@ -67,6 +67,17 @@ function urlOf(server: Server): string {
   return `http://${host}:${address.port}`;
 }
 
+/** Where others reach our API: the bound address, and on a wildcard our advertised gossip host. */
+function agentApiAddresses(bound: AddressInfo, advertise: string | undefined): string[] {
+  const out = [apiHostPort(bound.address, bound.port)];
+  if (advertise && (bound.address === '0.0.0.0' || bound.address === '::'))
+    out.push(apiHostPort(parseHostPort(advertise).host, bound.port));
+  return out;
+}
+
+const apiHostPort = (host: string, port: number): string =>
+  host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
+
 const LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;
 type Log = (level: 'info' | 'warn' | 'error', message: string) => void;
 
@@ -244,6 +255,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     apiAt.host,
   );
   drain.track(api);
+  gossip?.addAgentApi(...agentApiAddresses(api.address() as AddressInfo, settings.gossip?.advertise));
   const idleRelease =
     limits.releaseMemoryAfterIdleMs > 0
       ? startIdleRelease({

@@ -121,7 +121,7 @@ class Cluster {
 
   #send(from: Agent, out: ProbeOut[]): void {
     for (const o of out) {
-      const datagram = from.sealer.seal(encodePayload({ deltas: [], probe: o.message }), this.now);
+      const datagram = from.sealer.seal(encodePayload({ deltas: [], probe: o.message }), this.now, o.to);
       this.sentBytes += datagram.length;
       if (this.rand() < this.loss) continue;
       const to = this.#byName.get(o.to)!;

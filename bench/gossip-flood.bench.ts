@@ -10,6 +10,7 @@ const now = Date.now();
 const forged = new Sealer({ sender: 'mallory', key: Buffer.alloc(32, 1), boot: now - 1000 }).seal(
   new Uint8Array(1200).fill(7),
   now,
+  '10.0.0.1:7946',
 );
 const opener = new Opener({ key: Buffer.alloc(32, 2), maxDatagram: 1400, maxClockSkewMs: 30_000 });
 const strict = new SourceGate({ maxPerSecond: 200 });

@@ -21,7 +21,13 @@
 // apply() (gossiping 1,000 joins from empty would take longer than the bench may), then letting
 // the cluster run a few seconds before measuring.
 //
-//   node bench/gossip.ts [--sizes 10,100,1000] [--losses 0,0.1,0.3] [--trials N] [--ttl MS]
+// Every origin is signed by its agent's own Ed25519 key and verified by every receiver
+// (agent/gossip/signatures.ts), unless --unsigned: the stamps' bytes are in the figures. The
+// simulated agents share one process, so a stamp verified once is not verified again (a real
+// agent verifies each it applies: the row counts those per agent, and the sign/verify cost is
+// measured at the end of the run).
+//
+//   node bench/gossip.ts [--sizes 10,100,1000] [--losses 0,0.1,0.3] [--trials N] [--ttl MS] [--unsigned]
 import { execFile } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
@@ -33,6 +39,15 @@ import { DEFAULT_TTL_MS } from '../agent/gossip/state.ts';
 import { decodePayload, encodePayload, envelopeOverhead } from '../agent/gossip/wire.ts';
 import type { PodEstimate } from '../agent/types.ts';
 import { writeDelta } from '../agent/gossip/packing.ts';
+import { createHash, type KeyObject } from 'node:crypto';
+import {
+  OriginSigner,
+  publicKeyFromRaw,
+  StaticKeyring,
+  stampMessage,
+  stateHash,
+  verifyStamp,
+} from '../agent/gossip/signatures.ts';
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -49,6 +64,24 @@ const PODS_PER_NODE = 8;
 const LATENCY_MS = [1, 5]; // uniform, one way
 const KEY = Buffer.alloc(32, 7);
 const EPOCH = 1_760_000_000_000;
+const SIGNED = !process.argv.includes('--unsigned');
+
+/** Signatures made and stamps checked (by any agent; a real agent checks each stamp it applies). */
+const crypto = { signs: 0, verifies: 0 };
+class CountingSigner extends OriginSigner {
+  override sign(message: Buffer): Buffer {
+    crypto.signs++;
+    return super.sign(message);
+  }
+}
+const verdicts = new Map<string, boolean>();
+function sharedVerify(key: KeyObject, message: Buffer, stamp: Uint8Array): boolean {
+  crypto.verifies++;
+  const id = Buffer.from(stamp).toString('base64') + createHash('sha256').update(message).digest('base64');
+  let verdict = verdicts.get(id);
+  if (verdict === undefined) verdicts.set(id, (verdict = verifyStamp(key, message, stamp)));
+  return verdict;
+}
 
 /** Deterministic PRNG (mulberry32), so a run can be repeated. */
 function prng(seed: number): () => number {
@@ -150,6 +183,10 @@ class Cluster {
   constructor(n: number, seed: number) {
     this.rand = prng(seed);
     const names = Array.from({ length: n }, (_, i) => `ip-10-20-${Math.floor(i / 250)}-${i % 250}.ec2.internal`);
+    const signers = names.map(() => (SIGNED ? new CountingSigner() : undefined));
+    const keyring = SIGNED
+      ? new StaticKeyring(names.map((node, i) => ({ node, key: signers[i]!.publicKey.toString('base64') })))
+      : undefined;
     this.agents = names.map((name, index) => {
       const protocol = new GossipProtocol({
         nodeId: name,
@@ -160,6 +197,9 @@ class Cluster {
         fanout: FANOUT,
         maxPayload: MAX_DATAGRAM - envelopeOverhead(name, EPOCH),
         groupBytes: MAX_DATAGRAM - 400,
+        signer: signers[index],
+        keyring,
+        verify: sharedVerify,
       });
       protocol.setPeers(names.filter((p) => p !== name));
       protocol.state.setMembers(new Set(names));
@@ -168,7 +208,7 @@ class Cluster {
         index,
         protocol,
         sealer: new Sealer({ sender: name, key: KEY, boot: EPOCH }),
-        opener: new Opener({ key: KEY, maxDatagram: MAX_DATAGRAM, maxClockSkewMs: 30_000 }),
+        opener: new Opener({ key: KEY, maxDatagram: MAX_DATAGRAM, maxClockSkewMs: 30_000, recipients: [name] }),
       };
     });
     for (const a of this.agents) this.#byName.set(a.name, a);
@@ -199,7 +239,7 @@ class Cluster {
 
   #send(from: Agent, out: { to: string; payload: Uint8Array }[]): void {
     for (const o of out) {
-      const datagram = from.sealer.seal(o.payload, this.now);
+      const datagram = from.sealer.seal(o.payload, this.now, o.to);
       this.sentBytes += datagram.length;
       this.sentDatagrams++;
       if (this.rand() < this.loss) continue;
@@ -309,6 +349,10 @@ interface Row {
   propagation999: { median: number | null; p90: number | null; max: number | null; missed: number };
   /** Steady state, per agent: datagram bytes sent per second, and the same in kbit/s. */
   bytesPerNodePerSec: number;
+  signed: boolean;
+  /** Per agent per second over the steady state and the propagation trials: signatures made, stamps checked. */
+  signsPerNodePerSec: number;
+  verifiesPerNodePerSec: number;
   kbitPerNode: number;
   datagramsPerNodePerSec: number;
   /** Liveness margin: ms since each agent last heard each origin advance (against the TTL). */
@@ -335,6 +379,7 @@ function runJob(n: number, loss: number, trials: number): Row {
   cluster.loss = loss;
   cluster.runUntil(cluster.now + 3000); // heartbeats everywhere, and the loss rate's steady state
   const expiredBefore = cluster.expired();
+  const cryptoBefore = { ...crypto, at: cluster.now };
   const bytesBefore = cluster.sentBytes;
   const datagramsBefore = cluster.sentDatagrams;
   const windowMs = n >= 1000 ? 2000 : 4000;
@@ -350,6 +395,10 @@ function runJob(n: number, loss: number, trials: number): Row {
     if (took !== undefined) reached.push(took);
     cluster.runUntil(cluster.now + 300 + cluster.rand() * 300);
   }
+  const cryptoSeconds = (cluster.now - cryptoBefore.at) / 1000;
+  const perNode = (count: number) => Math.round((count / n / cryptoSeconds) * 100) / 100;
+  const signsPerNodePerSec = perNode(crypto.signs - cryptoBefore.signs);
+  const verifiesPerNodePerSec = perNode(crypto.verifies - cryptoBefore.verifies);
   const round = (x: number | undefined) => (x === undefined ? null : Math.round(x));
   const falseExpiries = cluster.expired() - expiredBefore;
   // Two different agents: one leaves the membership, then another falls silent.
@@ -369,6 +418,9 @@ function runJob(n: number, loss: number, trials: number): Row {
       missed: trials - reached.length,
     },
     bytesPerNodePerSec: Math.round(bytesPerNodePerSec),
+    signed: SIGNED,
+    signsPerNodePerSec,
+    verifiesPerNodePerSec,
     kbitPerNode: Math.round((bytesPerNodePerSec * 8) / 100) / 10,
     datagramsPerNodePerSec: Math.round(datagramsPerNodePerSec * 10) / 10,
     ageP999: Math.round(quantile(liveness, 0.999)),
@@ -411,6 +463,7 @@ async function main(): Promise<void> {
         `${j.n},${j.loss},${j.trials}`,
         '--ttl',
         String(TTL_MS),
+        ...(SIGNED ? [] : ['--unsigned']),
       ];
       const { stdout } = await run(process.execPath, args);
       const row = JSON.parse(stdout) as Row;
@@ -423,16 +476,18 @@ async function main(): Promise<void> {
 
   const fmt = (x: number | null) => (x === null ? '—' : `${x}`);
   const table = [
-    '| agents | loss | to 99.9% of agents: median / p90 / max (ms) | bytes/agent/s | kbit/s/agent | datagrams/agent/s | liveness age p99.9 / max (ms) | false expiries | left membership: unread by 99.9% (ms) | silent, still listed: unread by 99.9% (ms) |',
-    '| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+    '| agents | loss | to 99.9% of agents: median / p90 / max (ms) | bytes/agent/s | kbit/s/agent | datagrams/agent/s | signs / stamp checks per agent/s | liveness age p99.9 / max (ms) | false expiries | left membership: unread by 99.9% (ms) | silent, still listed: unread by 99.9% (ms) |',
+    '| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
     ...ordered.map(
       (r) =>
-        `| ${r.agents} | ${r.loss * 100}% | ${fmt(r.propagation999.median)} / ${fmt(r.propagation999.p90)} / ${fmt(r.propagation999.max)}${r.propagation999.missed ? ` (${r.propagation999.missed} of ${r.trials} missed)` : ''} | ${r.bytesPerNodePerSec} | ${r.kbitPerNode} | ${r.datagramsPerNodePerSec} | ${r.ageP999} / ${r.ageMax} | ${r.falseExpiries} | ${fmt(r.departedMs)} | ${fmt(r.silentMs)} |`,
+        `| ${r.agents} | ${r.loss * 100}% | ${fmt(r.propagation999.median)} / ${fmt(r.propagation999.p90)} / ${fmt(r.propagation999.max)}${r.propagation999.missed ? ` (${r.propagation999.missed} of ${r.trials} missed)` : ''} | ${r.bytesPerNodePerSec} | ${r.kbitPerNode} | ${r.datagramsPerNodePerSec} | ${r.signed ? `${r.signsPerNodePerSec} / ${r.verifiesPerNodePerSec}` : 'unsigned'} | ${r.ageP999} / ${r.ageMax} | ${r.falseExpiries} | ${fmt(r.departedMs)} | ${fmt(r.silentMs)} |`,
     ),
   ].join('\n');
 
+  const cost = SIGNED ? stampCost() : undefined;
   const results = {
     bench: 'gossip',
+    stampCostUs: cost,
     node: process.version,
     settings: {
       intervalMs: INTERVAL_MS,
@@ -455,5 +510,27 @@ async function main(): Promise<void> {
   mkdirSync(new URL('./results/', import.meta.url), { recursive: true });
   writeFileSync(new URL(file, import.meta.url), JSON.stringify(results, null, 2) + '\n');
   console.log(table);
+  if (cost)
+    console.log(
+      `\none stamp of ${PODS_PER_NODE} pods (state hash + Ed25519), this machine: sign ${cost.sign} µs, check ${cost.verify} µs`,
+    );
   console.log(`\n(${results.wallSeconds} s wall; results in bench/${file.slice(2)})`);
+}
+
+/** What an origin pays per new epoch (hash its pods, sign) and a receiver per stamp it applies (hash, verify). */
+function stampCost(): { sign: number; verify: number } {
+  const signer = new OriginSigner();
+  const protocol = new GossipProtocol({ nodeId: 'n', agent: 'n', incarnation: EPOCH, maxPayload: 1200, signer });
+  protocol.state.localUpdate(estimates('n', 1), EPOCH);
+  const self = protocol.state.self;
+  const key = publicKeyFromRaw(signer.publicKey)!;
+  const rounds = 300;
+  let stamp = self.stamp!;
+  let t = performance.now();
+  for (let i = 0; i < rounds; i++) stamp = signer.sign(stampMessage(self, self.version, stateHash(self.pods)));
+  const sign = ((performance.now() - t) / rounds) * 1000;
+  t = performance.now();
+  for (let i = 0; i < rounds; i++) verifyStamp(key, stampMessage(self, self.version, stateHash(self.pods)), stamp);
+  const verify = ((performance.now() - t) / rounds) * 1000;
+  return { sign: Math.round(sign), verify: Math.round(verify) };
 }

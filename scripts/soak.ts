@@ -30,6 +30,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { Agent, request } from 'undici';
 import { stringify } from 'yaml';
 import { freeUdpPort, runAgent, stopAgent } from '../test/helpers/process.ts';
+import { newIdentity } from '../agent/gossip/signatures.ts';
 import { arenasOf, imageLaunch, MemorySampler, socketsOf, type MemorySample } from '../bench/process-memory.ts';
 import type { LoadResult, LoadSpec } from './soak/load.ts';
 
@@ -83,7 +84,11 @@ writeFileSync(
   stringify({
     node: 'soak',
     listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0', gossip: `127.0.0.1:${gossipPort}` },
-    gossip: { key: { env: 'KINFERENCE_SOAK_GOSSIP_KEY' } },
+    // The peer never answers: its key only has to be listed (static mode requires one per peer).
+    gossip: {
+      key: { env: 'KINFERENCE_SOAK_GOSSIP_KEY' },
+      peerKeys: [{ node: 'absent', key: newIdentity().publicKey }],
+    },
     peers: ['127.0.0.2:7946'],
     pods: [
       ...urls.map((url, i) => ({

@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { gossipIdentities, peerKeysOf } from './helpers/gossip-keys.ts';
 import { startOpenAIStandin, type OpenAIStandin } from './fixtures/openai-provider.ts';
 import { estimatePromptTokens } from '../agent/predict/tokens.ts';
 import { freeUdpPort } from './helpers/process.ts';
@@ -34,6 +35,7 @@ describe('an overflow budget shared by three agents over gossip', () => {
   // Every agent's clock: the real one, moved on by `offset` when the test ends the window.
   let offset = 0;
   const now = () => Date.now() + offset;
+  const ids = gossipIdentities('node-0', 'node-1', 'node-2');
 
   const start = (i: number) =>
     startStack({
@@ -42,7 +44,13 @@ describe('an overflow budget shared by three agents over gossip', () => {
       config: {
         listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0', gossip: `127.0.0.1:${ports[i]}` },
         peers: ports.filter((_, j) => j !== i).map((p) => `127.0.0.1:${p}`),
-        gossip: { key: { file: join(dir, 'gossip.key') }, interval: '100ms', ttl: '1500ms' },
+        gossip: {
+          key: { file: join(dir, 'gossip.key') },
+          interval: '100ms',
+          ttl: '1500ms',
+          identity: ids[`node-${i}`].identity,
+          peerKeys: peerKeysOf(ids),
+        },
         // An agent that has not heard the cluster admits nothing for this long: longer than any
         // start-up on a loaded machine, so "not yet heard" can only mean "refused".
         limits: { budgetWarmup: '30s' },

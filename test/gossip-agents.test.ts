@@ -8,6 +8,7 @@ import { createSocket } from 'node:dgram';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { gossipIdentities, peerKeysOf } from './helpers/gossip-keys.ts';
 import { stringify } from 'yaml';
 import type { Explanation } from '../agent/server/explain.ts';
 import { startSim, type SimServer } from '../shared/sim/server.ts';
@@ -29,6 +30,7 @@ describe('two agents sharing pod estimates over gossip', () => {
     sims.b = [await startSim({ models: [MODEL], seed: 2 }), await startSim({ models: [MODEL], seed: 3 })];
     gossipA = await freeUdpPort();
     const gossipB = await freeUdpPort();
+    const ids = gossipIdentities('node-a', 'node-b');
     const config = (node: 'a' | 'b', port: number, peer: number) => ({
       node: `node-${node}`,
       listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0', gossip: `127.0.0.1:${port}` },
@@ -41,7 +43,13 @@ describe('two agents sharing pod estimates over gossip', () => {
         models: [MODEL],
       })),
       peers: [`127.0.0.1:${peer}`],
-      gossip: { key: { env: 'KINFERENCE_GOSSIP_KEY' }, interval: '100ms', ttl: '1500ms' },
+      gossip: {
+        key: { env: 'KINFERENCE_GOSSIP_KEY' },
+        interval: '100ms',
+        ttl: '1500ms',
+        identity: ids[`node-${node}`].identity,
+        peerKeys: peerKeysOf(ids),
+      },
       policies: [
         {
           metadata: { name: 'default', namespace: '*' },

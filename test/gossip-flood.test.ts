@@ -85,7 +85,7 @@ test('a flood over UDP is dropped unread (rate-limited), and a node that knows i
   try {
     const sealer = new Sealer({ sender: 'stranger', key: KEY, boot: Date.now() - 1000 });
     const { host, port } = parseHostPort(strict.address());
-    sock.send(sealer.seal(encodePayload({ deltas: [] }), Date.now()), port, host);
+    sock.send(sealer.seal(encodePayload({ deltas: [] }), Date.now(), strict.address()), port, host);
     const deadline = Date.now() + 3000;
     while (strict.stats().received.datagrams < 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
     assert.equal(strict.stats().dropped['unknown-source'], 1);

@@ -9,9 +9,11 @@ import { GossipNode } from '../agent/gossip/node.ts';
 import { peerPodScreen } from '../agent/cluster/peer-pods.ts';
 import type { PodEstimate } from '../agent/types.ts';
 import { startSim, type SimServer } from '../shared/sim/server.ts';
+import { gossipIdentities } from './helpers/gossip-keys.ts';
 import { freeUdpPort } from './helpers/process.ts';
 import { chatBody, MODEL, postJson, startStack, waitFor, type Stack } from './helpers/stack.ts';
 
+const ids = gossipIdentities('node-r');
 const KEY = 'test-gossip-key-peer-pods-0123456789';
 
 function estimate(node: string, name: string, address: string, over: Partial<PodEstimate> = {}): PodEstimate {
@@ -60,6 +62,8 @@ describe('gossiped pods must be pods the cluster knows', () => {
           interval: '50ms',
           ttl: '2s',
           peerPodCidrs: ['127.0.0.1/32'],
+          // The sender of the decoys is a compromised agent: trusted, for its own origin only.
+          peerKeys: [ids['node-r'].peerKey],
         },
         policies: [
           {
@@ -78,6 +82,7 @@ describe('gossiped pods must be pods the cluster knows', () => {
       bind: `127.0.0.1:${roguePort}`,
       peers: [`127.0.0.1:${agentPort}`],
       key: Buffer.from(KEY),
+      signer: ids['node-r'].signer,
       intervalMs: 50,
       ttlMs: 2000,
     });
@@ -164,6 +169,20 @@ describe('peer pod screening (pure)', () => {
     assert.deepEqual(reasons({ ...ok, queued: Number.NaN }), ['bad-estimate']);
     assert.deepEqual(reasons({ ...ok, running: 1e9 }), ['bad-estimate']);
     assert.deepEqual(reasons({ ...ok, kvCache: 3 }), ['bad-estimate']);
+    assert.deepEqual(reasons({ ...ok, kvCache: Number.POSITIVE_INFINITY }), ['bad-estimate']);
+  });
+  it('accepts a TGI pod whose KV use is not reported (NaN: unknown, not bad)', () => {
+    const tgi = estimate('node-b', 'vllm-0', '10.0.2.5:8000', { kvCache: Number.NaN });
+    assert.deepEqual(reasons({ ...tgi, pod: { ...tgi.pod, engine: 'tgi' } }), []);
+  });
+  it("never routes to an agent's own API address, whatever the rules allow", () => {
+    const apis = new Set(['10.0.2.5:8080']);
+    const cidrs = peerPodScreen({ kind: 'cidrs', cidrs: ['10.0.0.0/8'] }, apis);
+    assert.deepEqual(
+      cidrs([estimate('node-b', 'loop', '10.0.2.5:8080')]).rejected.map((r) => r.reason),
+      ['agent-address'],
+    );
+    assert.equal(cidrs([estimate('node-b', 'vllm-0', '10.0.2.5:8000')]).accepted.length, 1);
   });
   it('without rules nothing is routable (fail closed); CIDRs cover IPv4 and IPv6', () => {
     assert.deepEqual(

@@ -224,7 +224,7 @@ describe('gossip state', () => {
     const b = new GossipState({ nodeId: 'node-b', incarnation: EPOCH + 0.5 });
     a.localUpdate(podEstimates('node-a', 2, {}, EPOCH + 10.25), EPOCH + 10.25);
     const result = b.apply([writeDelta(a.self, 0, 1 << 16, EPOCH + 11.125)!.delta], EPOCH + 11.5);
-    assert.deepEqual(result, { dataChanged: true, advanced: 1, gaps: 0, rejected: 0 });
+    assert.deepEqual(result, { dataChanged: true, advanced: 1, gaps: 0, rejected: 0, untrusted: 0 });
     assert.equal(b.remoteEstimates(EPOCH + 12.75).length, 2);
   });
 

@@ -35,7 +35,7 @@ function origin(node: string, pods: number, incarnation = EPOCH): GossipProtocol
 }
 
 const sealedSize = (sender: string, payload: Uint8Array) =>
-  new Sealer({ sender, key: KEY, boot: EPOCH }).seal(payload, EPOCH + 5000).length;
+  new Sealer({ sender, key: KEY, boot: EPOCH }).seal(payload, EPOCH + 5000, '10.0.0.1:7946').length;
 
 /** The deltas a peer that knows nothing of `from` gets, one payload per datagram. */
 function fullStateFor(from: GossipProtocol, maxDatagramsPerReply?: number): PayloadWire[] {

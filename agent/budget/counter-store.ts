@@ -2,7 +2,7 @@
 // origin's counters, each origin the only writer of its own, merged by version (newer replaces,
 // never adds), and indexed by tenant + window + epoch so a budget check sums one small map.
 // Bounded: counters or origins that do not fit are dropped and counted. Pure: time comes in as `now`.
-import { BUDGET_WINDOWS, type BudgetLimit, type BudgetWindow } from './limits.ts';
+import { BUDGET_WINDOWS, WINDOW_MS, type BudgetLimit, type BudgetWindow } from './limits.ts';
 import { epochOf, epochsAt } from './epochs.ts';
 
 export interface CounterKey {
@@ -32,7 +32,18 @@ export interface CounterStoreOptions {
   maxCounters: number;
   /** Bound on origins held. */
   maxOrigins: number;
+  /**
+   * What one origin could have overflowed at most (tokens and requests a second): another
+   * origin's counter beyond that since its window began is a lie or a broken agent, and is
+   * dropped and counted (`implausible`), so one datagram cannot spend a tenant's whole budget.
+   */
+  maxRate?: { tokensPerSecond: number; requestsPerSecond: number };
 }
+
+/** Far above any one agent's overflow (a provider's whole account rarely reaches 10^6 tokens/s). */
+export const DEFAULT_MAX_RATE = { tokensPerSecond: 2_000_000, requestsPerSecond: 10_000 } as const;
+/** Clock skew between agents: a window seen from another agent may have begun this much earlier. */
+const WINDOW_SKEW_MS = 60_000;
 
 interface OriginState {
   version: number;
@@ -58,6 +69,8 @@ export class CounterStore {
   #counters = 0;
   /** Counters or origins dropped because a bound was reached, or malformed input. */
   dropped = 0;
+  /** Of those, counters beyond what their origin could have spent (see maxRate). */
+  implausible = 0;
   /** Grows on every change this replica takes (own or merged): a digest cached at one revision is still exact. */
   revision = 0;
   #versions: { revision: number; map: Map<string, number> } | undefined;
@@ -114,6 +127,11 @@ export class CounterStore {
         this.dropped++;
         continue;
       }
+      if (!this.#plausible(counter, now)) {
+        this.dropped++;
+        this.implausible++;
+        continue;
+      }
       const key = keyOf(counter);
       const held = state.counters.get(key);
       if (held && held.version >= counter.version) continue;
@@ -126,6 +144,21 @@ export class CounterStore {
       else this.#add(origin, state, key, { ...counter });
     }
     return true;
+  }
+
+  /** Within what one origin could have spent since the counter's window began (with skew to spare). */
+  #plausible(c: Counter, now: number): boolean {
+    const rate = this.#o.maxRate ?? DEFAULT_MAX_RATE;
+    const seconds = (Math.max(0, now - c.epoch * WINDOW_MS[c.window]) + WINDOW_SKEW_MS) / 1000;
+    return (
+      c.tokens + c.pendingTokens <= rate.tokensPerSecond * seconds &&
+      c.requests + c.pendingRequests <= rate.requestsPerSecond * seconds
+    );
+  }
+
+  /** Counters refused before they reached the store (their origin is no live, signed gossip origin). */
+  refuse(counters: number): void {
+    this.dropped += counters;
   }
 
   /** The origin is alive (a gossip heartbeat without budget news). */

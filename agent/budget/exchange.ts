@@ -54,6 +54,15 @@ interface Candidate {
   version: number;
 }
 
+/** Origins of one node held at once when the earlier ones are taken on the word of its live one. */
+const MAX_EARLIER_PER_NODE = 4;
+
+/** Whether a ledger origin (`node#incarnation`) is a gossip origin instance alive now. */
+function aliveOrigin(origin: string, alive: (node: string, incarnation: number) => boolean): boolean {
+  const cut = origin.lastIndexOf('#');
+  return cut > 0 && alive(origin.slice(0, cut), Number(origin.slice(cut + 1)));
+}
+
 export class BudgetExchange {
   readonly #o: BudgetExchangeOptions;
   readonly #ledger: BudgetLedger;
@@ -81,8 +90,10 @@ export class BudgetExchange {
    * their pending reservations keep counting however long they run), and ended windows dropped.
    * An origin is named `node#incarnation` after its agent's gossip origin (agent/agent.ts).
    */
-  round(agentsAlive: number, alive: (node: string, incarnation: number) => boolean = () => false): void {
+  round(agentsAlive: number, alive?: (node: string, incarnation: number) => boolean): void {
     this.agents = Math.max(1, agentsAlive);
+    this.#alive = alive;
+    if (!alive) return this.#ledger.prune();
     for (const origin of this.#ledger.versions().keys()) {
       const cut = origin.lastIndexOf('#');
       if (cut > 0 && alive(origin.slice(0, cut), Number(origin.slice(cut + 1)))) this.#ledger.heard(origin);
@@ -112,7 +123,18 @@ export class BudgetExchange {
   receive(bytes: Uint8Array, maxBytes: number): Uint8Array[] {
     this.#maxBytes = maxBytes;
     const message = decodeBudgetGossip(bytes, (id) => this.#byId().get(id));
-    for (const d of message.deltas) this.#ledger.merge(d.origin, d.from, d.to, d.counters);
+    for (const d of message.deltas) {
+      // Only an origin gossip holds (signed by its own agent) may have counters: made-up origins
+      // would otherwise fill the store and push out real agents' spending.
+      if (
+        this.#alive &&
+        !this.#ledger.versions().has(d.origin) &&
+        !aliveOrigin(d.origin, this.#alive) &&
+        !this.#earlierOfLive(d.origin, this.#alive)
+      )
+        this.#ledger.refuse(d.counters.length);
+      else this.#ledger.merge(d.origin, d.from, d.to, d.counters);
+    }
     if (!message.answer) return message.digest ? this.#answer(message.digest, message.syncing ?? false) : [];
     if (message.complete) this.#cover(message.shard ?? 0, message.shards ?? 0);
     if (!message.digest || message.digest.versions.size === 0) return [];
@@ -121,6 +143,30 @@ export class BudgetExchange {
     const candidates = this.#candidates((id) => wanted.has(id), wanted);
     return this.#pack(candidates, { answer: true, deltas: [] }).messages;
   }
+
+  /**
+   * An earlier incarnation of an agent whose current one is held and alive (ourselves included:
+   * gossip never holds our own old origin): its spend in this window still counts after a
+   * restart. At most a few per node, so made-up incarnations cannot fill the store.
+   */
+  #earlierOfLive(origin: string, alive: (node: string, incarnation: number) => boolean): boolean {
+    const cut = origin.lastIndexOf('#');
+    if (cut <= 0) return false;
+    const node = origin.slice(0, cut + 1);
+    const incarnation = Number(origin.slice(cut + 1));
+    let vouched = false;
+    let held = 0;
+    for (const o of this.#ledger.versions().keys()) {
+      if (!o.startsWith(node) || o.indexOf('#', node.length) >= 0) continue;
+      held++;
+      const later = Number(o.slice(node.length)) > incarnation;
+      if (later && (o === this.#ledger.origin || aliveOrigin(o, alive))) vouched = true;
+    }
+    return vouched && held < MAX_EARLIER_PER_NODE;
+  }
+
+  /** Which gossip origin instances are alive, as of the last round (absent: not riding on gossip). */
+  #alive: ((node: string, incarnation: number) => boolean) | undefined;
 
   /** The origins held by id (deltas after version 0 carry only the id), built once per ledger revision. */
   #byId(): ReadonlyMap<number, string> {

@@ -251,6 +251,11 @@ export class BudgetLedger {
     return this.#store.merge(origin, from, to, counters, this.#o.now());
   }
 
+  /** Counters of an origin gossip does not vouch for, dropped unread: counted with the rest. */
+  refuse(counters: number): void {
+    this.#store.refuse(counters);
+  }
+
   /** The origin is alive (a gossip heartbeat without budget news). */
   heard(origin: string): void {
     this.#store.heard(origin, this.#o.now());

@@ -12,7 +12,13 @@ import type { PodEstimate } from '../types.ts';
 import type { PeerPodRules } from './types.ts';
 
 export type PeerRejection =
-  'unknown-address' | 'wrong-namespace' | 'wrong-node' | 'outside-cidrs' | 'bad-estimate' | 'no-rules';
+  | 'unknown-address'
+  | 'wrong-namespace'
+  | 'wrong-node'
+  | 'outside-cidrs'
+  | 'bad-estimate'
+  | 'no-rules'
+  | 'agent-address';
 
 export interface ScreenedPeers<T> {
   accepted: T[];
@@ -22,16 +28,25 @@ export interface ScreenedPeers<T> {
 /** Bounds of a believable estimate (queue lengths in requests, predictor terms in ms). */
 export const ESTIMATE_BOUNDS = { maxQueue: 100_000, maxParamMs: 600_000 } as const;
 
-/** A compiled check for the rules (BlockList built once per snapshot, not per estimate). */
+/**
+ * A compiled check for the rules (BlockList built once per snapshot, not per estimate).
+ * `agentApis`: agents' own API addresses (host:port), never a pod: a request sent there would come
+ * back into an agent (a loop).
+ */
 export function peerPodScreen(
   rules: PeerPodRules | undefined,
+  agentApis: ReadonlySet<string> = new Set(),
 ): <T extends PodEstimate>(estimates: readonly T[]) => ScreenedPeers<T> {
   const blocks = rules?.kind === 'cidrs' ? cidrBlockList(rules.cidrs) : undefined;
   return <T extends PodEstimate>(estimates: readonly T[]) => {
     const out: ScreenedPeers<T> = { accepted: [], rejected: [] };
     for (const e of estimates) {
       const host = hostOf(e.pod.address);
-      const reason = !plausible(e) ? 'bad-estimate' : whyUnknown(rules, blocks, e, host);
+      const reason = !plausible(e)
+        ? 'bad-estimate'
+        : agentApis.has(e.pod.address)
+          ? 'agent-address'
+          : whyUnknown(rules, blocks, e, host);
       if (reason) out.rejected.push({ uid: e.pod.uid, origin: e.origin, address: e.pod.address, reason });
       else out.accepted.push(e);
     }
@@ -67,9 +82,8 @@ function plausible(e: PodEstimate): boolean {
     queue(e.queued) &&
     queue(e.queuedNow) &&
     queue(e.running) &&
-    Number.isFinite(e.kvCache) &&
-    e.kvCache >= 0 &&
-    e.kvCache <= 1 &&
+    // NaN: the engine does not report KV use (TGI); unknown, not bad.
+    (Number.isNaN(e.kvCache) || (e.kvCache >= 0 && e.kvCache <= 1)) &&
     ms(p.base) &&
     ms(p.perQueued) &&
     ms(p.perRunning) &&

@@ -93,6 +93,10 @@ export interface GossipSettings {
   networkCostMs: number;
   /** Our gossip address as peers list it (names our origin; checked against membership). */
   advertise?: string;
+  /** Our Ed25519 private key (PEM); absent: a fresh one per start. */
+  identity?: SecretRef;
+  /** Static mode: the peers' public keys, by node (agent/gossip/signatures.ts). */
+  peerKeys?: { node: string; key: string }[];
 }
 
 export interface AgentSettings {
@@ -207,6 +211,18 @@ function crossChecks(file: AgentConfigFile): string[] {
   const discovery = file.discovery ?? 'static';
   if (discovery === 'static' && !file.pods?.length) problems.push('pods: static discovery needs at least one pod');
   if (file.listen.gossip && !file.gossip) problems.push('gossip: listen.gossip is set, so gossip.key is required');
+  // Static mode has no API to vouch for an agent's key: peers' origins count only when signed by a listed key.
+  if (
+    discovery === 'static' &&
+    file.listen.gossip &&
+    file.gossip &&
+    file.peers?.length &&
+    !file.gossip.peerKeys?.length
+  )
+    problems.push("gossip.peerKeys: static mode with peers needs each peer node's agent public key");
+  for (const [i, { node, key }] of (file.gossip?.peerKeys ?? []).entries())
+    if (Buffer.from(key, 'base64').length !== 32)
+      problems.push(`gossip.peerKeys[${i}].key: ${node}: not a base64 Ed25519 public key`);
   problems.push(...providerListProblems(file.providers ?? [], 'providers'));
   for (const key of ['apiHeadersTimeout', 'apiKeepAliveTimeout'] as const) {
     const value = file.limits?.[key];
@@ -311,6 +327,8 @@ export function settingsFromObject(
             ttlMs: file.gossip.ttl ? parseDuration(file.gossip.ttl) : DEFAULT_TTL_MS,
             networkCostMs: parseDuration(file.gossip.networkCost ?? '2ms'),
             advertise: file.gossip.advertise ?? podGossipAddress(file),
+            ...(file.gossip.identity ? { identity: file.gossip.identity } : {}),
+            ...(file.gossip.peerKeys ? { peerKeys: file.gossip.peerKeys } : {}),
           }
         : undefined,
     tenantHeader: (file.tenantHeader ?? 'x-kinference-tenant').toLowerCase(),

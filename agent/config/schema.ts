@@ -137,6 +137,18 @@ const Gossip = Type.Object(
     networkCost: Type.Optional(DurationString),
     /** Static mode: address ranges a gossiped pod must lie in to be routable (default: the peers' own IPs). */
     peerPodCidrs: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { maxItems: 256 })),
+    /** This agent's Ed25519 private key (PEM, PKCS#8) that signs its origin; default: a fresh one per start. */
+    identity: Type.Optional(SecretRef),
+    /** Static mode: each peer node's agent public key (raw Ed25519, base64); only these sign origins. */
+    peerKeys: Type.Optional(
+      Type.Array(
+        Type.Object(
+          { node: Type.String({ minLength: 1, maxLength: 253 }), key: Type.String({ minLength: 1, maxLength: 64 }) },
+          { additionalProperties: false },
+        ),
+        { maxItems: 4096 },
+      ),
+    ),
   },
   { additionalProperties: false },
 );

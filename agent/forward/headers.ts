@@ -35,6 +35,25 @@ export function propagatedHeaders(client: HeaderReader, requestId: string): Reco
   return out;
 }
 
+/**
+ * How many agents a request has passed through, as each agent tells the next upstream. A request
+ * that comes back to an agent (a gossiped "pod" at another agent's API address) is caught by it.
+ */
+export const HOPS_HEADER = 'x-kinference-hops';
+
+/**
+ * A request that already passed through an agent may be forwarded once more (to the pod the
+ * first agent picked, through at most one agent in between); more than that is a loop.
+ */
+export const MAX_AGENT_HOPS = 1;
+
+/** The hop count a request arrived with: 0 from a client, undefined when not a small whole number. */
+export function hopsOf(client: HeaderReader): number | undefined {
+  const value = client.get(HOPS_HEADER);
+  if (value === null) return 0;
+  return /^[0-9]{1,3}$/.test(value.trim()) ? Number(value.trim()) : undefined;
+}
+
 export interface CredentialRule<Secret> {
   namespace?: string;
   /** NAME or NAMESPACE/NAME. */

@@ -4,6 +4,7 @@
 import { DigestPacker, emptyDigest, pushEntry, shardMembers, wholeFits } from './packing.ts';
 import type { OriginTable } from './origins.ts';
 import type { OriginRecord } from './records.ts';
+import { epochOf } from './signatures.ts';
 import type { DigestWire } from './wire.ts';
 
 /** The gossip timing a digest follows (GossipState's own settings). */
@@ -12,7 +13,16 @@ export interface DigestSettings {
   readonly hotMs: number;
   /** Bytes of a digest spent on a complete shard of the origins. */
   readonly shardBytes: number;
+  /**
+   * Origins are signed (signatures.ts): a version is adopted from a digest only within the epoch
+   * held, since a new epoch needs its stamp, which only a delta carries.
+   */
+  readonly signed: boolean;
 }
+
+/** Whether an unsigned claim may move `o` to `version` (without a stamp). */
+const adoptable = (o: OriginRecord, version: number, signed: boolean): boolean =>
+  !signed || epochOf(version) === epochOf(o.version);
 
 /** Someone needs `origin` from `since`. */
 export interface Send {
@@ -99,10 +109,10 @@ export function compareDigest(
     if (o === undefined) {
       if (!origins.isIgnored(id, theirs, now)) pushEntry(result.want, id, 0);
     } else if (o.version > theirs) {
-      if (!offers) offerTo(o, theirs, result);
+      if (!offers) offerTo(o, theirs, result, settings.signed);
     } else if (o.version < theirs && o !== origins.self) {
       const theirData = digest.dataLag.length ? theirs - digest.dataLag[i] : theirs;
-      if (o.version >= theirData) {
+      if (o.version >= theirData && adoptable(o, theirs, settings.signed)) {
         origins.advance(o, theirs, now, now, false);
         result.adopted++;
       } else {
@@ -138,18 +148,26 @@ export function compareDigest(
 }
 
 /** What to send for a peer's request (a `want` digest). */
-export function answerWant(origins: OriginTable, want: DigestWire): Comparison {
+export function answerWant(origins: OriginTable, want: DigestWire, signed = false): Comparison {
   const result = emptyComparison();
   for (let i = 0; i < want.origins.length; i++) {
     const o = origins.get(want.origins[i]);
-    if (o && o.version > want.versions[i]) offerTo(o, want.versions[i], result);
+    if (o && o.version > want.versions[i]) offerTo(o, want.versions[i], result, signed);
   }
   return result;
 }
 
-/** A peer at `theirs` needs o: a heartbeat entry when it lacks no data, else a delta. */
-function offerTo(o: OriginRecord, theirs: number, result: Comparison): void {
-  if (theirs > 0 && theirs >= o.dataVersion && theirs >= o.floor) {
+/**
+ * A peer at `theirs` needs o: a heartbeat entry when it lacks no data (and, signed, stays in its
+ * epoch), else a delta (with no pods when only the epoch moved: it carries the stamp).
+ */
+function offerTo(o: OriginRecord, theirs: number, result: Comparison, signed: boolean): void {
+  if (
+    theirs > 0 &&
+    theirs >= o.dataVersion &&
+    theirs >= o.floor &&
+    (!signed || epochOf(theirs) === epochOf(o.version))
+  ) {
     pushEntry(result.heartbeats, o.id, o.version, o.version - o.dataVersion);
   } else {
     result.sends.push({ origin: o, since: theirs });
@@ -157,13 +175,13 @@ function offerTo(o: OriginRecord, theirs: number, result: Comparison): void {
 }
 
 /** Adopts versions a peer says are heartbeats past data we already hold. */
-export function adoptHeartbeats(origins: OriginTable, heartbeats: DigestWire, now: number): number {
+export function adoptHeartbeats(origins: OriginTable, heartbeats: DigestWire, now: number, signed = false): number {
   let adopted = 0;
   for (let i = 0; i < heartbeats.origins.length; i++) {
     const o = origins.get(heartbeats.origins[i]);
     const theirs = heartbeats.versions[i];
     const theirData = theirs - (heartbeats.dataLag[i] ?? 0);
-    if (o && o !== origins.self && o.version < theirs && o.version >= theirData) {
+    if (o && o !== origins.self && o.version < theirs && o.version >= theirData && adoptable(o, theirs, signed)) {
       origins.advance(o, theirs, now, now, false);
       adopted++;
     }

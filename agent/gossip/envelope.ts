@@ -2,19 +2,20 @@
 //
 // A datagram is an Envelope whose last field is an HMAC-SHA256 tag over every byte before it.
 // The receiver checks, cheapest and least trusting first: size, tag (before parsing anything a
-// stranger wrote), clock, counter. Only then is the payload handed on.
+// stranger wrote), recipient, clock, counter. Only then is the payload handed on.
 import { createHmac, createSecretKey, timingSafeEqual, type KeyObject } from 'node:crypto';
 import { decodeEnvelopeBody, encodeEnvelopeBody, type EnvelopeWire } from './wire.ts';
 
 // The last two are decided before the envelope is read (source-gate.ts).
 export type DropReason =
-  'oversized' | 'malformed' | 'forged' | 'replayed' | 'stale' | 'unknown-source' | 'rate-limited';
+  'oversized' | 'malformed' | 'forged' | 'replayed' | 'stale' | 'misdirected' | 'unknown-source' | 'rate-limited';
 export const DROP_REASONS: readonly DropReason[] = [
   'oversized',
   'malformed',
   'forged',
   'replayed',
   'stale',
+  'misdirected',
   'unknown-source',
   'rate-limited',
 ];
@@ -42,7 +43,8 @@ export class Sealer {
     this.#key = createSecretKey(options.key);
   }
 
-  seal(payload: Uint8Array, now: number): Buffer {
+  /** `recipient`: the peer's gossip address as we send to it (it checks that it is the one meant). */
+  seal(payload: Uint8Array, now: number, recipient: string): Buffer {
     if (this.#seq === 0xffffffff) {
       // seq is a uint32 (years of datagrams): start a new epoch rather than wrap into replays.
       this.boot++;
@@ -54,6 +56,7 @@ export class Sealer {
       seq: ++this.#seq,
       sentAt: Math.round(now),
       payload,
+      recipient,
     };
     return sealEnvelope(envelope, this.#key);
   }
@@ -75,6 +78,12 @@ export interface OpenerOptions {
   maxClockSkewMs: number;
   /** Senders whose counters are remembered; the least recently heard is forgotten first. */
   maxSenders?: number;
+  /**
+   * The addresses peers send to us at (see setRecipients): a datagram naming another recipient
+   * is dropped as misdirected. Empty: we cannot name ourselves (bound to a wildcard, nothing
+   * advertised), and the check is skipped.
+   */
+  recipients?: readonly string[];
 }
 
 /**
@@ -85,10 +94,17 @@ export class Opener {
   #options: OpenerOptions;
   #key: KeyObject;
   #windows = new Map<string, ReplayWindow>();
+  #recipients: ReadonlySet<string>;
 
   constructor(options: OpenerOptions) {
     this.#options = options;
     this.#key = createSecretKey(options.key);
+    this.#recipients = new Set(options.recipients ?? []);
+  }
+
+  /** Our own gossip addresses, once known (a socket bound to port 0 learns its port late). */
+  setRecipients(recipients: readonly string[]): void {
+    this.#recipients = new Set(recipients.filter(Boolean));
   }
 
   open(datagram: Uint8Array, now: number): Opened {
@@ -109,6 +125,8 @@ export class Opener {
       return { ok: false, reason: 'malformed' };
     }
     if (!envelope.sender || envelope.boot <= 0 || envelope.seq <= 0) return { ok: false, reason: 'malformed' };
+    if (this.#recipients.size > 0 && !this.#recipients.has(envelope.recipient))
+      return { ok: false, reason: 'misdirected' };
     if (Math.abs(envelope.sentAt - now) > maxClockSkewMs) return { ok: false, reason: 'stale' };
     if (!this.#accept(envelope.sender, envelope.boot, envelope.seq, now)) return { ok: false, reason: 'replayed' };
     return { ok: true, sender: envelope.sender, payload: envelope.payload };

@@ -9,6 +9,7 @@ import { resolveSecret } from '../config/secrets.ts';
 import type { PodEstimate } from '../types.ts';
 import { registerGossipMetrics } from './metrics.ts';
 import { GossipNode, type GossipRider, type GossipStats } from './node.ts';
+import { ContinuityKeyring, OriginSigner, StaticKeyring, type Keyring } from './signatures.ts';
 
 /** Rounds without a datagram after which an agent with peers listed takes itself to be alone. */
 const SILENT_ROUNDS_ALONE = 15;
@@ -19,6 +20,8 @@ const MAX_COUNTED_REJECTIONS = 10_000;
 export interface GossipLinkDeps {
   node: string;
   settings: GossipSettings;
+  /** Static: only the configured peer keys sign origins; Kubernetes: see ContinuityKeyring. */
+  discovery: 'static' | 'kubernetes';
   peers: readonly string[];
   now: () => number;
   rand: () => number;
@@ -37,17 +40,30 @@ export interface GossipLinkDeps {
 /** The agent's gossip link from its settings, or none when gossip is off; peers come from discovery. */
 export function gossipFor(
   settings: AgentSettings,
-  deps: Omit<GossipLinkDeps, 'node' | 'settings' | 'peers'>,
+  deps: Omit<GossipLinkDeps, 'node' | 'settings' | 'peers' | 'discovery'>,
 ): GossipLink | undefined {
   return settings.gossip
-    ? new GossipLink({ node: settings.node, settings: settings.gossip, peers: [], ...deps })
+    ? new GossipLink({
+        node: settings.node,
+        settings: settings.gossip,
+        discovery: settings.discovery,
+        peers: [],
+        ...deps,
+      })
     : undefined;
+}
+
+function keyringFor(discovery: 'static' | 'kubernetes', settings: GossipSettings): Keyring {
+  return discovery === 'static' ? new StaticKeyring(settings.peerKeys ?? []) : new ContinuityKeyring();
 }
 
 export class GossipLink {
   readonly #deps: GossipLinkDeps;
   readonly #node: GossipNode;
   #startedAt = 0;
+  #rules: PeerPodRules | undefined;
+  /** Agents' own API addresses (ours, once listening): never routable pods. */
+  readonly #agentApis = new Set<string>();
   #screen = peerPodScreen(undefined);
   #rejected: ScreenedPeers<PodEstimate>['rejected'] = [];
   readonly #counted = new Set<string>();
@@ -69,6 +85,8 @@ export class GossipLink {
       rand: deps.rand,
       incarnation: deps.incarnation,
       rider: deps.rider,
+      signer: new OriginSigner(settings.identity ? resolveSecret(settings.identity) : undefined),
+      keyring: keyringFor(deps.discovery, settings),
     });
     this.#node.onChange(() => this.#screenPeers());
     registerGossipMetrics(deps.registry, this.#node);
@@ -92,7 +110,15 @@ export class GossipLink {
 
   /** New rules from discovery: screen what we hold again. */
   setPeerPodRules(rules: PeerPodRules | undefined): void {
-    this.#screen = peerPodScreen(rules);
+    this.#rules = rules;
+    this.#screen = peerPodScreen(rules, this.#agentApis);
+    this.#screenPeers();
+  }
+
+  /** Our API's address(es) as others reach it: a gossiped pod there is a loop, never a candidate. */
+  addAgentApi(...addresses: string[]): void {
+    for (const a of addresses) this.#agentApis.add(a);
+    this.#screen = peerPodScreen(this.#rules, this.#agentApis);
     this.#screenPeers();
   }
 

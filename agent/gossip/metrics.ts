@@ -34,7 +34,7 @@ export function registerGossipMetrics(registry: Registry, source: { stats(): Gos
   );
   totals(
     'kinference_gossip_dropped_total',
-    'Gossip datagrams dropped, by reason (forged, replayed, stale, oversized, malformed; unknown-source and rate-limited before the HMAC).',
+    'Gossip datagrams dropped, by reason (forged, replayed, stale, misdirected, oversized, malformed; unknown-source and rate-limited before the HMAC).',
     ['reason'],
     (s) => DROP_REASONS.map((reason) => [{ reason }, s.dropped[reason]]),
   );
@@ -43,6 +43,12 @@ export function registerGossipMetrics(registry: Registry, source: { stats(): Gos
     'Deltas that did not follow on from the version held (a datagram before them was lost).',
     [],
     (s) => [[{}, s.gaps]],
+  );
+  totals(
+    'kinference_gossip_untrusted_total',
+    'Origin state refused: not signed by a key trusted for its node (an impostor), or a signature that did not verify.',
+    [],
+    (s) => [[{}, s.untrusted]],
   );
   totals('kinference_gossip_origins_expired_total', 'Origins dropped after their TTL without advancing.', [], (s) => [
     [{}, s.expired],

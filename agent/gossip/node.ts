@@ -6,6 +6,7 @@ import type { ClockAndRandom, PodEstimate } from '../types.ts';
 import { DROP_REASONS, Opener, Sealer, type DropReason } from './envelope.ts';
 import { GossipProtocol, type Outgoing } from './protocol.ts';
 import { FailureDetector, type ProbeOptions, type ProbeStep } from './probe.ts';
+import type { Keyring, OriginSigner } from './signatures.ts';
 import { SourceGate } from './source-gate.ts';
 import type { RemoteEstimate } from './state.ts';
 import { decodePayload, encodePayload, envelopeOverhead } from './wire.ts';
@@ -42,6 +43,10 @@ export interface GossipNodeOptions extends ClockAndRandom {
   rider?: GossipRider;
   /** Failure detection of peer agents (agent/gossip/probe.ts); default DEFAULT_PROBE. */
   probe?: Partial<ProbeOptions>;
+  /** Signs our origin with this agent's own key (agent/gossip/signatures.ts). */
+  signer?: OriginSigner;
+  /** With one, other origins are accepted only when signed by a key it trusts for their node. */
+  keyring?: Keyring;
 }
 
 /**
@@ -70,6 +75,8 @@ export interface GossipStats {
   /** Deltas that arrived after a lost datagram, refused deltas, origins aged out. */
   gaps: number;
   rejected: number;
+  /** Origin state refused: not signed by a key trusted for its node, or the signature did not verify. */
+  untrusted: number;
   expired: number;
   originsKnown: number;
   origins: { origin: string; agent: string; pods: number; version: number; ageMs: number }[];
@@ -146,6 +153,8 @@ export class GossipNode {
       maxPayload: maxDatagram - envelopeOverhead(longestSender, boot),
       maxDatagramsPerReply: options.maxDatagramsPerReply,
       groupBytes: Math.max(200, maxDatagram - 400),
+      signer: options.signer,
+      keyring: options.keyring,
     });
     this.#opener = new Opener({ key: options.key, maxDatagram, maxClockSkewMs: options.maxClockSkewMs ?? 30_000 });
     this.#gate = new SourceGate({
@@ -173,6 +182,8 @@ export class GossipNode {
     const wildcard = bound.address === '0.0.0.0' || bound.address === '::';
     const agent = this.#options.advertise ?? (wildcard ? '' : this.#self);
     this.#protocol.state.setAgent(agent);
+    // Peers send to the address they list us at: the advertised one, else the bound one.
+    this.#opener.setRecipients(wildcard ? [agent] : [agent, this.#self]);
     // Replay windows are per sender: each agent its own, so two agents on one node (a rollout's
     // surge) do not take each other's datagrams for replays.
     this.#sealer = new Sealer({ sender: agent || this.nodeId, key: this.#key, boot: this.#boot });
@@ -277,6 +288,7 @@ export class GossipNode {
       dropped: { ...this.#dropped },
       gaps: counters.gaps,
       rejected: counters.rejected,
+      untrusted: counters.untrusted,
       expired: counters.expired,
       originsKnown: origins.length,
       origins,
@@ -354,7 +366,7 @@ export class GossipNode {
     if (!socket || !sealer) return;
     const now = this.#now();
     for (const o of out) {
-      const datagram = sealer.seal(o.payload, now);
+      const datagram = sealer.seal(o.payload, now, o.to);
       const { host, port } = parseHostPort(o.to);
       this.#sent.datagrams++;
       this.#sent.bytes += datagram.length;

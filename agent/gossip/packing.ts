@@ -126,6 +126,9 @@ export function writeDelta(
     continuesFull: continuesFull && !full,
     pods: [],
     agent: full ? origin.agent : '',
+    // A signing origin's stamp goes with every delta, relayed as the origin made it.
+    ...(full && origin.keyRaw ? { key: origin.keyRaw } : {}),
+    ...(origin.stamp ? { stamp: origin.stamp } : {}),
   };
   const headerSize = deltaHeaderSize(header);
   const entries = from >= origin.dataVersion ? [] : [...origin.pods.values()].filter((r) => r.entry.version > from);
@@ -152,6 +155,8 @@ export function writeDelta(
   }
   if (entries.length > 0 && included === 0) return undefined;
   const done = included === entries.length;
+  // A signed origin verifies only as a whole version: a part would be refused.
+  if (!done && origin.stamp) return undefined;
   if (!done) header.to = entries[included - 1].entry.version;
   for (const r of entries.slice(0, included)) header.pods.push({ ...r.entry, info: withInfo(r) ? r.info : undefined });
   const body = deltaHeaderSize(header) + entriesBytes;

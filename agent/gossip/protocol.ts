@@ -40,6 +40,8 @@ export interface ProtocolCounters {
   rejected: number;
   /** Origins dropped after their TTL. */
   expired: number;
+  /** Deltas refused: not signed by a key trusted for their origin's node, or not verifying. */
+  untrusted: number;
 }
 
 export class GossipProtocol {
@@ -47,7 +49,7 @@ export class GossipProtocol {
   readonly fanout: number;
   readonly maxPayload: number;
   readonly maxDatagramsPerReply: number;
-  readonly counters: ProtocolCounters = { gaps: 0, rejected: 0, expired: 0 };
+  readonly counters: ProtocolCounters = { gaps: 0, rejected: 0, expired: 0, untrusted: 0 };
   #peers: string[] = [];
   #pending: readonly PodEstimate[] | undefined;
   #cursor = 0;
@@ -93,6 +95,7 @@ export class GossipProtocol {
       const applied = this.state.apply(payload.deltas, now);
       this.counters.gaps += applied.gaps;
       this.counters.rejected += applied.rejected;
+      this.counters.untrusted += applied.untrusted;
       dataChanged = applied.dataChanged;
       advanced += applied.advanced;
     }

@@ -1,5 +1,6 @@
 // What the gossip state holds per origin and per pod, and the conversions between the router's
 // PodEstimate and the wire's pod entry. Pure functions of data.
+import type { KeyObject } from 'node:crypto';
 import type { Pod, PodEstimate } from '../types.ts';
 import { engineCode, engineName, entrySize, infoFieldSize, type PodEntryWire, type PodInfoWire } from './wire.ts';
 
@@ -48,6 +49,11 @@ export interface OriginRecord {
   pods: Map<number, PodRecord>;
   /** No longer held (expired or replaced); references to it are stale. */
   gone: boolean;
+  /** A signing origin's Ed25519 public key: raw (as sent) and imported (to verify). */
+  keyRaw?: Uint8Array;
+  key?: KeyObject;
+  /** The origin's signature over its state in the epoch of `version` (agent/gossip/signatures.ts). */
+  stamp?: Uint8Array;
 }
 
 export function newOrigin(id: number, node: string, agent: string, incarnation: number, now: number): OriginRecord {

@@ -16,6 +16,17 @@ import type { PodEstimate } from '../types.ts';
 import { adoptHeartbeats, answerWant, buildDigest, compareDigest, type Comparison } from './compare.ts';
 import { OriginTable } from './origins.ts';
 import {
+  EPOCH_BEATS,
+  epochOf,
+  nextEpochStart,
+  publicKeyFromRaw,
+  stampMessage,
+  stateHash,
+  verifyStamp,
+  type Keyring,
+  type OriginSigner,
+} from './signatures.ts';
+import {
   entryOf,
   estimateOf,
   infoOf,
@@ -59,9 +70,19 @@ export interface GossipStateOptions {
   maxOrigins?: number;
   maxPodsPerOrigin?: number;
   maxTombstonesPerOrigin?: number;
+  /** Signs our origin (signatures.ts); without one our origin goes unsigned. */
+  signer?: OriginSigner;
+  /** Decides whose keys speak for which node; with one, only signed origins are accepted. */
+  keyring?: Keyring;
+  /** Origins one signing key may hold at once (an agent and its restarts or a surge's second agent). */
+  maxOriginsPerKey?: number;
+  /** Checks a stamp (default verifyStamp); the simulation counts and shares its verdicts. */
+  verify?: typeof verifyStamp;
 }
 
 export type RemoteEstimate = PodEstimate & { ageMs: number };
+
+type Outcome = 'data' | 'advanced' | 'stale' | 'rejected' | 'untrusted' | 'gap';
 
 export interface ApplyResult {
   /** Pods appeared, changed or went. */
@@ -72,6 +93,8 @@ export interface ApplyResult {
   gaps: number;
   /** Deltas refused: for our own origin, an id that does not match its node, over a limit. */
   rejected: number;
+  /** Deltas refused because their origin's signature did not verify, or its key is not trusted. */
+  untrusted: number;
 }
 
 export class GossipState {
@@ -89,6 +112,12 @@ export class GossipState {
   readonly maxOrigins: number;
   readonly maxPodsPerOrigin: number;
   readonly maxTombstonesPerOrigin: number;
+  readonly maxOriginsPerKey: number;
+  /** Remote origins must be signed (a keyring was given). */
+  readonly signed: boolean;
+  readonly #signer: OriginSigner | undefined;
+  readonly #keyring: Keyring | undefined;
+  readonly #verify: typeof verifyStamp;
 
   readonly self: OriginRecord;
   readonly #origins: OriginTable;
@@ -114,8 +143,17 @@ export class GossipState {
     this.maxOrigins = options.maxOrigins ?? 4096;
     this.maxPodsPerOrigin = options.maxPodsPerOrigin ?? 256;
     this.maxTombstonesPerOrigin = options.maxTombstonesPerOrigin ?? 64;
+    this.maxOriginsPerKey = options.maxOriginsPerKey ?? 4;
+    this.#signer = options.signer;
+    this.#keyring = options.keyring;
+    this.#verify = options.verify ?? verifyStamp;
+    this.signed = options.keyring !== undefined;
     const id = originId(this.nodeId, this.incarnation);
     this.self = newOrigin(id, this.nodeId, options.agent ?? '', this.incarnation, options.incarnation);
+    if (this.#signer) {
+      this.self.keyRaw = this.#signer.publicKey;
+      this.#sign();
+    }
     this.#lastBump = options.incarnation;
     this.#origins = new OriginTable(this.self, this.ttlMs, this.riskMs);
   }
@@ -159,13 +197,14 @@ export class GossipState {
     }
     if (changes.length === 0) return false;
 
-    let version = self.version + 1;
+    // Signed, every change opens a new epoch, in one version: only a whole version verifies.
+    let version = this.#signer ? nextEpochStart(self.version) : self.version + 1;
     let groupUsed = 0;
     for (const c of changes) {
       c.entry.version = version;
       // A full state carries every identity, so size groups as if this one did.
       const bytes = fieldSize(entrySize(c.entry) + (c.info ? infoFieldSize(c.info) : 0));
-      if (groupUsed > 0 && groupUsed + bytes > this.groupBytes) {
+      if (!this.#signer && groupUsed > 0 && groupUsed + bytes > this.groupBytes) {
         c.entry.version = ++version;
         groupUsed = 0;
       }
@@ -177,12 +216,21 @@ export class GossipState {
     self.lastAdvance = self.lastData = this.#lastBump = now;
     this.#origins.noteData(self, now);
     this.#evictTombstones(self);
+    this.#sign();
     return true;
+  }
+
+  /** Signs our state in the epoch of our version (when we sign at all). */
+  #sign(): void {
+    if (!this.#signer) return;
+    const self = this.self;
+    self.stamp = this.#signer.sign(stampMessage(self, self.version, stateHash(self.pods)));
   }
 
   /** Our gossip address, once known (a socket bound to port 0 learns it late); before any full state leaves. */
   setAgent(agent: string): void {
     this.#origins.setAgent(this.self, agent);
+    this.#sign(); // the stamp names the agent
   }
 
   /** The gossip addresses of the agents the cluster lists as live; true when what is readable changed. */
@@ -195,6 +243,7 @@ export class GossipState {
     if (now - this.#lastBump < this.heartbeatMs) return false;
     this.self.version++;
     this.self.lastAdvance = this.#lastBump = now;
+    if (this.#signer && this.self.version % EPOCH_BEATS === 0) this.#sign(); // a new epoch: a new stamp
     return true;
   }
 
@@ -228,24 +277,25 @@ export class GossipState {
 
   /** What to send for a peer's request (a `want` digest). */
   answer(want: DigestWire): Comparison {
-    return answerWant(this.#origins, want);
+    return answerWant(this.#origins, want, this.signed);
   }
 
   /** Adopts versions a peer says are heartbeats past data we already hold. */
   adoptHeartbeats(heartbeats: DigestWire, now: number): number {
-    return adoptHeartbeats(this.#origins, heartbeats, now);
+    return adoptHeartbeats(this.#origins, heartbeats, now, this.signed);
   }
 
   // --- deltas ---------------------------------------------------------------------------------
 
   /** Applies deltas; each either applies whole and leaves its origin at exactly `to`, or not at all. */
   apply(deltas: readonly OriginDeltaWire[], now: number): ApplyResult {
-    const result: ApplyResult = { dataChanged: false, advanced: 0, gaps: 0, rejected: 0 };
+    const result: ApplyResult = { dataChanged: false, advanced: 0, gaps: 0, rejected: 0, untrusted: 0 };
     for (const d of deltas) {
       if (d.ageMs >= this.ttlMs) continue; // news of an origin that is already silent too long
       const outcome = d.from === 0 ? this.#applyFull(d, now) : this.#applyIncrement(d, now);
       if (outcome === 'gap') result.gaps++;
       else if (outcome === 'rejected') result.rejected++;
+      else if (outcome === 'untrusted') result.untrusted++;
       else if (outcome !== 'stale') {
         result.advanced++;
         if (outcome === 'data') result.dataChanged = true;
@@ -254,7 +304,7 @@ export class GossipState {
     return result;
   }
 
-  #applyFull(d: OriginDeltaWire, now: number): 'data' | 'advanced' | 'stale' | 'rejected' | 'gap' {
+  #applyFull(d: OriginDeltaWire, now: number): Outcome {
     if (d.origin !== originId(d.node, d.incarnation)) return 'rejected';
     if (d.node === this.nodeId && d.agent === this.self.agent) {
       // Our own previous incarnation, still held by peers: nobody else writes our pods.
@@ -265,22 +315,30 @@ export class GossipState {
     // Another agent on our node (a rollout's surge) is held and relayed like any origin; the pool
     // never reads our node's pods from gossip.
     let o = this.#origins.byAgent(d.node, d.agent);
+    if (o && o.id !== d.origin && o.incarnation > d.incarnation) {
+      this.#origins.ignore(d.origin, Infinity, now);
+      return 'stale';
+    }
+    if (o && o.id === d.origin && o.version >= d.to) return 'stale';
+    const pods = this.#fullPods(d);
+    if (pods === undefined) return 'rejected';
+    // Checked before anything held is replaced: an impostor's state replaces nothing.
+    const key = this.signed ? this.#trustedKey(d, pods, o) : undefined;
+    if (this.signed && key === undefined) return 'untrusted';
     if (o && o.id !== d.origin) {
-      if (o.incarnation > d.incarnation) {
-        this.#origins.ignore(d.origin, Infinity, now);
-        return 'stale';
-      }
       this.#origins.remove(o);
       this.#origins.ignore(o.id, Infinity, now);
       o = undefined;
     }
-    if (o && o.version >= d.to) return 'stale';
-    const pods = this.#fullPods(d);
-    if (pods === undefined) return 'rejected';
     if (o === undefined) {
       if (this.#origins.size >= this.maxOrigins) return 'rejected';
       o = newOrigin(d.origin, d.node, d.agent, d.incarnation, now - d.ageMs);
       this.#origins.add(o);
+    }
+    if (key) {
+      o.key = key;
+      o.keyRaw = d.key;
+      o.stamp = d.stamp;
     }
     o.pods = pods;
     o.floor = d.floor;
@@ -290,6 +348,24 @@ export class GossipState {
     this.#origins.advance(o, d.to, now - d.ageMs, now, true);
     o.dataVersion = Math.min(d.to, newest);
     return 'data';
+  }
+
+  /**
+   * The origin's key, when the keyring trusts it for the node, its stamp verifies over `pods`, and
+   * the key does not already hold its share of origins (`replacing` aside).
+   */
+  #trustedKey(d: OriginDeltaWire, pods: Map<number, PodRecord>, replacing: OriginRecord | undefined) {
+    const current = this.#origins.byAgent(d.node, d.agent);
+    const held = current && current.membership !== 'left' ? current.keyRaw : undefined;
+    if (!d.key || !d.stamp || !this.#keyring!.trusts(d.node, d.agent, d.key, held)) return undefined;
+    const key = publicKeyFromRaw(d.key);
+    if (!key) return undefined;
+    const subject = { id: d.origin, node: d.node, agent: d.agent, incarnation: d.incarnation };
+    if (!this.#verify(key, stampMessage(subject, d.to, stateHash(pods)), d.stamp)) return undefined;
+    let sameKey = 0;
+    for (const o of this.#origins.values())
+      if (o !== replacing && o.id !== d.origin && o.keyRaw && Buffer.compare(o.keyRaw, d.key) === 0) sameKey++;
+    return sameKey < this.maxOriginsPerKey ? key : undefined;
   }
 
   #fullPods(d: OriginDeltaWire): Map<number, PodRecord> | undefined {
@@ -304,7 +380,7 @@ export class GossipState {
     return pods;
   }
 
-  #applyIncrement(d: OriginDeltaWire, now: number): 'data' | 'advanced' | 'stale' | 'rejected' | 'gap' {
+  #applyIncrement(d: OriginDeltaWire, now: number): Outcome {
     const o = this.#origins.get(d.origin);
     if (o === undefined) return 'gap';
     if (o === this.self) return 'rejected';
@@ -323,6 +399,19 @@ export class GossipState {
       live += (e.removed ? 0 : 1) - (held && !held.entry.removed ? 1 : 0);
     }
     if (live > this.maxPodsPerOrigin) return 'rejected';
+    if (this.signed) {
+      // Within the epoch held: heartbeats, which change no pod. A new epoch: its stamp must verify
+      // over the pods we would then hold.
+      if (epochOf(d.to) === epochOf(o.version)) {
+        if (fresh.length > 0) return 'untrusted';
+      } else {
+        const next = new Map(o.pods);
+        for (const e of fresh) next.set(e.slot, this.#recordFor(e, next.get(e.slot)));
+        if (!o.key || !d.stamp || !this.#verify(o.key, stampMessage(o, d.to, stateHash(next)), d.stamp))
+          return 'untrusted';
+        o.stamp = d.stamp;
+      }
+    }
     for (const e of fresh) {
       o.pods.set(e.slot, this.#recordFor(e, o.pods.get(e.slot)));
       o.dataVersion = Math.max(o.dataVersion, e.version);

@@ -66,6 +66,10 @@ export interface OriginDeltaWire {
   pods: PodEntryWire[];
   /** Only when from = 0: the origin agent's gossip address ('' when it does not know it). */
   agent: string;
+  /** Only when from = 0, from a signing origin: its raw Ed25519 public key. */
+  key?: Uint8Array;
+  /** The origin's signature over its state at `to` (agent/gossip/signatures.ts). */
+  stamp?: Uint8Array;
 }
 
 export interface DigestWire {
@@ -96,6 +100,8 @@ export interface EnvelopeWire {
   seq: number;
   sentAt: number;
   payload: Uint8Array;
+  /** The gossip address the datagram was sent to. */
+  recipient: string;
 }
 
 /** What a peer may send; anything beyond is a malformed datagram (bounded memory per estimate). */
@@ -246,6 +252,8 @@ function decodeDelta(m: Decoded): OriginDeltaWire {
     continuesFull: (m.continuesFull as boolean | undefined) ?? false,
     pods: pods.map(decodeEntry),
     agent: str(m.agent, 'agent'),
+    ...optionalBytes('key', m.key, 32),
+    ...optionalBytes('stamp', m.stamp, 64),
   };
   if (delta.from === 0 && !delta.node) throw new WireError('a delta from version 0 must name its node');
   if (delta.from >= delta.to) throw new WireError('a delta must end after it starts');
@@ -257,6 +265,13 @@ function decodeDelta(m: Decoded): OriginDeltaWire {
     last = p.version;
   }
   return delta;
+}
+
+function optionalBytes(name: 'key' | 'stamp', v: unknown, length: number): { key?: Uint8Array; stamp?: Uint8Array } {
+  const bytes = v as Uint8Array | undefined;
+  if (!bytes?.length) return {};
+  if (bytes.length !== length) throw new WireError(`a ${name} has ${length} bytes`);
+  return { [name]: bytes };
 }
 
 function decodeDigest(m: Decoded | undefined): DigestWire | undefined {
@@ -307,6 +322,7 @@ export function decodeEnvelopeBody(bytes: Uint8Array): EnvelopeWire {
     seq: num(m.seq),
     sentAt: num(m.sentAt),
     payload: (m.payload as Uint8Array | undefined) ?? new Uint8Array(0),
+    recipient: str(m.recipient, 'recipient'),
   };
 }
 
@@ -358,7 +374,9 @@ export function deltaHeaderSize(d: Omit<OriginDeltaWire, 'pods'>): number {
     scalar(d.incarnation) +
     scalar(d.floor) +
     (d.continuesFull ? 2 : 0) +
-    stringSize(d.agent)
+    stringSize(d.agent) +
+    (d.key?.length ? 2 + bytesField(d.key.length) - 1 : 0) +
+    (d.stamp?.length ? 2 + bytesField(d.stamp.length) - 1 : 0)
   );
 }
 
@@ -381,11 +399,15 @@ export function digestSize(d: DigestWire): number {
   );
 }
 
+/** The longest `host:port` a recipient can be (a bracketed IPv6 literal and a port). */
+const MAX_ADDRESS_BYTES = 47;
+
 /** Envelope bytes around a payload of up to 16 KiB, at the largest the counters can grow to. */
 export function envelopeOverhead(sender: string, boot: number): number {
   const seq = 6; // uint32 varint
   const sentAt = 9; // uint64 varint up to 2^56 ms
   const payloadPrefix = 3; // tag + 2-byte length
   const tag = 34; // tag + length + 32-byte HMAC
-  return stringSize(sender) + scalar(boot) + seq + sentAt + payloadPrefix + tag;
+  const recipient = 3 + MAX_ADDRESS_BYTES; // field 30: a two-byte tag and a length
+  return stringSize(sender) + scalar(boot) + seq + sentAt + payloadPrefix + recipient + tag;
 }

@@ -3,7 +3,7 @@
 // then the answer is written straight to the socket.
 import type { ApiResponse } from './exchange.ts';
 import { describeUnexpected } from '../../shared/describe-error.ts';
-import { propagatedHeaders, requestIdFor } from '../forward/headers.ts';
+import { HOPS_HEADER, hopsOf, MAX_AGENT_HOPS, propagatedHeaders, requestIdFor } from '../forward/headers.ts';
 import { BoundedLabel } from './metrics.ts';
 import { RequestError } from './request.ts';
 import { logLine, type RequestRecord } from './evidence.ts';
@@ -14,6 +14,13 @@ import type { RequestContext, RequestPathDeps } from './path-deps.ts';
 type RecorderDeps = Pick<RequestPathDeps, 'metrics' | 'now' | 'rand' | 'log' | 'newRequestId' | 'requestLog'>;
 
 const DRAIN_END = 'the agent is shutting down and its drain deadline passed; the answer is incomplete';
+
+/** A request that has passed through agents too often (or says so in a header we cannot read). */
+function loopAnswer(hops: number | undefined): Answer {
+  return hops === undefined
+    ? errorAnswer(400, `${HOPS_HEADER} must be a small whole number`, { param: HOPS_HEADER, code: 'invalid_header' })
+    : errorAnswer(508, `request loop: it has already passed through ${hops} agents`, { code: 'loop_detected' });
+}
 
 export class RequestRecorder {
   readonly #deps: RecorderDeps;
@@ -75,9 +82,12 @@ export class RequestRecorder {
     // Formatted only for a sampled log line: an ISO date per request is a measurable share of it.
     const startedAt = Date.now();
     const requestId = requestIdFor(req.headers.get('x-request-id'), this.#takeId);
+    const hops = hopsOf(req.headers);
+    const upstreamHeaders = propagatedHeaders(req.headers, requestId);
+    upstreamHeaders[HOPS_HEADER] = String((hops ?? 0) + 1);
     const ctx: RequestContext = {
       started,
-      upstreamHeaders: propagatedHeaders(req.headers, requestId),
+      upstreamHeaders,
       record: {
         time: '',
         requestId,
@@ -94,7 +104,7 @@ export class RequestRecorder {
     metrics.inFlight.inc();
     let answer: Answer;
     try {
-      answer = await serve(ctx);
+      answer = hops === undefined || hops > MAX_AGENT_HOPS ? loopAnswer(hops) : await serve(ctx);
     } catch (error) {
       if (error instanceof RequestError) {
         answer = errorAnswer(error.status, error.message, { param: error.param, code: error.code });

@@ -8,6 +8,7 @@
 // Prints `peers <json list of host:port>` once every node listens; runs until killed.
 import { parseArgs } from 'node:util';
 import { GossipNode } from '../../agent/gossip/node.ts';
+import { benchPeerSigner } from './launch.ts';
 import { mulberry32 } from '../../shared/sim/random.ts';
 import type { PodEstimate } from '../../agent/types.ts';
 
@@ -59,7 +60,15 @@ function estimatesOf(node: string, base: number): PodEstimate[] {
 const peers = await Promise.all(
   Array.from({ length: nodes }, async (_, k) => {
     const host = `127.0.1.${k + 1}`;
-    const node = new GossipNode({ nodeId: `peer-${k}`, bind: `${host}:0`, peers: [], key, intervalMs, ttlMs });
+    const node = new GossipNode({
+      nodeId: `peer-${k}`,
+      bind: `${host}:0`,
+      peers: [],
+      key,
+      intervalMs,
+      ttlMs,
+      signer: benchPeerSigner(k),
+    });
     await node.start();
     return { node, estimates: estimatesOf(`peer-${k}`, k * podsPerNode) };
   }),
