@@ -107,8 +107,11 @@ export class AdmissionThreshold {
       this.#lastMove = 'tightened';
       return;
     }
-    // Loosen faster the less of the window's budget is spent, never faster than unspentBoost×.
-    const unspent = Math.min(1, Math.max(0, this.#budgetLeft(now)));
+    // Loosen faster the further the window's misses are below the aim (not the target: boosted
+    // up to the target, the loop would settle there and spend its safety margin), at most unspentBoost×.
+    const window = this.#window(now);
+    const missed = window.measured - window.within;
+    const unspent = window.measured ? Math.min(1, Math.max(0, 1 - missed / (window.measured * aim))) : 1;
     const boost = 1 + (this.options.unspentBoost - 1) * unspent;
     const step = ((this.options.tightenStep * aim) / (1 - aim)) * boost;
     const before = this.#logMiss;
