@@ -22,6 +22,8 @@ export interface ThresholdOptions {
   safetyMargin: number;
   /** Lowest quantile a request may be admitted on (a request likelier to miss than this never is). */
   minQuantile: number;
+  /** And the miss chance a request may carry is at most (1 - target) times this (5: p95 at a 99% target). */
+  minQuantileBudgetFactor: number;
   /** Highest: the miss chance never goes below (1 - target) times this. */
   maxQuantileBudgetFactor: number;
   /** How much one miss tightens log(1 - quantile). */
@@ -36,6 +38,7 @@ export interface ThresholdOptions {
 export const DEFAULT_THRESHOLD: ThresholdOptions = {
   safetyMargin: 0.3,
   minQuantile: 0.5,
+  minQuantileBudgetFactor: 5,
   maxQuantileBudgetFactor: 0.1,
   tightenStep: 0.25,
   unspentBoost: 4,
@@ -78,7 +81,10 @@ export class AdmissionThreshold {
     this.target = target;
     const budget = 1 - target;
     this.#minLogMiss = Math.log(budget * this.options.maxQuantileBudgetFactor);
-    this.#maxLogMiss = Math.log(1 - this.options.minQuantile);
+    this.#maxLogMiss = Math.min(
+      Math.log(1 - this.options.minQuantile),
+      Math.log(budget * this.options.minQuantileBudgetFactor),
+    );
     this.#logMiss = this.#bounded(Math.log(1 - startQuantile));
     const n = Math.max(1, Math.ceil(this.options.windowMs / this.options.bucketMs));
     this.#measured = new Float64Array(n);
@@ -213,6 +219,10 @@ export class AdmissionThresholds {
 
   observe(policy: string, target: number, now: number, within: boolean): void {
     this.for(policy, target).observe(now, within);
+  }
+
+  state(policy: string, target: number, now: number): ThresholdState {
+    return this.for(policy, target).state(now);
   }
 
   states(now: number): { policy: string; state: ThresholdState }[] {
