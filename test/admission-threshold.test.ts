@@ -115,3 +115,22 @@ test('a restarted agent predicts its pods from what peers gossip back, not from 
   assert.ok(Math.abs(b.perQueued / a.perQueued - 2) < 1e-6, 'the slower pod stays twice as slow');
   assert.equal(fresh.candidates().length, 2, 'its own pods are not also peers');
 });
+
+test('a request whose SLO passes without a first token counts as a miss then, once, not when its token comes', () => {
+  const loop = new AdmissionThreshold(0.99);
+  const before = loop.quantile;
+  const late = loop.admitted(0, 800);
+  const failed = loop.admitted(10, 800);
+  const onTime = loop.admitted(20, 800);
+  onTime(300, true);
+  failed(400); // failed before its first byte: no outcome
+  loop.expire(700);
+  assert.equal(loop.state(700).measured, 1, 'nothing has passed its deadline yet');
+  loop.expire(900);
+  assert.equal(loop.state(900).measured, 2);
+  assert.equal(loop.state(900).within, 1);
+  assert.ok(loop.quantile > before, 'the miss tightened at its deadline');
+  late(5000, false);
+  late(5000, true);
+  assert.equal(loop.state(5000).measured, 2, 'the late token is not counted again');
+});

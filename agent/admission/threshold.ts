@@ -33,17 +33,20 @@ export interface ThresholdOptions {
   /** Sliding window over which attainment is measured (ms), and its bucket width. */
   windowMs: number;
   bucketMs: number;
+  /** Admitted requests awaiting their first token that the loop keeps (the oldest drop out). */
+  maxPending: number;
 }
 
 export const DEFAULT_THRESHOLD: ThresholdOptions = {
   safetyMargin: 0.3,
   minQuantile: 0.5,
-  minQuantileBudgetFactor: 5,
+  minQuantileBudgetFactor: 2,
   maxQuantileBudgetFactor: 0.1,
   tightenStep: 0.25,
   unspentBoost: 4,
   windowMs: 60_000,
   bucketMs: 1000,
+  maxPending: 100_000,
 };
 
 /** What the dashboard, /explain and metrics show of one loop. */
@@ -75,6 +78,9 @@ export class AdmissionThreshold {
   readonly #within: Float64Array;
   readonly #start: Float64Array;
   #lastMove: 'none' | 'tightened' | 'loosened' = 'none';
+  /** Admitted requests not yet settled, oldest first from #pendingHead. */
+  readonly #pending: { deadline: number; settled: boolean }[] = [];
+  #pendingHead = 0;
 
   constructor(target: number, options: Partial<ThresholdOptions> = {}, startQuantile = target) {
     this.options = { ...DEFAULT_THRESHOLD, ...options };
@@ -100,6 +106,40 @@ export class AdmissionThreshold {
   /** The quantile a request that may leave must meet the SLO at to be admitted to a pod. */
   get quantile(): number {
     return 1 - Math.exp(this.#logMiss);
+  }
+
+  /**
+   * A request admitted to a pod at `now`, to be settled by its first token. If the SLO passes
+   * first, it counts as a miss then (at the next `expire`), not only when its late token comes:
+   * at the onset of a peak TTFTs grow to seconds, and the loop must tighten before they end.
+   * The returned function settles it at `at` (`within`), or drops it (`within` undefined: the
+   * attempt failed, or its TTFT is not measured), and does nothing once the request was counted.
+   */
+  admitted(now: number, sloMs: number): (at: number, within?: boolean) => void {
+    const entry = { deadline: now + sloMs, settled: false };
+    // Deadlines grow with admission time (one SLO per loop), so the queue is in deadline order.
+    if (this.#pending.length - this.#pendingHead >= this.options.maxPending) this.#pendingHead++;
+    this.#pending.push(entry);
+    return (at, within) => {
+      if (entry.settled) return;
+      entry.settled = true;
+      if (within !== undefined) this.observe(at, within);
+    };
+  }
+
+  /** Counts as misses the admitted requests whose SLO passed without a first token. */
+  expire(now: number): void {
+    const pending = this.#pending;
+    while (this.#pendingHead < pending.length && pending[this.#pendingHead].deadline < now) {
+      const entry = pending[this.#pendingHead++];
+      if (entry.settled) continue;
+      entry.settled = true;
+      this.observe(now, false);
+    }
+    if (this.#pendingHead > 1024 && this.#pendingHead * 2 > pending.length) {
+      pending.splice(0, this.#pendingHead);
+      this.#pendingHead = 0;
+    }
   }
 
   /** One request admitted to a pod, measured at `now`: within the SLO or not. */

@@ -180,6 +180,7 @@ export class RequestPath {
     for (;;) {
       const leave = deps.leaveVerdict(policy, request);
       const candidates = untried(deps.pool.candidates(request.model, request.promptBlocks));
+      admission.expire(deps.now());
       const decision = decide({
         request,
         policy,
@@ -200,15 +201,19 @@ export class RequestPath {
         podAttempts++;
         record.podAttempts = podAttempts;
         record.predictedTtftMs = Math.round(decision.predictedTtftMs * 10) / 10;
-        // Requests that may leave were admitted on the loop's quantile: their outcome steers it.
+        // Requests that may leave were admitted on the loop's quantile: their TTFT steers it (those
+        // whose TTFT is measured: streams and embeddings), or their deadline if it passes first.
+        const measurable = leave.allowed && (parsed.stream || parsed.kind === 'embeddings');
+        const settle = measurable ? admission.admitted(started, policy.sloTtftMs) : undefined;
         const slo = {
           leavable: leave.allowed,
           started,
           sloTtftMs: policy.sloTtftMs,
-          measured: leave.allowed ? (within: boolean) => admission.observe(deps.now(), within) : undefined,
+          measured: settle && ((within: boolean) => settle(deps.now(), within)),
         };
         const answer = await attemptPod(deps, chosen, parsed, body, request, decision.chosen, slo, req, ctx);
         if (answer) return answer;
+        settle?.(deps.now()); // failed before its first byte: not an outcome (the retry is one)
         tried.add(chosen.pod.uid);
         if (req.aborted) throw new Error('client gone');
         if (podAttempts > deps.limits.maxRetries) return podsFailed(podAttempts, ctx.lastPodError);

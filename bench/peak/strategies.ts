@@ -85,13 +85,15 @@ function agent(rule: 'calibrated' | 'controlled'): PeakStrategyFactory {
       estimates: () => pool.localEstimates(),
       decide: (a, waitedMs) => {
         const candidates = pool.candidates();
+        loop?.expire(ctx.now());
         const d = decideArrival(ctx, policy, a, waitedMs, candidates, loop?.quantile);
         return toAction(d, ctx.pods, (c) => {
           const ticket = pool.begin(c, a.promptTokens);
+          const settle = a.mayLeave ? loop?.admitted(a.at, policy.sloTtftMs) : undefined;
           return {
             firstToken: (ms) => {
               ticket.firstByte(ms);
-              if (a.mayLeave) loop?.observe(ctx.now(), ms + waitedMs <= policy.sloTtftMs);
+              settle?.(ctx.now(), ms + waitedMs <= policy.sloTtftMs);
             },
             done: () => ticket.end(true),
           };
