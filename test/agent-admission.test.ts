@@ -2,6 +2,7 @@
 // generation is not cut by the streamed requests' header deadline; a fast pod serves small
 // non-streamed requests at its own pace; embeddings have their own model; when a pod slows down
 // mid-run, requests that may leave stop being admitted to it within seconds.
+import type { ThresholdState } from '../agent/admission/threshold.ts';
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -211,7 +212,9 @@ describe('calibrated admission when a pod slows down mid-run', () => {
     return response.headers.get('x-kinference-route') ?? '';
   };
   const explain = async () =>
-    (await (await fetch(`${stack.admin}/explain?model=${MODEL}&promptTokens=20`)).json()) as Explanation;
+    (await (await fetch(`${stack.admin}/explain?model=${MODEL}&promptTokens=20`)).json()) as Explanation & {
+      admission?: ThresholdState;
+    };
 
   it('stops admitting the slowed pod within seconds, keeps the healthy one, and explains it', async (t) => {
     // Learn both pods at their normal speed (idle TTFT ~ 20 ms).
@@ -237,12 +240,17 @@ describe('calibrated admission when a pod slows down mid-run', () => {
 
     const routes: string[] = [];
     for (let i = 0; i < 20; i++) routes.push(await send());
-    assert.ok(!routes.includes('local/pod-0'), routes.join(' '));
+    // The attainment loop spends the 95% target's error budget: at most one request in 20 may
+    // still be sent where it is likely to miss, no more.
+    assert.ok(routes.filter((r) => r === 'local/pod-0').length <= 1, routes.join(' '));
     assert.ok(routes.includes('local/pod-1'), routes.join(' '));
     const e = await explain();
     const dropped = e.dropped.find((d) => d.pod === 'local/pod-0')!;
     assert.ok(dropped.quantileTtftMs > 500 && dropped.marginMs < 0, JSON.stringify(dropped));
-    assert.match(dropped.detail, /^p95 \d+ms \(mean \d+ms\) > SLO 500ms$/);
+    // Judged at the quantile the attainment loop admits on now (the policy's 95% is its target).
+    assert.match(dropped.detail, /^p\d+(\.\d)? \d+ms \(mean \d+ms\) > SLO 500ms$/);
+    assert.equal(e.admission?.target, 0.95);
+    assert.ok(e.admission && e.admission.quantile >= 0.5 && e.admission.quantile <= 0.995, JSON.stringify(e.admission));
     t.diagnostic(`pod-0 dropped for leavable requests ${adaptedMs} ms after it slowed down`);
 
     const metrics = await (await fetch(`${stack.admin}/metrics`)).text();

@@ -21,7 +21,7 @@ test('a pod with no history is uncertain, not fast: its margin is the cold margi
   const rand = mulberry32(1);
   feed(c, 'pod-a', 20, 0.1, 0, rand);
   // 20 accurate observations are far from enough for a 99% quantile: still at least the cold margin.
-  assert.ok(c.margin('pod-a', 0.99) >= Math.log(3) * 0.85, `${c.margin('pod-a', 0.99)}`);
+  assert.ok(c.margin('pod-a', 0.99) >= Math.log(3) * 0.8, `${c.margin('pod-a', 0.99)}`);
   feed(c, 'pod-a', 400, 0.1, 0, rand);
   const warm = c.margin('pod-a', 0.99);
   // Warm: the empirical 99% quantile of N(0, 0.1) in log space, about 0.233.
@@ -29,12 +29,27 @@ test('a pod with no history is uncertain, not fast: its margin is the cold margi
   assert.ok(c.margin('pod-a', 0.9) < warm, 'a lower attainment needs a smaller margin');
 });
 
-test('a new pod on a warm node starts at least as wide as the node and the cold margin', () => {
+test('a new pod on a warm node starts at the node margin, however wide', () => {
   const c = new Calibration();
   feed(c, 'pod-a', 400, 0.6, 0, mulberry32(2));
   const nodeMargin = c.margin(undefined, 0.99);
   assert.ok(nodeMargin > Math.log(3), `wide errors make a wide node margin: ${nodeMargin}`);
   assert.equal(c.margin('pod-new', 0.99), nodeMargin);
+});
+
+test('a new pod on a warm node with accurate predictions starts at the node margin, not cold (×3)', () => {
+  const c = new Calibration();
+  feed(c, 'pod-a', 400, 0.1, 0, mulberry32(5));
+  const nodeMargin = c.margin(undefined, 0.99);
+  assert.ok(nodeMargin < Math.log(1.5), `${nodeMargin}`);
+  assert.equal(c.margin('pod-new', 0.99), nodeMargin);
+});
+
+test('a cold node is uncertain in proportion to the quantile asked: looser admission, smaller cold margin', () => {
+  const c = new Calibration();
+  assert.equal(c.margin(undefined, 0.99), Math.log(3));
+  assert.ok(c.margin(undefined, 0.9) < Math.log(3) / 1.9 && c.margin(undefined, 0.9) > Math.log(3) / 2.1);
+  assert.ok(c.margin(undefined, 0.999) > Math.log(3) * 1.4);
 });
 
 test('the margin covers the q-quantile: about q of the next measurements fall within it', () => {

@@ -3,6 +3,7 @@ import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { request } from 'undici';
 import type { Explanation } from '../server/explain.ts';
+import type { ThresholdState } from '../admission/threshold.ts';
 
 /** What POST /explain adds: who the caller is taken to be, and what the classifier found where. */
 interface BodyEvidence {
@@ -22,6 +23,8 @@ interface BodyEvidence {
     resetsAt: string;
   }[];
   waiting?: Record<string, number>;
+  /** The policy's admission loop: the quantile requests that may leave are admitted on now, and why. */
+  admission?: ThresholdState;
 }
 
 export function formatExplanation(e: Explanation & BodyEvidence): string {
@@ -45,9 +48,16 @@ export function formatExplanation(e: Explanation & BodyEvidence): string {
   const pct = `p${Math.round(e.slo.attainment * 1000) / 10}`;
   lines.push(
     `policy:   ${e.policy}`,
-    `slo:      TTFT ${e.slo.ttftMs} ms at ${pct}; judged on the ${e.slo.judgedOn === 'quantile' ? `${pct} quantile (the request may leave)` : 'mean (the request may not leave)'}`,
+    `slo:      TTFT ${e.slo.ttftMs} ms at ${pct}; judged on the ${e.slo.judgedOn === 'quantile' ? `${e.admission ? `p${Math.round(e.admission.quantile * 1000) / 10}` : pct} quantile (the request may leave)` : 'mean (the request may not leave)'}`,
     `overflow: ${e.leave.allowed ? 'allowed' : 'not allowed'} — ${e.leave.reason}`,
   );
+  if (e.admission) {
+    const p = (x: number) => `${Math.round(x * 1000) / 10}%`;
+    const a = e.admission;
+    lines.push(
+      `admission: a request that may leave goes to a pod if it meets the SLO with ≥ ${p(a.quantile)} chance (target ${p(a.target)}, aim ${p(a.aim)}); measured ${a.measured ? p(a.attainment) : '–'} of ${a.measured} admitted, error budget left ${p(Math.max(0, a.budgetLeft))}: ${a.why}`,
+    );
+  }
   for (const b of e.budget ?? []) {
     const left = [
       b.remainingTokens !== undefined ? `${b.remainingTokens} tokens` : undefined,

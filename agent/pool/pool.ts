@@ -24,6 +24,10 @@ export type { PodTicket } from './ticket.ts';
 
 type Waiter = () => void;
 
+/** One calibration class: the same engine serving the same models (hardware is not reported). */
+const sameClass = (a: Pod, b: Pod): boolean =>
+  a.engine !== undefined && a.engine === b.engine && a.models.join(',') === b.models.join(',');
+
 export class PodPool {
   readonly options: PoolOptions;
   readonly #local = new Map<string, LocalPod>();
@@ -139,6 +143,7 @@ export class PodPool {
 
   /** Other nodes' pods, as gossip currently knows them. */
   setRemote(estimates: readonly PodEstimate[]): void {
+    this.#warmStart(estimates);
     this.#remote = estimates.filter((e) => e.origin !== this.options.node);
     this.#peerTraffic.reconcile(this.#remote);
     this.#remoteByUid = new Map(this.#remote.map((e) => [e.pod.uid, e]));
@@ -157,6 +162,26 @@ export class PodPool {
     this.#peerNodesRanked = fastestPerNode(this.#peersRanked);
     this.#podsVersion++;
     this.#changed();
+  }
+
+  /**
+   * The best prior for local pods this agent has not measured yet (a restarted agent, a new pod):
+   * what it gossiped of its own pods before (peers give it back), else a pod of the same class
+   * (engine and models) on another node. Only the unmeasured use it (Learner.adopt).
+   */
+  #warmStart(estimates: readonly PodEstimate[]): void {
+    for (const e of estimates) {
+      const local = this.#local.get(e.pod.uid);
+      if (local && e.origin === this.options.node) this.#learner.adopt(local.pod.uid, e.params);
+    }
+    for (const e of estimates) {
+      if (e.origin === this.options.node) continue;
+      for (const local of this.#local.values()) {
+        if (!sameClass(local.pod, e.pod)) continue;
+        this.#learner.adopt(undefined, e.params);
+        return;
+      }
+    }
   }
 
   /**

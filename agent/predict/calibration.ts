@@ -17,7 +17,11 @@
 //
 // Widening, so that little evidence means "uncertain", never "fast":
 //   - a pod with fewer observations than the quantile needs (about 2/(1-q): 200 for 99%) takes
-//     at least the node's margin and a cold margin (×3), fading out linearly as evidence comes;
+//     at least its node's margin, fading out linearly as evidence comes: replicas on one node are
+//     alike, so once the node's own window answers for q a new pod starts there, not cold;
+//   - while the node's window is thin too (a fresh agent), a cold margin (×3 at 99%) is the
+//     floor; it is a tail prior, scaled by log(1/(1-q)) so a looser admission quantile (the
+//     attainment loop's, agent/admission/threshold.ts) loosens it too;
 //   - a shift in load shows first in the most recent errors: when their mean sits above the
 //     window's, the difference is added (the window alone would answer for the old load).
 
@@ -40,7 +44,7 @@ export interface CalibrationOptions {
   window: number;
   /** Observations whose mean is compared with the window's to detect a shift. */
   recent: number;
-  /** Log margin of a pod, and of a node, about which nothing is known yet (log 3: three times the mean). */
+  /** Log margin at q = 99% of a node about which nothing is known yet (log 3: three times the mean). */
   coldLogMargin: number;
   /** Fewest observations before a pod's own quantile is trusted fully, whatever q. */
   minWarmObservations: number;
@@ -55,6 +59,9 @@ export const DEFAULT_CALIBRATION: CalibrationOptions = {
 
 /** Whether requests stood queued ahead of this one at the pod when it was sent. */
 export type Regime = 'free' | 'queued';
+
+/** The quantile the cold margin is stated for. */
+const COLD_AT = 0.99;
 
 /** Key for the node-wide distribution (every local pod's observations). */
 const NODE = '\u0000node';
@@ -137,9 +144,13 @@ export class Calibration {
   margin(uid: string | undefined, q: number, regime: Regime = 'free'): number {
     const nodeMargin = this.#nodeMargin(q, regime);
     if (uid === undefined) return nodeMargin;
-    const cold = this.options.coldLogMargin;
     const pod = this.#residuals[regime].get(uid);
-    return pod ? this.#blend(pod, q, this.#needed(q), Math.max(nodeMargin, cold)) : Math.max(nodeMargin, cold);
+    return pod ? this.#blend(pod, q, this.#needed(q), nodeMargin) : nodeMargin;
+  }
+
+  /** The cold margin for quantile q: log 3 at 99%, an exponential tail's scaling elsewhere. */
+  #cold(q: number): number {
+    return (this.options.coldLogMargin * Math.log(1 / (1 - q))) / Math.log(1 / (1 - COLD_AT));
   }
 
   /** Observations before a window's own q-quantile is trusted fully. */
@@ -153,7 +164,7 @@ export class Calibration {
     const kept = this.#nodeMargins[regime];
     if (kept.q !== q) {
       const node = this.#residuals[regime].get(NODE);
-      const cold = this.options.coldLogMargin;
+      const cold = this.#cold(q);
       kept.margin = node ? this.#blend(node, q, this.#needed(q), cold) : cold;
       kept.q = q;
     }

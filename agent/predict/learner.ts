@@ -42,6 +42,11 @@ export class Learner {
     this.#history.delete(uid);
   }
 
+  /** A warm start from parameters learned elsewhere (NodeModel.adopt); `uid` undefined: a same-class pod's. */
+  adopt(uid: string | undefined, params: PredictorParams): void {
+    this.#model.adopt(uid, params);
+  }
+
   params(uid: string): PredictorParams {
     return this.#model.params(uid);
   }

@@ -18,6 +18,8 @@ interface PodSpeed {
   logSpeed: number;
   observations: number;
   apeSum: number;
+  /** Its speed came from a warm start (adopt), not from this node's typical pod. */
+  adopted?: boolean;
 }
 
 /** Measured/predicted ratios outside this range are treated as this range (outliers). */
@@ -25,8 +27,12 @@ const MAX_RATIO = 8;
 /** Slowest adaptation of a pod's speed (per observation) once it has plenty of data. */
 const MIN_SPEED_GAIN = 0.05;
 
+/** A typical request's features: where two parameter sets are compared to give a speed. */
+const REFERENCE_FEATURES: Features = { queued: 1, running: 4, promptTokens: 512 };
+
 export class NodeModel {
-  readonly #shared: TtftPredictor;
+  #shared: TtftPredictor;
+  readonly #options: Partial<PredictorOptions>;
   readonly #pods = new Map<string, PodSpeed>();
   /** Each pod's parameters as last computed, valid while `#version` has not moved: every local
    *  candidate of every decision asks for them, and they change only when the model learns. */
@@ -35,8 +41,37 @@ export class NodeModel {
   #version = 0;
 
   constructor(options: Partial<PredictorOptions> = {}) {
+    this.#options = options;
     this.#shared = new TtftPredictor(options);
   }
+
+  /**
+   * A warm start: parameters learned elsewhere for `uid` (what this agent gossiped before it
+   * restarted, as peers give it back) or for a pod of the same class on another node (`uid`
+   * undefined). Before this node has measured anything they become the shared shape's prior; a
+   * pod not yet measured takes its speed from them. Measurements then take over as usual.
+   */
+  adopt(uid: string | undefined, params: PredictorParams): void {
+    const plausible = Object.values(params).every((x) => x === undefined || (Number.isFinite(x) && x >= 0));
+    if (!plausible) return;
+    if (this.#shared.observations === 0 && !this.#adopted) {
+      this.#shared = new TtftPredictor({ ...this.#options, prior: { ...params } });
+      this.#adopted = true;
+      this.#version++;
+    }
+    if (uid === undefined) return;
+    const pod = this.#pod(uid);
+    if (pod.observations > 0) return;
+    const ratio = predictWith(params, REFERENCE_FEATURES) / this.#shared.predict(REFERENCE_FEATURES);
+    if (Number.isFinite(ratio) && ratio > 0) {
+      pod.logSpeed = Math.log(Math.min(MAX_RATIO, Math.max(1 / MAX_RATIO, ratio)));
+      pod.adopted = true;
+      this.#version++;
+    }
+  }
+
+  /** Whether the shared shape's prior came from a warm start. */
+  #adopted = false;
 
   #pod(uid: string): PodSpeed {
     let pod = this.#pods.get(uid);
@@ -72,7 +107,7 @@ export class NodeModel {
 
   speed(uid: string): number {
     const pod = this.#pods.get(uid);
-    return Math.exp(pod && pod.observations > 0 ? pod.logSpeed : this.#typicalLogSpeed());
+    return Math.exp(pod && (pod.observations > 0 || pod.adopted) ? pod.logSpeed : this.#typicalLogSpeed());
   }
 
   /** The pod's model as plain parameters (what the router and gossip use); shared, so frozen. */

@@ -56,8 +56,10 @@ export interface FilterContext {
   policy: EffectivePolicy;
   /** Predicted TTFT + network cost for the candidate (computed once by the router). */
   predictedMs: number;
-  /** The q-quantile of that TTFT (q = the policy's attainment), network cost included. */
+  /** The q-quantile of that TTFT (q = the admission quantile), network cost included. */
   quantileMs: number;
+  /** q: the admission threshold's quantile (the policy's attainment unless a loop steers it). */
+  quantile: number;
   /** The request may overflow: the SLO filter judges the quantile, not the mean. */
   mayLeave: boolean;
 }
@@ -76,8 +78,8 @@ const excludedDetail = (rule: ExcludeRule, value: number) =>
   `${rule.metric} ${round(value)} > ${rule.above} (${rule.metric === 'predictedTTFT' ? 'now' : `avg over ${rule.windowMs / 1000}s`})`;
 const overMeanDetail = (predictedMs: number, sloTtftMs: number) =>
   `predicted ${Math.round(predictedMs)}ms > SLO ${sloTtftMs}ms`;
-const overQuantileDetail = (quantileMs: number, predictedMs: number, policy: EffectivePolicy) =>
-  `p${Math.round(policy.sloAttainment * 1000) / 10} ${Math.round(quantileMs)}ms (mean ${Math.round(predictedMs)}ms) > SLO ${policy.sloTtftMs}ms`;
+const overQuantileDetail = (quantileMs: number, predictedMs: number, slo: { quantile: number; sloTtftMs: number }) =>
+  `p${Math.round(slo.quantile * 1000) / 10} ${Math.round(quantileMs)}ms (mean ${Math.round(predictedMs)}ms) > SLO ${slo.sloTtftMs}ms`;
 const capacityDetail = (inFlight: number, maxInFlight: number) =>
   `${inFlight} requests in flight (limit ${maxInFlight})`;
 
@@ -127,14 +129,14 @@ export const excludeRules: Filter = (c, { policy, predictedMs }) => {
  * avoided. A request that may not leave has nowhere better to go, so the mean decides, as it
  * always did: the quantile would only make it wait.
  */
-export const withinSlo: Filter = (c, { policy, predictedMs, quantileMs, mayLeave }) => {
+export const withinSlo: Filter = (c, { policy, predictedMs, quantileMs, quantile, mayLeave }) => {
   if (!mayLeave) {
     return predictedMs <= policy.sloTtftMs
       ? undefined
       : lazyDrop('over-slo', overMeanDetail, predictedMs, policy.sloTtftMs);
   }
   if (quantileMs <= policy.sloTtftMs) return undefined;
-  return lazyDrop('over-slo', overQuantileDetail, quantileMs, predictedMs, policy);
+  return lazyDrop('over-slo', overQuantileDetail, quantileMs, predictedMs, { quantile, sloTtftMs: policy.sloTtftMs });
 };
 
 /** No hidden queue: past its connection cap a pod is not a candidate (others, overflow or a bounded wait are). */

@@ -123,6 +123,11 @@ export interface DecideInput {
   waitedMs?: number;
   rand: () => number;
   strategy?: Strategy;
+  /**
+   * The quantile a request that may leave is admitted on (agent/admission/threshold.ts steers it
+   * toward the policy's attainment target); absent: the policy's attainment itself.
+   */
+  admissionQuantile?: number;
 }
 
 /** Lower score first; -1/0/1 rather than a difference, which V8 would box as a heap number per comparison. */
@@ -172,7 +177,8 @@ export function decide(input: DecideInput): Decision {
   const mayLeave = leave.allowed && leave.providers.length > 0;
   // One context for every filter call, its numbers set per candidate: filters only read it, and a
   // decision over dozens of candidates should not leave hundreds of objects for the GC.
-  const context: FilterContext = { request, policy, predictedMs: 0, quantileMs: 0, mayLeave };
+  const quantile = input.admissionQuantile ?? policy.sloAttainment;
+  const context: FilterContext = { request, policy, predictedMs: 0, quantileMs: 0, quantile, mayLeave };
   // The longest prefix any candidate holds: a pod that would prefill it again pays for that (score.ts).
   let mostCachedTokens = 0;
   for (const c of candidates) mostCachedTokens = Math.max(mostCachedTokens, c.expectedCachedTokens ?? 0);
@@ -185,7 +191,7 @@ export function decide(input: DecideInput): Decision {
     const predictedMs = strategy.predict(candidate, request);
     let quantileMs = predictedMs;
     if (candidate.logMargin) {
-      const margin = candidate.logMargin(policy.sloAttainment);
+      const margin = candidate.logMargin(quantile);
       if (margin !== lastMargin) lastFactor = Math.exp((lastMargin = margin));
       quantileMs = scaledByMargin(candidate, predictedMs, lastFactor);
     }

@@ -83,6 +83,7 @@ export function adminViews(deps: AdminViewsDeps): Pick<AdminDeps, 'readiness' | 
       },
       providers: deps.overflow.state(),
       budget: deps.overflow.budgetLedger(),
+      admission: requestPath.admission.states(requestPath.deps.now()),
       gossip: deps.gossip?.stats(),
       peerPodsRejected: deps.gossip?.rejected ?? [],
     };
@@ -104,7 +105,11 @@ export function adminViews(deps: AdminViewsDeps): Pick<AdminDeps, 'readiness' | 
   /** The tenant's overflow budget per limit, and how many wait for a pod now by class. */
   const budgetAndWaiting = (tenant: string, policy: EffectivePolicy) => {
     const budget = deps.overflow.budgetState(tenant, policy);
-    return { ...(budget ? { budget } : {}), waiting: requestPath.waiting.depth().byPriority };
+    return {
+      ...(budget ? { budget } : {}),
+      waiting: requestPath.waiting.depth().byPriority,
+      admission: requestPath.admission.state(policy.name, policy.sloAttainment, requestPath.deps.now()),
+    };
   };
   const explainBody = (q: ExplainBodyQuery) => {
     const parsed = parseInferenceRequest(q.kind, q.body);

@@ -54,6 +54,10 @@ export const DASHBOARD_HTML = `<!doctype html>
     <div id="overflow-chart"></div>
     <table id="overflow"><thead><tr><th>provider</th><th>why no pod</th><th class="n">requests</th><th class="n">share of overflow</th></tr></thead><tbody></tbody></table>
   </div>
+  <div class="card" id="admission-card">
+    <h2>Admission: the quantile a request that may leave is admitted on, steered by measured attainment</h2>
+    <table id="admission"><thead><tr><th>policy</th><th class="n">target</th><th class="n">admitted on</th><th class="n">measured (pods, window)</th><th class="n">local share (streamed, since start)</th><th class="n">error budget left</th><th>why</th></tr></thead><tbody></tbody></table>
+  </div>
   <div class="card" id="budget-card">
     <h2>Overflow spend per tenant against its budget (this window) — waiting now: <span id="waiting">–</span></h2>
     <table id="budget"><thead><tr><th>tenant</th><th>window</th><th>unit</th><th class="n">used</th><th class="n">budget</th><th>share used</th></tr></thead><tbody></tbody></table>
@@ -317,6 +321,20 @@ function renderBudget(samples) {
   if (body.children.length === 0) body.append(row(['no tenant has overflowed under a budget yet', '', '', '', '', '']));
 }
 
+// The admission loop per policy (/debug/state), beside the local share of requests in the window.
+function renderAdmission(state, samples) {
+  const body = document.querySelector('#admission tbody');
+  body.replaceChildren();
+  const byRoute = sumBy(samples, 'kinference_slo_requests_total', (l) => l.route);
+  let all = 0, local = 0;
+  for (const [route, n] of byRoute) { all += n; if (route === 'local' || route === 'peer') local += n; }
+  const share = pct(local, all);
+  const pctOf = (x) => (Number.isFinite(x) ? (Math.round(x * 1000) / 10) + '%' : '–');
+  for (const { policy, state: a } of state.admission ?? [])
+    body.append(row([policy, num(pctOf(a.target)), num(pctOf(a.quantile)), num(pctOf(a.attainment) + ' of ' + a.measured), num(share), num(pctOf(Math.max(0, a.budgetLeft))), a.why]));
+  if (body.children.length === 0) body.append(row(['no request has been admitted yet', '', '', '', '', '', '']));
+}
+
 async function refresh() {
   try {
     const [metricsText, state] = await Promise.all([fetch('/metrics').then((r) => r.text()), fetch('/debug/state').then((r) => r.json())]);
@@ -329,6 +347,7 @@ async function refresh() {
     renderTtft(samples);
     renderOverflow(samples);
     renderBudget(samples);
+    renderAdmission(state, samples);
     document.body.dataset.polls = String(Number(document.body.dataset.polls ?? 0) + 1);
   } catch (e) { document.getElementById('status').textContent = 'cannot reach the agent: ' + e; }
 }

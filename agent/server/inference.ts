@@ -13,6 +13,7 @@ import { parseInferenceRequest, readBoundedBody, RequestError, type ParsedReques
 import type { Identity } from './identify.ts';
 import { overflowReason, type RequestRecord } from './evidence.ts';
 import { WaitingRoom } from '../admission/waiting.ts';
+import { AdmissionThresholds } from '../admission/threshold.ts';
 import { DEFAULT_PRIORITY, PRIORITY_HEADER, priorityOf, type Priority } from '../budget/limits.ts';
 import type { RequestContext, RequestPathDeps } from './path-deps.ts';
 import { RequestRecorder } from './serve.ts';
@@ -68,6 +69,8 @@ export class RequestPath {
   readonly deps: RequestPathDeps;
   /** Requests waiting for a pod, woken in order (priority, fair across tenants, FCFS within one). */
   readonly waiting: WaitingRoom;
+  /** Per policy, the admission quantile steered by the attainment measured of what pods served. */
+  readonly admission = new AdmissionThresholds();
   readonly #tenantLabel: BoundedLabel;
   readonly #recorder: RequestRecorder;
 
@@ -101,6 +104,7 @@ export class RequestPath {
       candidates: this.deps.pool.candidates(request.model, request.promptBlocks),
       leave: this.deps.leaveVerdict(policy, request),
       rand: this.deps.rand,
+      admissionQuantile: this.admission.quantile(policy.name, policy.sloAttainment),
     });
   }
 
@@ -162,17 +166,36 @@ export class RequestPath {
     let waited = false;
     const priority = priorityOf(policy.priority ?? DEFAULT_PRIORITY, req.headers.get(PRIORITY_HEADER) ?? undefined);
     /** Whether a change in the pool lets this request act now: a pod for it, or it may leave. */
+    const admission = this.admission.for(policy.name, policy.sloAttainment);
     const canAct = () => {
       const leave = deps.leaveVerdict(policy, request);
       const candidates = untried(deps.pool.candidates(request.model, request.promptBlocks));
-      const d = decide({ request, policy, candidates, leave, waitedMs: deps.now() - started, rand: deps.rand });
+      const waitedMs = deps.now() - started;
+      const d = decide({
+        request,
+        policy,
+        candidates,
+        leave,
+        waitedMs,
+        rand: deps.rand,
+        admissionQuantile: admission.quantile,
+      });
       return d.action === 'pod' || d.action === 'overflow';
     };
 
     for (;;) {
       const leave = deps.leaveVerdict(policy, request);
       const candidates = untried(deps.pool.candidates(request.model, request.promptBlocks));
-      const decision = decide({ request, policy, candidates, leave, waitedMs: deps.now() - started, rand: deps.rand });
+      admission.expire(deps.now());
+      const decision = decide({
+        request,
+        policy,
+        candidates,
+        leave,
+        waitedMs: deps.now() - started,
+        rand: deps.rand,
+        admissionQuantile: admission.quantile,
+      });
       for (const d of decision.dropped) deps.metrics.dropped.add(1, d.reason);
 
       if (decision.action === 'pod') {
@@ -184,9 +207,19 @@ export class RequestPath {
         podAttempts++;
         record.podAttempts = podAttempts;
         record.predictedTtftMs = Math.round(decision.predictedTtftMs * 10) / 10;
-        const slo = { leavable: leave.allowed, started, sloTtftMs: policy.sloTtftMs };
+        // Requests that may leave were admitted on the loop's quantile: their TTFT steers it (those
+        // whose TTFT is measured: streams and embeddings), or their deadline if it passes first.
+        const measurable = leave.allowed && (parsed.stream || parsed.kind === 'embeddings');
+        const settle = measurable ? admission.admitted(started, policy.sloTtftMs) : undefined;
+        const slo = {
+          leavable: leave.allowed,
+          started,
+          sloTtftMs: policy.sloTtftMs,
+          measured: settle && ((within: boolean) => settle(deps.now(), within)),
+        };
         const answer = await attemptPod(deps, chosen, parsed, body, request, decision.chosen, slo, req, ctx);
         if (answer) return answer;
+        settle?.(deps.now()); // failed before its first byte: not an outcome (the retry is one)
         tried.add(chosen.pod.uid);
         triedNames.push(candidateName(chosen));
         if (req.aborted) throw new Error('client gone');

@@ -20,7 +20,7 @@ export async function attemptPod(
   body: Uint8Array,
   request: RouteRequest,
   admitted: Scored,
-  slo: { leavable: boolean; started: number; sloTtftMs: number },
+  slo: { leavable: boolean; started: number; sloTtftMs: number; measured?: (within: boolean) => void },
   signal: ClientPresence,
   ctx: RequestContext,
 ): Promise<Answer | undefined> {
@@ -79,12 +79,9 @@ export async function attemptPod(
   // `answeredAt` is read when the answer is in hand, before the write, and counted after it.
   const measured = (ms: number, answeredAt: number) => {
     if (!parsed.stream && parsed.kind !== 'embeddings') return;
-    deps.metrics.sloRequests.add(
-      1,
-      routeLabel,
-      String(slo.leavable),
-      String(answeredAt - slo.started <= slo.sloTtftMs),
-    );
+    const within = answeredAt - slo.started <= slo.sloTtftMs;
+    deps.metrics.sloRequests.add(1, routeLabel, String(slo.leavable), String(within));
+    slo.measured?.(within);
     if (candidate.where === 'local')
       deps.metrics.admissionCalibration.add(1, candidate.pod.name, String(ms <= admitted.quantileMs));
   };

@@ -5,7 +5,7 @@
 // bench/routing: recorded arrivals replayed identically to every strategy.
 import { VirtualClock } from '../../shared/sim/clock.ts';
 import { mulberry32 } from '../../shared/sim/random.ts';
-import type { PodLoad, PredictorParams } from '../../agent/types.ts';
+import type { PodEstimate, PodLoad, PredictorParams } from '../../agent/types.ts';
 import { benchPods, scrapeLoad, SCRAPE_INTERVAL_MS, submitTracked, type PodShape } from '../routing/harness.ts';
 import type { BenchPod } from '../routing/strategies.ts';
 import { generateArrivals, type Arrival, type Phase, type PromptMix } from '../routing/workload.ts';
@@ -21,6 +21,8 @@ export interface PeakScenario {
   /** The policy's wait for requests that may not leave. */
   waitMs: number;
   seed: number;
+  /** The agent restarts at this time (ms): a new strategy, knowing only what gossip kept. */
+  restartAtMs?: number;
 }
 
 export interface PeakArrival extends Arrival {
@@ -37,6 +39,8 @@ export type PeakAction =
 export interface PeakStrategy {
   decide(a: PeakArrival, waitedMs: number): PeakAction;
   scraped(p: BenchPod, load: PodLoad): void;
+  /** What this agent gossips of its pods (peers hold it, and give it back after a restart). */
+  estimates?(): PodEstimate[];
 }
 
 export interface PeakContext {
@@ -46,6 +50,8 @@ export interface PeakContext {
   scenario: PeakScenario;
   /** The oracle's knowledge: the TTFT model fitted offline on the true state, and its q-quantile log margin. */
   oracle: { params: PredictorParams; logMargin: number };
+  /** After a restart: this node's pods as peers last heard of them from the agent before. */
+  gossiped?: PodEstimate[];
 }
 
 export type PeakStrategyFactory = (ctx: PeakContext) => PeakStrategy;
@@ -97,7 +103,15 @@ export function runPeak(
   const pods = benchPods(clock, s.speeds, s.seed, 'peak', s.shape);
   const capacity = capacityPerPodS * s.speeds.reduce((a, b) => a + b, 0);
   const arrivals = peakArrivals(s, capacity);
-  const strategy = factory({ pods, now: () => clock.now(), rand: mulberry32(s.seed + 2), scenario: s, oracle });
+  const context: PeakContext = { pods, now: () => clock.now(), rand: mulberry32(s.seed + 2), scenario: s, oracle };
+  let strategy = factory(context);
+  let restarted = s.restartAtMs === undefined;
+  /** A restart mid-peak: requests in flight finish unseen by the new agent, as in a rollout. */
+  const restartBy = (t: number) => {
+    if (restarted || t < s.restartAtMs!) return;
+    restarted = true;
+    strategy = factory({ ...context, gossiped: strategy.estimates?.() });
+  };
   const providerRand = mulberry32(s.seed + 3);
   const phases = s.phases.map(emptyPhase);
   let waiting: PeakArrival[] = [];
@@ -171,6 +185,7 @@ export function runPeak(
   for (const a of arrivals) {
     scrapeUntil(a.at);
     advance(a.at);
+    restartBy(a.at);
     if (!handle(a)) waiting.push(a);
   }
   const end = s.phases.reduce((t, p) => t + p.ms, 0);

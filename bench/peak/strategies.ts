@@ -5,6 +5,7 @@ import { PodPool } from '../../agent/pool/pool.ts';
 import type { Candidate } from '../../agent/route/candidate.ts';
 import { decide, type Decision, type LeaveVerdict } from '../../agent/route/router.ts';
 import { TtftPredictor } from '../../agent/predict/predictor.ts';
+import { AdmissionThreshold } from '../../agent/admission/threshold.ts';
 import type { EffectivePolicy } from '../../agent/types.ts';
 import { VirtualClock } from '../../shared/sim/clock.ts';
 import { engineFor, fitOracleModel, submitTracked, type PodShape } from '../routing/harness.ts';
@@ -17,13 +18,12 @@ export const ATTAINMENT = 0.99;
 const LEAVE: LeaveVerdict = { allowed: true, reason: 'bench', providers: ['hosted'] };
 const STAY: LeaveVerdict = { allowed: false, reason: 'bench: may not leave', providers: [] };
 
-function policyFor(ctx: PeakContext, rule: 'slo' | 'queue'): EffectivePolicy {
+function policyFor(ctx: PeakContext): EffectivePolicy {
   return {
     name: 'bench',
-    // The queue rule alone: no SLO filter, only "bypass a pod averaging over 2 queued".
-    sloTtftMs: rule === 'queue' ? Infinity : ctx.scenario.sloMs,
+    sloTtftMs: ctx.scenario.sloMs,
     sloAttainment: ATTAINMENT,
-    exclude: rule === 'queue' ? [{ metric: 'queued', above: 2, windowMs: 30_000 }] : [],
+    exclude: [],
     overflow: { providers: ['hosted'], denyTags: [], denyTenants: [] },
     waitMaxMs: ctx.scenario.waitMs,
   };
@@ -36,6 +36,7 @@ function decideArrival(
   a: PeakArrival,
   waitedMs: number,
   candidates: Candidate[],
+  admissionQuantile?: number,
 ): Decision {
   return decide({
     request: benchRequest(a),
@@ -44,6 +45,7 @@ function decideArrival(
     leave: a.mayLeave ? LEAVE : STAY,
     waitedMs,
     rand: ctx.rand,
+    admissionQuantile,
   });
 }
 
@@ -65,21 +67,36 @@ function toAction(
   return { action: d.action };
 }
 
-/** The production pool and router; `mean` hides the calibration (a quantile equal to the mean, as before). */
-function agent(rule: 'mean' | 'calibrated' | 'queue'): PeakStrategyFactory {
+/**
+ * The production pool and router; `calibrated` admits each request on its own quantile at the
+ * target, `controlled` steers the admission quantile with the agent's loop on measured attainment
+ * (agent/admission/threshold.ts), fed as the agent feeds it: leavable requests served by a pod.
+ */
+function agent(rule: 'calibrated' | 'controlled'): PeakStrategyFactory {
   return (ctx) => {
     const pool = new PodPool(poolOptions(ctx.now, { node: 'bench', networkCostMs: 0 }));
     pool.setLocalPods(ctx.pods.map((p) => p.pod));
-    const policy = policyFor(ctx, rule === 'queue' ? 'queue' : 'slo');
+    // A restarted agent hears of its own pods from peers first (what it gossiped before).
+    if (ctx.gossiped) pool.setRemote(ctx.gossiped);
+    const policy = policyFor(ctx);
+    const loop = rule === 'controlled' ? new AdmissionThreshold(policy.sloAttainment) : undefined;
     return {
       scraped: (p, load) => pool.recordLoad(p.pod.uid, load, p.telemetry),
+      estimates: () => pool.localEstimates(),
       decide: (a, waitedMs) => {
         const candidates = pool.candidates();
-        // Fresh objects per call; shadowing the method keeps the rest of each candidate (a spread copy would drop it).
-        if (rule === 'mean') for (const c of candidates) c.logMargin = undefined;
-        return toAction(decideArrival(ctx, policy, a, waitedMs, candidates), ctx.pods, (c) => {
+        loop?.expire(ctx.now());
+        const d = decideArrival(ctx, policy, a, waitedMs, candidates, loop?.quantile);
+        return toAction(d, ctx.pods, (c) => {
           const ticket = pool.begin(c, a.promptTokens);
-          return { firstToken: (ms) => ticket.firstByte(ms), done: () => ticket.end(true) };
+          const settle = a.mayLeave ? loop?.admitted(a.at, policy.sloTtftMs) : undefined;
+          return {
+            firstToken: (ms) => {
+              ticket.firstByte(ms);
+              settle?.(ctx.now(), ms + waitedMs <= policy.sloTtftMs);
+            },
+            done: () => ticket.end(true),
+          };
         });
       },
     };
@@ -92,7 +109,7 @@ function agent(rule: 'mean' | 'calibrated' | 'queue'): PeakStrategyFactory {
  * error measured offline. The best admission a predictor can do without seeing the future.
  */
 const oracle: PeakStrategyFactory = (ctx) => {
-  const policy = policyFor(ctx, 'slo');
+  const policy = policyFor(ctx);
   return {
     scraped: () => {},
     decide: (a, waitedMs) => {
@@ -104,6 +121,14 @@ const oracle: PeakStrategyFactory = (ctx) => {
     },
   };
 };
+
+/**
+ * The oracle's perfect information with a fixed log margin: swept offline per shape and load, the
+ * loosest margin whose leavable requests still meet the target gives the reference local share.
+ */
+export function fixedMargin(logMargin: number): PeakStrategyFactory {
+  return (ctx) => oracle({ ...ctx, oracle: { ...ctx.oracle, logMargin } });
+}
 
 /** The oracle's model for a shape, and the q-quantile of its error on the true state (offline). */
 export function fitOracle(
@@ -139,9 +164,8 @@ export function fitOracle(
   return { params, logMargin: errors[Math.min(errors.length - 1, Math.ceil(q * errors.length) - 1)] };
 }
 
+/** Today's rule (each request on its own p99) and the loop on measured attainment. */
 export const PEAK_STRATEGIES: [string, PeakStrategyFactory][] = [
-  ['mean admission', agent('mean')],
   ['calibrated', agent('calibrated')],
-  ['queue > 2 overflow', agent('queue')],
-  ['oracle', oracle],
+  ['controlled', agent('controlled')],
 ];

@@ -31,6 +31,8 @@ export interface PodShape {
   heldOut: boolean;
   /** Relative pod speeds where a bench lets the shape choose them (bench:peak); default all 1. */
   speeds?: number[];
+  /** A prefill at a full batch runs (1 + this) times slower; default the simulator's. */
+  batchSlowdown?: number;
 }
 
 export const DEFAULT_SHAPE: PodShape = {
@@ -192,6 +194,7 @@ export function engineFor(
         stepBaseMs: l.stepBaseMs * shape.decodeScale,
         decodeMsPerSeq: l.decodeMsPerSeq * shape.decodeScale,
         decodeMsPerKContext: l.decodeMsPerKContext * shape.decodeScale,
+        prefillBatchSlowdown: shape.batchSlowdown ?? l.prefillBatchSlowdown,
       },
     },
     clock,

@@ -1,0 +1,271 @@
+// The admission threshold as a closed loop on the policy's attainment target. A request that may
+// leave goes to a pod only if its chance of meeting the SLO (the calibrated quantile of its
+// predicted TTFT) is at least `quantile`; this module steers that quantile from the measured
+// attainment of what was admitted to pods, so that measured attainment sits at the target less a
+// safety margin, whatever the calibration's own bias.
+//
+// Why a loop: each request admitted on its *own* p99 meets the SLO far more often than 99% when
+// the pool is not saturated (most requests are far from the edge), so the error budget was left
+// unspent and requests overflowed that the GPUs could have served; and a calibration that is off
+// (a new pod, a shift in load) has nothing to correct it but its own window.
+//
+// The law, per outcome, in log(1 - quantile) (the log of the miss chance a request may carry):
+// a miss tightens by `tightenStep`, a success loosens by tightenStep · aim / (1 - aim), so the
+// drift is zero exactly when the share of misses is `aim` (stochastic approximation of a
+// quantile). Tightening is fast (one miss undoes ~140 successes' loosening at 99%); loosening is
+// slow, and faster only while the window's error budget is mostly unspent. The quantile is
+// bounded on both sides, so the loop can neither admit coin flips nor turn the pods off.
+// Pure: time comes in as arguments.
+
+export interface ThresholdOptions {
+  /** Share of the target's error budget held back (0.3: aim at 99.3% when the target is 99%). */
+  safetyMargin: number;
+  /** Lowest quantile a request may be admitted on (a request likelier to miss than this never is). */
+  minQuantile: number;
+  /** And the miss chance a request may carry is at most (1 - target) times this (5: p95 at a 99% target). */
+  minQuantileBudgetFactor: number;
+  /** Highest: the miss chance never goes below (1 - target) times this. */
+  maxQuantileBudgetFactor: number;
+  /** How much one miss tightens log(1 - quantile). */
+  tightenStep: number;
+  /** Loosening runs up to this many times faster while the window has spent none of its budget. */
+  unspentBoost: number;
+  /** Sliding window over which attainment is measured (ms), and its bucket width. */
+  windowMs: number;
+  bucketMs: number;
+  /** Admitted requests awaiting their first token that the loop keeps (the oldest drop out). */
+  maxPending: number;
+}
+
+export const DEFAULT_THRESHOLD: ThresholdOptions = {
+  safetyMargin: 0.3,
+  minQuantile: 0.5,
+  minQuantileBudgetFactor: 2,
+  maxQuantileBudgetFactor: 0.1,
+  tightenStep: 0.25,
+  unspentBoost: 4,
+  windowMs: 60_000,
+  bucketMs: 1000,
+  maxPending: 100_000,
+};
+
+/** What the dashboard, /explain and metrics show of one loop. */
+export interface ThresholdState {
+  target: number;
+  /** The attainment the loop aims at: target less the safety margin of its budget. */
+  aim: number;
+  quantile: number;
+  /** In the window: admitted requests measured, and those within the SLO. */
+  measured: number;
+  within: number;
+  /** within / measured (NaN before any). */
+  attainment: number;
+  /** Share of the window's error budget not yet spent (1: none spent; negative: overspent). */
+  budgetLeft: number;
+  /** Why the quantile is where it is, in words. */
+  why: string;
+}
+
+export class AdmissionThreshold {
+  readonly options: ThresholdOptions;
+  readonly target: number;
+  /** log(1 - quantile). */
+  #logMiss: number;
+  readonly #minLogMiss: number;
+  readonly #maxLogMiss: number;
+  /** Ring of buckets: measured and within per bucket, and each bucket's start. */
+  readonly #measured: Float64Array;
+  readonly #within: Float64Array;
+  readonly #start: Float64Array;
+  #lastMove: 'none' | 'tightened' | 'loosened' = 'none';
+  /** Admitted requests not yet settled, oldest first from #pendingHead. */
+  readonly #pending: { deadline: number; settled: boolean }[] = [];
+  #pendingHead = 0;
+
+  constructor(target: number, options: Partial<ThresholdOptions> = {}, startQuantile = target) {
+    this.options = { ...DEFAULT_THRESHOLD, ...options };
+    this.target = target;
+    const budget = 1 - target;
+    this.#minLogMiss = Math.log(budget * this.options.maxQuantileBudgetFactor);
+    this.#maxLogMiss = Math.min(
+      Math.log(1 - this.options.minQuantile),
+      Math.log(budget * this.options.minQuantileBudgetFactor),
+    );
+    this.#logMiss = this.#bounded(Math.log(1 - startQuantile));
+    const n = Math.max(1, Math.ceil(this.options.windowMs / this.options.bucketMs));
+    this.#measured = new Float64Array(n);
+    this.#within = new Float64Array(n);
+    this.#start = new Float64Array(n).fill(-Infinity);
+  }
+
+  /** The miss share aimed at: the target's budget less the safety margin. */
+  get aimMiss(): number {
+    return (1 - this.target) * (1 - this.options.safetyMargin);
+  }
+
+  /** The quantile a request that may leave must meet the SLO at to be admitted to a pod. */
+  get quantile(): number {
+    return 1 - Math.exp(this.#logMiss);
+  }
+
+  /**
+   * A request admitted to a pod at `now`, to be settled by its first token. If the SLO passes
+   * first, it counts as a miss then (at the next `expire`), not only when its late token comes:
+   * at the onset of a peak TTFTs grow to seconds, and the loop must tighten before they end.
+   * The returned function settles it at `at` (`within`), or drops it (`within` undefined: the
+   * attempt failed, or its TTFT is not measured), and does nothing once the request was counted.
+   */
+  admitted(now: number, sloMs: number): (at: number, within?: boolean) => void {
+    const entry = { deadline: now + sloMs, settled: false };
+    // Deadlines grow with admission time (one SLO per loop), so the queue is in deadline order.
+    if (this.#pending.length - this.#pendingHead >= this.options.maxPending) this.#pendingHead++;
+    this.#pending.push(entry);
+    return (at, within) => {
+      if (entry.settled) return;
+      entry.settled = true;
+      if (within !== undefined) this.observe(at, within);
+    };
+  }
+
+  /** Counts as misses the admitted requests whose SLO passed without a first token. */
+  expire(now: number): void {
+    const pending = this.#pending;
+    while (this.#pendingHead < pending.length && pending[this.#pendingHead].deadline < now) {
+      const entry = pending[this.#pendingHead++];
+      if (entry.settled) continue;
+      entry.settled = true;
+      this.observe(now, false);
+    }
+    if (this.#pendingHead > 1024 && this.#pendingHead * 2 > pending.length) {
+      pending.splice(0, this.#pendingHead);
+      this.#pendingHead = 0;
+    }
+  }
+
+  /** One request admitted to a pod, measured at `now`: within the SLO or not. */
+  observe(now: number, within: boolean): void {
+    const i = this.#bucket(now);
+    this.#measured[i]++;
+    if (within) this.#within[i]++;
+    const aim = this.aimMiss;
+    if (!within) {
+      this.#logMiss = this.#bounded(this.#logMiss - this.options.tightenStep);
+      this.#lastMove = 'tightened';
+      return;
+    }
+    // Loosen faster the further the window's misses are below the aim (not the target: boosted
+    // up to the target, the loop would settle there and spend its safety margin), at most unspentBoost×.
+    const window = this.#window(now);
+    const missed = window.measured - window.within;
+    const unspent = window.measured ? Math.min(1, Math.max(0, 1 - missed / (window.measured * aim))) : 1;
+    const boost = 1 + (this.options.unspentBoost - 1) * unspent;
+    const step = ((this.options.tightenStep * aim) / (1 - aim)) * boost;
+    const before = this.#logMiss;
+    this.#logMiss = this.#bounded(this.#logMiss + step);
+    if (this.#logMiss !== before) this.#lastMove = 'loosened';
+  }
+
+  state(now: number): ThresholdState {
+    const { measured, within } = this.#window(now);
+    const quantile = this.quantile;
+    const budgetLeft = this.#budgetLeft(now);
+    const pct = (x: number) => `${Math.round(x * 1000) / 10}%`;
+    let why: string;
+    if (measured === 0) why = `no admitted request measured in the last ${this.options.windowMs / 1000}s: holding`;
+    else if (this.#logMiss <= this.#minLogMiss) why = `misses above the aim: at the strictest bound (${pct(quantile)})`;
+    else if (this.#logMiss >= this.#maxLogMiss) why = `budget unspent: at the loosest bound (${pct(quantile)})`;
+    else if (this.#lastMove === 'tightened') why = `a miss: tightened (measured ${pct(within / measured)})`;
+    else
+      why = `measured ${pct(within / measured)} against aim ${pct(1 - this.aimMiss)}: loosening slowly, ${pct(Math.max(0, budgetLeft))} of the budget left`;
+    return {
+      target: this.target,
+      aim: 1 - this.aimMiss,
+      quantile,
+      measured,
+      within,
+      attainment: measured ? within / measured : NaN,
+      budgetLeft,
+      why,
+    };
+  }
+
+  #bounded(logMiss: number): number {
+    return Math.min(this.#maxLogMiss, Math.max(this.#minLogMiss, logMiss));
+  }
+
+  #budgetLeft(now: number): number {
+    const { measured, within } = this.#window(now);
+    if (measured === 0) return 1;
+    const allowed = measured * (1 - this.target);
+    return 1 - (measured - within) / allowed;
+  }
+
+  /** The bucket for `now`, cleared if it last held an older time span. */
+  #bucket(now: number): number {
+    const width = this.options.bucketMs;
+    const span = Math.floor(now / width);
+    const i = ((span % this.#start.length) + this.#start.length) % this.#start.length;
+    if (this.#start[i] !== span * width) {
+      this.#start[i] = span * width;
+      this.#measured[i] = 0;
+      this.#within[i] = 0;
+    }
+    return i;
+  }
+
+  #window(now: number): { measured: number; within: number } {
+    let measured = 0;
+    let within = 0;
+    const from = now - this.options.windowMs;
+    for (let i = 0; i < this.#start.length; i++) {
+      if (this.#start[i] > from && this.#start[i] <= now) {
+        measured += this.#measured[i];
+        within += this.#within[i];
+      }
+    }
+    return { measured, within };
+  }
+}
+
+/** One loop per policy (the policies' targets and SLOs differ), created on first use. */
+export class AdmissionThresholds {
+  readonly #loops = new Map<string, AdmissionThreshold>();
+  readonly #options: Partial<ThresholdOptions>;
+  /** Bound on the number of loops kept (policies are few; names come from configuration). */
+  readonly #maxPolicies: number;
+
+  constructor(options: Partial<ThresholdOptions> = {}, maxPolicies = 256) {
+    this.#options = options;
+    this.#maxPolicies = maxPolicies;
+  }
+
+  /** The loop for `policy` at `target`; a changed target starts a new loop. */
+  for(policy: string, target: number): AdmissionThreshold {
+    let loop = this.#loops.get(policy);
+    if (!loop || loop.target !== target) {
+      if (!loop && this.#loops.size >= this.#maxPolicies) {
+        const oldest = this.#loops.keys().next().value;
+        if (oldest !== undefined) this.#loops.delete(oldest);
+      }
+      loop = new AdmissionThreshold(target, this.#options);
+      this.#loops.set(policy, loop);
+    }
+    return loop;
+  }
+
+  quantile(policy: string, target: number): number {
+    return this.for(policy, target).quantile;
+  }
+
+  observe(policy: string, target: number, now: number, within: boolean): void {
+    this.for(policy, target).observe(now, within);
+  }
+
+  state(policy: string, target: number, now: number): ThresholdState {
+    return this.for(policy, target).state(now);
+  }
+
+  states(now: number): { policy: string; state: ThresholdState }[] {
+    return [...this.#loops].map(([policy, loop]) => ({ policy, state: loop.state(now) }));
+  }
+}
