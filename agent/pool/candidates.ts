@@ -31,8 +31,9 @@ export function localCandidate(
   learner: Learner,
   settings: CandidateSettings,
   expectedCachedTokens = 0,
+  prefixSource?: 'precise' | 'approximate',
 ): Candidate {
-  return new LocalCandidate(local, now, learner, settings, expectedCachedTokens);
+  return new LocalCandidate(local, now, learner, settings, expectedCachedTokens, prefixSource);
 }
 
 export function peerCandidate(
@@ -65,6 +66,7 @@ class LocalCandidate implements Candidate {
   readonly pendingPromptTokens: number;
   readonly pendingRequests: number;
   readonly expectedCachedTokens: number;
+  readonly prefixSource: 'precise' | 'approximate' | undefined;
   readonly #load: PodLoad | undefined;
   readonly #telemetry: PodTelemetry | undefined;
   readonly #now: number;
@@ -82,6 +84,7 @@ class LocalCandidate implements Candidate {
     learner: Learner,
     settings: CandidateSettings,
     expectedCachedTokens: number,
+    prefixSource: 'precise' | 'approximate' | undefined,
   ) {
     const telemetry = local.telemetry;
     const load = telemetry?.latest;
@@ -99,6 +102,7 @@ class LocalCandidate implements Candidate {
     this.pendingPromptTokens = local.pendingPromptTokens;
     this.pendingRequests = local.pendingRequests;
     this.expectedCachedTokens = expectedCachedTokens;
+    this.prefixSource = prefixSource;
     this.#load = load;
     this.#telemetry = telemetry;
     this.#now = now;

@@ -8,6 +8,10 @@ import type { Candidate } from '../route/candidate.ts';
 import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
 import { predictedTtft, uncachedPromptTokens } from '../route/score.ts';
 import { PrefixIndex } from '../prefix/index.ts';
+import type { PreciseIndex } from '../prefix/precise-index.ts';
+
+/** What the pool asks of a precise index (the bench's exact-cache oracle answers the same questions). */
+export type PreciseLookup = Pick<PreciseIndex, 'cachedTokensByPod' | 'setCapacity' | 'blockSize'>;
 import type { Pod, PodEstimate, PodLoad, RequestKind } from '../types.ts';
 import { localCandidate, peerCandidate, REFERENCE_REQUEST } from './candidates.ts';
 import { poolDebugState } from './debug-state.ts';
@@ -30,6 +34,8 @@ export class PodPool {
   readonly #learner: Learner;
   /** Which prompt blocks each local pod probably still caches, from what this agent sent it. */
   readonly #prefix: PrefixIndex;
+  /** The pods' own KV-cache events, where subscribed; `synced` says, per pod, whether to trust it now. */
+  #precise: { index: PreciseLookup; synced: (uid: string) => boolean } | undefined;
   #remote: PodEstimate[] = [];
   /** Candidate indexes by model, rebuilt when pods come or go (never per request). */
   #localByModel = new Map<string, LocalPod[]>();
@@ -51,6 +57,15 @@ export class PodPool {
     this.options = options;
     this.#learner = new Learner(options.predictor);
     this.#prefix = new PrefixIndex({ maxBlocksPerPod: options.prefixBlocksPerPod });
+  }
+
+  /**
+   * Lets the pods' KV-cache events decide their expected cached tokens: for a pod whose subscriber
+   * is `synced` and a request whose token ids are known, the precise index answers; otherwise
+   * (no events, a resync under way, no tokenizer) the approximate index does, pod by pod.
+   */
+  attachPreciseIndex(index: PreciseLookup, synced: (uid: string) => boolean): void {
+    this.#precise = { index, synced };
   }
 
   /** Bumped on every change (a scrape, a gossip update, a request ending). */
@@ -107,6 +122,10 @@ export class PodPool {
     // Age the prefix index by what the pod computed since and what its free KV can still hold.
     const delta = telemetry.lastDelta;
     local.computedTokens += delta?.computedPromptTokens ?? delta?.promptTokens ?? 0;
+    if (load.kvCapacityTokens !== undefined && this.#precise) {
+      // The engine cannot hold more blocks than its KV cache: neither may its index.
+      this.#precise.index.setCapacity(uid, load.kvCapacityTokens / this.#precise.index.blockSize(uid));
+    }
     if (load.kvCapacityTokens !== undefined) {
       this.#prefix.observe(uid, {
         capacityBlocks: load.kvCapacityTokens / this.#prefix.blockTokens,
@@ -152,15 +171,27 @@ export class PodPool {
    * every known pod (state views). With a request's `promptBlocks`, each local pod's expected
    * cached tokens (one index lookup for all pods).
    */
-  candidates(model?: string, promptBlocks?: readonly number[]): Candidate[] {
+  candidates(
+    model?: string,
+    promptBlocks?: readonly number[],
+    tokens?: { ids: readonly number[]; lora?: string },
+  ): Candidate[] {
     const now = this.options.now();
     const out: Candidate[] = [];
     const cached = promptBlocks?.length ? this.#prefix.cachedTokensByPod(promptBlocks) : undefined;
-    if (cached) this.#lastLookup = cached;
+    const precise =
+      this.#precise && tokens?.ids.length ? this.#precise.index.cachedTokensByPod(tokens.ids, tokens.lora) : undefined;
+    const lookup = precise || cached ? new Map<string, number>() : undefined;
     const locals = model === undefined ? this.#local.values() : (this.#localByModel.get(model) ?? []);
     for (const local of locals) {
-      out.push(localCandidate(local, now, this.#learner, this.options, cached?.get(local.pod.uid) ?? 0));
+      const uid = local.pod.uid;
+      const exact = precise !== undefined && this.#precise!.synced(uid);
+      const tokensCached = exact ? (precise.get(uid) ?? 0) : (cached?.get(uid) ?? 0);
+      if (tokensCached > 0) lookup?.set(uid, tokensCached);
+      const source = exact ? 'precise' : cached ? 'approximate' : undefined;
+      out.push(localCandidate(local, now, this.#learner, this.options, tokensCached, source));
     }
+    if (lookup) this.#lastLookup = lookup;
     const peers = model === undefined ? this.#remote : (this.#peersByModel.get(model) ?? []);
     for (const estimate of peers) out.push(this.#peerCandidate(estimate, now));
     return out;

@@ -8,7 +8,7 @@ import { DEFAULT_PREDICTOR } from '../../agent/predict/predictor.ts';
 import type { Candidate, WindowedMetric } from '../../agent/route/candidate.ts';
 import type { EffectivePolicy, Pod, PodLoad, PredictorParams, RouteRequest } from '../../agent/types.ts';
 import type { PodTelemetry } from '../../agent/telemetry/pod-telemetry.ts';
-import type { SimEngine } from '../../shared/sim/engine.ts';
+import type { SimEngine, SimKvEvent } from '../../shared/sim/engine.ts';
 import { DEFAULT_PREFIX_MAX_BLOCKS, promptBlocks } from '../../agent/prefix/blocks.ts';
 import { promptTextOf, type Arrival } from './workload.ts';
 import { gieProfile } from './gie.ts';
@@ -27,6 +27,8 @@ export interface BenchPod {
   /** The last scrape, as every realistic strategy sees it. */
   lastLoad?: PodLoad;
   telemetry: PodTelemetry;
+  /** Where the engine's KV-cache events go, one batch per scheduler step (a strategy that subscribes sets it). */
+  kvEvents?: (events: SimKvEvent[], at: number) => void;
 }
 
 export interface Choice {
@@ -214,12 +216,13 @@ function prefixBlind(load: PodLoad): PodLoad {
  * the prediction often enough to matter, so the bound it gives is left out).
  */
 const kinferenceWith =
-  (streamed: boolean, prefixAware = true): StrategyFactory =>
+  (streamed: boolean, prefixAware = true, precise?: PreciseSetup): StrategyFactory =>
   (ctx) => {
     const pool = new PodPool(
       poolOptions(ctx.now, { node: 'bench', scrapeIntervalMs: ctx.scrapeIntervalMs, networkCostMs: 0 }),
     );
     pool.setLocalPods(ctx.pods.map((p) => p.pod));
+    const tokensOf = precise?.(ctx, pool);
     const indexOf = new Map(ctx.pods.map((p) => [p.pod.uid, p.index]));
     const policy = benchPolicy(ctx.sloMs);
     // No overflow and no waiting in this comparison: when every pod is excluded or predicted over
@@ -233,7 +236,8 @@ const kinferenceWith =
       choose: (a) => {
         const { promptBlocks: blocks, ...blind } = benchRequest(a);
         const request: RouteRequest = prefixAware && blocks ? { ...blind, promptBlocks: blocks } : blind;
-        const candidates = pool.candidates(request.model, request.promptBlocks);
+        const ids = tokensOf?.(a);
+        const candidates = pool.candidates(request.model, request.promptBlocks, ids ? { ids } : undefined);
         let d = decide({ request, policy, candidates, leave: stay, rand: ctx.rand });
         if (d.action !== 'pod') d = decide({ request, policy: fallback, candidates, leave: stay, rand: ctx.rand });
         if (d.action !== 'pod') throw new Error('no pod at all');
@@ -247,6 +251,15 @@ const kinferenceWith =
       },
     };
   };
+
+/**
+ * Gives a Kinference strategy a precise prefix view: attaches it to the pool (as the agent does
+ * for pods whose KV events it follows) and returns the prompt's token ids for each arrival.
+ */
+export type PreciseSetup = (ctx: StrategyContext, pool: PodPool) => (a: Arrival) => readonly number[] | undefined;
+
+/** Kinference with a precise prefix view (bench:routing-prefix-pressure). */
+export const kinferencePrecise = (setup: PreciseSetup): StrategyFactory => kinferenceWith(true, true, setup);
 
 /** Kinference as it was before it knew prefix caches (bench:routing-prefix compares against it). */
 export const kinferencePrefixBlind: StrategyFactory = kinferenceWith(true, false);

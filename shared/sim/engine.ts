@@ -370,6 +370,15 @@ export class SimEngine {
     return { accepted: true, seq: handle };
   }
 
+  /**
+   * Prompt tokens of `tokens` this engine's prefix cache holds right now (full blocks, from the
+   * start): the truth an exact-cache oracle routes on, which no real router can see.
+   */
+  cachedPrefixTokens(tokens: ArrayLike<number>): number {
+    if (!this.#prefix) return 0;
+    return this.#prefix.match(chainedBlockHashes(tokens, this.blockSize)) * this.blockSize;
+  }
+
   /** Processes every step that ends at or before `t`. */
   advanceTo(t: number): void {
     if (this.#inAdvance) return; // called from a callback: the outer loop carries on
