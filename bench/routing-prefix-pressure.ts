@@ -96,7 +96,12 @@ const STRATEGIES: [string, StrategyFactory][] = [
 
 type Generator = (seed: number, ms: number, ratePerS: number) => Arrival[];
 const WORKLOADS: { name: string; generate: Generator; sloMs: number; seed: number }[] = [
-  { name: 'b2b-saas (60 customers x 6k context)', generate: (s, ms, r) => b2bSaas(s, ms, r, CUSTOMERS), sloMs: 2000, seed: 31 },
+  {
+    name: 'b2b-saas (60 customers x 6k context)',
+    generate: (s, ms, r) => b2bSaas(s, ms, r, CUSTOMERS),
+    sloMs: 2000,
+    seed: 31,
+  },
   { name: 'tool-agent trace', generate: toolAgent, sloMs: 2000, seed: 32 },
 ];
 

@@ -92,6 +92,8 @@ export interface GossipSettings {
 
 export interface AgentSettings {
   node: string;
+  /** Model → directory of its tokenizer.json and tokenizer_config.json (precise prefix routing). */
+  tokenizers: Record<string, string>;
   listen: { api: string; admin: string };
   discovery: 'static' | 'kubernetes';
   scrapeIntervalMs: number;
@@ -289,8 +291,10 @@ export function settingsFromObject(
         models: p.models,
         engine: p.engine,
         ...(p.maxConcurrency !== undefined ? { maxConcurrency: p.maxConcurrency } : {}),
+        ...(p.kvEvents ? { kvEvents: p.kvEvents } : {}),
       };
     }),
+    tokenizers: file.tokenizers ?? {},
     peers: file.peers ?? [],
     peerPodCidrs: file.gossip?.peerPodCidrs ?? defaultPeerPodCidrs(file.peers ?? []),
     gossip:

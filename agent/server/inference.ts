@@ -36,7 +36,7 @@ export { podsFailed, withHeaders } from './answers.ts';
 /** The agent's request path from its settings, over its callers, overflow and pool; owns its pod dispatcher. */
 export function requestPathFor(
   settings: AgentSettings,
-  parts: Pick<RequestPathDeps, 'metrics' | 'now' | 'rand' | 'pool' | 'isKnownModel'> & {
+  parts: Pick<RequestPathDeps, 'metrics' | 'now' | 'rand' | 'pool' | 'isKnownModel' | 'promptTokenIds'> & {
     log(level: 'warn' | 'error', message: string): void;
     /** Where sampled per-request JSON lines go (default: stdout). */
     writeLog?: (line: string) => void;
@@ -85,7 +85,14 @@ export class RequestPath {
 
   /** The routing input for a parsed request (also used by /explain). */
   routeRequest(parsed: ParsedRequest, identity: Identity, tags: string[]): RouteRequest {
-    return buildRouteRequest(parsed, identity, tags, this.deps.limits.prefixMaxBlocks);
+    return this.#withTokens(buildRouteRequest(parsed, identity, tags, this.deps.limits.prefixMaxBlocks), parsed);
+  }
+
+  /** With a tokenizer for the model: the prompt's token ids (the precise index's key) and its exact size. */
+  #withTokens(request: RouteRequest, parsed: ParsedRequest): RouteRequest {
+    if (parsed.kind === 'embeddings' || !this.deps.promptTokenIds) return request;
+    const ids = this.deps.promptTokenIds(parsed.model, parsed.body);
+    return ids?.length ? { ...request, promptTokenIds: ids, promptTokens: ids.length } : request;
   }
 
   /** The drain deadline passed: end every stream still running, properly. */
@@ -99,7 +106,7 @@ export class RequestPath {
     return decide({
       request,
       policy,
-      candidates: this.deps.pool.candidates(request.model, request.promptBlocks),
+      candidates: this.deps.pool.candidates(request.model, request.promptBlocks, tokensOf(request)),
       leave: this.deps.leaveVerdict(policy, request),
       rand: this.deps.rand,
     });
@@ -139,7 +146,9 @@ export class RequestPath {
     }
     const identity = deps.identify(req, req.remoteIp);
     const tags = judged ? deps.bodies!.counted(judged.classification) : deps.classify(headerTags, parsed.body);
-    const request = judged ? routeFromVerdict(judged, identity) : this.routeRequest(parsed, identity, tags);
+    const request = judged
+      ? this.#withTokens(routeFromVerdict(judged, identity), parsed)
+      : this.routeRequest(parsed, identity, tags);
     const policy = deps.policyFor(identity, parsed.model);
     record.model = parsed.model;
     record.tenant = identity.tenant;
@@ -158,14 +167,14 @@ export class RequestPath {
     /** Whether a change in the pool lets this request act now: a pod for it, or it may leave. */
     const canAct = () => {
       const leave = deps.leaveVerdict(policy, request);
-      const candidates = untried(deps.pool.candidates(request.model, request.promptBlocks));
+      const candidates = untried(deps.pool.candidates(request.model, request.promptBlocks, tokensOf(request)));
       const d = decide({ request, policy, candidates, leave, waitedMs: deps.now() - started, rand: deps.rand });
       return d.action === 'pod' || d.action === 'overflow';
     };
 
     for (;;) {
       const leave = deps.leaveVerdict(policy, request);
-      const candidates = untried(deps.pool.candidates(request.model, request.promptBlocks));
+      const candidates = untried(deps.pool.candidates(request.model, request.promptBlocks, tokensOf(request)));
       const decision = decide({ request, policy, candidates, leave, waitedMs: deps.now() - started, rand: deps.rand });
       for (const d of decision.dropped) deps.metrics.dropped.add(1, d.reason);
 
@@ -294,4 +303,9 @@ export class RequestPath {
   ): Promise<'turn' | 'timeout' | 'full' | 'shed'> {
     return waitInLine(this.deps, this.waiting, who, canAct, signal, record);
   }
+}
+
+/** The precise index's lookup key for a request, when its token ids are known. */
+function tokensOf(request: RouteRequest): { ids: readonly number[] } | undefined {
+  return request.promptTokenIds ? { ids: request.promptTokenIds } : undefined;
 }
