@@ -92,6 +92,12 @@ export interface PodEstimate {
   at: number;
   origin: string;
   version: number;
+  /**
+   * A Bloom filter of the pod's hottest cached prefixes (agent/prefix/summary.ts), from its KV-cache
+   * events; absent when its agent does not follow them. Lets other nodes send a long shared context
+   * to the pod that holds it.
+   */
+  prefixSummary?: Uint8Array;
 }
 
 /** Everything the router needs to know about one request; built by the ingress shell. */

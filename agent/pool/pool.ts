@@ -9,9 +9,15 @@ import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
 import { predictedTtft, uncachedPromptTokens } from '../route/score.ts';
 import { PrefixIndex } from '../prefix/index.ts';
 import type { PreciseIndex } from '../prefix/precise-index.ts';
+import { summaryCachedTokens } from '../prefix/summary.ts';
+import { tokenBlockKeys } from '../prefix/token-blocks.ts';
 
 /** What the pool asks of a precise index (the bench's exact-cache oracle answers the same questions). */
-export type PreciseLookup = Pick<PreciseIndex, 'cachedTokensByPod' | 'setCapacity' | 'blockSize'>;
+export type PreciseLookup = Pick<PreciseIndex, 'cachedTokensByPod' | 'setCapacity' | 'blockSize'> &
+  Partial<Pick<PreciseIndex, 'summary'>>;
+
+/** How often a pod's gossiped prefix summary is rebuilt: each new one is a new gossip version. */
+const SUMMARY_REFRESH_MS = 1000;
 import type { Pod, PodEstimate, PodLoad, RequestKind } from '../types.ts';
 import { localCandidate, peerCandidate, REFERENCE_REQUEST } from './candidates.ts';
 import { poolDebugState } from './debug-state.ts';
@@ -36,6 +42,8 @@ export class PodPool {
   readonly #prefix: PrefixIndex;
   /** The pods' own KV-cache events, where subscribed; `synced` says, per pod, whether to trust it now. */
   #precise: { index: PreciseLookup; synced: (uid: string) => boolean } | undefined;
+  /** Each local pod's last prefix summary and when it was built. */
+  readonly #summaries = new Map<string, { at: number; summary: Uint8Array | undefined }>();
   #remote: PodEstimate[] = [];
   /** Candidate indexes by model, rebuilt when pods come or go (never per request). */
   #localByModel = new Map<string, LocalPod[]>();
@@ -96,6 +104,7 @@ export class PodPool {
       this.#local.delete(uid);
       this.#learner.forget(uid);
       this.#prefix.forget(uid);
+      this.#summaries.delete(uid);
     }
     for (const pod of pods) {
       const existing = this.#local.get(pod.uid);
@@ -193,12 +202,32 @@ export class PodPool {
     }
     if (lookup) this.#lastLookup = lookup;
     const peers = model === undefined ? this.#remote : (this.#peersByModel.get(model) ?? []);
-    for (const estimate of peers) out.push(this.#peerCandidate(estimate, now));
+    // Peers' pods that gossip a prefix summary: the prompt's keys at the engines' default block size.
+    let keys: number[] | undefined;
+    for (const estimate of peers) {
+      let peerCached = 0;
+      if (tokens?.ids.length && estimate.prefixSummary) {
+        keys ??= tokenBlockKeys(tokens.ids, 16, tokens.lora);
+        peerCached = summaryCachedTokens(estimate.prefixSummary, keys, 16);
+      }
+      out.push(this.#peerCandidate(estimate, now, peerCached));
+    }
     return out;
   }
 
-  #peerCandidate(estimate: PodEstimate, now: number): Candidate {
-    return peerCandidate(estimate, this.#peerTraffic.get(estimate.pod.uid), now, this.#learner, this.options);
+  #peerCandidate(estimate: PodEstimate, now: number, cached = 0): Candidate {
+    return peerCandidate(estimate, this.#peerTraffic.get(estimate.pod.uid), now, this.#learner, this.options, cached);
+  }
+
+  /** `uid`'s prefix summary for gossip, rebuilt at most once a second (each change is a new version). */
+  #summaryOf(uid: string, now: number): Uint8Array | undefined {
+    const precise = this.#precise;
+    if (!precise?.index.summary || !precise.synced(uid)) return undefined;
+    const last = this.#summaries.get(uid);
+    if (last && now - last.at < SUMMARY_REFRESH_MS) return last.summary;
+    const summary = precise.index.summary(uid);
+    this.#summaries.set(uid, { at: now, summary });
+    return summary;
   }
 
   /** What this agent gossips about its own pods (the gossip state numbers the versions). */
@@ -219,6 +248,7 @@ export class PodPool {
         at: load.at,
         origin: this.options.node,
         version: 0,
+        ...optionalSummary(this.#summaryOf(local.pod.uid, now)),
       });
     }
     return out;
@@ -340,4 +370,8 @@ export class PodPool {
     this.#waiters.clear();
     for (const wake of waiters) wake();
   }
+}
+
+function optionalSummary(summary: Uint8Array | undefined): { prefixSummary?: Uint8Array } {
+  return summary ? { prefixSummary: summary } : {};
 }

@@ -11,6 +11,7 @@
 // ("GPU", or unnamed); offload tiers are a slower hit the router does not model yet.
 
 import type { EngineBlockHash, KvBatch } from './kv-events.ts';
+import { buildSummary, isSampled, SUMMARY_KEYS } from './summary.ts';
 import { blockKey, chainRoot, tokenBlockKeys, type BlockKey } from './token-blocks.ts';
 
 /** Default entries per pod before its capacity is known: 65,536 blocks = 1M tokens at 16 a block. */
@@ -38,6 +39,8 @@ interface PodBlocks {
   readonly byHash: Map<EngineBlockHash, BlockKey>;
   /** Key → how many of this pod's engine hashes name it (an engine may hold a block twice). */
   readonly keys: Map<BlockKey, number>;
+  /** Its sampled keys (summary.ts), least recently stored first: what it gossips. */
+  readonly sampled: Set<BlockKey>;
   /** The engine's block size, from its events. */
   blockSize: number;
   /** Most entries kept: its KV capacity in blocks, capped by the index's bound. */
@@ -105,6 +108,7 @@ export class PreciseIndex {
     for (const key of pod.keys.keys()) this.#removeHolder(key, pod);
     pod.byHash.clear();
     pod.keys.clear();
+    pod.sampled.clear();
   }
 
   /** Drops `podId` altogether (it left). */
@@ -152,9 +156,12 @@ export class PreciseIndex {
     return result;
   }
 
-  /** Key → pods, for the keys of one chain; what the gossiped summary is made from. */
-  holdersOf(key: BlockKey): readonly string[] {
-    return (this.#holders.get(key) ?? []).map((p) => p.id);
+  /** The gossiped summary of `podId`'s hottest prefixes (summary.ts); undefined when it holds none. */
+  summary(podId: string): Uint8Array | undefined {
+    const pod = this.#pods.get(podId);
+    if (!pod || pod.sampled.size === 0) return undefined;
+    const keys = [...pod.sampled];
+    return buildSummary(keys.slice(Math.max(0, keys.length - SUMMARY_KEYS)));
   }
 
   memory(): { pods: number; blocks: number; distinctKeys: number } {
@@ -170,6 +177,7 @@ export class PreciseIndex {
         // Stored again: move it to the newest end, so the cap drops it last.
         pod.byHash.delete(hash);
         pod.byHash.set(hash, key);
+        this.#touchSampled(pod, key);
         return;
       }
       this.#remove(pod, hash);
@@ -177,6 +185,7 @@ export class PreciseIndex {
     pod.byHash.set(hash, key);
     const refs = pod.keys.get(key) ?? 0;
     pod.keys.set(key, refs + 1);
+    this.#touchSampled(pod, key);
     if (refs === 0) {
       const holders = this.#holders.get(key);
       if (holders) holders.push(pod);
@@ -192,9 +201,16 @@ export class PreciseIndex {
     if (refs > 1) pod.keys.set(key, refs - 1);
     else {
       pod.keys.delete(key);
+      pod.sampled.delete(key);
       this.#removeHolder(key, pod);
     }
     return true;
+  }
+
+  #touchSampled(pod: PodBlocks, key: BlockKey): void {
+    if (!isSampled(key)) return;
+    pod.sampled.delete(key);
+    pod.sampled.add(key);
   }
 
   /** Drops the oldest entries past the pod's cap; returns how many. */
@@ -219,7 +235,14 @@ export class PreciseIndex {
   #pod(podId: string): PodBlocks {
     let pod = this.#pods.get(podId);
     if (!pod) {
-      pod = { id: podId, byHash: new Map(), keys: new Map(), blockSize: 16, cap: this.maxBlocksPerPod };
+      pod = {
+        id: podId,
+        byHash: new Map(),
+        keys: new Map(),
+        sampled: new Set(),
+        blockSize: 16,
+        cap: this.maxBlocksPerPod,
+      };
       this.#pods.set(podId, pod);
     }
     return pod;

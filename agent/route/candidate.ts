@@ -56,5 +56,5 @@ export interface Candidate {
    * Which index said so: `precise` (the pod's own KV-cache events, token-exact) or `approximate`
    * (what this agent sent it, by text blocks). Absent: no prefix lookup was made.
    */
-  prefixSource?: 'precise' | 'approximate';
+  prefixSource?: 'precise' | 'approximate' | 'gossip';
 }
