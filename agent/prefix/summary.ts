@@ -43,7 +43,7 @@ export function summaryCachedTokens(summary: Uint8Array, keys: readonly BlockKey
 function positions(key: BlockKey): number[] {
   // The key is already a hash: its two halves give the probes (Kirsch–Mitzenmacher double hashing).
   const m = SUMMARY_BYTES * 8;
-  const a = Math.floor(key / SAMPLE_EVERY) % 0x100000000 >>> 0;
+  const a = (Math.floor(key / SAMPLE_EVERY) % 0x100000000) >>> 0;
   const b = (Math.floor(key / 0x100000000) * 0x9e3779b1) >>> 0 || 1;
   const out: number[] = [];
   for (let i = 0; i < HASHES; i++) out.push(((a + Math.imul(i, b)) >>> 0) % m);
