@@ -5,7 +5,8 @@
 // vLLM numbers its batches 0, 1, 2, … per publisher and keeps the last `buffer_steps` (10,000 by
 // default) for its replay socket. A PUB/SUB stream loses batches silently when a subscriber is
 // slow (high-water mark) or reconnects, so every gap is found by its sequence number:
-//   - a batch at the expected number is applied; one below it is a duplicate and ignored;
+//   - a batch at the expected number is applied; a live one below it means the engine restarted
+//     (its numbering starts again at 0): the pod's index is cleared and follows from there;
 //   - one above it opens a gap: live batches are held (bounded) while the replay socket is asked
 //     for everything from the expected number on;
 //   - a replay that starts at the expected number closes the gap, and the held batches follow;
@@ -89,8 +90,13 @@ export class KvStream {
     }
     if (this.#expected === undefined || seq === this.#expected) return this.#apply(seq, batch);
     if (seq < this.#expected) {
-      this.stats.duplicates++;
-      return [];
+      // PUB/SUB never repeats a batch: a number that goes back is a restarted engine, whose
+      // numbering starts again at 0 with an empty cache.
+      this.stats.resyncs++;
+      return [
+        { do: 'clear', reason: `sequence went back to ${seq}: the engine restarted` },
+        ...this.#apply(seq, batch),
+      ];
     }
     this.stats.gaps++;
     if (!this.#replay) {
