@@ -147,7 +147,12 @@ async function kvEventsFor(
   let latest: readonly Pod[] = [];
   const load = () =>
     (loading ??= import('./telemetry/kv-feed.ts').then(({ KvEventFeeds }) => {
-      feeds = new KvEventFeeds({ log });
+      feeds = new KvEventFeeds({
+        maxBlocksPerPod: settings.limits.preciseBlocksPerPod,
+        replayTimeoutMs: settings.limits.kvReplayTimeoutMs,
+        maxHeldBatches: settings.limits.kvMaxHeldBatches,
+        log,
+      });
       const f = feeds;
       pool.attachPreciseIndex(f.index, (uid) => f.synced(uid));
       f.setPods(latest);

@@ -61,6 +61,12 @@ export interface Limits {
   releaseMemoryAfterIdleMs: number;
   prefixMaxBlocks: number;
   prefixBlocksPerPod: number;
+  /** Blocks the precise (KV-event) index keeps per pod at most, below the pod's own KV capacity. */
+  preciseBlocksPerPod: number;
+  /** How long a KV-event replay may take before the pod's index is rebuilt without it. */
+  kvReplayTimeoutMs: number;
+  /** Live KV-event batches held per pod while a replay runs; past it the index is rebuilt. */
+  kvMaxHeldBatches: number;
   /** The API listener's HTTP/1.1 bounds and timers (agent/server/http1/server.ts). */
   apiMaxHeaderBytes: number;
   apiMaxHeaders: number;
@@ -151,6 +157,9 @@ export const DEFAULT_LIMITS: Limits = {
   releaseMemoryAfterIdleMs: 10_000,
   prefixMaxBlocks: DEFAULT_PREFIX_MAX_BLOCKS,
   prefixBlocksPerPod: DEFAULT_MAX_BLOCKS_PER_POD,
+  preciseBlocksPerPod: 65_536,
+  kvReplayTimeoutMs: 2000,
+  kvMaxHeldBatches: 10_000,
   // node:http's own defaults, which the API listener had before its own server.
   apiMaxHeaderBytes: 16 * 1024,
   apiMaxHeaders: 100,
@@ -348,6 +357,9 @@ export function settingsFromObject(
       releaseMemoryAfterIdleMs: durationOr(limits.releaseMemoryAfterIdle, DEFAULT_LIMITS.releaseMemoryAfterIdleMs),
       prefixMaxBlocks: limits.prefixMaxBlocks ?? DEFAULT_LIMITS.prefixMaxBlocks,
       prefixBlocksPerPod: limits.prefixBlocksPerPod ?? DEFAULT_LIMITS.prefixBlocksPerPod,
+      preciseBlocksPerPod: limits.preciseBlocksPerPod ?? DEFAULT_LIMITS.preciseBlocksPerPod,
+      kvReplayTimeoutMs: durationOr(limits.kvReplayTimeout, DEFAULT_LIMITS.kvReplayTimeoutMs),
+      kvMaxHeldBatches: limits.kvMaxHeldBatches ?? DEFAULT_LIMITS.kvMaxHeldBatches,
       apiMaxHeaderBytes: limits.apiMaxHeaderBytes ?? DEFAULT_LIMITS.apiMaxHeaderBytes,
       apiMaxHeaders: limits.apiMaxHeaders ?? DEFAULT_LIMITS.apiMaxHeaders,
       apiMaxTargetBytes: limits.apiMaxTargetBytes ?? DEFAULT_LIMITS.apiMaxTargetBytes,

@@ -105,6 +105,12 @@ const Limits = Type.Object(
     prefixMaxBlocks: Type.Optional(Type.Integer({ minimum: 1, maximum: 65_536 })),
     /** Prompt blocks the prefix index remembers per local pod (~190 bytes each). */
     prefixBlocksPerPod: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000_000 })),
+    /** Blocks the precise (KV-event) index keeps per pod at most (~186 bytes each); the pod's KV capacity caps it too. */
+    preciseBlocksPerPod: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000_000 })),
+    /** How long a pod's KV-event replay may take before its index is rebuilt without it. */
+    kvReplayTimeout: Type.Optional(DurationString),
+    /** Live KV-event batches held per pod while a replay runs; past it the pod's index is rebuilt. */
+    kvMaxHeldBatches: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000 })),
   },
   { additionalProperties: false },
 );

@@ -13,10 +13,17 @@ export class KvEventFeeds {
   readonly index: PreciseIndex;
   readonly #subscribers = new Map<string, { key: string; subscriber: KvSubscriber }>();
   readonly #log: (message: string) => void;
+  readonly #limits: { replayTimeoutMs?: number; maxHeldBatches?: number };
 
-  constructor(opts: { maxBlocksPerPod?: number; log: (message: string) => void }) {
+  constructor(opts: {
+    maxBlocksPerPod?: number;
+    replayTimeoutMs?: number;
+    maxHeldBatches?: number;
+    log: (message: string) => void;
+  }) {
     this.index = new PreciseIndex({ maxBlocksPerPod: opts.maxBlocksPerPod });
     this.#log = opts.log;
+    this.#limits = { replayTimeoutMs: opts.replayTimeoutMs, maxHeldBatches: opts.maxHeldBatches };
   }
 
   /** Follows discovery: a subscriber for each pod with KV-event endpoints; gone pods are forgotten. */
@@ -31,7 +38,10 @@ export class KvEventFeeds {
     }
     for (const [uid, pod] of next) {
       if (this.#subscribers.has(uid)) continue;
-      const subscriber = new KvSubscriber({ podId: uid, ...pod.kvEvents!, log: this.#log }, this.index);
+      const subscriber = new KvSubscriber(
+        { podId: uid, ...pod.kvEvents!, ...this.#limits, log: this.#log },
+        this.index,
+      );
       subscriber.start();
       this.#subscribers.set(uid, { key: keyOf(pod), subscriber });
     }
