@@ -21,6 +21,8 @@ const read = (name: string) =>
     unknown
   >;
 const tokenizer = new PromptTokenizer({ tokenizer: read('tokenizer.json'), config: read('tokenizer_config.json') });
+// The same tokenizer with no segment cache: a context it has not seen before.
+const uncached = new PromptTokenizer({ tokenizer: read('tokenizer.json'), config: read('tokenizer_config.json') }, 1);
 
 // A ~6,000-token prompt of varied English-like words.
 const rand = mulberry32(7);
@@ -110,7 +112,8 @@ const step = encodeKvBatch(
 
 const bench = new Bench({ time: 1500 });
 bench
-  .add('tokenize a 6k-token chat prompt (Llama 3, chat template)', () => void tokenizer.promptTokens(body))
+  .add('tokenize a 6k-token chat prompt, context not seen before', () => void uncached.promptTokens(body))
+  .add('tokenize it again (a resent context: cached per message)', () => void tokenizer.promptTokens(body))
   .add('look its 375 blocks up over 8 pods', () => void index.cachedTokensByPod(ids))
   .add('decode + apply one step (128 stored, 128 removed)', () => {
     const d = decodeBatch(step);

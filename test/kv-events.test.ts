@@ -216,6 +216,21 @@ describe('on loopback: the simulator publishes, the subscriber follows', () => {
     assert.deepEqual(ids.slice(0, 8), [128000, 128006, 882, 128007, 271, 9906, 4435, 128009]);
     assert.equal(ids.at(-1), 271);
     assert.equal(tokenizer.promptTokens({ messages: [{ role: 'user', content: [{ type: 'image_url' }] }] }), undefined);
+    // Piece by piece (cached) is exactly the whole rendering tokenized at once, twice over.
+    const body = {
+      messages: [
+        { role: 'system', content: 'You are terse.  Cite sources: [1], (2) {x}.\n\nRules apply.' },
+        { role: 'user', content: 'Hello <|eot_id|> World ünïcödé 12345 ' },
+        { role: 'assistant', content: ' Sure.' },
+        { role: 'user', content: 'And then?' },
+      ],
+    };
+    const whole = tokenizer.encode(
+      '<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are terse.  Cite sources: [1], (2) {x}.\n\nRules apply.<|eot_id|>',
+      false,
+    );
+    assert.deepEqual(tokenizer.promptTokens(body)!.slice(0, whole.length), whole);
+    assert.deepEqual(tokenizer.promptTokens(body), tokenizer.promptTokens(body));
   });
 
   test('the index matches the engine exactly, through lost, duplicated and replayed batches', async () => {

@@ -5,6 +5,10 @@
 // tokens again (the template writes them); its completions endpoint tokenizes the prompt with them.
 import { Template } from '@huggingface/jinja';
 import { Tokenizer } from '@huggingface/tokenizers';
+import { LRUCache } from 'lru-cache';
+
+/** Characters of text segments whose token ids are kept (a resent context is tokenized once). */
+export const DEFAULT_SEGMENT_CACHE_CHARS = 8 * 1024 * 1024;
 
 export interface TokenizerFiles {
   /** Parsed tokenizer.json. */
@@ -17,9 +21,14 @@ export class PromptTokenizer {
   readonly #tokenizer: Tokenizer;
   readonly #template: Template | undefined;
   readonly #specials: Record<string, string>;
+  /** Splits rendered text at special tokens; undefined when the tokenizer's added tokens do not allow it. */
+  readonly #split: { pattern: RegExp; ids: Map<string, number> } | undefined;
+  readonly #segments: LRUCache<string, number[]>;
 
-  constructor(files: TokenizerFiles) {
+  constructor(files: TokenizerFiles, cacheChars = DEFAULT_SEGMENT_CACHE_CHARS) {
     this.#tokenizer = new Tokenizer(files.tokenizer, files.config);
+    this.#segments = new LRUCache<string, number[]>({ maxSize: cacheChars, sizeCalculation: (_v, k) => k.length || 1 });
+    this.#split = specialSplitter(files.tokenizer);
     const template = files.config.chat_template;
     this.#template = typeof template === 'string' ? new Template(template) : undefined;
     this.#specials = {};
@@ -47,12 +56,35 @@ export class PromptTokenizer {
       } catch {
         return undefined;
       }
-      return this.#tokenizer.encode(text, { add_special_tokens: false }).ids;
+      return this.#encodeSegments(text);
     }
     const prompt = body.prompt;
     if (typeof prompt === 'string') return this.#tokenizer.encode(prompt).ids;
     if (Array.isArray(prompt) && prompt.every((t) => Number.isInteger(t))) return prompt as number[];
     return undefined;
+  }
+
+  /**
+   * The tokenizer splits text at its special tokens before anything else, so a chat rendering
+   * is the concatenation of its pieces' ids: each piece (a message's content, mostly) is tokenized
+   * once and remembered, and a context resent by every request costs a cache lookup.
+   */
+  #encodeSegments(text: string): number[] {
+    if (!this.#split) return this.#tokenizer.encode(text, { add_special_tokens: false }).ids;
+    const out: number[] = [];
+    for (const piece of text.split(this.#split.pattern)) {
+      if (piece === '') continue;
+      const special = this.#split.ids.get(piece);
+      if (special !== undefined) {
+        out.push(special);
+        continue;
+      }
+      const ids: number[] =
+        this.#segments.get(piece) ?? this.#tokenizer.encode(piece, { add_special_tokens: false }).ids;
+      this.#segments.set(piece, ids);
+      for (const id of ids) out.push(id);
+    }
+    return out;
   }
 
   /** Token ids of plain text, with the tokenizer's special tokens (as a completions prompt). */
@@ -77,4 +109,30 @@ function plainMessages(raw: unknown[]): { role: string; content: string }[] | un
     else return undefined;
   }
   return out;
+}
+
+/**
+ * A pattern that splits text at the tokenizer's added tokens, keeping them, when every added token
+ * is matched verbatim (no stripping, not normalized); otherwise undefined (encode whole texts).
+ */
+function specialSplitter(tokenizer: object): { pattern: RegExp; ids: Map<string, number> } | undefined {
+  const added = (tokenizer as { added_tokens?: unknown }).added_tokens;
+  if (!Array.isArray(added) || added.length === 0) return undefined;
+  const ids = new Map<string, number>();
+  for (const t of added as {
+    id?: unknown;
+    content?: unknown;
+    lstrip?: unknown;
+    rstrip?: unknown;
+    normalized?: unknown;
+  }[]) {
+    if (typeof t.content !== 'string' || typeof t.id !== 'number' || t.content === '') return undefined;
+    if (t.lstrip || t.rstrip || t.normalized) return undefined;
+    ids.set(t.content, t.id);
+  }
+  // Longest first, so a token that contains another is matched whole.
+  const alternatives = [...ids.keys()]
+    .sort((a, b) => b.length - a.length)
+    .map((c) => c.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
+  return { pattern: new RegExp(`(${alternatives.join('|')})`), ids };
 }
