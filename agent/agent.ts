@@ -5,7 +5,7 @@ import type { Server } from 'node:http';
 import type { AgentSettings } from './config/load.ts';
 import { discoveryFor } from './cluster/discovery.ts';
 import type { ClusterSnapshot, Discovery } from './cluster/types.ts';
-import type { ClockAndRandom } from './types.ts';
+import type { ClockAndRandom, Pod } from './types.ts';
 import { gossipFor, type GossipLink } from './gossip/link.ts';
 import { parseHostPort } from './gossip/node.ts';
 import { MAX_EXCLUDE_WINDOW_MS } from './policy/schema.ts';
@@ -139,12 +139,75 @@ function overflowBudgetFor(
   return { budget, exchange };
 }
 
+/**
+ * Precise prefix routing: subscribers to the KV events of the local pods that publish them, and
+ * the configured models' tokenizers. The ZMQ binding and the tokenizers load only once a pod
+ * publishes events or a tokenizer is configured: an agent without either pays nothing for them.
+ */
+async function kvEventsFor(
+  settings: AgentSettings,
+  pool: PodPool,
+  log: (message: string) => void,
+): Promise<{
+  setPods(pods: readonly Pod[]): void;
+  stop(): Promise<void>;
+  promptTokenIds?: (model: string, body: Record<string, unknown>) => number[] | undefined;
+}> {
+  type Feeds = import('./telemetry/kv-feed.ts').KvEventFeeds;
+  let feeds: Feeds | undefined;
+  let loading: Promise<Feeds> | undefined;
+  let latest: readonly Pod[] = [];
+  const load = () =>
+    (loading ??= import('./telemetry/kv-feed.ts').then(({ KvEventFeeds }) => {
+      feeds = new KvEventFeeds({
+        maxBlocksPerPod: settings.limits.preciseBlocksPerPod,
+        replayTimeoutMs: settings.limits.kvReplayTimeoutMs,
+        maxHeldBatches: settings.limits.kvMaxHeldBatches,
+        log,
+      });
+      const f = feeds;
+      pool.attachPreciseIndex(f.index, (uid) => f.synced(uid));
+      f.setPods(latest);
+      return f;
+    }));
+  const tokenizers =
+    Object.keys(settings.tokenizers).length > 0
+      ? (await import('./telemetry/kv-feed.ts')).loadTokenizers(settings.tokenizers, log)
+      : undefined;
+  return {
+    setPods(pods) {
+      latest = pods;
+      if (feeds) feeds.setPods(pods);
+      else if (pods.some((p) => p.kvEvents)) void load();
+    },
+    async stop() {
+      await (feeds ?? (loading ? await loading : undefined))?.stop();
+    },
+    ...(tokenizers?.size
+      ? {
+          promptTokenIds: (model: string, body: Record<string, unknown>) => {
+            // Only worth the tokenizing when some pod's events can answer; otherwise the approximate index does.
+            if (!feeds) return undefined;
+            return tokenizers.get(model)?.promptTokens(body);
+          },
+        }
+      : {}),
+  };
+}
+
 /** Applies each discovery snapshot to the parts it feeds: pods, policies, providers, peers, callers, detectors. */
 function followDiscovery(
   discovery: Discovery,
-  parts: { pool: PodPool; scraper: Scraper; callers: Callers; overflow: Overflow; gossip?: GossipLink },
+  parts: {
+    pool: PodPool;
+    scraper: Scraper;
+    callers: Callers;
+    overflow: Overflow;
+    gossip?: GossipLink;
+    kv?: { setPods(pods: readonly Pod[]): void };
+  },
 ): { peers(): ClusterSnapshot['peers'] } {
-  const { pool, scraper, callers, overflow, gossip } = parts;
+  const { pool, scraper, callers, overflow, gossip, kv } = parts;
   let snapshot: ClusterSnapshot = {
     pods: [],
     namespaces: new Map(),
@@ -157,6 +220,7 @@ function followDiscovery(
     const next = discovery.snapshot();
     pool.setLocalPods(next.pods);
     scraper.setPods(next.pods);
+    kv?.setPods(next.pods);
     if (next.policies !== snapshot.policies || next.namespaces !== snapshot.namespaces)
       callers.setPolicies(next.policies, next.namespaces);
     callers.setCallers(next.callers);
@@ -215,8 +279,9 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   const gossip = gossipFor(settings, gossipDeps);
   if (gossip) pool.onPeerPodFailed((node) => gossip.suspect(node));
 
+  const kv = await kvEventsFor(settings, pool, (message) => log('warn', message));
   await discovery.start();
-  const discovered = followDiscovery(discovery, { pool, scraper, callers, overflow, gossip });
+  const discovered = followDiscovery(discovery, { pool, scraper, callers, overflow, gossip, kv });
   scraper.start();
   await gossip?.start();
   const stopPodProbes = startPodProbes(pool, {
@@ -236,6 +301,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     overflow,
     pool,
     isKnownModel,
+    ...(kv.promptTokenIds ? { promptTokenIds: kv.promptTokenIds } : {}),
   });
 
   const drain = new Drain();
@@ -298,7 +364,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     idleRelease?.stop();
     await drain.drain(api, limits.drainTimeoutMs, () => requestPath.endStreams());
     stopPodProbes();
-    for (const part of [gossip, scraper, discovery]) await part?.stop();
+    for (const part of [gossip, scraper, discovery, kv]) await part?.stop();
     await overflow.close();
     await requestPath.deps.dispatcher.close().catch(() => {});
     await requestPath.deps.bodies?.close();

@@ -21,6 +21,15 @@ export interface Pod {
   engine?: Engine;
   /** Requests the server runs at once (vLLM --max-num-seqs …), when known: the connection cap. */
   maxConcurrency?: number;
+  /** Where the pod publishes its KV-cache events (vLLM --kv-events-config), when it does. */
+  kvEvents?: KvEventsEndpoint;
+}
+
+/** A pod's KV-event sockets: the PUB endpoint, the replay (ROUTER) endpoint, the topic. */
+export interface KvEventsEndpoint {
+  endpoint: string;
+  replayEndpoint?: string;
+  topic?: string;
 }
 
 /** One parsed scrape of a model server's /metrics, engine-neutral. */
@@ -83,6 +92,12 @@ export interface PodEstimate {
   at: number;
   origin: string;
   version: number;
+  /**
+   * A Bloom filter of the pod's hottest cached prefixes (agent/prefix/summary.ts), from its KV-cache
+   * events; absent when its agent does not follow them. Lets other nodes send a long shared context
+   * to the pod that holds it.
+   */
+  prefixSummary?: Uint8Array;
 }
 
 /** Everything the router needs to know about one request; built by the ingress shell. */
@@ -98,6 +113,8 @@ export interface RouteRequest {
   maxTokens?: number;
   /** Chained hashes of the prompt's blocks (agent/prefix/blocks.ts), computed once per request. */
   promptBlocks?: readonly number[];
+  /** The prompt's token ids from the model's own tokenizer, where one is configured (the precise index's key). */
+  promptTokenIds?: readonly number[];
 }
 
 export type RequestKind = 'chat' | 'completions' | 'embeddings' | 'responses';

@@ -43,6 +43,34 @@ describe('model-server pods', () => {
     assert.equal(modelServerPods([withArgs([])], 'n1')[0].maxConcurrency, undefined);
   });
 
+  it('takes KV-event endpoints from the kv-events annotation at the pod IP, and ignores a malformed one', () => {
+    const withKv = (value: string, extra: Record<string, string> = {}) =>
+      ready({
+        metadata: {
+          name: 'p',
+          namespace: 'ns',
+          annotations: {
+            'kinference.io/model': 'm',
+            'kinference.io/port': '8000',
+            'kinference.io/kv-events': value,
+            ...extra,
+          },
+        },
+        status: { podIP: '10.0.0.1' },
+      });
+    assert.deepEqual(
+      modelServerPods([withKv('5557,5558', { 'kinference.io/kv-events-topic': 'kv' })], 'n1')[0].kvEvents,
+      {
+        endpoint: 'tcp://10.0.0.1:5557',
+        replayEndpoint: 'tcp://10.0.0.1:5558',
+        topic: 'kv',
+      },
+    );
+    assert.deepEqual(modelServerPods([withKv('5557')], 'n1')[0].kvEvents, { endpoint: 'tcp://10.0.0.1:5557' });
+    assert.equal(modelServerPods([withKv('5557,x')], 'n1')[0].kvEvents, undefined);
+    assert.equal(modelServerPods([withKv('1,2,3')], 'n1')[0].kvEvents, undefined);
+  });
+
   it('brackets IPv6 pod addresses', () => {
     const pod = ready({
       metadata: {

@@ -79,7 +79,7 @@ export function formatExplanation(e: Explanation & BodyEvidence): string {
     lines.push('candidates (best first):');
     for (const c of e.candidates)
       lines.push(
-        `  ${c.pod.padEnd(32)} ${numbers(c)}  queued ${c.queued}  running ${c.running}  in-flight ${c.inFlight}  cached ${c.expectedCachedTokens}`,
+        `  ${c.pod.padEnd(32)} ${numbers(c)}  queued ${c.queued}  running ${c.running}  in-flight ${c.inFlight}  cached ${c.expectedCachedTokens}${c.prefixSource ? ` (${c.prefixSource})` : ''}`,
       );
   }
   if (e.dropped.length) {

@@ -3,13 +3,16 @@
 // server omits apiVersion/kind on built-in items) and from watch events, so nothing here depends
 // on apiVersion/kind being present.
 import { ENGINES } from '../types.ts';
-import type { Engine, Pod } from '../types.ts';
+import type { Engine, KvEventsEndpoint, Pod } from '../types.ts';
 import type { Caller } from './types.ts';
 
 export const POOL_LABEL = 'kinference.io/pool';
 export const MODEL_ANNOTATION = 'kinference.io/model';
 export const ENGINE_ANNOTATION = 'kinference.io/engine';
 export const PORT_ANNOTATION = 'kinference.io/port';
+/** The pod's KV-event ports, `<pub port>[,<replay port>]` (vLLM --kv-events-config), and topic. */
+export const KV_EVENTS_ANNOTATION = 'kinference.io/kv-events';
+export const KV_TOPIC_ANNOTATION = 'kinference.io/kv-events-topic';
 export const ANNOTATION_PREFIX = 'kinference.io/';
 export const SERVICE_NAME_LABEL = 'kubernetes.io/service-name';
 
@@ -157,9 +160,26 @@ export function modelServerPods(pods: readonly PodObject[], node: string, poolLa
     if (engine !== undefined && (ENGINES as readonly string[]).includes(engine)) result.engine = engine as Engine;
     const concurrency = serverConcurrency(pod);
     if (concurrency !== undefined) result.maxConcurrency = concurrency;
+    const kvEvents = kvEventsOf(pod.status!.podIP!, meta.annotations);
+    if (kvEvents) result.kvEvents = kvEvents;
     out.push(result);
   }
   return out.sort((a, b) => `${a.namespace}/${a.name}`.localeCompare(`${b.namespace}/${b.name}`));
+}
+
+/** `kinference.io/kv-events: "5557,5558"` → the pod IP's PUB and replay endpoints; a malformed value: none. */
+function kvEventsOf(ip: string, annotations: Record<string, string> | undefined): KvEventsEndpoint | undefined {
+  const value = annotations?.[KV_EVENTS_ANNOTATION]?.trim();
+  if (!value) return undefined;
+  const ports = value.split(',').map((p) => Number(p.trim()));
+  if (ports.length > 2 || !ports.every((p) => Number.isInteger(p) && p > 0 && p < 65_536)) return undefined;
+  const at = (port: number) => `tcp://${hostPort(ip, port)}`;
+  const topic = annotations?.[KV_TOPIC_ANNOTATION];
+  return {
+    endpoint: at(ports[0]),
+    ...(ports[1] !== undefined ? { replayEndpoint: at(ports[1]) } : {}),
+    ...(topic !== undefined ? { topic } : {}),
+  };
 }
 
 /**

@@ -64,6 +64,12 @@ export interface Limits {
   releaseMemoryAfterIdleMs: number;
   prefixMaxBlocks: number;
   prefixBlocksPerPod: number;
+  /** Blocks the precise (KV-event) index keeps per pod at most, below the pod's own KV capacity. */
+  preciseBlocksPerPod: number;
+  /** How long a KV-event replay may take before the pod's index is rebuilt without it. */
+  kvReplayTimeoutMs: number;
+  /** Live KV-event batches held per pod while a replay runs; past it the index is rebuilt. */
+  kvMaxHeldBatches: number;
   /** The API listener's HTTP/1.1 bounds and timers (node:http's, agent/server/listener.ts). */
   apiMaxHeaderBytes: number;
   apiMaxHeaders: number;
@@ -101,6 +107,8 @@ export interface GossipSettings {
 
 export interface AgentSettings {
   node: string;
+  /** Model → directory of its tokenizer.json and tokenizer_config.json (precise prefix routing). */
+  tokenizers: Record<string, string>;
   listen: { api: string; admin: string };
   discovery: 'static' | 'kubernetes';
   scrapeIntervalMs: number;
@@ -160,6 +168,9 @@ export const DEFAULT_LIMITS: Limits = {
   releaseMemoryAfterIdleMs: 10_000,
   prefixMaxBlocks: DEFAULT_PREFIX_MAX_BLOCKS,
   prefixBlocksPerPod: DEFAULT_MAX_BLOCKS_PER_POD,
+  preciseBlocksPerPod: 65_536,
+  kvReplayTimeoutMs: 2000,
+  kvMaxHeldBatches: 10_000,
   // node:http's own defaults (maxHeadersCount 2000 was a cut, here a refusal past it).
   apiMaxHeaderBytes: 16 * 1024,
   apiMaxHeaders: 2000,
@@ -313,8 +324,10 @@ export function settingsFromObject(
         models: p.models,
         engine: p.engine,
         ...(p.maxConcurrency !== undefined ? { maxConcurrency: p.maxConcurrency } : {}),
+        ...(p.kvEvents ? { kvEvents: p.kvEvents } : {}),
       };
     }),
+    tokenizers: file.tokenizers ?? {},
     peers: file.peers ?? [],
     peerPodCidrs: file.gossip?.peerPodCidrs ?? defaultPeerPodCidrs(file.peers ?? []),
     gossip:
@@ -372,6 +385,9 @@ export function settingsFromObject(
       releaseMemoryAfterIdleMs: durationOr(limits.releaseMemoryAfterIdle, DEFAULT_LIMITS.releaseMemoryAfterIdleMs),
       prefixMaxBlocks: limits.prefixMaxBlocks ?? DEFAULT_LIMITS.prefixMaxBlocks,
       prefixBlocksPerPod: limits.prefixBlocksPerPod ?? DEFAULT_LIMITS.prefixBlocksPerPod,
+      preciseBlocksPerPod: limits.preciseBlocksPerPod ?? DEFAULT_LIMITS.preciseBlocksPerPod,
+      kvReplayTimeoutMs: durationOr(limits.kvReplayTimeout, DEFAULT_LIMITS.kvReplayTimeoutMs),
+      kvMaxHeldBatches: limits.kvMaxHeldBatches ?? DEFAULT_LIMITS.kvMaxHeldBatches,
       apiMaxHeaderBytes: limits.apiMaxHeaderBytes ?? DEFAULT_LIMITS.apiMaxHeaderBytes,
       apiMaxHeaders: limits.apiMaxHeaders ?? DEFAULT_LIMITS.apiMaxHeaders,
       apiMaxTargetBytes: limits.apiMaxTargetBytes ?? DEFAULT_LIMITS.apiMaxTargetBytes,

@@ -5,6 +5,16 @@ import { Type, type Static } from '@sinclair/typebox';
 import { ProviderConfig } from './providers.ts';
 import { DurationString, HostPort, Name, SecretRef } from './schema-parts.ts';
 
+const ZmqEndpoint = Type.String({ pattern: '^tcp://[^\\s]+:[0-9]{1,5}$', maxLength: 256 });
+const KvEvents = Type.Object(
+  {
+    endpoint: ZmqEndpoint,
+    replayEndpoint: Type.Optional(ZmqEndpoint),
+    topic: Type.Optional(Type.String({ maxLength: 256 })),
+  },
+  { additionalProperties: false },
+);
+
 const StaticPod = Type.Object(
   {
     name: Name,
@@ -14,6 +24,8 @@ const StaticPod = Type.Object(
     models: Type.Array(Name, { minItems: 1 }),
     /** Requests the server runs at once (e.g. vLLM --max-num-seqs): caps connections to it. */
     maxConcurrency: Type.Optional(Type.Integer({ minimum: 1 })),
+    /** The pod's KV-cache event sockets (vLLM --kv-events-config), for precise prefix routing. */
+    kvEvents: Type.Optional(KvEvents),
   },
   { additionalProperties: false },
 );
@@ -99,6 +111,12 @@ const Limits = Type.Object(
     prefixMaxBlocks: Type.Optional(Type.Integer({ minimum: 1, maximum: 65_536 })),
     /** Prompt blocks the prefix index remembers per local pod (~190 bytes each). */
     prefixBlocksPerPod: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000_000 })),
+    /** Blocks the precise (KV-event) index keeps per pod at most (~186 bytes each); the pod's KV capacity caps it too. */
+    preciseBlocksPerPod: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000_000 })),
+    /** How long a pod's KV-event replay may take before its index is rebuilt without it. */
+    kvReplayTimeout: Type.Optional(DurationString),
+    /** Live KV-event batches held per pod while a replay runs; past it the pod's index is rebuilt. */
+    kvMaxHeldBatches: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000 })),
   },
   { additionalProperties: false },
 );
@@ -177,6 +195,13 @@ export const AgentConfigSchema = Type.Object(
     /** Ask vLLM and SGLang for only the samples the agent reads (`/metrics?name[]=…`); default true. */
     scrapeFilter: Type.Optional(Type.Boolean()),
     pods: Type.Optional(Type.Array(StaticPod)),
+    /**
+     * Model name → a directory holding its tokenizer.json and tokenizer_config.json (e.g. the node's
+     * model cache): requests for it are tokenized as the engine does, for the precise prefix index.
+     */
+    tokenizers: Type.Optional(
+      Type.Record(Type.String({ minLength: 1, maxLength: 256 }), Type.String({ minLength: 1, maxLength: 4096 })),
+    ),
     peers: Type.Optional(Type.Array(HostPort)),
     gossip: Type.Optional(Gossip),
     tenantHeader: Type.Optional(Name),

@@ -170,6 +170,7 @@ export function entryOf(e: PodEstimate, slot: number, version: number, incarnati
       measured(p.perKPendingTokens ?? 0),
     ],
     at: Math.round(e.at - incarnation),
+    ...(e.prefixSummary ? { prefixSummary: e.prefixSummary } : {}),
   };
 }
 
@@ -190,9 +191,17 @@ export function loadChanged(prev: PodEntryWire, next: PodEntryWire): boolean {
   if (prev.removed) return true;
   if (prev.queuedNow !== next.queuedNow || prev.running !== next.running) return true;
   if (!near(prev.queued, next.queued, 0.1, 0.05)) return true;
+  if (!sameBytes(prev.prefixSummary, next.prefixSummary)) return true;
   if (Number.isNaN(prev.kvCache) !== Number.isNaN(next.kvCache)) return true;
   if (!Number.isNaN(next.kvCache) && !near(prev.kvCache, next.kvCache, 0.02, 0)) return true;
   return prev.params.some((x, i) => !near(x, next.params[i], 1, 0.02));
+}
+
+function sameBytes(a: Uint8Array | undefined, b: Uint8Array | undefined): boolean {
+  if (a === b) return true;
+  if (!a || !b || a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
 }
 
 /** The router's estimate for a held pod entry. `ageMs` is local: since the origin last advanced. */
@@ -219,5 +228,6 @@ export function estimateOf(origin: OriginRecord, record: PodRecord, now: number)
     origin: origin.node,
     version: e.version,
     ageMs,
+    ...(e.prefixSummary ? { prefixSummary: e.prefixSummary } : {}),
   };
 }

@@ -51,6 +51,8 @@ export interface PodEntryWire {
   params: number[];
   /** Origin clock, ms since the origin's incarnation. */
   at: number;
+  /** The pod's prefix summary (agent/prefix/summary.ts), when its agent follows its KV events. */
+  prefixSummary?: Uint8Array;
 }
 
 export interface OriginDeltaWire {
@@ -224,6 +226,8 @@ function decodeEntry(m: Decoded): PodEntryWire {
   const info = m.info ? decodeInfo(m.info as Decoded) : undefined;
   const removed = (m.removed as boolean | undefined) ?? false;
   if (!removed && params.length < MIN_PARAMS) throw new WireError('a live pod entry needs params');
+  const summary = m.prefixSummary as Uint8Array | undefined;
+  if (summary?.length && summary.length > MAX_PREFIX_SUMMARY_BYTES) throw new WireError('prefix summary too large');
   return {
     slot: num(m.slot),
     version: num(m.version),
@@ -235,8 +239,12 @@ function decodeEntry(m: Decoded): PodEntryWire {
     kvCache,
     params,
     at: num(m.at),
+    ...(summary?.length ? { prefixSummary: summary } : {}),
   };
 }
+
+/** The largest prefix summary a peer may send (ours are 256 bytes). */
+const MAX_PREFIX_SUMMARY_BYTES = 1024;
 
 function decodeDelta(m: Decoded): OriginDeltaWire {
   const pods = (m.pods as Decoded[] | undefined) ?? [];
@@ -359,7 +367,9 @@ export function entrySize(e: PodEntryWire): number {
     scalar(e.running) +
     floatSize(e.kvCache) +
     (e.params.length ? bytesField(4 * e.params.length) : 0) +
-    (e.at === 0 ? 0 : 1 + varintSize(zigzag(e.at)))
+    (e.at === 0 ? 0 : 1 + varintSize(zigzag(e.at))) +
+    // Field 40: a two-byte tag.
+    (e.prefixSummary?.length ? 1 + bytesField(e.prefixSummary.length) : 0)
   );
 }
 

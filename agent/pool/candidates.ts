@@ -31,8 +31,9 @@ export function localCandidate(
   learner: Learner,
   settings: CandidateSettings,
   expectedCachedTokens = 0,
+  prefixSource?: 'precise' | 'approximate',
 ): Candidate {
-  return new LocalCandidate(local, now, learner, settings, expectedCachedTokens);
+  return new LocalCandidate(local, now, learner, settings, expectedCachedTokens, prefixSource);
 }
 
 export function peerCandidate(
@@ -41,8 +42,9 @@ export function peerCandidate(
   now: number,
   learner: Learner,
   settings: CandidateSettings,
+  expectedCachedTokens = 0,
 ): Candidate {
-  return new PeerCandidate(estimate, traffic, now, learner, settings);
+  return new PeerCandidate(estimate, traffic, now, learner, settings, expectedCachedTokens);
 }
 
 // Candidates are built for every request (tens of them per decision), so what a candidate holds
@@ -65,6 +67,7 @@ class LocalCandidate implements Candidate {
   readonly pendingPromptTokens: number;
   readonly pendingRequests: number;
   readonly expectedCachedTokens: number;
+  readonly prefixSource: 'precise' | 'approximate' | undefined;
   readonly #load: PodLoad | undefined;
   readonly #telemetry: PodTelemetry | undefined;
   readonly #now: number;
@@ -82,6 +85,7 @@ class LocalCandidate implements Candidate {
     learner: Learner,
     settings: CandidateSettings,
     expectedCachedTokens: number,
+    prefixSource: 'precise' | 'approximate' | undefined,
   ) {
     const telemetry = local.telemetry;
     const load = telemetry?.latest;
@@ -99,6 +103,7 @@ class LocalCandidate implements Candidate {
     this.pendingPromptTokens = local.pendingPromptTokens;
     this.pendingRequests = local.pendingRequests;
     this.expectedCachedTokens = expectedCachedTokens;
+    this.prefixSource = prefixSource;
     this.#load = load;
     this.#telemetry = telemetry;
     this.#now = now;
@@ -159,6 +164,7 @@ class PeerCandidate implements Candidate {
   readonly #estimate: PodEstimate;
   readonly #learner: Learner;
   readonly #settings: CandidateSettings;
+  readonly #cached: number;
 
   constructor(
     estimate: PodEstimate,
@@ -166,7 +172,9 @@ class PeerCandidate implements Candidate {
     now: number,
     learner: Learner,
     settings: CandidateSettings,
+    cached: number,
   ) {
+    this.#cached = cached;
     this.ageMs = Math.max(0, now - estimate.at);
     this.healthy = now >= (traffic?.unhealthyUntil ?? 0);
     this.inFlight = traffic?.inFlight ?? 0;
@@ -205,10 +213,12 @@ class PeerCandidate implements Candidate {
   get networkCostMs(): number {
     return this.#settings.networkCostMs;
   }
-  // No prefix estimate for peers' pods: a conversation reaches one agent per client
-  // connection, and a per-pod summary in gossip would cost bandwidth for rare wins.
+  // From the pod's gossiped prefix summary, where its agent follows its KV events; else none.
   get expectedCachedTokens(): number {
-    return 0;
+    return this.#cached;
+  }
+  get prefixSource(): 'gossip' | undefined {
+    return this.#cached > 0 ? 'gossip' : undefined;
   }
 
   /** A peer gossips one reference window; it stands in for whatever window a rule names. */

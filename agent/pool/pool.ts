@@ -8,6 +8,16 @@ import type { Candidate } from '../route/candidate.ts';
 import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
 import { predictedTtft, uncachedPromptTokens } from '../route/score.ts';
 import { PrefixIndex } from '../prefix/index.ts';
+import type { PreciseIndex } from '../prefix/precise-index.ts';
+import { summaryCachedTokens } from '../prefix/summary.ts';
+import { tokenBlockKeys } from '../prefix/token-blocks.ts';
+
+/** What the pool asks of a precise index (the bench's exact-cache oracle answers the same questions). */
+export type PreciseLookup = Pick<PreciseIndex, 'cachedTokensByPod' | 'setCapacity' | 'blockSize'> &
+  Partial<Pick<PreciseIndex, 'summary'>>;
+
+/** How often a pod's gossiped prefix summary is rebuilt: each new one is a new gossip version. */
+const SUMMARY_REFRESH_MS = 1000;
 import type { Pod, PodEstimate, PodLoad, RequestKind } from '../types.ts';
 import { localCandidate, peerCandidate, REFERENCE_REQUEST } from './candidates.ts';
 import { poolDebugState } from './debug-state.ts';
@@ -35,6 +45,10 @@ export class PodPool {
   readonly #learner: Learner;
   /** Which prompt blocks each local pod probably still caches, from what this agent sent it. */
   readonly #prefix: PrefixIndex;
+  /** The pods' own KV-cache events, where subscribed; `synced` says, per pod, whether to trust it now. */
+  #precise: { index: PreciseLookup; synced: (uid: string) => boolean } | undefined;
+  /** Each local pod's last prefix summary and when it was built. */
+  readonly #summaries = new Map<string, { at: number; summary: Uint8Array | undefined }>();
   #remote: PodEstimate[] = [];
   /** Candidate indexes by model, rebuilt when pods come or go (never per request). */
   #localByModel = new Map<string, LocalPod[]>();
@@ -62,6 +76,15 @@ export class PodPool {
     this.#learner = new Learner(options.predictor);
     this.#prefix = new PrefixIndex({ maxBlocksPerPod: options.prefixBlocksPerPod });
     this.#ejections = new Ejections(options.ejection);
+  }
+
+  /**
+   * Lets the pods' KV-cache events decide their expected cached tokens: for a pod whose subscriber
+   * is `synced` and a request whose token ids are known, the precise index answers; otherwise
+   * (no events, a resync under way, no tokenizer) the approximate index does, pod by pod.
+   */
+  attachPreciseIndex(index: PreciseLookup, synced: (uid: string) => boolean): void {
+    this.#precise = { index, synced };
   }
 
   /** Bumped on every change (a scrape, a gossip update, a request ending). */
@@ -93,6 +116,7 @@ export class PodPool {
       this.#learner.forget(uid);
       this.#prefix.forget(uid);
       this.#ejections.forget(uid);
+      this.#summaries.delete(uid);
     }
     for (const pod of pods) {
       const existing = this.#local.get(pod.uid);
@@ -119,6 +143,10 @@ export class PodPool {
     // Age the prefix index by what the pod computed since and what its free KV can still hold.
     const delta = telemetry.lastDelta;
     local.computedTokens += delta?.computedPromptTokens ?? delta?.promptTokens ?? 0;
+    if (load.kvCapacityTokens !== undefined && this.#precise) {
+      // The engine cannot hold more blocks than its KV cache: neither may its index.
+      this.#precise.index.setCapacity(uid, load.kvCapacityTokens / this.#precise.index.blockSize(uid));
+    }
     if (load.kvCapacityTokens !== undefined) {
       this.#prefix.observe(uid, {
         capacityBlocks: load.kvCapacityTokens / this.#prefix.blockTokens,
@@ -190,22 +218,54 @@ export class PodPool {
    * every known pod (state views). With a request's `promptBlocks`, each local pod's expected
    * cached tokens (one index lookup for all pods).
    */
-  candidates(model?: string, promptBlocks?: readonly number[]): Candidate[] {
+  candidates(
+    model?: string,
+    promptBlocks?: readonly number[],
+    tokens?: { ids: readonly number[]; lora?: string },
+  ): Candidate[] {
     const now = this.options.now();
     const out: Candidate[] = [];
     const cached = promptBlocks?.length ? this.#prefix.cachedTokensByPod(promptBlocks) : undefined;
-    if (cached) this.#lastLookup = cached;
+    const precise =
+      this.#precise && tokens?.ids.length ? this.#precise.index.cachedTokensByPod(tokens.ids, tokens.lora) : undefined;
+    const lookup = precise || cached ? new Map<string, number>() : undefined;
     const locals = model === undefined ? this.#local.values() : (this.#localByModel.get(model) ?? []);
     for (const local of locals) {
-      out.push(localCandidate(local, now, this.#learner, this.options, cached?.get(local.pod.uid) ?? 0));
+      const uid = local.pod.uid;
+      const exact = precise !== undefined && this.#precise!.synced(uid);
+      const tokensCached = exact ? (precise.get(uid) ?? 0) : (cached?.get(uid) ?? 0);
+      if (tokensCached > 0) lookup?.set(uid, tokensCached);
+      const source = exact ? 'precise' : cached ? 'approximate' : undefined;
+      out.push(localCandidate(local, now, this.#learner, this.options, tokensCached, source));
     }
+    if (lookup) this.#lastLookup = lookup;
     const peers = model === undefined ? this.#remote : (this.#peersByModel.get(model) ?? []);
-    for (const estimate of peers) out.push(this.#peerCandidate(estimate, now));
+    // Peers' pods that gossip a prefix summary: the prompt's keys at the engines' default block size.
+    let keys: number[] | undefined;
+    for (const estimate of peers) {
+      let peerCached = 0;
+      if (tokens?.ids.length && estimate.prefixSummary) {
+        keys ??= tokenBlockKeys(tokens.ids, 16, tokens.lora);
+        peerCached = summaryCachedTokens(estimate.prefixSummary, keys, 16);
+      }
+      out.push(this.#peerCandidate(estimate, now, peerCached));
+    }
     return out;
   }
 
-  #peerCandidate(estimate: PodEstimate, now: number): Candidate {
-    return peerCandidate(estimate, this.#peerTraffic.get(estimate.pod.uid), now, this.#learner, this.options);
+  #peerCandidate(estimate: PodEstimate, now: number, cached = 0): Candidate {
+    return peerCandidate(estimate, this.#peerTraffic.get(estimate.pod.uid), now, this.#learner, this.options, cached);
+  }
+
+  /** `uid`'s prefix summary for gossip, rebuilt at most once a second (each change is a new version). */
+  #summaryOf(uid: string, now: number): Uint8Array | undefined {
+    const precise = this.#precise;
+    if (!precise?.index.summary || !precise.synced(uid)) return undefined;
+    const last = this.#summaries.get(uid);
+    if (last && now - last.at < SUMMARY_REFRESH_MS) return last.summary;
+    const summary = precise.index.summary(uid);
+    this.#summaries.set(uid, { at: now, summary });
+    return summary;
   }
 
   /** What this agent gossips about its own pods (the gossip state numbers the versions). */
@@ -226,6 +286,7 @@ export class PodPool {
         at: load.at,
         origin: this.options.node,
         version: 0,
+        ...optionalSummary(this.#summaryOf(local.pod.uid, now)),
       });
     }
     return out;
@@ -401,4 +462,8 @@ export class PodPool {
     this.#waiters.clear();
     for (const wake of waiters) wake();
   }
+}
+
+function optionalSummary(summary: Uint8Array | undefined): { prefixSummary?: Uint8Array } {
+  return summary ? { prefixSummary: summary } : {};
 }

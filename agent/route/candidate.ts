@@ -52,4 +52,9 @@ export interface Candidate {
    * caches gossip does not describe.
    */
   expectedCachedTokens?: number;
+  /**
+   * Which index said so: `precise` (the pod's own KV-cache events, token-exact) or `approximate`
+   * (what this agent sent it, by text blocks). Absent: no prefix lookup was made.
+   */
+  prefixSource?: 'precise' | 'approximate' | 'gossip';
 }

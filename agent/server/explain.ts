@@ -44,6 +44,8 @@ export function explainDecision(d: Decision, slo: { sloTtftMs: number; sloAttain
       marginMs: ms(slo.sloTtftMs - s.quantileMs),
       score: ms(s.score),
       expectedCachedTokens: s.candidate.expectedCachedTokens ?? 0,
+      // Which prefix index decided the cached tokens: the pod's own KV events, or our approximation.
+      ...(s.candidate.prefixSource ? { prefixSource: s.candidate.prefixSource } : {}),
       queued: s.candidate.queuedNow,
       running: s.candidate.running,
       inFlight: s.candidate.inFlight,

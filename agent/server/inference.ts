@@ -36,7 +36,7 @@ export type { OverflowResult } from '../providers/overflow.ts';
 /** The agent's request path from its settings, over its callers, overflow and pool; owns its pod dispatcher. */
 export function requestPathFor(
   settings: AgentSettings,
-  parts: Pick<RequestPathDeps, 'metrics' | 'now' | 'rand' | 'pool' | 'isKnownModel'> & {
+  parts: Pick<RequestPathDeps, 'metrics' | 'now' | 'rand' | 'pool' | 'isKnownModel' | 'promptTokenIds'> & {
     log(level: 'warn' | 'error', message: string): void;
     /** Where sampled per-request JSON lines go (default: stdout). */
     writeLog?: (line: string) => void;
@@ -87,7 +87,14 @@ export class RequestPath {
 
   /** The routing input for a parsed request (also used by /explain). */
   routeRequest(parsed: ParsedRequest, identity: Identity, tags: string[]): RouteRequest {
-    return buildRouteRequest(parsed, identity, tags, this.deps.limits.prefixMaxBlocks);
+    return this.#withTokens(buildRouteRequest(parsed, identity, tags, this.deps.limits.prefixMaxBlocks), parsed);
+  }
+
+  /** With a tokenizer for the model: the prompt's token ids (the precise index's key) and its exact size. */
+  #withTokens(request: RouteRequest, parsed: ParsedRequest): RouteRequest {
+    if (parsed.kind === 'embeddings' || !this.deps.promptTokenIds) return request;
+    const ids = this.deps.promptTokenIds(parsed.model, parsed.body);
+    return ids?.length ? { ...request, promptTokenIds: ids, promptTokens: ids.length } : request;
   }
 
   /** The drain deadline passed: end every stream still running, properly. */
@@ -101,7 +108,7 @@ export class RequestPath {
     return decide({
       request,
       policy,
-      candidates: this.deps.pool.candidates(request.model, request.promptBlocks),
+      candidates: this.deps.pool.candidates(request.model, request.promptBlocks, tokensOf(request)),
       leave: this.deps.leaveVerdict(policy, request),
       rand: this.deps.rand,
       admissionQuantile: this.admission.quantile(policy.name, policy.sloAttainment),
@@ -147,7 +154,7 @@ export class RequestPath {
       ? deps.bodies!.counted(judged.classification, ctx.upstreamHeaders)
       : deps.classify(headerTags, parsed.body, ctx.upstreamHeaders);
     const request = judged
-      ? { ...routeFromVerdict(judged, identity), tags }
+      ? { ...this.#withTokens(routeFromVerdict(judged, identity), parsed), tags }
       : this.routeRequest(parsed, identity, tags);
     const policy = deps.policyFor(identity, parsed.model);
     record.model = parsed.model;
@@ -169,7 +176,7 @@ export class RequestPath {
     const admission = this.admission.for(policy.name, policy.sloAttainment);
     const canAct = () => {
       const leave = deps.leaveVerdict(policy, request);
-      const candidates = untried(deps.pool.candidates(request.model, request.promptBlocks));
+      const candidates = untried(deps.pool.candidates(request.model, request.promptBlocks, tokensOf(request)));
       const waitedMs = deps.now() - started;
       const d = decide({
         request,
@@ -185,7 +192,7 @@ export class RequestPath {
 
     for (;;) {
       const leave = deps.leaveVerdict(policy, request);
-      const candidates = untried(deps.pool.candidates(request.model, request.promptBlocks));
+      const candidates = untried(deps.pool.candidates(request.model, request.promptBlocks, tokensOf(request)));
       admission.expire(deps.now());
       const decision = decide({
         request,
@@ -343,4 +350,9 @@ const DOWN_REASONS: ReadonlySet<string> = new Set(['unhealthy', 'stale', 'implau
 /** Whether a pod this request may use is up, only too busy or slow now: worth waiting for. */
 function anyHealthy(decision: Decision): boolean {
   return decision.dropped.some((d) => !DOWN_REASONS.has(d.reason));
+}
+
+/** The precise index's lookup key for a request, when its token ids are known. */
+function tokensOf(request: RouteRequest): { ids: readonly number[] } | undefined {
+  return request.promptTokenIds ? { ids: request.promptTokenIds } : undefined;
 }

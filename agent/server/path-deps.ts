@@ -69,6 +69,8 @@ export interface RequestPathDeps {
     close(): Promise<void>;
   };
   isKnownModel(model: string): boolean;
+  /** The prompt's token ids by the model's own tokenizer, where one is configured (precise prefix routing). */
+  promptTokenIds?(model: string, body: Record<string, unknown>): number[] | undefined;
   policyFor(identity: Identity, model: string): EffectivePolicy;
   leaveVerdict(policy: EffectivePolicy, request: RouteRequest): LeaveVerdict;
   pool: {
@@ -76,7 +78,11 @@ export interface RequestPathDeps {
      * The candidates for a request for `model` (local pods serving it, its peer shortlist), with
      * each local pod's expected cached tokens of `promptBlocks`.
      */
-    candidates(model: string, promptBlocks?: readonly number[]): Candidate[];
+    candidates(
+      model: string,
+      promptBlocks?: readonly number[],
+      tokens?: { ids: readonly number[]; lora?: string },
+    ): Candidate[];
     /** Bookkeeping for one request sent to a pod; returns hooks for its first byte and end. */
     begin(
       c: Candidate,

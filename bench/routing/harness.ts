@@ -8,7 +8,13 @@ import { parsePromText } from '../../agent/telemetry/promtext.ts';
 import type { Engine, PodLoad, PredictorParams } from '../../agent/types.ts';
 import { BUCKETS } from '../../shared/sim/buckets.ts';
 import { VirtualClock } from '../../shared/sim/clock.ts';
-import { SimEngine, type EngineSnapshot, type SeqEvents, type SubmitResult } from '../../shared/sim/engine.ts';
+import {
+  SimEngine,
+  type EngineSnapshot,
+  type SeqEvents,
+  type SimEngineOptions,
+  type SubmitResult,
+} from '../../shared/sim/engine.ts';
 import { DEFAULT_LATENCY } from '../../shared/sim/latency.ts';
 import { renderMetrics } from '../../shared/sim/metrics.ts';
 import { mulberry32 } from '../../shared/sim/random.ts';
@@ -29,6 +35,8 @@ export interface PodShape {
   chunkedPrefill: boolean;
   /** Not looked at while choosing the agent's constants: reported, never tuned on. */
   heldOut: boolean;
+  /** KV-cache capacity per pod in tokens; default the simulator's 65,536. */
+  kvCapacityTokens?: number;
   /** Relative pod speeds where a bench lets the shape choose them (bench:peak); default all 1. */
   speeds?: number[];
   /** A prefill at a full batch runs (1 + this) times slower; default the simulator's. */
@@ -154,23 +162,27 @@ export function benchPods(
   namespace: string,
   shape?: PodShape,
 ): BenchPod[] {
-  return speeds.map((speed, index) => ({
-    index,
-    pod: {
-      uid: `${namespace}/pod-${index}`,
-      name: `pod-${index}`,
-      namespace: 'bench',
-      node: 'bench',
-      address: `sim:${index}`,
-      models: ['m'],
-      engine: shape?.engine ?? 'vllm',
-    },
-    engine: engineFor(clock, speed, seed * 100 + index, shape),
-    speed,
-    inFlight: 0,
-    pendingPromptTokens: 0,
-    telemetry: new PodTelemetry(),
-  }));
+  return speeds.map((speed, index) => {
+    const pod: BenchPod = {
+      index,
+      pod: {
+        uid: `${namespace}/pod-${index}`,
+        name: `pod-${index}`,
+        namespace: 'bench',
+        node: 'bench',
+        address: `sim:${index}`,
+        models: ['m'],
+        engine: shape?.engine ?? 'vllm',
+      },
+      // Events go to whichever strategy subscribed (the precise ones); none is the default.
+      engine: engineFor(clock, speed, seed * 100 + index, shape, (events, at) => pod.kvEvents?.(events, at)),
+      speed,
+      inFlight: 0,
+      pendingPromptTokens: 0,
+      telemetry: new PodTelemetry(),
+    };
+    return pod;
+  });
 }
 
 export function engineFor(
@@ -178,10 +190,13 @@ export function engineFor(
   speed: number,
   seed: number,
   shape: PodShape = DEFAULT_SHAPE,
+  onKvEvents?: SimEngineOptions['onKvEvents'],
 ): SimEngine {
   const l = DEFAULT_LATENCY;
   return new SimEngine(
     {
+      onKvEvents,
+      kvCapacityTokens: shape.kvCapacityTokens,
       maxSeqs: shape.maxSeqs,
       speed,
       seed,

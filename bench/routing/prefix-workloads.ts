@@ -161,3 +161,67 @@ export function ttftFloors(arrivals: readonly Arrival[], shape: PodShape, speeds
     return (ms * (1 - l.jitterFrac)) / fastest;
   });
 }
+
+/**
+ * Cache pressure, shaped like llm-d's b2b-saas workload scaled to the simulator: `customers`
+ * customers, each with its own 6,000-token context (documents, instructions) shared by its users;
+ * every request is a customer's context plus a 1,200-token query of its own, the customer drawn
+ * uniformly. 60 contexts are 360k tokens, more than a 4-pod pool's KV (4 × 65,536): no pod can
+ * hold every customer, so where a request lands decides whether 6,000 tokens are recomputed.
+ */
+export function b2bSaas(seed: number, ms: number, ratePerS: number, customers = 60): Arrival[] {
+  const rand = mulberry32(seed);
+  const contexts = Array.from({ length: customers }, (_, i) => tokenStream(seed * 7907 + i)(6000));
+  const out: Arrival[] = [];
+  let request = 0;
+  for (let at = exp(rand, 1000 / ratePerS); at < ms; at += exp(rand, 1000 / ratePerS)) {
+    const context = contexts[Math.floor(rand() * customers)];
+    const query = tokenStream(seed * 15_485_863 + ++request)(1200);
+    const tokens = [...context, ...query];
+    out.push({ at, promptTokens: tokens.length, maxTokens: between(rand, 50, 200), tokens });
+  }
+  return out;
+}
+
+/** Longest context an agent session grows to before it is cut (a 16k window with room to answer). */
+const MAX_AGENT_CONTEXT = 14_000;
+
+/**
+ * A tool-using agent trace: sessions start with a 1,500–3,000-token system prompt and tool
+ * schemas shared by every session of one of 8 agents; each step resends the whole history plus
+ * the tool's result (300–2,000 tokens) and the model's call (50–300 tokens, cached as output), so
+ * contexts grow to ~14k tokens. The next step follows 0.5–3 s after the previous one arrived.
+ */
+export function toolAgent(seed: number, ms: number, ratePerS: number): Arrival[] {
+  const rand = mulberry32(seed);
+  const agents = Array.from({ length: 8 }, (_, i) => tokenStream(seed * 6151 + i)(between(rand, 1500, 3000)));
+  const out: Arrival[] = [];
+  // Sessions average ~12 steps; started so the step rate is about `ratePerS`.
+  const meanGapMs = (12 / ratePerS) * 1000;
+  let session = 0;
+  for (let start = -60_000 + exp(rand, meanGapMs); start < ms; start += exp(rand, meanGapMs)) {
+    const own = tokenStream(seed * 1_000_033 + ++session);
+    const system = agents[Math.floor(rand() * agents.length)];
+    const steps = between(rand, 6, 20);
+    let history = 0; // tokens of the session's own stream already in the context
+    let at = start;
+    for (let step = 0; step < steps && at < ms; step++) {
+      const result = between(rand, 300, 2000);
+      const call = between(rand, 50, 300);
+      if (system.length + history + result + call > MAX_AGENT_CONTEXT) break;
+      const promptOwn = history + result;
+      if (at >= 0) {
+        out.push({
+          at,
+          promptTokens: system.length + promptOwn,
+          maxTokens: call,
+          tokens: [...system, ...own(promptOwn)],
+          outputTokens: own(promptOwn + call).slice(promptOwn),
+        });
+      }
+      history = promptOwn + call;
+      at += between(rand, 500, 3000);
+    }
+  }
+  return out.sort((a, b) => a.at - b.at);
+}

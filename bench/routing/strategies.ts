@@ -9,7 +9,7 @@ import type { Candidate, WindowedMetric } from '../../agent/route/candidate.ts';
 import type { EffectivePolicy, PodLoad, PredictorParams, RouteRequest } from '../../agent/types.ts';
 import { DEFAULT_PREFIX_MAX_BLOCKS, promptBlocks } from '../../agent/prefix/blocks.ts';
 import { promptTextOf, type Arrival } from './workload.ts';
-import type { BenchPod, StrategyFactory } from './strategy-types.ts';
+import type { BenchPod, StrategyContext, StrategyFactory } from './strategy-types.ts';
 import { gieProfile } from './gie.ts';
 import { poolOptions, routePolicy, routeRequest } from '../../test/helpers/route-fixtures.ts';
 
@@ -175,12 +175,13 @@ function prefixBlind(load: PodLoad): PodLoad {
  * the prediction often enough to matter, so the bound it gives is left out).
  */
 const kinferenceWith =
-  (streamed: boolean, prefixAware = true): StrategyFactory =>
+  (streamed: boolean, prefixAware = true, precise?: PreciseSetup): StrategyFactory =>
   (ctx) => {
     const pool = new PodPool(
       poolOptions(ctx.now, { node: 'bench', scrapeIntervalMs: ctx.scrapeIntervalMs, networkCostMs: 0 }),
     );
     pool.setLocalPods(ctx.pods.map((p) => p.pod));
+    const tokensOf = precise?.(ctx, pool);
     const indexOf = new Map(ctx.pods.map((p) => [p.pod.uid, p.index]));
     const policy = benchPolicy(ctx.sloMs);
     // No overflow and no waiting in this comparison: when every pod is excluded or predicted over
@@ -194,7 +195,8 @@ const kinferenceWith =
       choose: (a) => {
         const { promptBlocks: blocks, ...blind } = benchRequest(a);
         const request: RouteRequest = prefixAware && blocks ? { ...blind, promptBlocks: blocks } : blind;
-        const candidates = pool.candidates(request.model, request.promptBlocks);
+        const ids = tokensOf?.(a);
+        const candidates = pool.candidates(request.model, request.promptBlocks, ids ? { ids } : undefined);
         let d = decide({ request, policy, candidates, leave: stay, rand: ctx.rand });
         if (d.action !== 'pod') d = decide({ request, policy: fallback, candidates, leave: stay, rand: ctx.rand });
         if (d.action !== 'pod') throw new Error('no pod at all');
@@ -208,6 +210,15 @@ const kinferenceWith =
       },
     };
   };
+
+/**
+ * Gives a Kinference strategy a precise prefix view: attaches it to the pool (as the agent does
+ * for pods whose KV events it follows) and returns the prompt's token ids for each arrival.
+ */
+export type PreciseSetup = (ctx: StrategyContext, pool: PodPool) => (a: Arrival) => readonly number[] | undefined;
+
+/** Kinference with a precise prefix view (bench:routing-prefix-pressure). */
+export const kinferencePrecise = (setup: PreciseSetup): StrategyFactory => kinferenceWith(true, true, setup);
 
 /** Kinference as it was before it knew prefix caches (bench:routing-prefix compares against it). */
 export const kinferencePrefixBlind: StrategyFactory = kinferenceWith(true, false);

@@ -2,7 +2,7 @@
 // the context it is built with. Shared by every strategy file and the harness.
 import type { Pod, PodLoad, PredictorParams } from '../../agent/types.ts';
 import type { PodTelemetry } from '../../agent/telemetry/pod-telemetry.ts';
-import type { SimEngine } from '../../shared/sim/engine.ts';
+import type { SimEngine, SimKvEvent } from '../../shared/sim/engine.ts';
 import type { Arrival } from './workload.ts';
 
 export interface BenchPod {
@@ -18,6 +18,8 @@ export interface BenchPod {
   /** The last scrape, as every realistic strategy sees it. */
   lastLoad?: PodLoad;
   telemetry: PodTelemetry;
+  /** Where the engine's KV-cache events go, one batch per scheduler step (a strategy that subscribes sets it). */
+  kvEvents?: (events: SimKvEvent[], at: number) => void;
 }
 
 export interface Choice {

@@ -44,7 +44,18 @@ export interface SimEngineOptions {
   latency?: Partial<LatencyParams>;
   /** Histogram bounds; default vLLM's. */
   buckets?: BucketLayout;
+  /**
+   * Called once per scheduler step with the prefix-cache changes of that step, in order, as vLLM
+   * gathers them into one KVEventBatch (--kv-events-config); not called for a step without any.
+   */
+  onKvEvents?: (events: SimKvEvent[], at: number) => void;
 }
+
+/** A prefix-cache change, as vLLM's BlockStored / BlockRemoved / AllBlocksCleared say it. */
+export type SimKvEvent =
+  | { type: 'stored'; hashes: number[]; parent: number | undefined; tokens: number[]; blockSize: number }
+  | { type: 'removed'; hashes: number[] }
+  | { type: 'cleared' };
 
 export interface SimRequest {
   promptTokens: number;
@@ -161,6 +172,8 @@ interface Seq {
   held: number;
   /** Chained hashes of the prompt's full blocks (empty without token ids or prefix caching). */
   blockHashes: number[];
+  /** The token ids those hashes cover (prompt, then output), for the KV events. */
+  tokenIds: ArrayLike<number> | undefined;
   /** Leading blocks of `held` that are shared prefix-cache blocks rather than this request's own. */
   sharedBlocks: number;
   /** Prompt tokens found cached when it was first scheduled. */
@@ -199,6 +212,9 @@ export class SimEngine {
   readonly #clock: SimClock;
   readonly #rand: Rand;
   readonly #prefix: PrefixCache | undefined;
+  readonly #onKvEvents: SimEngineOptions['onKvEvents'];
+  /** This step's prefix-cache changes, published together when it has been scheduled. */
+  #kvEvents: SimKvEvent[] = [];
 
   #time = 0;
   #nextId = 1;
@@ -241,7 +257,11 @@ export class SimEngine {
     this.latency = { ...DEFAULT_LATENCY, ...opts.latency };
     this.#clock = clock;
     this.#rand = mulberry32(opts.seed ?? 1);
-    this.#prefix = (opts.prefixCaching ?? true) ? new PrefixCache() : undefined;
+    this.#onKvEvents = opts.onKvEvents;
+    this.#prefix =
+      (opts.prefixCaching ?? true)
+        ? new PrefixCache(this.#onKvEvents ? (hash) => this.#noteRemoved(hash) : undefined)
+        : undefined;
     this.#time = clock.now();
     const layout = opts.buckets ?? BUCKETS.vllm;
     this.#hist = Object.fromEntries(HISTOGRAMS.map((name) => [name, new Histogram(layout[name])])) as Record<
@@ -330,6 +350,7 @@ export class SimEngine {
       held: 0,
       blockHashes:
         this.#prefix && req.tokens && kind === 'generate' ? this.#hashes(req, promptTokens, targetTokens) : [],
+      tokenIds: this.#onKvEvents && req.tokens ? tokenIdsOf(req, promptTokens) : undefined,
       sharedBlocks: 0,
       hitTokens: 0,
       chunk: 0,
@@ -347,6 +368,15 @@ export class SimEngine {
       abort: () => this.#abort(seq),
     };
     return { accepted: true, seq: handle };
+  }
+
+  /**
+   * Prompt tokens of `tokens` this engine's prefix cache holds right now (full blocks, from the
+   * start): the truth an exact-cache oracle routes on, which no real router can see.
+   */
+  cachedPrefixTokens(tokens: ArrayLike<number>): number {
+    if (!this.#prefix) return 0;
+    return this.#prefix.match(chainedBlockHashes(tokens, this.blockSize)) * this.blockSize;
   }
 
   /** Processes every step that ends at or before `t`. */
@@ -459,7 +489,10 @@ export class SimEngine {
       prefillTokens += want;
     }
 
-    if (work.length === 0) return; // idle
+    if (work.length === 0) {
+      this.#flushKvEvents(at);
+      return; // idle
+    }
     if (prefillTokens > 0) this.#lastPrefillHitRate = admittedHitTokens / (admittedHitTokens + prefillTokens);
     const cost = stepDurationMs(
       { decodes, prefillTokens, contextTokens, running: this.#running.length, maxSeqs: this.maxSeqs },
@@ -469,6 +502,7 @@ export class SimEngine {
     );
     this.#busyMs += cost;
     this.#step = { endsAt: at + cost, work };
+    this.#flushKvEvents(at);
   }
 
   #completeStep(step: Step): void {
@@ -625,11 +659,40 @@ export class SimEngine {
   #shareComputedBlocks(seq: Seq): void {
     const prefix = this.#prefix;
     if (!prefix) return;
+    // Consecutive new blocks of one request go in one BlockStored, chained to the block before.
+    let stored: Extract<SimKvEvent, { type: 'stored' }> | undefined;
     while (seq.sharedBlocks < seq.blockHashes.length && (seq.sharedBlocks + 1) * this.blockSize <= seq.held) {
+      const i = seq.sharedBlocks;
+      const hash = seq.blockHashes[i];
+      const fresh = seq.tokenIds !== undefined && !prefix.has(hash);
       // Its own block becomes the cached one, or is dropped for a copy already cached.
-      this.#usedBlocks += prefix.acquire(seq.blockHashes[seq.sharedBlocks]) - 1;
+      this.#usedBlocks += prefix.acquire(hash) - 1;
       seq.sharedBlocks++;
+      if (!fresh) {
+        stored = undefined;
+        continue;
+      }
+      if (!stored) {
+        const parent = i > 0 ? seq.blockHashes[i - 1] : undefined;
+        stored = { type: 'stored', hashes: [], parent, tokens: [], blockSize: this.blockSize };
+        this.#kvEvents.push(stored);
+      }
+      stored.hashes.push(hash);
+      for (let t = i * this.blockSize; t < (i + 1) * this.blockSize; t++) stored.tokens.push(seq.tokenIds![t]);
     }
+  }
+
+  #noteRemoved(hash: number): void {
+    const last = this.#kvEvents[this.#kvEvents.length - 1];
+    if (last?.type === 'removed') last.hashes.push(hash);
+    else this.#kvEvents.push({ type: 'removed', hashes: [hash] });
+  }
+
+  #flushKvEvents(at: number): void {
+    if (this.#kvEvents.length === 0) return;
+    const events = this.#kvEvents;
+    this.#kvEvents = [];
+    this.#onKvEvents?.(events, at);
   }
 
   /** Frees `seq`'s own blocks and lets go of its cached ones, last block first so it is evicted first. */
@@ -657,6 +720,13 @@ export class SimEngine {
       this.#tpSum -= this.#tpTokens.shift() ?? 0;
     }
   }
+}
+
+/** The ids a request's block hashes cover: its prompt, then its answer when known. */
+function tokenIdsOf(req: SimRequest, promptTokens: number): ArrayLike<number> {
+  const tokens = req.tokens!;
+  if (!req.outputTokens || tokens.length < promptTokens) return tokens;
+  return [...Array.from(tokens).slice(0, promptTokens), ...Array.from(req.outputTokens)];
 }
 
 function isPrefilling(seq: Seq): boolean {

@@ -35,6 +35,17 @@ export class PrefixCache {
   readonly #refs = new Map<number, number>();
   /** Cached blocks with no reference, least recently released first (Map keeps insertion order). */
   readonly #free = new Set<number>();
+  /** Told of each block evicted (the simulator's KV events). */
+  readonly #onEvict: ((hash: number) => void) | undefined;
+
+  constructor(onEvict?: (hash: number) => void) {
+    this.#onEvict = onEvict;
+  }
+
+  /** Whether `hash` is cached (held or free). */
+  has(hash: number): boolean {
+    return this.#refs.has(hash);
+  }
 
   /** Cached blocks held by at least one running request. */
   get referenced(): number {
@@ -84,6 +95,7 @@ export class PrefixCache {
     for (const hash of this.#free) {
       this.#free.delete(hash);
       this.#refs.delete(hash);
+      this.#onEvict?.(hash);
       return true;
     }
     return false;
