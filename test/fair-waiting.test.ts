@@ -11,6 +11,7 @@ import { stringify } from 'yaml';
 import { startSim, type SimServer } from '../shared/sim/server.ts';
 import { freeUdpPort, runAgent, stopAgent, type AgentProcess } from './helpers/process.ts';
 import { chatBody, MODEL, postJson, startStack, waitFor, type Stack } from './helpers/stack.ts';
+import { gossipIdentities, peerKeysOf } from './helpers/gossip-keys.ts';
 
 const POLICY = {
   metadata: { name: 'default', namespace: '*' },
@@ -89,6 +90,7 @@ describe('three agents, one small pod each, every request at one agent', () => {
     sims = await Promise.all([0, 1, 2].map((i) => startSim({ models: [MODEL], maxSeqs: 4, seed: i + 1 })));
     const ports = await Promise.all(sims.map(() => freeUdpPort()));
     const names = ['node-a', 'node-b', 'node-c'];
+    const ids = gossipIdentities(...names);
     names.forEach((node, i) => {
       const config = {
         node,
@@ -104,7 +106,12 @@ describe('three agents, one small pod each, every request at one agent', () => {
           },
         ],
         peers: ports.filter((_, k) => k !== i).map((p) => `127.0.0.1:${p}`),
-        gossip: { key: { env: 'KINFERENCE_GOSSIP_KEY' }, interval: '100ms' },
+        gossip: {
+          key: { env: 'KINFERENCE_GOSSIP_KEY' },
+          interval: '100ms',
+          identity: ids[node].identity,
+          peerKeys: peerKeysOf(ids),
+        },
         limits: { maxConnectionsPerPod: 1 },
         policies: [POLICY],
       };

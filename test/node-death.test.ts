@@ -13,6 +13,7 @@ import { startSim, type SimServer } from '../shared/sim/server.ts';
 import { FakeKubeApiServer } from './fixtures/kube-apiserver.ts';
 import { freeUdpPort, runAgent, stopAgent, type AgentProcess } from './helpers/process.ts';
 import { chatBody, MODEL, postJson, waitFor } from './helpers/stack.ts';
+import { gossipIdentities, peerKeysOf } from './helpers/gossip-keys.ts';
 
 const KEY = 'test-gossip-key-0123456789abcdef';
 
@@ -58,6 +59,7 @@ async function startCluster(n: number, podsPerNode: number, mode: 'static' | 'ku
     KINFERENCE_GOSSIP_KEY: KEY,
     ...(api ? { KINFERENCE_NODE: names[i], KINFERENCE_POD_IP: agentIp(i) } : {}),
   });
+  const ids = gossipIdentities(...names);
   names.forEach((node, i) => {
     // The TTL is long on purpose: what takes the dead node out must be the failure detector.
     const gossip = { key: { env: 'KINFERENCE_GOSSIP_KEY' }, interval: '100ms', ttl: '30s' };
@@ -82,7 +84,7 @@ async function startCluster(n: number, podsPerNode: number, mode: 'static' | 'ku
             models: [MODEL],
           })),
           peers: ports.filter((_, k) => k !== i).map((p) => `127.0.0.1:${p}`),
-          gossip,
+          gossip: { ...gossip, identity: ids[node].identity, peerKeys: peerKeysOf(ids) },
           policies: [{ metadata: { name: 'default', namespace: '*' }, spec: POLICY_SPEC }],
         };
     writeFileSync(join(dir, `${node}.yaml`), stringify(config));
