@@ -183,6 +183,8 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     budgetUsage: () => budget.usage(),
     budgetLedger: () => budget.ledgerState(),
     maxTenantLabels: limits.maxLabelValues,
+    localPodStates: () => pool.localStates(),
+    providerBreakers: () => overflow.state().map((p) => ({ provider: p.name, state: p.breaker.state })),
   });
   const discovery =
     deps.discovery ??

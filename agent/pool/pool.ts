@@ -170,6 +170,17 @@ export class PodPool {
     return peerCandidate(estimate, this.#peerTraffic.get(estimate.pod.uid), now, this.#learner, this.options);
   }
 
+  /** Local pods by routing state now, for /metrics (an unhealthy pod counts as unhealthy, not stale). */
+  localStates(): Record<'fresh' | 'stale' | 'unhealthy', number> {
+    const counts = { fresh: 0, stale: 0, unhealthy: 0 };
+    const now = this.options.now();
+    for (const local of this.#local.values()) {
+      const c = localCandidate(local, now, this.#learner, this.options);
+      counts[!c.healthy ? 'unhealthy' : c.ageMs > c.maxAgeMs ? 'stale' : 'fresh']++;
+    }
+    return counts;
+  }
+
   /** What this agent gossips about its own pods (the gossip state numbers the versions). */
   localEstimates(): PodEstimate[] {
     const now = this.options.now();
