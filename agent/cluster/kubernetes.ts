@@ -6,6 +6,7 @@
 //   policies      /apis/kinference.io/v1alpha1/inferencepolicies       all namespaces, raw
 //   providers     ConfigMap <agentNamespace>/<providersConfigMap>     key providers.yaml
 //   peers         EndpointSlices of the headless gossip Service        other agents' ip:gossipPort
+//   pools         inference.networking.k8s.io/v1 InferencePools       (opt-in) pods they select
 //
 // Failure model. ListWatch resumes a closed watch from its resourceVersion and relists on 410;
 // any other error stops it, and we restart it with capped, jittered exponential backoff (keeping
@@ -25,6 +26,7 @@ import { describeError } from '../../shared/describe-error.ts';
 import { listObjects, ResumingWatch } from './kubernetes-client.ts';
 import type { Selectors } from './kubernetes-client.ts';
 import { parseProvidersConfigMap } from './kubernetes-providers.ts';
+import { INFERENCE_POOLS_PATH, poolMembers, type InferencePoolObject } from './inference-pools.ts';
 import {
   callersByIp,
   modelServerPods,
@@ -58,6 +60,8 @@ export interface KubernetesDiscoveryOptions extends ClockAndRandom {
   providersConfigMap?: string;
   /** Label that marks a model-server pod (the annotation kinference.io/model does too). */
   podLabel?: string;
+  /** Also take model-server pods from GIE InferencePools (their selector, target port, kinference.io/model). */
+  inferencePools?: boolean;
   debounceMs?: number;
   /** start() resolves once every source listed, or after this long (status().synced tells which). */
   syncTimeoutMs?: number;
@@ -74,7 +78,7 @@ export interface KubernetesDiscoveryOptions extends ClockAndRandom {
   log?: (level: 'info' | 'warn', message: string) => void;
 }
 
-export type SourceName = 'pods' | 'namespaces' | 'policies' | 'providers' | 'peers';
+export type SourceName = 'pods' | 'namespaces' | 'policies' | 'providers' | 'peers' | 'pools';
 
 export interface SourceStatus {
   synced: boolean;
@@ -85,7 +89,7 @@ export interface SourceStatus {
 }
 
 export interface KubernetesDiscoveryStatus extends DiscoveryStatus {
-  sources: Record<SourceName, SourceStatus>;
+  sources: Record<Exclude<SourceName, 'pools'>, SourceStatus> & { pools?: SourceStatus };
   /** Content problems that do not disconnect anything (e.g. an invalid providers.yaml, last good list kept). */
   problems: string[];
 }
@@ -255,8 +259,11 @@ export function createKubernetesDiscovery(opts: KubernetesDiscoveryOptions): Kub
     source('peers', `/apis/discovery.k8s.io/v1/namespaces/${agentNamespace}/endpointslices`, {
       labelSelector: `${SERVICE_NAME_LABEL}=${gossipService}`,
     }),
+    ...(opts.inferencePools ? [source('pools', INFERENCE_POOLS_PATH, {})] : []),
   ];
-  const byName = Object.fromEntries(sources.map((s) => [s.name, s])) as Record<SourceName, Source>;
+  const byName = Object.fromEntries(sources.map((s) => [s.name, s])) as Record<Exclude<SourceName, 'pools'>, Source> & {
+    pools?: Source;
+  };
 
   function connected(src: Source): void {
     if (stopped) return;
@@ -331,15 +338,16 @@ export function createKubernetesDiscovery(opts: KubernetesDiscoveryOptions): Kub
     const pods = byName.pods.informer.list() as PodObject[];
     const agentSlices = byName.peers.informer.list() as EndpointSliceObject[];
     const peerOptions = { node, podIP: opts.podIP, gossipPort: opts.gossipPort };
+    const members = byName.pools ? poolMembers(byName.pools.informer.list() as InferencePoolObject[]) : undefined;
     const next: ClusterSnapshot = {
-      pods: modelServerPods(pods, node, podLabel),
+      pods: modelServerPods(pods, node, podLabel, members),
       namespaces: namespaceAnnotations(byName.namespaces.informer.list()),
       policies: policyObjects(byName.policies.informer.list(), agentNamespace),
       providers: currentProviders(),
       peers: peerAddresses(agentSlices, peerOptions),
       gossipMembers: gossipMembers(agentSlices, peerOptions),
       callers: callersByIp(pods),
-      peerPods: { kind: 'cluster', pods: servingPodsByIp(pods, podLabel) },
+      peerPods: { kind: 'cluster', pods: servingPodsByIp(pods, podLabel, members) },
     };
     const key = JSON.stringify([
       next.pods,

@@ -143,6 +143,8 @@ const Kubernetes = Type.Object(
     agentNamespace: Type.Optional(Name),
     gossipService: Type.Optional(Name),
     providersConfigMap: Type.Optional(Name),
+    /** Also discover model-server pods through GIE InferencePools (inference.networking.k8s.io/v1). */
+    inferencePools: Type.Optional(Type.Boolean()),
   },
   { additionalProperties: false },
 );
