@@ -25,6 +25,8 @@ import { requestPathFor } from './server/inference.ts';
 import { createMetrics, podPredictionsOf } from './server/metrics.ts';
 import { scraperFeedingPool } from './telemetry/pool-feed.ts';
 import type { Scraper } from './telemetry/scraper.ts';
+import { traceExportFor } from './telemetry/trace-export.ts';
+import type { Tracer } from '@opentelemetry/api';
 
 export interface AgentDeps extends ClockAndRandom {
   /** Replaces the discovery the settings name (tests, Kubernetes mode built by the CLI). */
@@ -34,6 +36,8 @@ export interface AgentDeps extends ClockAndRandom {
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
   /** Where sampled per-request JSON lines go (default: stdout). */
   requestLog?: (line: string) => void;
+  /** Spans go here instead of the configured OTLP export (tests: an in-memory exporter). */
+  tracer?: Tracer;
 }
 
 export interface RunningAgent {
@@ -209,6 +213,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   scraper.start();
   await gossip?.start();
 
+  const traceExport = deps.tracer ? undefined : await traceExportFor(settings);
   const isKnownModel = (model: string) => pool.servedModels().has(model) || overflow.serves(model);
   const knownModels = () => [...new Set([...pool.servedModels(), ...overflow.models()])].sort();
   const requestPath = requestPathFor(settings, {
@@ -221,6 +226,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     overflow,
     pool,
     isKnownModel,
+    tracer: deps.tracer ?? traceExport?.tracer,
   });
 
   const drain = new Drain();
@@ -281,6 +287,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     await drain.drain(api, limits.drainTimeoutMs, () => requestPath.endStreams());
     for (const part of [gossip, scraper, discovery]) await part?.stop();
     await overflow.close();
+    await traceExport?.shutdown().catch(() => {});
     await requestPath.deps.dispatcher.close().catch(() => {});
     await requestPath.deps.bodies?.close();
     await new Promise<void>((resolve) => admin.close(() => resolve()));

@@ -115,6 +115,8 @@ export interface AgentSettings {
   podCredentials: PodCredential[];
   /** Share of requests (0..1) that write a JSON log line; 0 = off. */
   requestLogSample: number;
+  /** OpenTelemetry export; absent: no spans at all. */
+  tracing?: NonNullable<AgentConfigFile['tracing']>;
 }
 
 export const DEFAULT_LIMITS: Limits = {
@@ -355,6 +357,7 @@ export function settingsFromObject(
     logLevel: file.logLevel ?? 'info',
     podCredentials: file.podCredentials ?? [],
     requestLogSample: file.requestLog?.sample ?? 0,
+    ...(file.tracing ? { tracing: file.tracing } : {}),
   };
 }
 

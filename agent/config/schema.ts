@@ -149,6 +149,21 @@ const Kubernetes = Type.Object(
   { additionalProperties: false },
 );
 
+/** OpenTelemetry traces, exported over OTLP/HTTP only when this is set. */
+const Tracing = Type.Object(
+  {
+    /** The collector's traces URL, e.g. http://otel-collector:4318/v1/traces. */
+    endpoint: Type.String({ pattern: '^https?://' }),
+    /** Extra headers for the collector (e.g. an API key). */
+    headers: Type.Optional(Type.Record(Type.String(), Type.String())),
+    /** service.name on every span (default: kinference). */
+    serviceName: Type.Optional(Name),
+    /** Share of new traces recorded (0..1, default 1); a caller's sampled flag is followed. */
+    sampleRatio: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
+  },
+  { additionalProperties: false },
+);
+
 export const AgentConfigSchema = Type.Object(
   {
     node: Name,
@@ -174,6 +189,7 @@ export const AgentConfigSchema = Type.Object(
     podCredentials: Type.Optional(Type.Array(PodCredential)),
     requestLog: Type.Optional(RequestLog),
     kubernetes: Type.Optional(Kubernetes),
+    tracing: Type.Optional(Tracing),
     logLevel: Type.Optional(
       Type.Union([Type.Literal('debug'), Type.Literal('info'), Type.Literal('warn'), Type.Literal('error')]),
     ),

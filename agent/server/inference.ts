@@ -27,16 +27,21 @@ import type { AgentSettings } from '../config/load.ts';
 import type { Callers } from './caller.ts';
 import type { Overflow } from '../providers/overflow.ts';
 import { bodyOffloadFor, parsedFromVerdict, routeFromVerdict } from './body-offload.ts';
+import { requestTrace, type RequestTrace } from './tracing.ts';
+import type { BodyVerdict } from './body-work.ts';
 
 // Importers (agent, passthrough, providers, tests) keep importing the request path's API from here.
 export type { OverflowResult, RequestContext, RequestPathDeps } from './path-deps.ts';
 export { requestPathLimits } from './path-deps.ts';
 export { podsFailed, withHeaders } from './answers.ts';
 
+/** The measured TTFT as a span attribute, when there is one. */
+const ttftAttribute = (ms: number | undefined) => (ms === undefined ? undefined : { 'kinference.ttft_ms': ms });
+
 /** The agent's request path from its settings, over its callers, overflow and pool; owns its pod dispatcher. */
 export function requestPathFor(
   settings: AgentSettings,
-  parts: Pick<RequestPathDeps, 'metrics' | 'now' | 'rand' | 'pool' | 'isKnownModel'> & {
+  parts: Pick<RequestPathDeps, 'metrics' | 'now' | 'rand' | 'pool' | 'isKnownModel' | 'tracer'> & {
     log(level: 'warn' | 'error', message: string): void;
     /** Where sampled per-request JSON lines go (default: stdout). */
     writeLog?: (line: string) => void;
@@ -124,7 +129,6 @@ export class RequestPath {
 
   async #handle(kind: RequestKind, req: ClientRequest, ctx: RequestContext): Promise<Answer> {
     const deps = this.deps;
-    const record = ctx.record;
     // Pods get the client's bytes as they came: no re-serialisation on the hot path.
     const body = await readBoundedBody(req, deps.limits.maxBodyBytes);
     const headerTags = req.headers.get('x-kinference-tags');
@@ -137,6 +141,28 @@ export class RequestPath {
     if (!deps.isKnownModel(parsed.model)) {
       throw new RequestError(404, `The model \`${parsed.model}\` does not exist.`, 'model', 'model_not_found');
     }
+    const spans = requestTrace(deps.tracer, req.headers, kind, parsed.model);
+    try {
+      const answer = await this.#route(req, ctx, body, judged, headerTags, parsed, spans);
+      spans.end(answer.status, answer.headers['x-kinference-route']);
+      return answer;
+    } catch (error) {
+      spans.end(error instanceof RequestError ? error.status : 500, undefined, (error as Error).message);
+      throw error;
+    }
+  }
+
+  async #route(
+    req: ClientRequest,
+    ctx: RequestContext,
+    body: Uint8Array,
+    judged: Extract<BodyVerdict, { ok: true }> | undefined,
+    headerTags: string | null,
+    parsed: ParsedRequest,
+    spans: RequestTrace,
+  ): Promise<Answer> {
+    const deps = this.deps;
+    const record = ctx.record;
     const identity = deps.identify(req, req.remoteIp);
     const tags = judged ? deps.bodies!.counted(judged.classification) : deps.classify(headerTags, parsed.body);
     const request = judged ? routeFromVerdict(judged, identity) : this.routeRequest(parsed, identity, tags);
@@ -168,6 +194,7 @@ export class RequestPath {
       const candidates = untried(deps.pool.candidates(request.model, request.promptBlocks));
       const decision = decide({ request, policy, candidates, leave, waitedMs: deps.now() - started, rand: deps.rand });
       for (const d of decision.dropped) deps.metrics.dropped.add(1, d.reason);
+      spans.decided(decision);
 
       if (decision.action === 'pod') {
         if (waited) {
@@ -179,7 +206,19 @@ export class RequestPath {
         record.podAttempts = podAttempts;
         record.predictedTtftMs = Math.round(decision.predictedTtftMs * 10) / 10;
         const slo = { leavable: leave.allowed, started, sloTtftMs: policy.sloTtftMs };
-        const answer = await attemptPod(deps, chosen, parsed, body, request, decision.chosen, slo, req, ctx);
+        const span = spans.attempt(chosen, decision.chosen.predictedMs);
+        let answer: Answer | undefined;
+        try {
+          answer = await attemptPod(deps, chosen, parsed, body, request, decision.chosen, slo, req, ctx, span.headers);
+        } catch (error) {
+          span.end({ ok: false, error: (error as Error).message });
+          throw error;
+        }
+        span.end(
+          answer
+            ? { ok: answer.status < 400, status: answer.status, attributes: ttftAttribute(ctx.record.ttftMs) }
+            : { ok: false, error: ctx.lastPodError ?? 'failed before the first byte' },
+        );
         if (answer) return answer;
         tried.add(chosen.pod.uid);
         if (req.aborted) throw new Error('client gone');
@@ -198,13 +237,31 @@ export class RequestPath {
         record.overflowReason = reason;
         delete record.predictedTtftMs;
         const sent = deps.now();
-        const result = await deps.overflow(
-          request,
-          parsed,
-          decision.providers,
-          req.signal,
-          ctx.upstreamHeaders,
-          policy,
+        const span = spans.overflow(decision.providers);
+        let result: Awaited<ReturnType<RequestPathDeps['overflow']>>;
+        try {
+          result = await deps.overflow(
+            request,
+            parsed,
+            decision.providers,
+            req.signal,
+            { ...ctx.upstreamHeaders, ...span.headers },
+            policy,
+          );
+        } catch (error) {
+          span.end({ ok: false, error: (error as Error).message });
+          throw error;
+        }
+        span.end(
+          result.ok
+            ? {
+                ok: true,
+                status: result.response.status,
+                attributes: {
+                  'kinference.provider': result.response.headers.get('x-kinference-route')?.slice(9) ?? 'unknown',
+                },
+              }
+            : { ok: false, status: result.status, error: result.message },
         );
         if (result.ok) {
           // Time to the provider's answer as the client sees it: headers for a stream (the chain
@@ -227,12 +284,17 @@ export class RequestPath {
       }
 
       if (decision.action === 'wait') {
+        const waitEnded = spans.waiting(decision.maxWaitMs);
         const woke = await this.waitInLine(
           { tenant: request.tenant, priority, maxMs: decision.maxWaitMs },
           canAct,
           req.signal,
           record,
-        );
+        ).catch((error: unknown) => {
+          waitEnded('cancelled');
+          throw error;
+        });
+        waitEnded(woke);
         if (woke === 'full' || woke === 'shed') {
           const message =
             woke === 'full'

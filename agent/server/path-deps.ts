@@ -1,4 +1,5 @@
 // What the request path needs from the rest of the agent, and what it carries per request.
+import type { Tracer } from '@opentelemetry/api';
 import type { PodClient } from '../forward/pod-client.ts';
 import type { PodTimeouts } from '../forward/pod.ts';
 import type { HeaderReader } from '../forward/headers.ts';
@@ -31,6 +32,8 @@ export type OverflowResult =
 /** What the request path needs from the rest of the agent. */
 export interface RequestPathDeps {
   metrics: Metrics;
+  /** OpenTelemetry spans for each request (agent/server/tracing.ts); absent: none. */
+  tracer?: Tracer;
   dispatcher: PodClient;
   limits: {
     maxBodyBytes: number;

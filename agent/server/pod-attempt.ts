@@ -23,10 +23,12 @@ export async function attemptPod(
   slo: { leavable: boolean; started: number; sloTtftMs: number },
   signal: ClientPresence,
   ctx: RequestContext,
+  /** The attempt span's trace context (agent/server/tracing.ts), replacing the caller's. */
+  traceHeaders?: Record<string, string>,
 ): Promise<Answer | undefined> {
   const route = candidateName(candidate);
   const predictedMs = admitted.predictedMs;
-  const headersOut = { ...ctx.upstreamHeaders, ...deps.podAuth(candidate.pod) };
+  const headersOut = { ...ctx.upstreamHeaders, ...traceHeaders, ...deps.podAuth(candidate.pod) };
   const sending = sendToPod(
     deps.dispatcher,
     candidate.pod.address,
