@@ -92,6 +92,7 @@ function poolFor(settings: AgentSettings, now: () => number): PodPool {
     maxInFlightPerPod: settings.limits.maxConnectionsPerPod,
     peerShortlist: settings.limits.peerShortlist,
     prefixBlocksPerPod: settings.limits.prefixBlocksPerPod,
+    loraCosts: { loadMs: settings.limits.loraLoadMs, slotWaitMs: settings.limits.loraSlotWaitMs },
     now,
   });
 }

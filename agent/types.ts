@@ -21,6 +21,19 @@ export interface Pod {
   engine?: Engine;
   /** Requests the server runs at once (vLLM --max-num-seqs …), when known: the connection cap. */
   maxConcurrency?: number;
+  /** LoRA adapters the server serves (also listed in `models`): a request naming one runs with it. */
+  adapters?: string[];
+}
+
+/** A pod's LoRA adapters as its metrics show them (vLLM's lora_requests_info; agent/telemetry/lora.ts). */
+export interface LoraState {
+  /** GPU adapter slots (--max-loras): a batch holds at most this many distinct adapters. */
+  maxLora: number;
+  /** Adapters of the requests running, and waiting, now. */
+  running: string[];
+  waiting: string[];
+  /** Adapters holding a GPU slot, most recently used first (rebuilt from the gauge's history). */
+  resident: string[];
 }
 
 /** One parsed scrape of a model server's /metrics, engine-neutral. */
@@ -52,6 +65,8 @@ export interface PodLoad {
   prefixCacheHitRate?: number;
   /** KV-cache capacity in tokens (vLLM: num_gpu_blocks × block_size; SGLang: max_total_num_tokens). */
   kvCapacityTokens?: number;
+  /** LoRA adapters (vLLM with --enable-lora). */
+  lora?: LoraState;
 }
 
 /**

@@ -10,6 +10,8 @@ export const POOL_LABEL = 'kinference.io/pool';
 export const MODEL_ANNOTATION = 'kinference.io/model';
 export const ENGINE_ANNOTATION = 'kinference.io/engine';
 export const PORT_ANNOTATION = 'kinference.io/port';
+/** LoRA adapters the pod's server serves (comma-separated), routed to as models of their own. */
+export const ADAPTERS_ANNOTATION = 'kinference.io/adapters';
 export const ANNOTATION_PREFIX = 'kinference.io/';
 export const SERVICE_NAME_LABEL = 'kubernetes.io/service-name';
 
@@ -179,8 +181,14 @@ export function modelServerPods(
       namespace,
       node,
       address: hostPort(pod.status!.podIP!, servingPort(pod, members)!),
-      models: splitList([meta.annotations?.[MODEL_ANNOTATION], ...(pool?.models ?? [])].filter(Boolean).join(',')),
+      models: splitList(
+        [meta.annotations?.[MODEL_ANNOTATION], ...(pool?.models ?? []), meta.annotations?.[ADAPTERS_ANNOTATION]]
+          .filter(Boolean)
+          .join(','),
+      ),
     };
+    const adapters = splitList(meta.annotations?.[ADAPTERS_ANNOTATION]);
+    if (adapters.length > 0) result.adapters = adapters;
     if (engine !== undefined && (ENGINES as readonly string[]).includes(engine)) result.engine = engine as Engine;
     const concurrency = serverConcurrency(pod);
     if (concurrency !== undefined) result.maxConcurrency = concurrency;

@@ -1,5 +1,6 @@
 // Reads and validates the agent's config file (at start, and again on each change in static
 // mode), and turns it into typed settings with milliseconds and defaults. Errors name the key, what was expected and what was found.
+import { DEFAULT_LORA_COSTS } from '../route/lora.ts';
 import { DEFAULT_PEER_SHORTLIST } from '../pool/pool.ts';
 import { readFileSync } from 'node:fs';
 // Only the error iterator (`Value.Errors`): '@sinclair/typebox/value' loads every value operation.
@@ -61,6 +62,8 @@ export interface Limits {
   releaseMemoryAfterIdleMs: number;
   prefixMaxBlocks: number;
   prefixBlocksPerPod: number;
+  loraLoadMs: number;
+  loraSlotWaitMs: number;
   /** The API listener's HTTP/1.1 bounds and timers (agent/server/http1/server.ts). */
   apiMaxHeaderBytes: number;
   apiMaxHeaders: number;
@@ -151,6 +154,8 @@ export const DEFAULT_LIMITS: Limits = {
   releaseMemoryAfterIdleMs: 10_000,
   prefixMaxBlocks: DEFAULT_PREFIX_MAX_BLOCKS,
   prefixBlocksPerPod: DEFAULT_MAX_BLOCKS_PER_POD,
+  loraLoadMs: DEFAULT_LORA_COSTS.loadMs,
+  loraSlotWaitMs: DEFAULT_LORA_COSTS.slotWaitMs,
   // node:http's own defaults, which the API listener had before its own server.
   apiMaxHeaderBytes: 16 * 1024,
   apiMaxHeaders: 100,
@@ -288,8 +293,10 @@ export function settingsFromObject(
         namespace,
         node: file.node,
         address: p.address,
-        models: p.models,
+        // An adapter is a model the pod serves: the pool indexes and /v1/models list it too.
+        models: [...new Set([...p.models, ...(p.adapters ?? [])])],
         engine: p.engine,
+        ...(p.adapters?.length ? { adapters: p.adapters } : {}),
         ...(p.maxConcurrency !== undefined ? { maxConcurrency: p.maxConcurrency } : {}),
       };
     }),
@@ -346,6 +353,8 @@ export function settingsFromObject(
       releaseMemoryAfterIdleMs: durationOr(limits.releaseMemoryAfterIdle, DEFAULT_LIMITS.releaseMemoryAfterIdleMs),
       prefixMaxBlocks: limits.prefixMaxBlocks ?? DEFAULT_LIMITS.prefixMaxBlocks,
       prefixBlocksPerPod: limits.prefixBlocksPerPod ?? DEFAULT_LIMITS.prefixBlocksPerPod,
+      loraLoadMs: durationOr(limits.loraLoad, DEFAULT_LIMITS.loraLoadMs),
+      loraSlotWaitMs: durationOr(limits.loraSlotWait, DEFAULT_LIMITS.loraSlotWaitMs),
       apiMaxHeaderBytes: limits.apiMaxHeaderBytes ?? DEFAULT_LIMITS.apiMaxHeaderBytes,
       apiMaxHeaders: limits.apiMaxHeaders ?? DEFAULT_LIMITS.apiMaxHeaders,
       apiMaxTargetBytes: limits.apiMaxTargetBytes ?? DEFAULT_LIMITS.apiMaxTargetBytes,

@@ -14,6 +14,8 @@ const StaticPod = Type.Object(
     models: Type.Array(Name, { minItems: 1 }),
     /** Requests the server runs at once (e.g. vLLM --max-num-seqs): caps connections to it. */
     maxConcurrency: Type.Optional(Type.Integer({ minimum: 1 })),
+    /** LoRA adapters the server serves (vLLM --lora-modules): requests may name them as the model. */
+    adapters: Type.Optional(Type.Array(Name, { maxItems: 1024 })),
   },
   { additionalProperties: false },
 );
@@ -93,6 +95,10 @@ const Limits = Type.Object(
     prefixMaxBlocks: Type.Optional(Type.Integer({ minimum: 1, maximum: 65_536 })),
     /** Prompt blocks the prefix index remembers per local pod (~190 bytes each). */
     prefixBlocksPerPod: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000_000 })),
+    /** What loading a LoRA adapter into a GPU slot adds to a pod's predicted TTFT. */
+    loraLoad: Type.Optional(DurationString),
+    /** What waiting for a LoRA slot adds when every slot serves other adapters' running requests. */
+    loraSlotWait: Type.Optional(DurationString),
   },
   { additionalProperties: false },
 );

@@ -102,6 +102,8 @@ export class PodPool {
     local.pod.engine ??= load.engine;
     // Our requests sent before this scrape now show in its queue; stop counting them twice.
     local.unseenSent = 0;
+    if (local.sentAdapters)
+      for (const [adapter, sentAt] of local.sentAdapters) if (sentAt <= load.at) local.sentAdapters.delete(adapter);
     local.epoch++;
     this.#learner.observeScrape(uid, telemetry.previous, load, telemetry.lastDelta);
     // Age the prefix index by what the pod computed since and what its free KV can still hold.
@@ -216,6 +218,7 @@ export class PodPool {
     kind: RequestKind = 'chat',
     stream = true,
     promptBlocks?: readonly number[],
+    model?: string,
   ): PodTicket {
     const features = {
       queued: c.queuedNow + c.unseenSent,
@@ -226,6 +229,9 @@ export class PodPool {
     const local = c.where === 'local' ? this.#local.get(c.pod.uid) : undefined;
     if (local && promptBlocks?.length) this.#prefix.record(local.pod.uid, promptBlocks);
     if (local) countSend(local, this.options.now(), this.options.referenceWindowMs);
+    // An adapter sent here holds a slot from now on, though the pod's next report has yet to say so.
+    if (local && model !== undefined && local.pod.adapters?.includes(model))
+      (local.sentAdapters ??= new Map()).set(model, this.options.now());
     return openTicket({
       counters: local ?? this.#peerTraffic.forPod(c.pod.uid),
       learnsAs: local?.pod.uid,

@@ -85,6 +85,8 @@ export interface RequestPathDeps {
       kind: RequestKind,
       stream: boolean,
       promptBlocks?: readonly number[],
+      /** The requested model: a LoRA adapter of the pod's takes a slot there. */
+      model?: string,
     ): { firstByte(ms: number): void; answered(ms: number): void; end(ok: boolean): void };
     /** The pod failed before its first byte: keep it out of decisions for a moment. */
     markFailed(c: Candidate): void;

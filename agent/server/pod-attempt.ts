@@ -41,7 +41,14 @@ export async function attemptPod(
   // The pool's bookkeeping once the request is on its way (an idle connection writes it within
   // the call above): in the same turn, so no other request is decided between the two, but the pod
   // starts on it sooner.
-  const ticket = deps.pool.begin(candidate, request.promptTokens, request.kind, parsed.stream, request.promptBlocks);
+  const ticket = deps.pool.begin(
+    candidate,
+    request.promptTokens,
+    request.kind,
+    parsed.stream,
+    request.promptBlocks,
+    request.model,
+  );
   deps.metrics.prefixTokens.add(request.promptTokens, 'prompt');
   const cached = Math.min(candidate.expectedCachedTokens ?? 0, request.promptTokens);
   if (cached > 0) deps.metrics.prefixTokens.add(cached, 'expected_cached');
