@@ -1,5 +1,6 @@
 // Reads and validates the agent's config file (at start, and again on each change in static
 // mode), and turns it into typed settings with milliseconds and defaults. Errors name the key, what was expected and what was found.
+import type { SessionSettings } from '../server/sessions.ts';
 import { DEFAULT_LORA_COSTS } from '../route/lora.ts';
 import { DEFAULT_PEER_SHORTLIST } from '../pool/pool.ts';
 import { readFileSync } from 'node:fs';
@@ -118,6 +119,8 @@ export interface AgentSettings {
   podCredentials: PodCredential[];
   /** Share of requests (0..1) that write a JSON log line; 0 = off. */
   requestLogSample: number;
+  /** Session affinity; absent: off. */
+  sessions?: SessionSettings;
   /** OpenTelemetry export; absent: no spans at all. */
   tracing?: NonNullable<AgentConfigFile['tracing']>;
 }
@@ -367,6 +370,16 @@ export function settingsFromObject(
     podCredentials: file.podCredentials ?? [],
     requestLogSample: file.requestLog?.sample ?? 0,
     ...(file.tracing ? { tracing: file.tracing } : {}),
+    ...(file.sessions
+      ? {
+          sessions: {
+            header: (file.sessions.header ?? 'x-session-id').toLowerCase(),
+            fromBody: file.sessions.fromBody ?? true,
+            maxSessions: file.sessions.maxSessions ?? 100_000,
+            ttlMs: durationOr(file.sessions.ttl, 600_000),
+          },
+        }
+      : {}),
   };
 }
 

@@ -155,6 +155,21 @@ const Kubernetes = Type.Object(
   { additionalProperties: false },
 );
 
+/** Session affinity: keep a session on the pod that served it while that pod stays within the SLO. */
+const Sessions = Type.Object(
+  {
+    /** Header carrying the session id (default x-session-id). */
+    header: Type.Optional(Name),
+    /** Without the header, use the body's `user` or `conversation` (default true). */
+    fromBody: Type.Optional(Type.Boolean()),
+    /** Sessions remembered at most (least recently used forgotten first; default 100,000). */
+    maxSessions: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000_000 })),
+    /** A session not seen for this long is forgotten (default 10m). */
+    ttl: Type.Optional(DurationString),
+  },
+  { additionalProperties: false },
+);
+
 /** OpenTelemetry traces, exported over OTLP/HTTP only when this is set. */
 const Tracing = Type.Object(
   {
@@ -196,6 +211,7 @@ export const AgentConfigSchema = Type.Object(
     requestLog: Type.Optional(RequestLog),
     kubernetes: Type.Optional(Kubernetes),
     tracing: Type.Optional(Tracing),
+    sessions: Type.Optional(Sessions),
     logLevel: Type.Optional(
       Type.Union([Type.Literal('debug'), Type.Literal('info'), Type.Literal('warn'), Type.Literal('error')]),
     ),

@@ -28,6 +28,8 @@ import type { Callers } from './caller.ts';
 import type { Overflow } from '../providers/overflow.ts';
 import { bodyOffloadFor, parsedFromVerdict, routeFromVerdict } from './body-offload.ts';
 import { requestTrace, type RequestTrace } from './tracing.ts';
+import { SessionAffinity } from './sessions.ts';
+import { stickToSession } from '../route/session.ts';
 import type { BodyVerdict } from './body-work.ts';
 
 // Importers (agent, passthrough, providers, tests) keep importing the request path's API from here.
@@ -60,6 +62,7 @@ export function requestPathFor(
       write: writeLog ?? ((line) => process.stdout.write(`${line}\n`)),
     },
     podAuth: podAuthFrom(settings.podCredentials, shared.log),
+    ...(settings.sessions ? { sessions: new SessionAffinity(settings.sessions, shared.now) } : {}),
     identify: (req, ip) => callers.identify(req, ip),
     classify: (tags, body) => callers.classifyCounted(tags, body),
     bodies: bodyOffloadFor(settings, callers, shared.log),
@@ -167,6 +170,7 @@ export class RequestPath {
     const tags = judged ? deps.bodies!.counted(judged.classification) : deps.classify(headerTags, parsed.body);
     const request = judged ? routeFromVerdict(judged, identity) : this.routeRequest(parsed, identity, tags);
     const policy = deps.policyFor(identity, parsed.model);
+    const session = deps.sessions?.keyOf(identity.tenant, req.headers, parsed.body);
     record.model = parsed.model;
     record.tenant = identity.tenant;
     record.namespace = identity.namespace;
@@ -192,7 +196,10 @@ export class RequestPath {
     for (;;) {
       const leave = deps.leaveVerdict(policy, request);
       const candidates = untried(deps.pool.candidates(request.model, request.promptBlocks));
-      const decision = decide({ request, policy, candidates, leave, waitedMs: deps.now() - started, rand: deps.rand });
+      const decision = stickToSession(
+        decide({ request, policy, candidates, leave, waitedMs: deps.now() - started, rand: deps.rand }),
+        deps.sessions?.podOf(session),
+      );
       for (const d of decision.dropped) deps.metrics.dropped.add(1, d.reason);
       spans.decided(decision);
 
@@ -219,6 +226,7 @@ export class RequestPath {
             ? { ok: answer.status < 400, status: answer.status, attributes: ttftAttribute(ctx.record.ttftMs) }
             : { ok: false, error: ctx.lastPodError ?? 'failed before the first byte' },
         );
+        if (answer && answer.status < 400) deps.sessions?.served(session, chosen.pod.uid);
         if (answer) return answer;
         tried.add(chosen.pod.uid);
         if (req.aborted) throw new Error('client gone');

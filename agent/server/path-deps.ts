@@ -1,4 +1,5 @@
 // What the request path needs from the rest of the agent, and what it carries per request.
+import type { SessionAffinity } from './sessions.ts';
 import type { Tracer } from '@opentelemetry/api';
 import type { PodClient } from '../forward/pod-client.ts';
 import type { PodTimeouts } from '../forward/pod.ts';
@@ -34,6 +35,8 @@ export interface RequestPathDeps {
   metrics: Metrics;
   /** OpenTelemetry spans for each request (agent/server/tracing.ts); absent: none. */
   tracer?: Tracer;
+  /** Session affinity (agent/server/sessions.ts); absent: off. */
+  sessions?: SessionAffinity;
   dispatcher: PodClient;
   limits: {
     maxBodyBytes: number;
