@@ -44,11 +44,11 @@ describe('sticking to a session (pure)', () => {
 describe('the session store', () => {
   const headers = (h: Record<string, string>) => ({ get: (name: string) => h[name] });
 
-  it("takes the key from the header, else the body's user or conversation, scoped to the tenant", () => {
+  it("takes the key from the header, else the body's user or metadata.user_id, scoped to the tenant", () => {
     const s = new SessionAffinity({ header: 'x-session-id', fromBody: true, maxSessions: 10, ttlMs: 1000 }, () => 0);
     assert.equal(s.keyOf('t', headers({ 'x-session-id': 'abc' }), { user: 'u' }), 't\u0000abc');
     assert.equal(s.keyOf('t', headers({}), { user: 'u' }), 't\u0000user:u');
-    assert.equal(s.keyOf('t', headers({}), { conversation: { id: 'conv_1' } }), 't\u0000conversation:conv_1');
+    assert.equal(s.keyOf('t', headers({}), { metadata: { user_id: 'u' } }), 't\u0000user:u');
     assert.equal(s.keyOf('t', headers({}), {}), undefined);
     assert.equal(s.keyOf('t', headers({ 'x-session-id': 'x'.repeat(300) }), {}), undefined, 'too long: no session');
     const noBody = new SessionAffinity(

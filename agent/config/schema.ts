@@ -160,7 +160,7 @@ const Sessions = Type.Object(
   {
     /** Header carrying the session id (default x-session-id). */
     header: Type.Optional(Name),
-    /** Without the header, use the body's `user` or `conversation` (default true). */
+    /** Without the header, use the body's `user` or `metadata.user_id` (default true). */
     fromBody: Type.Optional(Type.Boolean()),
     /** Sessions remembered at most (least recently used forgotten first; default 100,000). */
     maxSessions: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000_000 })),

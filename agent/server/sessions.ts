@@ -1,11 +1,12 @@
 // Which pod served each session last, bounded: at most `maxSessions` (least recently used go
 // first), each forgotten `ttlMs` after its last turn. The key comes from a header the platform
-// names, else from the body's `user` (OpenAI chat, completions) or `conversation` (Responses).
+// names, else from the body's `user` (OpenAI chat, completions, responses) or `metadata.user_id`
+// (Anthropic Messages).
 import { LRUCache } from 'lru-cache';
 
 export interface SessionSettings {
   header: string;
-  /** Also take the key from the body's `user` / `conversation` when the header is absent. */
+  /** Also take the key from the body's `user` / `metadata.user_id` when the header is absent. */
   fromBody: boolean;
   maxSessions: number;
   ttlMs: number;
@@ -39,15 +40,9 @@ export class SessionAffinity {
   ): string | undefined {
     let key = headers.get(this.#settings.header) ?? undefined;
     if (!key && this.#settings.fromBody) {
-      const conversation = body.conversation;
+      const userId = (body.metadata as { user_id?: unknown } | null | undefined)?.user_id;
       key =
-        typeof body.user === 'string'
-          ? `user:${body.user}`
-          : typeof conversation === 'string'
-            ? `conversation:${conversation}`
-            : typeof (conversation as { id?: unknown } | null)?.id === 'string'
-              ? `conversation:${(conversation as { id: string }).id}`
-              : undefined;
+        typeof body.user === 'string' ? `user:${body.user}` : typeof userId === 'string' ? `user:${userId}` : undefined;
     }
     if (!key || key.length > MAX_KEY_LENGTH) return undefined;
     return `${tenant}\u0000${key}`;
