@@ -115,7 +115,7 @@ export interface RouteRequest {
   promptBlocks?: readonly number[];
 }
 
-export type RequestKind = 'chat' | 'completions' | 'embeddings' | 'responses';
+export type RequestKind = 'chat' | 'completions' | 'embeddings' | 'responses' | 'messages';
 
 /** Where each kind is served under an OpenAI-compatible base (`/v1` at pods, the endpoint at providers). */
 export const API_PATHS: Readonly<Record<RequestKind, string>> = {
@@ -123,6 +123,8 @@ export const API_PATHS: Readonly<Record<RequestKind, string>> = {
   completions: 'completions',
   embeddings: 'embeddings',
   responses: 'responses',
+  // The Anthropic Messages API, which vLLM and SGLang serve at /v1/messages.
+  messages: 'messages',
 };
 
 export type ExcludeMetric = 'queued' | 'running' | 'kvCache' | 'predictedTTFT';

@@ -29,6 +29,7 @@ import type { Overflow } from '../providers/overflow.ts';
 import { bodyOffloadFor, parsedFromVerdict, routeFromVerdict } from './body-offload.ts';
 import { requestTrace, type RequestTrace } from './tracing.ts';
 import { SessionAffinity } from './sessions.ts';
+import { anthropicShaped } from './anthropic.ts';
 import { stickToSession } from '../route/session.ts';
 import type { BodyVerdict } from './body-work.ts';
 
@@ -127,7 +128,16 @@ export class RequestPath {
   /** Serves one inference request of `kind` from node:http, its answer written straight to `res`. */
   handle(kind: RequestKind, incoming: ApiRequest, res: ApiResponse): Promise<void> {
     const req = new ClientRequest(incoming, res);
-    return this.serve(kind, req, res, (ctx) => this.#handle(kind, req, ctx));
+    if (kind !== 'messages') return this.serve(kind, req, res, (ctx) => this.#handle(kind, req, ctx));
+    // Anthropic clients read Anthropic errors: the same answers, reshaped.
+    return this.serve(kind, req, res, async (ctx) => {
+      try {
+        return anthropicShaped(await this.#handle(kind, req, ctx));
+      } catch (error) {
+        if (!(error instanceof RequestError)) throw error;
+        return anthropicShaped(errorAnswer(error.status, error.message, { code: error.code ?? undefined }));
+      }
+    });
   }
 
   async #handle(kind: RequestKind, req: ClientRequest, ctx: RequestContext): Promise<Answer> {

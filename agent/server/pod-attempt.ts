@@ -11,6 +11,7 @@ import type { ParsedRequest } from './request.ts';
 import { usageOf } from './evidence.ts';
 import type { RequestContext, RequestPathDeps } from './path-deps.ts';
 import { errorAnswer, podStreamAnswer, type Answer } from './answers.ts';
+import { anthropicErrorEvent } from './anthropic.ts';
 
 /** One attempt at one pod. Undefined: it failed before the first byte and another may be tried. */
 export async function attemptPod(
@@ -111,7 +112,11 @@ export async function attemptPod(
     });
     const answer = podStreamAnswer(attempt, headers, {
       brokenEnd:
-        parsed.kind === 'responses' ? (message) => responsesErrorEvent(message, 'upstream_stream_error') : undefined,
+        parsed.kind === 'responses'
+          ? (message) => responsesErrorEvent(message, 'upstream_stream_error')
+          : parsed.kind === 'messages'
+            ? anthropicErrorEvent
+            : undefined,
       onEnd: ({ ok }) => {
         settle();
         ticket.end(ok);
