@@ -26,6 +26,8 @@ import { createMetrics, podPredictionsOf } from './server/metrics.ts';
 import { scraperFeedingPool } from './telemetry/pool-feed.ts';
 import { startPodProbes } from './forward/pod-probe.ts';
 import type { Scraper } from './telemetry/scraper.ts';
+import { traceExportFor } from './telemetry/trace-export.ts';
+import type { Tracer } from '@opentelemetry/api';
 
 export interface AgentDeps extends ClockAndRandom {
   /** Replaces the discovery the settings name (tests, Kubernetes mode built by the CLI). */
@@ -35,6 +37,8 @@ export interface AgentDeps extends ClockAndRandom {
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
   /** Where sampled per-request JSON lines go (default: stdout). */
   requestLog?: (line: string) => void;
+  /** Spans go here instead of the configured OTLP export (tests: an in-memory exporter). */
+  tracer?: Tracer;
 }
 
 export interface RunningAgent {
@@ -100,6 +104,7 @@ function poolFor(settings: AgentSettings, now: () => number): PodPool {
     maxInFlightPerPod: settings.limits.maxConnectionsPerPod,
     peerShortlist: settings.limits.peerShortlist,
     prefixBlocksPerPod: settings.limits.prefixBlocksPerPod,
+    loraCosts: { loadMs: settings.limits.loraLoadMs, slotWaitMs: settings.limits.loraSlotWaitMs },
     now,
   });
 }
@@ -259,6 +264,8 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     budgetUsage: () => budget.usage(),
     budgetLedger: () => budget.ledgerState(),
     maxTenantLabels: limits.maxLabelValues,
+    localPodStates: () => pool.localStates(),
+    providerBreakers: () => overflow.state().map((p) => ({ provider: p.name, state: p.breaker.state })),
   });
   const discovery =
     deps.discovery ??
@@ -289,6 +296,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     timeoutMs: Math.min(1_000, limits.podConnectTimeoutMs),
   });
 
+  const traceExport = deps.tracer ? undefined : await traceExportFor(settings);
   const isKnownModel = (model: string) => pool.servedModels().has(model) || overflow.serves(model);
   const knownModels = () => [...new Set([...pool.servedModels(), ...overflow.models()])].sort();
   const requestPath = requestPathFor(settings, {
@@ -302,6 +310,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     pool,
     isKnownModel,
     ...(kv.promptTokenIds ? { promptTokenIds: kv.promptTokenIds } : {}),
+    tracer: deps.tracer ?? traceExport?.tracer,
   });
 
   const drain = new Drain();
@@ -366,6 +375,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     stopPodProbes();
     for (const part of [gossip, scraper, discovery, kv]) await part?.stop();
     await overflow.close();
+    await traceExport?.shutdown().catch(() => {});
     await requestPath.deps.dispatcher.close().catch(() => {});
     await requestPath.deps.bodies?.close();
     await new Promise<void>((resolve) => admin.close(() => resolve()));

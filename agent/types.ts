@@ -23,6 +23,8 @@ export interface Pod {
   maxConcurrency?: number;
   /** Where the pod publishes its KV-cache events (vLLM --kv-events-config), when it does. */
   kvEvents?: KvEventsEndpoint;
+  /** LoRA adapters the server serves (also listed in `models`): a request naming one runs with it. */
+  adapters?: string[];
 }
 
 /** A pod's KV-event sockets: the PUB endpoint, the replay (ROUTER) endpoint, the topic. */
@@ -30,6 +32,17 @@ export interface KvEventsEndpoint {
   endpoint: string;
   replayEndpoint?: string;
   topic?: string;
+}
+
+/** A pod's LoRA adapters as its metrics show them (vLLM's lora_requests_info; agent/telemetry/lora.ts). */
+export interface LoraState {
+  /** GPU adapter slots (--max-loras): a batch holds at most this many distinct adapters. */
+  maxLora: number;
+  /** Adapters of the requests running, and waiting, now. */
+  running: string[];
+  waiting: string[];
+  /** Adapters holding a GPU slot, most recently used first (rebuilt from the gauge's history). */
+  resident: string[];
 }
 
 /** One parsed scrape of a model server's /metrics, engine-neutral. */
@@ -61,6 +74,8 @@ export interface PodLoad {
   prefixCacheHitRate?: number;
   /** KV-cache capacity in tokens (vLLM: num_gpu_blocks × block_size; SGLang: max_total_num_tokens). */
   kvCapacityTokens?: number;
+  /** LoRA adapters (vLLM with --enable-lora). */
+  lora?: LoraState;
 }
 
 /**
@@ -117,7 +132,7 @@ export interface RouteRequest {
   promptTokenIds?: readonly number[];
 }
 
-export type RequestKind = 'chat' | 'completions' | 'embeddings' | 'responses';
+export type RequestKind = 'chat' | 'completions' | 'embeddings' | 'responses' | 'messages';
 
 /** Where each kind is served under an OpenAI-compatible base (`/v1` at pods, the endpoint at providers). */
 export const API_PATHS: Readonly<Record<RequestKind, string>> = {
@@ -125,6 +140,8 @@ export const API_PATHS: Readonly<Record<RequestKind, string>> = {
   completions: 'completions',
   embeddings: 'embeddings',
   responses: 'responses',
+  // The Anthropic Messages API, which vLLM and SGLang serve at /v1/messages.
+  messages: 'messages',
 };
 
 export type ExcludeMetric = 'queued' | 'running' | 'kvCache' | 'predictedTTFT';
@@ -187,4 +204,13 @@ export interface EffectivePolicy {
 export interface ClockAndRandom {
   now?: () => number;
   rand?: () => number;
+}
+
+/** Session affinity (agent/server/sessions.ts): where a session's key comes from and how many are kept. */
+export interface SessionSettings {
+  header: string;
+  /** Also take the key from the body's `user` / `metadata.user_id` when the header is absent. */
+  fromBody: boolean;
+  maxSessions: number;
+  ttlMs: number;
 }

@@ -40,6 +40,13 @@ test('vLLM: sums queues across engines, averages KV use, reads TTFT, queue time 
     generationTokens: 802_467,
     finished: 1668,
     kvCapacityTokens: 2 * 27_910 * 16, // cache_config_info: num_gpu_blocks × block_size, per engine
+    // lora_requests_info: the newest label set (agent/telemetry/lora.ts)
+    lora: {
+      maxLora: 4,
+      running: ['sql-lora', 'chat-lora'],
+      waiting: ['sql-lora'],
+      resident: ['sql-lora', 'chat-lora'],
+    },
   });
 });
 

@@ -6,6 +6,7 @@ import { startSim } from '../../shared/sim/server.ts';
 
 const USAGE = `usage: kinference sim [--port P] [--host H] [--engine vllm|tgi|sglang] [--max-seqs N]
                       [--max-queue N] [--speed X] [--model NAME]... [--seed N] [--name POD]
+                      [--lora-module NAME]... [--max-loras N] [--lora-load-ms MS]
 
 Runs one simulated model server (vLLM wire format, continuous batching, realistic latency).
   --port        listen port (default 8000; 0 = any free port)
@@ -16,7 +17,10 @@ Runs one simulated model server (vLLM wire format, continuous batching, realisti
   --speed       throughput multiplier; 0.5 = twice as slow (default 1)
   --model       served model name, repeatable (default llama-3-8b)
   --seed        seed for jitter and output lengths (default 1)
-  --name        pod name, echoed in an x-sim-pod response header`;
+  --name        pod name, echoed in an x-sim-pod response header
+  --lora-module LoRA adapter served on the first model, repeatable (needs --max-loras)
+  --max-loras   adapters one batch may run (GPU adapter slots; default 4 with adapters)
+  --lora-load-ms time to load an adapter into a slot (default 40)`;
 
 const FLAVORS: readonly Flavor[] = ['vllm', 'tgi', 'sglang'];
 
@@ -33,6 +37,9 @@ export async function runSimCommand(argv: string[]): Promise<void> {
       model: { type: 'string', multiple: true },
       seed: { type: 'string' },
       name: { type: 'string' },
+      'lora-module': { type: 'string', multiple: true },
+      'max-loras': { type: 'string' },
+      'lora-load-ms': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
     strict: true,
@@ -55,6 +62,9 @@ export async function runSimCommand(argv: string[]): Promise<void> {
     models: values.model,
     seed: optionalInteger(values.seed, '--seed', 0),
     name: values.name,
+    adapters: values['lora-module'],
+    maxLoras: optionalInteger(values['max-loras'], '--max-loras', 1) ?? (values['lora-module'] ? 4 : undefined),
+    loraLoadMs: optionalInteger(values['lora-load-ms'], '--lora-load-ms', 0),
   });
   console.log(`kinference sim (${engine}) serving ${(values.model ?? ['llama-3-8b']).join(', ')} at ${sim.url}`);
 

@@ -22,6 +22,8 @@ export interface KubernetesDiscoveryOptions extends ClockAndRandom {
   providersConfigMap?: string;
   /** Label that marks a model-server pod (the annotation kinference.io/model does too). */
   podLabel?: string;
+  /** Also take model-server pods from GIE InferencePools (their selector, target port, kinference.io/model). */
+  inferencePools?: boolean;
   debounceMs?: number;
   /** start() resolves once every source listed, or after this long (status().synced tells which). */
   syncTimeoutMs?: number;

@@ -13,6 +13,8 @@ export const PORT_ANNOTATION = 'kinference.io/port';
 /** The pod's KV-event ports, `<pub port>[,<replay port>]` (vLLM --kv-events-config), and topic. */
 export const KV_EVENTS_ANNOTATION = 'kinference.io/kv-events';
 export const KV_TOPIC_ANNOTATION = 'kinference.io/kv-events-topic';
+/** LoRA adapters the pod's server serves (comma-separated), routed to as models of their own. */
+export const ADAPTERS_ANNOTATION = 'kinference.io/adapters';
 export const ANNOTATION_PREFIX = 'kinference.io/';
 export const SERVICE_NAME_LABEL = 'kubernetes.io/service-name';
 
@@ -67,21 +69,37 @@ export interface ConfigMapObject extends KubeObject {
   data?: Record<string, string>;
 }
 
+/** What a pod's InferencePool says about it (agent/cluster/inference-pools.ts). */
+export interface PoolMembership {
+  /** namespace/name of the pool. */
+  pool: string;
+  port: number;
+  models: string[];
+  engine?: string;
+}
+
+/** A pod → the InferencePool it belongs to, if any. */
+export type PoolMembers = (pod: PodObject) => PoolMembership | undefined;
+
 /** host:port, bracketing IPv6 literals. */
 export function hostPort(host: string, port: number): string {
   return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
 }
 
-export function isModelServer(pod: PodObject, poolLabel = POOL_LABEL): boolean {
+export function isModelServer(pod: PodObject, poolLabel = POOL_LABEL, members?: PoolMembers): boolean {
   const meta = pod.metadata ?? {};
-  return meta.labels?.[poolLabel] !== undefined || meta.annotations?.[MODEL_ANNOTATION] !== undefined;
+  return (
+    meta.labels?.[poolLabel] !== undefined ||
+    meta.annotations?.[MODEL_ANNOTATION] !== undefined ||
+    members?.(pod) !== undefined
+  );
 }
 
 function isReady(pod: PodObject): boolean {
   return (pod.status?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True');
 }
 
-function servingPort(pod: PodObject): number | undefined {
+function servingPort(pod: PodObject, members?: PoolMembers): number | undefined {
   const annotated = pod.metadata?.annotations?.[PORT_ANNOTATION];
   if (annotated !== undefined) {
     const port = Number(annotated.trim());
@@ -92,16 +110,16 @@ function servingPort(pod: PodObject): number | undefined {
       if (port.name === 'http' && port.containerPort !== undefined) return port.containerPort;
     }
   }
-  return undefined;
+  return members?.(pod)?.port;
 }
 
 /** Why a model-server pod is not routable now, or undefined when it is. */
-export function unroutableReason(pod: PodObject): string | undefined {
+export function unroutableReason(pod: PodObject, members?: PoolMembers): string | undefined {
   if (pod.metadata?.deletionTimestamp) return 'terminating';
   if (pod.status?.phase !== 'Running') return `phase ${pod.status?.phase ?? 'unknown'}`;
   if (!isReady(pod)) return 'not ready';
   if (!pod.status?.podIP) return 'no pod IP';
-  if (servingPort(pod) === undefined) {
+  if (servingPort(pod, members) === undefined) {
     return `no port (annotation ${PORT_ANNOTATION} or a container port named http)`;
   }
   return undefined;
@@ -141,12 +159,23 @@ export function serverConcurrency(pod: PodObject): number | undefined {
  * A terminating or not-ready pod is left out rather than marked: the router has no use for an
  * address it must not send to.
  */
-export function modelServerPods(pods: readonly PodObject[], node: string, poolLabel = POOL_LABEL): Pod[] {
+export function modelServerPods(
+  pods: readonly PodObject[],
+  node: string,
+  poolLabel = POOL_LABEL,
+  members?: PoolMembers,
+): Pod[] {
   const out: Pod[] = [];
   for (const pod of pods) {
-    if (pod.spec?.nodeName !== node || !isModelServer(pod, poolLabel) || unroutableReason(pod) !== undefined) continue;
+    if (
+      pod.spec?.nodeName !== node ||
+      !isModelServer(pod, poolLabel, members) ||
+      unroutableReason(pod, members) !== undefined
+    )
+      continue;
     const meta = pod.metadata ?? {};
-    const engine = meta.annotations?.[ENGINE_ANNOTATION]?.trim();
+    const pool = members?.(pod);
+    const engine = meta.annotations?.[ENGINE_ANNOTATION]?.trim() ?? pool?.engine;
     const name = meta.name ?? '';
     const namespace = meta.namespace ?? 'default';
     const result: Pod = {
@@ -154,9 +183,15 @@ export function modelServerPods(pods: readonly PodObject[], node: string, poolLa
       name,
       namespace,
       node,
-      address: hostPort(pod.status!.podIP!, servingPort(pod)!),
-      models: splitList(meta.annotations?.[MODEL_ANNOTATION]),
+      address: hostPort(pod.status!.podIP!, servingPort(pod, members)!),
+      models: splitList(
+        [meta.annotations?.[MODEL_ANNOTATION], ...(pool?.models ?? []), meta.annotations?.[ADAPTERS_ANNOTATION]]
+          .filter(Boolean)
+          .join(','),
+      ),
     };
+    const adapters = splitList(meta.annotations?.[ADAPTERS_ANNOTATION]);
+    if (adapters.length > 0) result.adapters = adapters;
     if (engine !== undefined && (ENGINES as readonly string[]).includes(engine)) result.engine = engine as Engine;
     const concurrency = serverConcurrency(pod);
     if (concurrency !== undefined) result.maxConcurrency = concurrency;
@@ -214,10 +249,19 @@ export interface ServingPod {
  * Pod IP → the routable model-server pod (pool label or model annotation) that owns it, across
  * the cluster: what a gossiped pod must match to become a candidate.
  */
-export function servingPodsByIp(pods: readonly PodObject[], poolLabel = POOL_LABEL): Map<string, ServingPod> {
+export function servingPodsByIp(
+  pods: readonly PodObject[],
+  poolLabel = POOL_LABEL,
+  members?: PoolMembers,
+): Map<string, ServingPod> {
   const out = new Map<string, ServingPod>();
   for (const pod of pods) {
-    if (!isModelServer(pod, poolLabel) || unroutableReason(pod) !== undefined || pod.spec?.hostNetwork) continue;
+    if (
+      !isModelServer(pod, poolLabel, members) ||
+      unroutableReason(pod, members) !== undefined ||
+      pod.spec?.hostNetwork
+    )
+      continue;
     const serving = {
       namespace: pod.metadata?.namespace ?? 'default',
       name: pod.metadata?.name ?? '',

@@ -1,4 +1,4 @@
-// Kubernetes discovery: five informers (client-node ListWatch) feed one ClusterSnapshot.
+// Kubernetes discovery: five informers (six with InferencePools; client-node ListWatch) feed one ClusterSnapshot.
 //
 //   pods          /api/v1/pods (cluster-wide, slimmed)                 model servers on this node,
 //                                                                      callers and peer pods anywhere
@@ -6,6 +6,7 @@
 //   policies      /apis/kinference.io/v1alpha1/inferencepolicies       all namespaces, raw
 //   providers     ConfigMap <agentNamespace>/<providersConfigMap>     key providers.yaml
 //   peers         EndpointSlices of the headless gossip Service        other agents' ip:gossipPort
+//   pools         inference.networking.k8s.io/v1 InferencePools       (opt-in) pods they select
 //
 // Failure model. ListWatch resumes a closed watch from its resourceVersion and relists on 410;
 // any other error stops it, and we restart it with capped, jittered exponential backoff (keeping
@@ -25,6 +26,7 @@ import { DEFAULTS, loadKubeConfig, resolveSettings, type KubernetesDiscoveryOpti
 import { listObjects, ResumingWatch } from './kubernetes-client.ts';
 import type { Selectors } from './kubernetes-client.ts';
 import { parseProvidersConfigMap } from './kubernetes-providers.ts';
+import { INFERENCE_POOLS_PATH, poolMembers, type InferencePoolObject } from './inference-pools.ts';
 import {
   callersByIp,
   modelServerPods,
@@ -42,7 +44,7 @@ import type { ClusterSnapshot, Discovery, DiscoveryStatus } from './types.ts';
 // Re-exported: callers build the discovery and its options from this file.
 export type { KubernetesDiscoveryOptions } from './kubernetes-settings.ts';
 
-export type SourceName = 'pods' | 'namespaces' | 'policies' | 'providers' | 'peers';
+export type SourceName = 'pods' | 'namespaces' | 'policies' | 'providers' | 'peers' | 'pools';
 
 export interface SourceStatus {
   synced: boolean;
@@ -53,7 +55,7 @@ export interface SourceStatus {
 }
 
 export interface KubernetesDiscoveryStatus extends DiscoveryStatus {
-  sources: Record<SourceName, SourceStatus>;
+  sources: Record<Exclude<SourceName, 'pools'>, SourceStatus> & { pools?: SourceStatus };
   /** Content problems that do not disconnect anything (e.g. an invalid providers.yaml, last good list kept). */
   problems: string[];
 }
@@ -80,12 +82,15 @@ interface Source {
   restart?: NodeJS.Timeout;
 }
 
+/** The sources by name; the InferencePool one only when asked for. */
+type SourcesByName = Record<Exclude<SourceName, 'pools'>, Source> & { pools?: Source };
+
 export function createKubernetesDiscovery(opts: KubernetesDiscoveryOptions): KubernetesDiscovery {
   if (!opts.nodeName) throw new Error('kubernetes discovery needs the node name (downward API spec.nodeName)');
   return new InformerDiscovery(opts);
 }
 
-/** The five informers, their health, and the snapshot they feed. */
+/** The informers, their health, and the snapshot they feed. */
 class InformerDiscovery implements KubernetesDiscovery {
   readonly #opts: KubernetesDiscoveryOptions;
   readonly #settings: ReturnType<typeof resolveSettings>;
@@ -94,7 +99,7 @@ class InformerDiscovery implements KubernetesDiscovery {
   readonly #rand: () => number;
   readonly #log: (level: 'info' | 'warn', message: string) => void;
   readonly #sources: Source[];
-  readonly #byName: Record<SourceName, Source>;
+  readonly #byName: SourcesByName;
   readonly #listeners: (() => void)[] = [];
   #current = emptySnapshot();
   #currentKey = '';
@@ -127,8 +132,9 @@ class InformerDiscovery implements KubernetesDiscovery {
       this.#source('peers', `/apis/discovery.k8s.io/v1/namespaces/${agentNamespace}/endpointslices`, {
         labelSelector: `${SERVICE_NAME_LABEL}=${gossipService}`,
       }),
+      ...(opts.inferencePools ? [this.#source('pools', INFERENCE_POOLS_PATH, {})] : []),
     ];
-    this.#byName = Object.fromEntries(this.#sources.map((s) => [s.name, s])) as Record<SourceName, Source>;
+    this.#byName = Object.fromEntries(this.#sources.map((s) => [s.name, s])) as SourcesByName;
   }
 
   #source(
@@ -260,15 +266,16 @@ class InformerDiscovery implements KubernetesDiscovery {
     const pods = byName.pods.informer.list() as PodObject[];
     const agentSlices = byName.peers.informer.list() as EndpointSliceObject[];
     const peerOptions = { node, podIP: this.#opts.podIP, gossipPort: this.#opts.gossipPort };
+    const members = byName.pools ? poolMembers(byName.pools.informer.list() as InferencePoolObject[]) : undefined;
     const next: ClusterSnapshot = {
-      pods: modelServerPods(pods, node, podLabel),
+      pods: modelServerPods(pods, node, podLabel, members),
       namespaces: namespaceAnnotations(byName.namespaces.informer.list()),
       policies: policyObjects(byName.policies.informer.list(), agentNamespace),
       providers: this.#currentProviders(),
       peers: peerAddresses(agentSlices, peerOptions),
       gossipMembers: gossipMembers(agentSlices, peerOptions),
       callers: callersByIp(pods),
-      peerPods: { kind: 'cluster', pods: servingPodsByIp(pods, podLabel) },
+      peerPods: { kind: 'cluster', pods: servingPodsByIp(pods, podLabel, members) },
     };
     const key = snapshotKey(next);
     if (this.#published && key === this.#currentKey) return;

@@ -1,11 +1,12 @@
 // Reads and validates the agent's config file (at start, and again on each change in static
 // mode), and turns it into typed settings with milliseconds and defaults. Errors name the key, what was expected and what was found.
+import { DEFAULT_LORA_COSTS } from '../route/lora.ts';
 import { DEFAULT_PEER_SHORTLIST } from '../pool/pool.ts';
 import { readFileSync } from 'node:fs';
 // Only the error iterator (`Value.Errors`): '@sinclair/typebox/value' loads every value operation.
 import { Errors } from '@sinclair/typebox/errors';
 import { parse as parseYaml } from 'yaml';
-import type { Pod } from '../types.ts';
+import type { Pod, SessionSettings } from '../types.ts';
 import type { ProviderSettings } from '../providers/types.ts';
 import { parseDuration } from '../../shared/duration.ts';
 import type { SecretRef } from './secrets.ts';
@@ -70,6 +71,8 @@ export interface Limits {
   kvReplayTimeoutMs: number;
   /** Live KV-event batches held per pod while a replay runs; past it the index is rebuilt. */
   kvMaxHeldBatches: number;
+  loraLoadMs: number;
+  loraSlotWaitMs: number;
   /** The API listener's HTTP/1.1 bounds and timers (node:http's, agent/server/listener.ts). */
   apiMaxHeaderBytes: number;
   apiMaxHeaders: number;
@@ -132,6 +135,10 @@ export interface AgentSettings {
   podCredentials: PodCredential[];
   /** Share of requests (0..1) that write a JSON log line; 0 = off. */
   requestLogSample: number;
+  /** Session affinity; absent: off. */
+  sessions?: SessionSettings;
+  /** OpenTelemetry export; absent: no spans at all. */
+  tracing?: NonNullable<AgentConfigFile['tracing']>;
 }
 
 export const DEFAULT_LIMITS: Limits = {
@@ -171,6 +178,8 @@ export const DEFAULT_LIMITS: Limits = {
   preciseBlocksPerPod: 65_536,
   kvReplayTimeoutMs: 2000,
   kvMaxHeldBatches: 10_000,
+  loraLoadMs: DEFAULT_LORA_COSTS.loadMs,
+  loraSlotWaitMs: DEFAULT_LORA_COSTS.slotWaitMs,
   // node:http's own defaults (maxHeadersCount 2000 was a cut, here a refusal past it).
   apiMaxHeaderBytes: 16 * 1024,
   apiMaxHeaders: 2000,
@@ -321,8 +330,10 @@ export function settingsFromObject(
         namespace,
         node: file.node,
         address: p.address,
-        models: p.models,
+        // An adapter is a model the pod serves: the pool indexes and /v1/models list it too.
+        models: [...new Set([...p.models, ...(p.adapters ?? [])])],
         engine: p.engine,
+        ...(p.adapters?.length ? { adapters: p.adapters } : {}),
         ...(p.maxConcurrency !== undefined ? { maxConcurrency: p.maxConcurrency } : {}),
         ...(p.kvEvents ? { kvEvents: p.kvEvents } : {}),
       };
@@ -388,6 +399,8 @@ export function settingsFromObject(
       preciseBlocksPerPod: limits.preciseBlocksPerPod ?? DEFAULT_LIMITS.preciseBlocksPerPod,
       kvReplayTimeoutMs: durationOr(limits.kvReplayTimeout, DEFAULT_LIMITS.kvReplayTimeoutMs),
       kvMaxHeldBatches: limits.kvMaxHeldBatches ?? DEFAULT_LIMITS.kvMaxHeldBatches,
+      loraLoadMs: durationOr(limits.loraLoad, DEFAULT_LIMITS.loraLoadMs),
+      loraSlotWaitMs: durationOr(limits.loraSlotWait, DEFAULT_LIMITS.loraSlotWaitMs),
       apiMaxHeaderBytes: limits.apiMaxHeaderBytes ?? DEFAULT_LIMITS.apiMaxHeaderBytes,
       apiMaxHeaders: limits.apiMaxHeaders ?? DEFAULT_LIMITS.apiMaxHeaders,
       apiMaxTargetBytes: limits.apiMaxTargetBytes ?? DEFAULT_LIMITS.apiMaxTargetBytes,
@@ -400,6 +413,17 @@ export function settingsFromObject(
     logLevel: file.logLevel ?? 'info',
     podCredentials: file.podCredentials ?? [],
     requestLogSample: file.requestLog?.sample ?? 0,
+    ...(file.tracing ? { tracing: file.tracing } : {}),
+    ...(file.sessions
+      ? {
+          sessions: {
+            header: (file.sessions.header ?? 'x-session-id').toLowerCase(),
+            fromBody: file.sessions.fromBody ?? true,
+            maxSessions: file.sessions.maxSessions ?? 100_000,
+            ttlMs: durationOr(file.sessions.ttl, 600_000),
+          },
+        }
+      : {}),
   };
 }
 

@@ -26,6 +26,8 @@ const StaticPod = Type.Object(
     maxConcurrency: Type.Optional(Type.Integer({ minimum: 1 })),
     /** The pod's KV-cache event sockets (vLLM --kv-events-config), for precise prefix routing. */
     kvEvents: Type.Optional(KvEvents),
+    /** LoRA adapters the server serves (vLLM --lora-modules): requests may name them as the model. */
+    adapters: Type.Optional(Type.Array(Name, { maxItems: 1024 })),
   },
   { additionalProperties: false },
 );
@@ -117,6 +119,10 @@ const Limits = Type.Object(
     kvReplayTimeout: Type.Optional(DurationString),
     /** Live KV-event batches held per pod while a replay runs; past it the pod's index is rebuilt. */
     kvMaxHeldBatches: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000 })),
+    /** What loading a LoRA adapter into a GPU slot adds to a pod's predicted TTFT. */
+    loraLoad: Type.Optional(DurationString),
+    /** What waiting for a LoRA slot adds when every slot serves other adapters' running requests. */
+    loraSlotWait: Type.Optional(DurationString),
   },
   { additionalProperties: false },
 );
@@ -179,6 +185,38 @@ const Kubernetes = Type.Object(
     agentNamespace: Type.Optional(Name),
     gossipService: Type.Optional(Name),
     providersConfigMap: Type.Optional(Name),
+    /** Also discover model-server pods through GIE InferencePools (inference.networking.k8s.io/v1). */
+    inferencePools: Type.Optional(Type.Boolean()),
+  },
+  { additionalProperties: false },
+);
+
+/** Session affinity: keep a session on the pod that served it while that pod stays within the SLO. */
+const Sessions = Type.Object(
+  {
+    /** Header carrying the session id (default x-session-id). */
+    header: Type.Optional(Name),
+    /** Without the header, use the body's `user` or `metadata.user_id` (default true). */
+    fromBody: Type.Optional(Type.Boolean()),
+    /** Sessions remembered at most (least recently used forgotten first; default 100,000). */
+    maxSessions: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000_000 })),
+    /** A session not seen for this long is forgotten (default 10m). */
+    ttl: Type.Optional(DurationString),
+  },
+  { additionalProperties: false },
+);
+
+/** OpenTelemetry traces, exported over OTLP/HTTP only when this is set. */
+const Tracing = Type.Object(
+  {
+    /** The collector's traces URL, e.g. http://otel-collector:4318/v1/traces. */
+    endpoint: Type.String({ pattern: '^https?://' }),
+    /** Extra headers for the collector (e.g. an API key). */
+    headers: Type.Optional(Type.Record(Type.String(), Type.String())),
+    /** service.name on every span (default: kinference). */
+    serviceName: Type.Optional(Name),
+    /** Share of new traces recorded (0..1, default 1); a caller's sampled flag is followed. */
+    sampleRatio: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
   },
   { additionalProperties: false },
 );
@@ -215,6 +253,8 @@ export const AgentConfigSchema = Type.Object(
     podCredentials: Type.Optional(Type.Array(PodCredential)),
     requestLog: Type.Optional(RequestLog),
     kubernetes: Type.Optional(Kubernetes),
+    tracing: Type.Optional(Tracing),
+    sessions: Type.Optional(Sessions),
     logLevel: Type.Optional(
       Type.Union([Type.Literal('debug'), Type.Literal('info'), Type.Literal('warn'), Type.Literal('error')]),
     ),

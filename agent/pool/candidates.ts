@@ -1,5 +1,6 @@
 // Router candidates built from the pool's records: a local pod from its scraped telemetry and the
 // learned model, a peer's pod from its gossiped estimate. Both carry this agent's own counts.
+import { adapterCostMs, DEFAULT_LORA_COSTS, type LoraCosts } from '../route/lora.ts';
 import type { Learner } from '../predict/learner.ts';
 import type { Candidate, WindowedMetric } from '../route/candidate.ts';
 import { staleAfterMs } from '../telemetry/scraper.ts';
@@ -22,7 +23,13 @@ export const REFERENCE_REQUEST: RouteRequest = {
 
 export type CandidateSettings = Pick<
   PoolOptions,
-  'scrapeIntervalMs' | 'scrapeTimeoutMs' | 'peerMaxAgeMs' | 'networkCostMs' | 'maxInFlightPerPod' | 'referenceWindowMs'
+  | 'scrapeIntervalMs'
+  | 'scrapeTimeoutMs'
+  | 'peerMaxAgeMs'
+  | 'networkCostMs'
+  | 'maxInFlightPerPod'
+  | 'referenceWindowMs'
+  | 'loraCosts'
 >;
 
 export function localCandidate(
@@ -76,6 +83,8 @@ class LocalCandidate implements Candidate {
   /** The pod's fading send count as of this decision (sentPerMs, read only where a prefix is recomputed). */
   readonly #sends: Pick<LocalPod, 'recentSends' | 'recentSendsAt'>;
   readonly #windowMs: number;
+  readonly #sentAdapters: ReadonlyMap<string, number> | undefined;
+  readonly #loraCosts: LoraCosts | undefined;
   /** Only embeddings requests read it: made on first use. */
   #embeddingParams: PredictorParams | undefined;
 
@@ -111,6 +120,16 @@ class LocalCandidate implements Candidate {
     this.#cap = settings.maxInFlightPerPod;
     this.#sends = { recentSends: local.recentSends, recentSendsAt: local.recentSendsAt };
     this.#windowMs = settings.referenceWindowMs;
+    this.#sentAdapters = local.sentAdapters;
+    this.#loraCosts = settings.loraCosts;
+  }
+
+  /** What running `adapter` here adds to the TTFT (0 when it is no adapter of this pod). */
+  adapterCostMs(adapter: string): number {
+    const lora = this.#load?.lora;
+    if (!lora || !this.pod.adapters?.includes(adapter)) return 0;
+    const view = { ...lora, sentSince: this.#sentAdapters ? [...this.#sentAdapters.keys()] : [] };
+    return adapterCostMs(view, adapter, this.#loraCosts ?? DEFAULT_LORA_COSTS);
   }
 
   get where(): 'local' {

@@ -1,6 +1,7 @@
 // The pool's settings, apart from the pool so each of its parts can name the few it needs.
 import type { PredictorOptions } from '../predict/predictor.ts';
 import type { EjectionOptions } from './ejection.ts';
+import type { LoraCosts } from '../route/lora.ts';
 
 export interface PoolOptions {
   node: string;
@@ -30,6 +31,8 @@ export interface PoolOptions {
   peerShortlist?: number;
   /** Bound of the prefix index: prompt blocks remembered per local pod. */
   prefixBlocksPerPod?: number;
+  /** What loading a LoRA adapter, or waiting for a slot, adds to a pod's TTFT (default DEFAULT_LORA_COSTS). */
+  loraCosts?: LoraCosts;
 }
 
 /** Default for `PoolOptions.peerShortlist`. */

@@ -30,6 +30,8 @@ export interface LocalPod extends RequestCounters {
   /** This agent's requests sent to the pod, each fading with age (sendRate), and when last updated. */
   recentSends: number;
   recentSendsAt: number;
+  /** LoRA adapters this agent sent to the pod since its last scrape, and when (absent: none yet). */
+  sentAdapters?: Map<string, number>;
 }
 
 /** Adds one send to `local`'s fading count: each counts exp(−age / windowMs). */

@@ -138,6 +138,8 @@ export class PodPool {
     local.pod.engine ??= load.engine;
     // Our requests sent before this scrape now show in its queue; stop counting them twice.
     local.unseenSent = 0;
+    if (local.sentAdapters)
+      for (const [adapter, sentAt] of local.sentAdapters) if (sentAt <= load.at) local.sentAdapters.delete(adapter);
     local.epoch++;
     this.#learner.observeScrape(uid, telemetry.previous, load, telemetry.lastDelta);
     // Age the prefix index by what the pod computed since and what its free KV can still hold.
@@ -268,6 +270,17 @@ export class PodPool {
     return summary;
   }
 
+  /** Local pods by routing state now, for /metrics (an unhealthy pod counts as unhealthy, not stale). */
+  localStates(): Record<'fresh' | 'stale' | 'unhealthy', number> {
+    const counts = { fresh: 0, stale: 0, unhealthy: 0 };
+    const now = this.options.now();
+    for (const local of this.#local.values()) {
+      const c = localCandidate(local, now, this.#learner, this.options);
+      counts[!c.healthy ? 'unhealthy' : c.ageMs > c.maxAgeMs ? 'stale' : 'fresh']++;
+    }
+    return counts;
+  }
+
   /** What this agent gossips about its own pods (the gossip state numbers the versions). */
   localEstimates(): PodEstimate[] {
     const now = this.options.now();
@@ -304,6 +317,7 @@ export class PodPool {
     kind: RequestKind = 'chat',
     stream = true,
     promptBlocks?: readonly number[],
+    model?: string,
   ): PodTicket {
     const features = {
       queued: c.queuedNow + c.unseenSent,
@@ -314,6 +328,9 @@ export class PodPool {
     const local = c.where === 'local' ? this.#local.get(c.pod.uid) : undefined;
     if (local && promptBlocks?.length) this.#prefix.record(local.pod.uid, promptBlocks);
     if (local) countSend(local, this.options.now(), this.options.referenceWindowMs);
+    // An adapter sent here holds a slot from now on, though the pod's next report has yet to say so.
+    if (local && model !== undefined && local.pod.adapters?.includes(model))
+      (local.sentAdapters ??= new Map()).set(model, this.options.now());
     return openTicket({
       counters: local ?? this.#peerTraffic.forPod(c.pod.uid),
       learnsAs: local?.pod.uid,

@@ -78,6 +78,7 @@ export function bedrockRefusal(name: string, kind: RequestKind): string {
     completions: 'Converse always applies a chat template, which would change a raw completion',
     embeddings: 'embeddings are a different Bedrock API',
     responses: 'Bedrock has no Responses API for these models (Converse is chat only)',
+    messages: 'Anthropic Messages are not translated to Converse yet',
   };
   return `provider ${name} (bedrock) serves chat completions only: ${why[kind]}`;
 }

@@ -271,7 +271,8 @@ export function createOpenAIProvider(settings: ProviderSettings, deps: ProviderD
     name,
     kind: 'openai',
     models,
-    supports: (_kind: RequestKind, model: string) => Object.hasOwn(settings.models, model),
+    // An Anthropic Messages body is not an OpenAI one: no overflow through this adapter.
+    supports: (kind: RequestKind, model: string) => kind !== 'messages' && Object.hasOwn(settings.models, model),
     send,
     close,
   };

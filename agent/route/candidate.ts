@@ -46,6 +46,8 @@ export interface Candidate {
   sentPerMs?: number;
   /** Added latency for reaching the pod (0 for local pods). */
   networkCostMs: number;
+  /** What running this LoRA adapter at the pod adds to its TTFT (absent: nothing known, 0). */
+  adapterCostMs?(adapter: string): number;
   /**
    * Of this request's prompt, the tokens the pod is expected to hold in its prefix cache (the
    * agent's prefix index, agent/prefix/). Absent or 0: none; always 0 for peers' pods, whose

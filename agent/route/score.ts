@@ -18,7 +18,8 @@ export interface Among {
 /**
  * Predicted TTFT at the pod for the prompt tokens it has not cached, counting the requests this agent sent since the pod's last report
  * as queue the pod hasn't shown yet (between scrapes every agent sees the same stale queue, so
- * without this a burst would all land on the one pod that looked idle), plus the network cost.
+ * without this a burst would all land on the one pod that looked idle), plus the network cost
+ * and, for a LoRA adapter, loading it or waiting for a slot (agent/route/lora.ts).
  */
 export const predictedTtft: Predict = (c, r) =>
   predictFrom(
@@ -27,7 +28,9 @@ export const predictedTtft: Predict = (c, r) =>
     c.running,
     uncachedPromptTokens(r.promptTokens, c.expectedCachedTokens),
     c.pendingPromptTokens,
-  ) + c.networkCostMs;
+  ) +
+  c.networkCostMs +
+  (c.adapterCostMs?.(r.model) ?? 0);
 
 /**
  * The prompt tokens the pod must compute: a cached prefix costs no prefill. At least 1, as the

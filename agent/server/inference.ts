@@ -28,15 +28,23 @@ import type { AgentSettings } from '../config/load.ts';
 import type { Callers } from './caller.ts';
 import type { Overflow } from '../providers/overflow.ts';
 import { bodyOffloadFor, parsedFromVerdict, routeFromVerdict } from './body-offload.ts';
+import { requestTrace, type RequestTrace } from './tracing.ts';
+import { SessionAffinity } from './sessions.ts';
+import { anthropicShaped } from './anthropic.ts';
+import { stickToSession } from '../route/session.ts';
+import type { BodyVerdict } from './body-work.ts';
 
 // Importers (agent, passthrough, tests) keep importing the request path's API from here.
 export type { RequestContext, RequestPathDeps } from './path-deps.ts';
 export type { OverflowResult } from '../providers/overflow.ts';
 
+/** The measured TTFT as a span attribute, when there is one. */
+const ttftAttribute = (ms: number | undefined) => (ms === undefined ? undefined : { 'kinference.ttft_ms': ms });
+
 /** The agent's request path from its settings, over its callers, overflow and pool; owns its pod dispatcher. */
 export function requestPathFor(
   settings: AgentSettings,
-  parts: Pick<RequestPathDeps, 'metrics' | 'now' | 'rand' | 'pool' | 'isKnownModel' | 'promptTokenIds'> & {
+  parts: Pick<RequestPathDeps, 'metrics' | 'now' | 'rand' | 'pool' | 'isKnownModel' | 'promptTokenIds' | 'tracer'> & {
     log(level: 'warn' | 'error', message: string): void;
     /** Where sampled per-request JSON lines go (default: stdout). */
     writeLog?: (line: string) => void;
@@ -55,6 +63,7 @@ export function requestPathFor(
       write: writeLog ?? ((line) => process.stdout.write(`${line}\n`)),
     },
     podAuth: podAuthFrom(settings.podCredentials, shared.log),
+    ...(settings.sessions ? { sessions: new SessionAffinity(settings.sessions, shared.now) } : {}),
     identify: (req, ip) => callers.identify(req, ip),
     classify: (tags, body, headers) => callers.classifyCounted(tags, body, headers),
     bodies: bodyOffloadFor(settings, callers, shared.log),
@@ -129,12 +138,20 @@ export class RequestPath {
   /** Serves one inference request of `kind` from node:http, its answer written straight to `res`. */
   handle(kind: RequestKind, incoming: ApiRequest, res: ApiResponse): Promise<void> {
     const req = new ClientRequest(incoming, res);
-    return this.serve(kind, req, res, (ctx) => this.#handle(kind, req, ctx));
+    if (kind !== 'messages') return this.serve(kind, req, res, (ctx) => this.#handle(kind, req, ctx));
+    // Anthropic clients read Anthropic errors: the same answers, reshaped.
+    return this.serve(kind, req, res, async (ctx) => {
+      try {
+        return anthropicShaped(await this.#handle(kind, req, ctx));
+      } catch (error) {
+        if (!(error instanceof RequestError)) throw error;
+        return anthropicShaped(errorAnswer(error.status, error.message, { code: error.code ?? undefined }));
+      }
+    });
   }
 
   async #handle(kind: RequestKind, req: ClientRequest, ctx: RequestContext): Promise<Answer> {
     const deps = this.deps;
-    const record = ctx.record;
     // Pods get the client's bytes as they came: no re-serialisation on the hot path.
     const body = await readBoundedBody(req, deps.limits.maxBodyBytes);
     const headerTags = req.headers.get('x-kinference-tags');
@@ -147,6 +164,28 @@ export class RequestPath {
     if (!deps.isKnownModel(parsed.model)) {
       throw new RequestError(404, `The model \`${parsed.model}\` does not exist.`, 'model', 'model_not_found');
     }
+    const spans = requestTrace(deps.tracer, req.headers, kind, parsed.model);
+    try {
+      const answer = await this.#route(req, ctx, body, judged, headerTags, parsed, spans);
+      spans.end(answer.status, answer.headers['x-kinference-route']);
+      return answer;
+    } catch (error) {
+      spans.end(error instanceof RequestError ? error.status : 500, undefined, (error as Error).message);
+      throw error;
+    }
+  }
+
+  async #route(
+    req: ClientRequest,
+    ctx: RequestContext,
+    body: Uint8Array,
+    judged: Extract<BodyVerdict, { ok: true }> | undefined,
+    headerTags: string | null,
+    parsed: ParsedRequest,
+    spans: RequestTrace,
+  ): Promise<Answer> {
+    const deps = this.deps;
+    const record = ctx.record;
     const identity = deps.identify(req, req.remoteIp);
     // The header values that may go to a provider are classified with the body: a request id
     // or tracestate that holds an address keeps the request home like the body would.
@@ -157,6 +196,7 @@ export class RequestPath {
       ? { ...this.#withTokens(routeFromVerdict(judged, identity), parsed), tags }
       : this.routeRequest(parsed, identity, tags);
     const policy = deps.policyFor(identity, parsed.model);
+    const session = deps.sessions?.keyOf(identity.tenant, req.headers, parsed.body);
     record.model = parsed.model;
     record.tenant = identity.tenant;
     record.namespace = identity.namespace;
@@ -194,16 +234,20 @@ export class RequestPath {
       const leave = deps.leaveVerdict(policy, request);
       const candidates = untried(deps.pool.candidates(request.model, request.promptBlocks, tokensOf(request)));
       admission.expire(deps.now());
-      const decision = decide({
-        request,
-        policy,
-        candidates,
-        leave,
-        waitedMs: deps.now() - started,
-        rand: deps.rand,
-        admissionQuantile: admission.quantile,
-      });
+      const decision = stickToSession(
+        decide({
+          request,
+          policy,
+          candidates,
+          leave,
+          waitedMs: deps.now() - started,
+          rand: deps.rand,
+          admissionQuantile: admission.quantile,
+        }),
+        deps.sessions?.podOf(session),
+      );
       for (const d of decision.dropped) deps.metrics.dropped.add(1, d.reason);
+      spans.decided(decision);
 
       if (decision.action === 'pod') {
         if (waited) {
@@ -224,7 +268,20 @@ export class RequestPath {
           sloTtftMs: policy.sloTtftMs,
           measured: settle && ((within: boolean) => settle(deps.now(), within)),
         };
-        const answer = await attemptPod(deps, chosen, parsed, body, request, decision.chosen, slo, req, ctx);
+        const span = spans.attempt(chosen, decision.chosen.predictedMs);
+        let answer: Answer | undefined;
+        try {
+          answer = await attemptPod(deps, chosen, parsed, body, request, decision.chosen, slo, req, ctx, span.headers);
+        } catch (error) {
+          span.end({ ok: false, error: (error as Error).message });
+          throw error;
+        }
+        span.end(
+          answer
+            ? { ok: answer.status < 400, status: answer.status, attributes: ttftAttribute(ctx.record.ttftMs) }
+            : { ok: false, error: ctx.lastPodError ?? 'failed before the first byte' },
+        );
+        if (answer && answer.status < 400) deps.sessions?.served(session, chosen.pod.uid);
         if (answer) return answer;
         settle?.(deps.now()); // failed before its first byte: not an outcome (the retry is one)
         tried.add(chosen.pod.uid);
@@ -246,13 +303,31 @@ export class RequestPath {
         record.overflowReason = reason;
         delete record.predictedTtftMs;
         const sent = deps.now();
-        const result = await deps.overflow(
-          request,
-          parsed,
-          decision.providers,
-          req.signal,
-          ctx.upstreamHeaders,
-          policy,
+        const span = spans.overflow(decision.providers);
+        let result: Awaited<ReturnType<RequestPathDeps['overflow']>>;
+        try {
+          result = await deps.overflow(
+            request,
+            parsed,
+            decision.providers,
+            req.signal,
+            { ...ctx.upstreamHeaders, ...span.headers },
+            policy,
+          );
+        } catch (error) {
+          span.end({ ok: false, error: (error as Error).message });
+          throw error;
+        }
+        span.end(
+          result.ok
+            ? {
+                ok: true,
+                status: result.response.status,
+                attributes: {
+                  'kinference.provider': result.response.headers.get('x-kinference-route')?.slice(9) ?? 'unknown',
+                },
+              }
+            : { ok: false, status: result.status, error: result.message },
         );
         if (result.ok) {
           // Time to the provider's answer as the client sees it: headers for a stream (the chain
@@ -275,12 +350,17 @@ export class RequestPath {
       }
 
       if (decision.action === 'wait') {
+        const waitEnded = spans.waiting(decision.maxWaitMs);
         const woke = await this.waitInLine(
           { tenant: request.tenant, priority, maxMs: decision.maxWaitMs },
           canAct,
           req.signal,
           record,
-        );
+        ).catch((error: unknown) => {
+          waitEnded('cancelled');
+          throw error;
+        });
+        waitEnded(woke);
         if (woke === 'full' || woke === 'shed') {
           const message =
             woke === 'full'

@@ -29,6 +29,10 @@ export interface MetricsOptions {
   budgetLedger?: () => { counters: number; origins: number; dropped: number; synced: boolean };
   /** Most tenant label values on the waiting gauge; the rest add up under `other`. */
   maxTenantLabels?: number;
+  /** Read at scrape time: local pods by routing state (fresh, stale: no recent scrape, unhealthy). */
+  localPodStates?: () => Record<'fresh' | 'stale' | 'unhealthy', number>;
+  /** Read at scrape time: each provider's circuit breaker state. */
+  providerBreakers?: () => { provider: string; state: 'closed' | 'open' | 'half-open' }[];
 }
 
 /** One budget limit's state as the budget gauges read it (remaining: only units the limit bounds). */
@@ -534,6 +538,25 @@ export function createMetrics(options: MetricsOptions = {}) {
       'kinference_policies_rejected_total',
       'Policies kept out at load, by reason (invalid|guardrail).',
       ['reason'],
+    ),
+    localPods: gauge(
+      'kinference_local_pods',
+      'Local model-server pods by routing state: fresh, stale (no good scrape within its limit: not a candidate), unhealthy.',
+      ['state'],
+      (g) => {
+        if (!options.localPodStates) return;
+        for (const [state, n] of Object.entries(options.localPodStates())) g.set({ state }, n);
+      },
+    ),
+    providerBreakerOpen: gauge(
+      'kinference_provider_breaker_open',
+      "1 while a provider's circuit breaker is open or half-open (requests skip it), else 0.",
+      ['provider'],
+      (g) => {
+        if (!options.providerBreakers) return;
+        g.reset(); // providers removed from the config take their series with them
+        for (const b of options.providerBreakers()) g.set({ provider: b.provider }, b.state === 'closed' ? 0 : 1);
+      },
     ),
     discoveryConnected: gauge(
       'kinference_discovery_connected',

@@ -1,4 +1,6 @@
 // What the request path needs from the rest of the agent, and what it carries per request.
+import type { SessionAffinity } from './sessions.ts';
+import type { Tracer } from '@opentelemetry/api';
 import type { PodClient } from '../forward/pod-client.ts';
 import type { PodTimeouts } from '../forward/pod.ts';
 import type { HeaderReader } from '../forward/headers.ts';
@@ -27,6 +29,10 @@ export interface RequestContext {
 /** What the request path needs from the rest of the agent. */
 export interface RequestPathDeps {
   metrics: Metrics;
+  /** OpenTelemetry spans for each request (agent/server/tracing.ts); absent: none. */
+  tracer?: Tracer;
+  /** Session affinity (agent/server/sessions.ts); absent: off. */
+  sessions?: SessionAffinity;
   dispatcher: PodClient;
   limits: {
     maxBodyBytes: number;
@@ -90,6 +96,8 @@ export interface RequestPathDeps {
       kind: RequestKind,
       stream: boolean,
       promptBlocks?: readonly number[],
+      /** The requested model: a LoRA adapter of the pod's takes a slot there. */
+      model?: string,
     ): { firstByte(ms: number): void; answered(ms: number): void; end(ok: boolean): void };
     /** The pod failed before its first byte: unreachable (ejected until a probe) or answered an error (a moment out). */
     markFailed(c: Candidate, how?: 'unreachable' | 'answered'): void;

@@ -11,6 +11,7 @@ import type { ParsedRequest } from './request.ts';
 import { usageOf } from '../../shared/openai/usage.ts';
 import type { RequestContext, RequestPathDeps } from './path-deps.ts';
 import { errorAnswer, podStreamAnswer, type Answer } from './answers.ts';
+import { anthropicErrorEvent } from './anthropic.ts';
 
 /** One attempt at one pod. Undefined: it failed before the first byte and another may be tried. */
 export async function attemptPod(
@@ -23,10 +24,12 @@ export async function attemptPod(
   slo: { leavable: boolean; started: number; sloTtftMs: number; measured?: (within: boolean) => void },
   signal: ClientPresence,
   ctx: RequestContext,
+  /** The attempt span's trace context (agent/server/tracing.ts), replacing the caller's. */
+  traceHeaders?: Record<string, string>,
 ): Promise<Answer | undefined> {
   const route = candidateName(candidate);
   const predictedMs = admitted.predictedMs;
-  const headersOut = { ...ctx.upstreamHeaders, ...deps.podAuth(candidate.pod) };
+  const headersOut = { ...ctx.upstreamHeaders, ...traceHeaders, ...deps.podAuth(candidate.pod) };
   const sending = sendToPod(
     deps.dispatcher,
     candidate.pod.address,
@@ -39,7 +42,14 @@ export async function attemptPod(
   // The pool's bookkeeping once the request is on its way (an idle connection writes it within
   // the call above): in the same turn, so no other request is decided between the two, but the pod
   // starts on it sooner.
-  const ticket = deps.pool.begin(candidate, request.promptTokens, request.kind, parsed.stream, request.promptBlocks);
+  const ticket = deps.pool.begin(
+    candidate,
+    request.promptTokens,
+    request.kind,
+    parsed.stream,
+    request.promptBlocks,
+    request.model,
+  );
   deps.metrics.prefixTokens.add(request.promptTokens, 'prompt');
   const cached = Math.min(candidate.expectedCachedTokens ?? 0, request.promptTokens);
   if (cached > 0) deps.metrics.prefixTokens.add(cached, 'expected_cached');
@@ -100,7 +110,11 @@ export async function attemptPod(
     });
     const answer = podStreamAnswer(attempt, headers, {
       brokenEnd:
-        parsed.kind === 'responses' ? (message) => responsesErrorEvent(message, 'upstream_stream_error') : undefined,
+        parsed.kind === 'responses'
+          ? (message) => responsesErrorEvent(message, 'upstream_stream_error')
+          : parsed.kind === 'messages'
+            ? anthropicErrorEvent
+            : undefined,
       onEnd: ({ ok }) => {
         settle();
         ticket.end(ok);

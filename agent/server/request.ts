@@ -111,6 +111,43 @@ function checkPromptLike(body: Record<string, unknown>, param: 'prompt' | 'input
 /** Fields of the Responses API that point at state a model server keeps in its own memory. */
 const STATEFUL_RESPONSES_FIELDS = ['previous_response_id', 'conversation'] as const;
 
+/** Anthropic Messages: max_tokens is required, messages alternate user and assistant turns. */
+function checkAnthropicMessages(body: Record<string, unknown>): void {
+  if (!positiveInteger(body.max_tokens))
+    throw new RequestError(
+      400,
+      "'max_tokens' is required and must be a positive integer",
+      'max_tokens',
+      'invalid_type',
+    );
+  const messages = body.messages;
+  if (!Array.isArray(messages) || messages.length === 0)
+    throw new RequestError(400, "'messages' must be a non-empty array", 'messages', 'invalid_type');
+  for (const [i, m] of (messages as unknown[]).entries()) {
+    const message = m as { role?: unknown; content?: unknown } | null;
+    if (!message || typeof message !== 'object' || (message.role !== 'user' && message.role !== 'assistant'))
+      throw new RequestError(
+        400,
+        `messages.${i}.role must be "user" or "assistant"`,
+        `messages.${i}.role`,
+        'invalid_value',
+      );
+    if (typeof message.content !== 'string' && !Array.isArray(message.content))
+      throw new RequestError(
+        400,
+        `messages.${i}.content must be a string or an array of content blocks`,
+        `messages.${i}.content`,
+        'invalid_type',
+      );
+  }
+  checkOptional(
+    body,
+    'system',
+    (v) => typeof v === 'string' || Array.isArray(v),
+    'a string or an array of text blocks',
+  );
+}
+
 function checkResponsesRequest(body: Record<string, unknown>): void {
   const input = body.input;
   if (typeof input !== 'string' && !(Array.isArray(input) && input.length > 0)) {
@@ -166,6 +203,7 @@ export function parseInferenceRequest(
   if (kind === 'completions') checkPromptLike(b, 'prompt');
   if (kind === 'embeddings') checkPromptLike(b, 'input');
   if (kind === 'responses') checkResponsesRequest(b);
+  if (kind === 'messages') checkAnthropicMessages(b);
   checkOptional(b, 'stream', (v) => typeof v === 'boolean', 'a boolean');
   checkOptional(b, 'stream_options', (v) => typeof v === 'object' && !Array.isArray(v), 'an object');
   checkOptional(b, 'max_tokens', positiveInteger, 'a positive integer');

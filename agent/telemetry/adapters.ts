@@ -4,6 +4,7 @@
 // fold label sets into one pod-level number. Names checked against the engines' sources:
 // vLLM v1/metrics/loggers.py, TGI docs/source/reference/metrics.md, SGLang srt/metrics/collector.py.
 
+import { LORA_INFO, LORA_LABELS, loraStateOf } from './lora.ts';
 import type { Engine, PodLoad } from '../types.ts';
 import { MetricSelector, type MetricPage, type Series } from './metric-page.ts';
 
@@ -64,6 +65,7 @@ function withOptional(
     | 'prefixCacheHits'
     | 'prefixCacheHitRate'
     | 'kvCapacityTokens'
+    | 'lora'
   > & { ttft?: { sum: number; count: number }; queueTime?: { sum: number; count: number } },
 ): PodLoad {
   if (extra.ttft) {
@@ -85,6 +87,7 @@ function withOptional(
   if (rate !== undefined && rate >= 0 && rate <= 1) load.prefixCacheHitRate = rate;
   if (extra.kvCapacityTokens !== undefined && extra.kvCapacityTokens > 0)
     load.kvCapacityTokens = extra.kvCapacityTokens;
+  if (extra.lora) load.lora = extra.lora;
   return load;
 }
 
@@ -124,6 +127,7 @@ const VLLM = {
   prefixQueries: 'vllm:prefix_cache_queries_total',
   prefixHits: 'vllm:prefix_cache_hits_total',
   cacheConfig: 'vllm:cache_config_info',
+  lora: LORA_INFO,
 } as const;
 
 const VLLM_TTFT = histogramNames(VLLM.ttft);
@@ -143,7 +147,7 @@ export const vllmAdapter: EngineAdapter = {
   engine: 'vllm',
   signature: VLLM.waiting,
   filteredPath: '/metrics/',
-  selector: everyFamily(VLLM, [VLLM.ttft, VLLM.queueTime], ['num_gpu_blocks', 'block_size']),
+  selector: everyFamily(VLLM, [VLLM.ttft, VLLM.queueTime], ['num_gpu_blocks', 'block_size', ...LORA_LABELS]),
   toLoad(page, at) {
     const waiting = page.sum(VLLM.waiting);
     const running = page.sum(VLLM.running);
@@ -152,6 +156,7 @@ export const vllmAdapter: EngineAdapter = {
     // Engines are equal-sized replicas, so their mean is the pod's share of KV capacity used.
     // Versions around 0.9–0.10 emit both names; the newer one wins.
     const kvCache = page.mean(VLLM.kv) ?? page.mean(VLLM.kvBefore09) ?? NaN;
+    const lora = loraStateOf(page.series(VLLM.lora));
     return {
       ok: true,
       load: withOptional(
@@ -165,6 +170,7 @@ export const vllmAdapter: EngineAdapter = {
           prefixCacheQueries: page.sum(VLLM.prefixQueries),
           prefixCacheHits: page.sum(VLLM.prefixHits),
           kvCapacityTokens: vllmKvCapacity(page),
+          lora,
         },
       ),
     };

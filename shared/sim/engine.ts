@@ -49,6 +49,24 @@ export interface SimEngineOptions {
    * gathers them into one KVEventBatch (--kv-events-config); not called for a step without any.
    */
   onKvEvents?: (events: SimKvEvent[], at: number) => void;
+  /** LoRA adapter slots on the GPU (vLLM --max-loras): a batch holds at most this many distinct adapters. 0: no LoRA. */
+  maxLoras?: number;
+  /** Time to load an adapter into a free or evicted slot, added to the step that first runs it. Default 40 ms. */
+  loraLoadMs?: number;
+}
+
+/** LoRA activity as vLLM's lora_requests_info reports it: one entry per label set seen, with when it was last set. */
+export interface LoraSnapshot {
+  maxLoras: number;
+  /** Adapters of the running and waiting requests now (vLLM order: first seen first). */
+  running: string[];
+  waiting: string[];
+  /** Adapters loaded on the GPU now, least recently used first. */
+  resident: string[];
+  /** Every (running, waiting) pair reported so far with its last time (s since the epoch, as vLLM's gauge value). */
+  history: { running: string; waiting: string; at: number }[];
+  /** Adapter loads so far (each a swap into a slot). */
+  loads: number;
 }
 
 /** A prefix-cache change, as vLLM's BlockStored / BlockRemoved / AllBlocksCleared say it. */
@@ -75,6 +93,8 @@ export interface SimRequest {
    * of output are cached too, as vLLM V1 does, so a next turn resending this answer hits them.
    */
   outputTokens?: ArrayLike<number>;
+  /** A LoRA adapter's name: the request runs with it, and waits while the batch holds maxLoras others. */
+  adapter?: string;
 }
 
 export interface SeqOutcome {
@@ -148,6 +168,8 @@ export interface EngineSnapshot {
    * (SGLang's cache_hit_rate, set per prefill batch). 0 before any prefill.
    */
   lastPrefillHitRate: number;
+  /** Present when the engine serves LoRA adapters (maxLoras > 0). */
+  lora?: LoraSnapshot;
   counters: EngineCounters;
   histograms: Record<LatencyHistogram, HistogramSnapshot>;
 }
@@ -181,6 +203,7 @@ interface Seq {
   /** This step's share: prefill chunk size, or 1 for a decode. */
   chunk: number;
   prefilling: boolean;
+  adapter?: string;
 }
 
 interface Step {
@@ -215,6 +238,13 @@ export class SimEngine {
   readonly #onKvEvents: SimEngineOptions['onKvEvents'];
   /** This step's prefix-cache changes, published together when it has been scheduled. */
   #kvEvents: SimKvEvent[] = [];
+  readonly #maxLoras: number;
+  readonly #loraLoadMs: number;
+  /** Adapters loaded on the GPU, least recently used first (at most maxLoras). */
+  #resident: string[] = [];
+  #loraLoads = 0;
+  /** lora_requests_info label sets seen → last time set (bounded: the oldest go first). */
+  readonly #loraHistory = new Map<string, { running: string; waiting: string; at: number }>();
 
   #time = 0;
   #nextId = 1;
@@ -262,6 +292,8 @@ export class SimEngine {
       (opts.prefixCaching ?? true)
         ? new PrefixCache(this.#onKvEvents ? (hash) => this.#noteRemoved(hash) : undefined)
         : undefined;
+    this.#maxLoras = nonNegativeInt(opts.maxLoras ?? 0, 'maxLoras');
+    this.#loraLoadMs = opts.loraLoadMs ?? 40;
     this.#time = clock.now();
     const layout = opts.buckets ?? BUCKETS.vllm;
     this.#hist = Object.fromEntries(HISTOGRAMS.map((name) => [name, new Histogram(layout[name])])) as Record<
@@ -355,6 +387,7 @@ export class SimEngine {
       hitTokens: 0,
       chunk: 0,
       prefilling: false,
+      ...(req.adapter !== undefined && this.#maxLoras > 0 ? { adapter: req.adapter } : {}),
     };
     this.#waiting.push(seq);
     if (!this.#step && !this.#inAdvance) {
@@ -425,6 +458,7 @@ export class SimEngine {
       busyMs: this.#busyMs,
       prefixCachedBlocks: this.#prefix?.evictable ?? 0,
       lastPrefillHitRate: this.#lastPrefillHitRate,
+      ...(this.#maxLoras > 0 ? { lora: this.#loraSnapshot() } : {}),
       counters: { ...c, finished: { ...c.finished } },
       histograms: Object.fromEntries(HISTOGRAMS.map((name) => [name, this.#hist[name].snapshot()])) as Record<
         LatencyHistogram,
@@ -466,13 +500,27 @@ export class SimEngine {
       }
     }
 
-    while (this.#waiting.length > 0 && this.#running.length < this.maxSeqs && budget > 0) {
-      const seq = this.#waiting[0];
+    // LoRA (vLLM V1's scheduler): a request whose adapter would be one too many in the batch is
+    // skipped, and the requests behind it may go first.
+    const batchAdapters = this.#maxLoras > 0 ? this.#activeAdapters() : undefined;
+    let loadMs = 0;
+    for (let w = 0; w < this.#waiting.length && this.#running.length < this.maxSeqs && budget > 0;) {
+      const seq = this.#waiting[w];
+      if (batchAdapters && seq.adapter !== undefined && !batchAdapters.has(seq.adapter)) {
+        if (batchAdapters.size >= this.#maxLoras) {
+          w++;
+          continue;
+        }
+      }
       const hit = this.#cachedPrefixBlocks(seq);
       const want = Math.min(seq.prefillTarget - hit * this.blockSize, budget);
       // First come, first served: the head waits for KV rather than being overtaken.
       if (this.#blocks(hit * this.blockSize + want) > this.numBlocks - this.#usedBlocks) break;
-      this.#waiting.shift();
+      this.#waiting.splice(w, 1);
+      if (batchAdapters && seq.adapter !== undefined) {
+        batchAdapters.add(seq.adapter);
+        if (this.#useAdapter(seq.adapter, batchAdapters)) loadMs += this.#loraLoadMs;
+      }
       this.#running.push(seq);
       seq.state = 'running';
       if (seq.scheduledAt === undefined) {
@@ -490,6 +538,7 @@ export class SimEngine {
     }
 
     if (work.length === 0) {
+      if (this.#maxLoras > 0) this.#noteLora(at);
       this.#flushKvEvents(at);
       return; // idle
     }
@@ -500,9 +549,59 @@ export class SimEngine {
       this.#speed,
       this.#rand(),
     );
-    this.#busyMs += cost;
-    this.#step = { endsAt: at + cost, work };
+    this.#busyMs += cost + loadMs;
+    this.#step = { endsAt: at + cost + loadMs, work };
     this.#flushKvEvents(at);
+    if (this.#maxLoras > 0) this.#noteLora(at);
+  }
+
+  /** Adapters of the running batch. */
+  #activeAdapters(): Set<string> {
+    const active = new Set<string>();
+    for (const seq of this.#running) if (seq.adapter !== undefined) active.add(seq.adapter);
+    return active;
+  }
+
+  /** Marks `adapter` used now; true when it had to be loaded (evicting the least recently used idle one). */
+  #useAdapter(adapter: string, active: ReadonlySet<string>): boolean {
+    const at = this.#resident.indexOf(adapter);
+    if (at >= 0) {
+      this.#resident.splice(at, 1);
+      this.#resident.push(adapter);
+      return false;
+    }
+    if (this.#resident.length >= this.#maxLoras) {
+      const victim = this.#resident.findIndex((a) => !active.has(a) || a === adapter);
+      this.#resident.splice(victim >= 0 ? victim : 0, 1);
+    }
+    this.#resident.push(adapter);
+    this.#loraLoads++;
+    return true;
+  }
+
+  /** Records the lora_requests_info label set now, as vLLM does on each scheduler step. */
+  #noteLora(at: number): void {
+    const names = (seqs: Seq[]) =>
+      [...new Set(seqs.flatMap((s) => (s.adapter === undefined ? [] : [s.adapter])))].join(',');
+    const running = names(this.#running);
+    const waiting = names(this.#waiting);
+    const key = `${running}|${waiting}`;
+    this.#loraHistory.delete(key);
+    this.#loraHistory.set(key, { running, waiting, at: at / 1000 });
+    if (this.#loraHistory.size > 256) this.#loraHistory.delete(this.#loraHistory.keys().next().value!);
+  }
+
+  #loraSnapshot(): LoraSnapshot {
+    const split = (list: string) => (list === '' ? [] : list.split(','));
+    const latest = [...this.#loraHistory.values()].at(-1);
+    return {
+      maxLoras: this.#maxLoras,
+      running: split(latest?.running ?? ''),
+      waiting: split(latest?.waiting ?? ''),
+      resident: [...this.#resident],
+      history: [...this.#loraHistory.values()],
+      loads: this.#loraLoads,
+    };
   }
 
   #completeStep(step: Step): void {

@@ -134,7 +134,21 @@ function vllmFamilies(snap: EngineSnapshot, ctx: MetricsContext): Family[] {
       },
       1,
     ),
+    ...(snap.lora ? [loraInfo(snap.lora)] : []),
   ];
+}
+
+/** vLLM's lora_requests_info: every label set it ever set, each valued with when it was last set. */
+function loraInfo(lora: NonNullable<EngineSnapshot['lora']>): Family {
+  return {
+    type: 'gauge',
+    name: 'vllm:lora_requests_info',
+    help: 'Running stats on lora requests.',
+    series: lora.history.map((h) => ({
+      labels: { max_lora: String(lora.maxLoras), running_lora_adapters: h.running, waiting_lora_adapters: h.waiting },
+      value: h.at,
+    })),
+  };
 }
 
 /** The default collectors of the Python client (GC, platform, process), with plausible values. */

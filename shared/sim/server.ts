@@ -71,6 +71,8 @@ export interface SimOptions extends Omit<SimEngineOptions, 'buckets'> {
   nameFilter?: NameFilter;
   /** Served model names. Default ['llama-3-8b']. */
   models?: string[];
+  /** LoRA adapters served on the first model (vLLM --lora-modules); needs maxLoras > 0. */
+  adapters?: string[];
   /** Context window (max_model_len). Default 8,192. */
   maxModelLen?: number;
   /** Embedding dimension. Default 32. */
@@ -112,8 +114,11 @@ export async function startSim(opts: SimOptions = {}): Promise<SimServer> {
     return flavor === 'vllm' && path === '/metrics' ? 'whole' : 'filtered';
   };
   const host = opts.host ?? '127.0.0.1';
-  const rules: ModelRules = { models: opts.models ?? ['llama-3-8b'], maxModelLen: opts.maxModelLen ?? 8192 };
-  if (rules.models.length === 0) throw new RangeError('a simulator serves at least one model');
+  const baseModels = opts.models ?? ['llama-3-8b'];
+  if (baseModels.length === 0) throw new RangeError('a simulator serves at least one model');
+  const adapters = opts.adapters ?? [];
+  if (adapters.length > 0 && !opts.maxLoras) throw new RangeError('adapters need maxLoras > 0 (vLLM --max-loras)');
+  const rules: ModelRules = { models: [...baseModels, ...adapters], maxModelLen: opts.maxModelLen ?? 8192 };
   const embeddingDim = opts.embeddingDim ?? 32;
   const engine = new SimEngine({ ...opts, buckets: BUCKETS[flavor] }, realClock);
   const driver = new RealtimeDriver(engine, realClock);
@@ -147,7 +152,13 @@ export async function startSim(opts: SimOptions = {}): Promise<SimServer> {
     const resetAtFirstToken = faultNow?.kind === 'reset-after-first-token';
     let text = '';
     const result = engine.submit(
-      { promptTokens: spec.promptTokens, tokens: spec.tokens, maxTokens: spec.maxTokens, capTokens: spec.capTokens },
+      {
+        promptTokens: spec.promptTokens,
+        tokens: spec.tokens,
+        maxTokens: spec.maxTokens,
+        capTokens: spec.capTokens,
+        ...(adapters.includes(spec.model) ? { adapter: spec.model } : {}),
+      },
       {
         onToken: (_at, n) => {
           if (res.destroyed || res.writableEnded) return;
@@ -372,11 +383,15 @@ export async function startSim(opts: SimOptions = {}): Promise<SimServer> {
         res.writeHead(healthy ? 200 : 503, { 'content-length': '0' }).end();
         return;
       case '/v1/models':
-        return sendJson(res, 200, modelList(rules.models, Math.floor(startedAt), rules.maxModelLen));
+        return sendJson(
+          res,
+          200,
+          modelList(baseModels, Math.floor(startedAt), rules.maxModelLen, { adapters, parent: baseModels[0]! }),
+        );
       default: {
         const metrics = metricsRoute(path);
         if (metrics === undefined) return sendDetail(res, 404, 'Not Found');
-        const text = renderMetrics(engine.snapshot(), { flavor, modelName: rules.models[0], startedAt });
+        const text = renderMetrics(engine.snapshot(), { flavor, modelName: baseModels[0]!, startedAt });
         const body = metrics === 'whole' ? text : answerNameFilter(text, query, nameFilter);
         res.writeHead(200, { 'content-type': metricsContentType(flavor) }).end(body);
         return;

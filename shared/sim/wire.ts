@@ -109,16 +109,26 @@ export function embeddingsResponse(env: Envelope, vectors: number[][], promptTok
   };
 }
 
-export function modelList(models: readonly string[], created: number, maxModelLen: number) {
+export function modelList(
+  models: readonly string[],
+  created: number,
+  maxModelLen: number,
+  lora: { adapters: readonly string[]; parent: string } = { adapters: [], parent: '' },
+) {
+  // vLLM lists a LoRA adapter as a model whose parent is the base model (root: the adapter's path).
+  const entries = [
+    ...models.map((id) => ({ id, root: id, parent: null as string | null })),
+    ...lora.adapters.map((id) => ({ id, root: `/adapters/${id}`, parent: lora.parent })),
+  ];
   return {
     object: 'list',
-    data: models.map((id) => ({
+    data: entries.map(({ id, root, parent }) => ({
       id,
       object: 'model',
       created,
       owned_by: 'vllm',
-      root: id,
-      parent: null,
+      root,
+      parent,
       max_model_len: maxModelLen,
       permission: [
         {

@@ -19,6 +19,8 @@ export interface StackOptions {
   extraPods?: { name: string; address: string }[];
   /** The agent's wall clock (default: the real one), for tests that move time on. */
   now?: () => number;
+  /** Where the agent's spans go (tests: an in-memory exporter's tracer). */
+  tracer?: import('@opentelemetry/api').Tracer;
 }
 
 export interface Stack {
@@ -55,7 +57,12 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     ],
     ...options.config,
   });
-  const agent = await startAgent(settings, { log: () => {}, requestLog: options.requestLog, now: options.now });
+  const agent = await startAgent(settings, {
+    log: () => {},
+    requestLog: options.requestLog,
+    now: options.now,
+    tracer: options.tracer,
+  });
   await waitFor(async () => (await fetch(`${agent.adminUrl}/readyz`)).ok, 5000, 'agent ready');
   return {
     agent,
