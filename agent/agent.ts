@@ -297,6 +297,9 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   });
 
   const traceExport = deps.tracer ? undefined : await traceExportFor(settings);
+  const tracer = deps.tracer ?? traceExport?.tracer;
+  // Loaded only with a tracer: an agent without tracing never loads OpenTelemetry.
+  const traces = tracer ? (await import('./server/tracing.ts')).requestTraces(tracer) : undefined;
   const isKnownModel = (model: string) => pool.servedModels().has(model) || overflow.serves(model);
   const knownModels = () => [...new Set([...pool.servedModels(), ...overflow.models()])].sort();
   const requestPath = requestPathFor(settings, {
@@ -310,7 +313,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     pool,
     isKnownModel,
     ...(kv.promptTokenIds ? { promptTokenIds: kv.promptTokenIds } : {}),
-    tracer: deps.tracer ?? traceExport?.tracer,
+    ...(traces ? { traces } : {}),
   });
 
   const drain = new Drain();

@@ -28,7 +28,7 @@ import type { AgentSettings } from '../config/load.ts';
 import type { Callers } from './caller.ts';
 import type { Overflow } from '../providers/overflow.ts';
 import { bodyOffloadFor, parsedFromVerdict, routeFromVerdict } from './body-offload.ts';
-import { requestTrace, type RequestTrace } from './tracing.ts';
+import { NO_TRACE, type RequestTrace } from './request-trace.ts';
 import { SessionAffinity } from './sessions.ts';
 import { anthropicShaped } from './anthropic.ts';
 import { stickToSession } from '../route/session.ts';
@@ -44,7 +44,7 @@ const ttftAttribute = (ms: number | undefined) => (ms === undefined ? undefined 
 /** The agent's request path from its settings, over its callers, overflow and pool; owns its pod dispatcher. */
 export function requestPathFor(
   settings: AgentSettings,
-  parts: Pick<RequestPathDeps, 'metrics' | 'now' | 'rand' | 'pool' | 'isKnownModel' | 'promptTokenIds' | 'tracer'> & {
+  parts: Pick<RequestPathDeps, 'metrics' | 'now' | 'rand' | 'pool' | 'isKnownModel' | 'promptTokenIds' | 'traces'> & {
     log(level: 'warn' | 'error', message: string): void;
     /** Where sampled per-request JSON lines go (default: stdout). */
     writeLog?: (line: string) => void;
@@ -164,7 +164,7 @@ export class RequestPath {
     if (!deps.isKnownModel(parsed.model)) {
       throw new RequestError(404, `The model \`${parsed.model}\` does not exist.`, 'model', 'model_not_found');
     }
-    const spans = requestTrace(deps.tracer, req.headers, kind, parsed.model);
+    const spans = deps.traces?.(req.headers, kind, parsed.model) ?? NO_TRACE;
     try {
       const answer = await this.#route(req, ctx, body, judged, headerTags, parsed, spans);
       spans.end(answer.status, answer.headers['x-kinference-route']);

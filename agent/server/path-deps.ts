@@ -1,6 +1,6 @@
 // What the request path needs from the rest of the agent, and what it carries per request.
 import type { SessionAffinity } from './sessions.ts';
-import type { Tracer } from '@opentelemetry/api';
+import type { RequestTraces } from './request-trace.ts';
 import type { PodClient } from '../forward/pod-client.ts';
 import type { PodTimeouts } from '../forward/pod.ts';
 import type { HeaderReader } from '../forward/headers.ts';
@@ -29,8 +29,8 @@ export interface RequestContext {
 /** What the request path needs from the rest of the agent. */
 export interface RequestPathDeps {
   metrics: Metrics;
-  /** OpenTelemetry spans for each request (agent/server/tracing.ts); absent: none. */
-  tracer?: Tracer;
+  /** OpenTelemetry spans for each request (agent/server/tracing.ts); absent: none, and OpenTelemetry is never loaded. */
+  traces?: RequestTraces;
   /** Session affinity (agent/server/sessions.ts); absent: off. */
   sessions?: SessionAffinity;
   dispatcher: PodClient;

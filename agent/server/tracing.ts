@@ -1,12 +1,13 @@
 // OpenTelemetry spans for one request: the request itself, each routing decision with its
 // candidates' predictions, the wait for a pod, each pod attempt and the overflow. Spans are
 // children of the caller's W3C traceparent, and pods and providers get the attempt's own context,
-// so their spans nest under it. With no tracer configured every call lands on one shared no-op
-// object: no span, no attribute is built.
+// so their spans nest under it. Loaded only when a tracer is configured (agent.ts); otherwise the
+// request path uses request-trace.ts's no-op trace and never loads OpenTelemetry.
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import type { Attributes, Context, Span, Tracer } from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import type { Decision } from '../route/router.ts';
+import type { ChildSpan, RequestTrace, RequestTraces } from './request-trace.ts';
 import { candidateName } from '../route/router.ts';
 import type { Candidate } from '../route/candidate.ts';
 
@@ -19,32 +20,6 @@ const headerSetter = {
   set: (carrier: Record<string, string>, key: string, value: string) => {
     carrier[key] = value;
   },
-};
-
-/** One child span in flight; `headers` carries its context to the upstream it stands for. */
-export interface ChildSpan {
-  readonly headers: Record<string, string>;
-  end(outcome: { ok: boolean; status?: number; attributes?: Attributes; error?: string }): void;
-}
-
-export interface RequestTrace {
-  /** A decision made: its action, the chosen pod, and every candidate's prediction (or drop reason). */
-  decided(decision: Decision): void;
-  /** A wait for a pod begins; call the result with how it ended. */
-  waiting(maxMs: number): (outcome: string) => void;
-  attempt(candidate: Candidate, predictedMs: number): ChildSpan;
-  overflow(providers: readonly string[]): ChildSpan;
-  /** The answer (or the error) is ready: status and route, then the request span ends. */
-  end(status: number, route: string | undefined, error?: string): void;
-}
-
-const NO_CHILD: ChildSpan = { headers: {}, end() {} };
-const NO_TRACE: RequestTrace = {
-  decided() {},
-  waiting: () => () => {},
-  attempt: () => NO_CHILD,
-  overflow: () => NO_CHILD,
-  end() {},
 };
 
 /** Most candidates listed on a decision span (the fastest first); the rest are only counted. */
@@ -155,15 +130,10 @@ class LiveTrace implements RequestTrace {
 const round = (ms: number) => Math.round(ms * 10) / 10;
 
 /**
- * The trace of one request: a child of the caller's `traceparent` (and `tracestate`) when valid,
- * else a new trace; the no-op trace when no tracer is configured.
+ * The traces of requests through `tracer`: each a child of the caller's `traceparent` (and
+ * `tracestate`) when valid, else a new trace.
  */
-export function requestTrace(
-  tracer: Tracer | undefined,
-  headers: { get(name: string): string | null | undefined },
-  api: string,
-  model: string,
-): RequestTrace {
-  if (!tracer) return NO_TRACE;
-  return new LiveTrace(tracer, propagator.extract(ROOT_CONTEXT, headers, headerGetter), api, model);
+export function requestTraces(tracer: Tracer): RequestTraces {
+  return (headers, api, model) =>
+    new LiveTrace(tracer, propagator.extract(ROOT_CONTEXT, headers, headerGetter), api, model);
 }
