@@ -10,7 +10,7 @@ const SPENDER_ACTIVE_INTERVALS = 4;
 const SWEEP_STALL_INTERVALS = 4;
 
 export interface ShareRuleOptions {
-  /** How long until a change is known to every agent: the interval a share is measured over. */
+  /** How long until a change is known to every agent: the shortest interval a share is measured over (news() stretches it). */
   convergenceMs: number;
   /** Agents alive in the cluster now (gossip membership), for the slow start; default 1 (no slow start). */
   agents?: () => number;
@@ -171,8 +171,9 @@ export class ShareRule {
     return this.#o.sweeps?.() ?? 0;
   }
 
-  /** Drop ended streaks, old draws and old admissions. */
+  /** Drop ended streaks, old draws, old admissions and the age of old news. */
   prune(now: number): void {
+    this.intervalMs(now);
     for (const [tenant, streak] of this.#streaks) if (now - streak.last > this.activeMs) this.#streaks.delete(tenant);
     for (const [key, drawn] of this.#draws) if (this.#past(drawn, now)) this.#draws.delete(key);
     this.pruneRecent(now);
