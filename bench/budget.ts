@@ -95,6 +95,9 @@ function run(n: number, scenario: Scenario, shareRule: boolean, fair: boolean, s
       maxMessagesPerAnswer: MAX_MESSAGES_PER_ANSWER,
       fair,
     });
+    // A running cluster: gossip membership already knows all N before the burst (an agent of a
+    // real one is synced only after gossip rounds, so it never spends believing it is alone).
+    exchange.round(n);
     return { ledger, exchange, phase: Math.floor(rand() * (INTERVAL_MS / STEP_MS)), credit: 0 };
   });
   // Messages and settles due at each step.

@@ -327,3 +327,26 @@ test('slow start: a lone spender doubles its share every convergence interval un
   // 1/8, 2/8, 4/8 of what remained, then all of it.
   assert.deepEqual(perInterval, [125_000, 218_000, 328_000, 329_000, 0]);
 });
+
+test('the share interval lasts as long as news takes to arrive: late news keeps a spent share spent past the convergence interval', () => {
+  const c = clock();
+  const limits: BudgetLimit[] = [{ window: 'hour', tokens: 100_000 }];
+  const [a, b] = ['a/1', 'b/1'].map((o) => ledger(o, c.now));
+  for (const l of [a, b]) l.settle(admitted(l.reserve('t', 'p', 1000, limits)).reservation, 1000);
+  syncAll([a, b]);
+  c.advance(2001);
+  // b spends; a hears of it only 5 s later (gossip slower than the 2 s it was configured with).
+  b.settle(admitted(b.reserve('t', 'p', 1000, limits)).reservation, 1000);
+  c.advance(5000);
+  sync(a, b);
+  let first = 0;
+  while (a.reserve('t', 'p', 1000, limits).ok) first++;
+  assert.ok(first > 0);
+  // One configured interval later the share is still spent: the others' news of it is not here yet.
+  c.advance(2001);
+  const early = a.reserve('t', 'p', 1000, limits);
+  assert.ok(!early.ok && early.reason === 'share');
+  // Once as long as the news took has passed, a takes its share of what remains again.
+  c.advance(3000);
+  assert.ok(a.reserve('t', 'p', 1000, limits).ok);
+});

@@ -38,6 +38,8 @@ export interface CounterStoreOptions {
    * dropped and counted (`implausible`), so one datagram cannot spend a tenant's whole budget.
    */
   maxRate?: { tokensPerSecond: number; requestsPerSecond: number };
+  /** A newer counter of another origin arrived `lateMs` after its origin changed it (by the origin's clock): how old the news gossip brings is. */
+  onNews?: (lateMs: number, now: number) => void;
 }
 
 /** Far above any one agent's overflow (a provider's whole account rarely reaches 10^6 tokens/s). */
@@ -140,6 +142,7 @@ export class CounterStore {
         continue;
       }
       this.revision++;
+      this.#o.onNews?.(Math.max(0, now - counter.changedAt), now);
       if (held) Object.assign(held, counter);
       else this.#add(origin, state, key, { ...counter });
     }

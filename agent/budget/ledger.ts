@@ -33,7 +33,9 @@
 // alone. The share rule (1/k per interval among k known spenders), the slow start (a new
 // spender begins at 1/N and doubles per interval, and per full sweep with gossip) and the
 // granularity draw (a share under one request admits one with probability share/request) bound
-// it by what remained plus (k − 1) requests' estimates (docs/policy.md, "Overflow budgets and priority";
+// it by what remained plus (k − 1) requests' estimates; an interval lasts at least as long as
+// the latest news gossip brought took to arrive (share-rule.ts), so a cluster slower than
+// convergenceMs does not take shares again on a view that still counts the others' as remaining (docs/policy.md, "Overflow budgets and priority";
 // bench:budget measures it; test/agent-budget-cluster.test.ts checks it through three agents).
 //
 // Seams: window arithmetic in epochs.ts, the per-origin counters and their merge in
@@ -88,7 +90,7 @@ export type Admission =
       reason: 'exhausted' | 'share' | 'warming';
       /** `hour`, `day/bedrock`: the limit that refused. */
       scope: string;
-      /** When asking again can succeed: the end of the refusing window (exhausted), one convergence interval (share), or the end of warm-up. */
+      /** When asking again can succeed: the end of the refusing window (exhausted), one share interval (share), or the end of warm-up. */
       retryAfterMs: number;
       message: string;
     };
@@ -117,8 +119,12 @@ export class BudgetLedger {
     this.#o = options;
     this.origin = options.origin;
     this.#startedAt = options.now();
-    this.#store = new CounterStore(options, this.#startedAt);
     this.#share = new ShareRule(options);
+    this.#store = new CounterStore(
+      // What an unsynced agent catches up on measures its own absence, not how fast gossip converges.
+      { ...options, onNews: (lateMs, now) => this.#synced && this.#share.news(lateMs, now) },
+      this.#startedAt,
+    );
   }
 
   /** Counters or origins dropped because a bound was reached, or malformed input. */
@@ -312,7 +318,7 @@ export class BudgetLedger {
         ok: false,
         reason: 'share',
         scope,
-        retryAfterMs: Math.min(this.#o.convergenceMs, resetsIn),
+        retryAfterMs: Math.min(this.#share.intervalMs(now), resetsIn),
         message: `tenant ${tenant}'s ${scope} overflow budget is nearly spent and other agents are spending it too: this agent's share for now is used`,
       };
     }

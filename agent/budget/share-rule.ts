@@ -10,7 +10,7 @@ const SPENDER_ACTIVE_INTERVALS = 4;
 const SWEEP_STALL_INTERVALS = 4;
 
 export interface ShareRuleOptions {
-  /** How long until a change is known to every agent: the interval a share is measured over. */
+  /** How long until a change is known to every agent: the shortest interval a share is measured over (news() stretches it). */
   convergenceMs: number;
   /** Agents alive in the cluster now (gossip membership), for the slow start; default 1 (no slow start). */
   agents?: () => number;
@@ -37,6 +37,8 @@ export class ShareRule {
   #recent: RecentAdmission[] = [];
   /** Per tenant: since when this agent has been spending without a pause (the slow start), and its last admission. */
   readonly #streaks = new Map<string, { since: number; last: number; sweeps: number }>();
+  /** Per convergence interval (floor(now / convergenceMs)): the latest news heard in it, ms after its origin's change. */
+  readonly #late = new Map<number, number>();
   /** Per tenant and limit: the last draw for a share smaller than one request (when, sweeps then), and its outcome. */
   readonly #draws = new Map<string, { at: number; sweeps: number; won: boolean }>();
 
@@ -47,6 +49,30 @@ export class ShareRule {
   /** How recently a counter must have changed for its origin to count as spending. */
   get activeMs(): number {
     return SPENDER_ACTIVE_INTERVALS * this.#o.convergenceMs;
+  }
+
+  /**
+   * Gossip brought a change `lateMs` after its origin made it. An interval lasts at least as long
+   * as the latest news of the last few intervals took to arrive: when every peer is equally
+   * behind (a burst through 1,000 agents), no sweep reveals it, but the age of what arrives does,
+   * and a share taken again before the others' admissions of the last interval are here would be
+   * taken on a view that still counts them as remaining.
+   */
+  news(lateMs: number, now: number): void {
+    const bucket = Math.floor(now / this.#o.convergenceMs);
+    if (lateMs > (this.#late.get(bucket) ?? 0)) this.#late.set(bucket, lateMs);
+  }
+
+  /** The interval a share is measured over now: convergenceMs, or the measured age of news if longer (at most SWEEP_STALL_INTERVALS × convergenceMs). */
+  intervalMs(now: number): number {
+    const c = this.#o.convergenceMs;
+    const oldest = Math.floor(now / c) - SPENDER_ACTIVE_INTERVALS;
+    let late = 0;
+    for (const [bucket, ms] of this.#late) {
+      if (bucket < oldest) this.#late.delete(bucket);
+      else if (ms > late) late = ms;
+    }
+    return Math.min(SWEEP_STALL_INTERVALS * c, Math.max(c, late));
   }
 
   /** This agent admitted `reservation`: it uses this interval's share and extends the tenant's streak. */
@@ -87,7 +113,7 @@ export class ShareRule {
     const live = streak !== undefined && now - streak.last <= this.activeMs;
     // Doubling needs a convergence interval to have passed and, with gossip, a full sweep heard
     // for each doubling: a sweep is evidence that the others' news is here.
-    const elapsed = Math.floor((now - (streak?.since ?? now)) / this.#o.convergenceMs);
+    const elapsed = Math.floor((now - (streak?.since ?? now)) / this.intervalMs(now));
     const intervals = !live ? 0 : Math.min(elapsed, this.#o.sweeps ? this.#o.sweeps() - streak.sweeps : elapsed);
     const share = Math.min(1 / k, 2 ** Math.min(intervals, 30) / Math.max(1, this.#o.agents?.() ?? 1));
     if (share >= 1) return true;
@@ -137,7 +163,7 @@ export class ShareRule {
    */
   #past(entry: { at: number; sweeps: number }, now: number): boolean {
     const age = now - entry.at;
-    if (age <= this.#o.convergenceMs) return false;
+    if (age <= this.intervalMs(now)) return false;
     return !this.#o.sweeps || this.#sweeps() >= entry.sweeps + 2 || age > SWEEP_STALL_INTERVALS * this.#o.convergenceMs;
   }
 
@@ -145,8 +171,9 @@ export class ShareRule {
     return this.#o.sweeps?.() ?? 0;
   }
 
-  /** Drop ended streaks, old draws and old admissions. */
+  /** Drop ended streaks, old draws, old admissions and the age of old news. */
   prune(now: number): void {
+    this.intervalMs(now);
     for (const [tenant, streak] of this.#streaks) if (now - streak.last > this.activeMs) this.#streaks.delete(tenant);
     for (const [key, drawn] of this.#draws) if (this.#past(drawn, now)) this.#draws.delete(key);
     this.pruneRecent(now);
