@@ -16,6 +16,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { Sealer } from '../agent/gossip/envelope.ts';
 import { DEFAULT_PROBE, FailureDetector, type ProbeOut } from '../agent/gossip/probe.ts';
 import { encodePayload } from '../agent/gossip/wire.ts';
+import { mulberry32 } from '../shared/sim/random.ts';
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -28,16 +29,6 @@ const TICK_MS = Math.min(DEFAULT_PROBE.periodMs, DEFAULT_PROBE.directTimeoutMs) 
 const LATENCY_MS = [1, 5];
 const KEY = Buffer.alloc(32, 7);
 const EPOCH = 1_760_000_000_000;
-
-/** Deterministic PRNG (mulberry32), so a run can be repeated. */
-function prng(seed: number): () => number {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Timed events, kept sorted by insertion into buckets of 1 ms (virtual time moves in ms steps). */
 class Events {
@@ -84,7 +75,7 @@ class Cluster {
 
   constructor(n: number, loss: number, seed: number) {
     this.loss = loss;
-    this.rand = prng(seed);
+    this.rand = mulberry32(seed);
     const names = Array.from({ length: n }, (_, i) => `10.20.${Math.floor(i / 250)}.${i % 250}:7946`);
     this.agents = names.map((name) => {
       const detector = new FailureDetector(name);

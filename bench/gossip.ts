@@ -48,6 +48,7 @@ import {
   stateHash,
   verifyStamp,
 } from '../agent/gossip/signatures.ts';
+import { mulberry32 } from '../shared/sim/random.ts';
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -81,16 +82,6 @@ function sharedVerify(key: KeyObject, message: Buffer, stamp: Uint8Array): boole
   let verdict = verdicts.get(id);
   if (verdict === undefined) verdicts.set(id, (verdict = verifyStamp(key, message, stamp)));
   return verdict;
-}
-
-/** Deterministic PRNG (mulberry32), so a run can be repeated. */
-function prng(seed: number): () => number {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /** Binary min-heap of timed events. */
@@ -181,7 +172,7 @@ class Cluster {
   onReceive: ((agent: Agent) => void) | undefined;
 
   constructor(n: number, seed: number) {
-    this.rand = prng(seed);
+    this.rand = mulberry32(seed);
     const names = Array.from({ length: n }, (_, i) => `ip-10-20-${Math.floor(i / 250)}-${i % 250}.ec2.internal`);
     const signers = names.map(() => (SIGNED ? new CountingSigner() : undefined));
     const keyring = SIGNED
