@@ -4,9 +4,15 @@
 // for the adapters it holds; the rest of what it serves is not gossiped (a registry of dozens).
 import type { LoraState, Pod } from '../types.ts';
 import { varintSize } from '../../shared/varint.ts';
-import type { PodEntryWire } from './wire.ts';
 
-export type LoraWire = Required<Pick<PodEntryWire, 'maxLora' | 'loraResident' | 'loraRunning'>>;
+/** PodEntry's fields 50-52 as protobufjs names them. */
+export interface LoraWire {
+  maxLora: number;
+  /** Adapters holding a slot, most recently used first. */
+  loraResident: string[];
+  /** Which of `loraResident` run requests now (indexes). */
+  loraRunning: number[];
+}
 
 /** What one pod entry may say of LoRA adapters. */
 export const LORA_WIRE_LIMITS = { names: 16, nameChars: 128, maxLora: 1024 };
@@ -42,7 +48,7 @@ export function loraWireOf(lora: LoraState): LoraWire {
 }
 
 /** The LoRA state a received pod entry carries, if any. */
-export function loraOf(e: PodEntryWire): LoraState | undefined {
+export function loraOf(e: Partial<LoraWire>): LoraState | undefined {
   if (!e.maxLora || !e.loraResident) return undefined;
   const resident = e.loraResident;
   return { maxLora: e.maxLora, resident, running: (e.loraRunning ?? []).map((i) => resident[i]), waiting: [] };
@@ -55,7 +61,7 @@ export function withResident(pod: Pod, lora: LoraState | undefined): Pod {
 }
 
 /** Whether two entries say the same of LoRA (a change is worth a new version). */
-export function sameLora(a: PodEntryWire, b: PodEntryWire): boolean {
+export function sameLora(a: Partial<LoraWire>, b: Partial<LoraWire>): boolean {
   const same = <T>(x: readonly T[] = [], y: readonly T[] = []) =>
     x.length === y.length && x.every((v, i) => v === y[i]);
   return (

@@ -39,7 +39,7 @@ export interface PodInfoWire {
   engine: number;
 }
 
-export interface PodEntryWire {
+export interface PodEntryWire extends Partial<LoraWire> {
   slot: number;
   version: number;
   info?: PodInfoWire;
@@ -54,12 +54,7 @@ export interface PodEntryWire {
   at: number;
   /** The pod's prefix summary (agent/prefix/summary.ts), when its agent follows its KV events. */
   prefixSummary?: Uint8Array;
-  /** LoRA slots (vLLM), as the proto's fields 50-52 (all absent: no LoRA state). */
-  maxLora?: number;
-  /** Adapters holding a slot, most recently used first. */
-  loraResident?: string[];
-  /** Which of `loraResident` run requests now (indexes). */
-  loraRunning?: number[];
+  // LoRA slots (vLLM): LoraWire's fields 50-52, all absent without LoRA state.
 }
 
 export interface OriginDeltaWire {
