@@ -7,7 +7,8 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import Anthropic from '@anthropic-ai/sdk';
 import { startBedrockStandin, type BedrockStandin } from './fixtures/bedrock-standin.ts';
-import { startAnthropicStandin, type AnthropicStandin } from './fixtures/anthropic-standin.ts';
+import { startAnthropicStandin, streamEvents, type AnthropicStandin } from './fixtures/anthropic-standin.ts';
+import { usedTokens } from '../agent/budget/spend.ts';
 import { MODEL, postJson, startStack, type Stack } from './helpers/stack.ts';
 import { createOpenAIProvider } from '../agent/providers/openai.ts';
 import { Overflow } from '../agent/providers/overflow.ts';
@@ -385,5 +386,15 @@ describe('Messages and the other provider kinds', () => {
     const cut = new MessagesStreamTranslator({ id: 'msg_2', model: 'm' });
     cut.event({ type: 'event', eventType: 'messageStart', payload: {} });
     assert.equal(eventNames(cut.end().join('')).join(), 'error');
+  });
+
+  it("settles an overflow budget with an Anthropic stream's input tokens (message_start) and output tokens (message_delta)", () => {
+    const sse = streamEvents('m', { text: 'a b', usage: { input_tokens: 11, output_tokens: 5 } })
+      .map(([event, data]) => `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`)
+      .join('');
+    assert.equal(usedTokens(Buffer.from(sse), true), 16);
+    const openai =
+      'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}\n\ndata: [DONE]\n\n';
+    assert.equal(usedTokens(Buffer.from(openai), true), 10);
   });
 });
