@@ -27,6 +27,8 @@ import { scraperFeedingPool } from './telemetry/pool-feed.ts';
 import { startPodProbes } from './forward/pod-probe.ts';
 import type { Scraper } from './telemetry/scraper.ts';
 import { traceExportFor } from './telemetry/trace-export.ts';
+import { AdapterListing } from './telemetry/adapter-listing.ts';
+import { podAuthFrom } from './forward/pod.ts';
 import type { Tracer } from '@opentelemetry/api';
 
 export interface AgentDeps extends ClockAndRandom {
@@ -210,9 +212,10 @@ function followDiscovery(
     overflow: Overflow;
     gossip?: GossipLink;
     kv?: { setPods(pods: readonly Pod[]): void };
+    listing?: AdapterListing;
   },
-): { peers(): ClusterSnapshot['peers'] } {
-  const { pool, scraper, callers, overflow, gossip, kv } = parts;
+): { peers(): ClusterSnapshot['peers']; relist(): void } {
+  const { pool, scraper, callers, overflow, gossip, kv, listing } = parts;
   let snapshot: ClusterSnapshot = {
     pods: [],
     namespaces: new Map(),
@@ -223,7 +226,9 @@ function followDiscovery(
   };
   const apply = () => {
     const next = discovery.snapshot();
-    pool.setLocalPods(next.pods);
+    // With the adapters the pods' own model lists name (agent/telemetry/adapter-listing.ts).
+    pool.setLocalPods(listing ? listing.withListed(next.pods) : next.pods);
+    listing?.setPods(next.pods);
     scraper.setPods(next.pods);
     kv?.setPods(next.pods);
     if (next.policies !== snapshot.policies || next.namespaces !== snapshot.namespaces)
@@ -238,7 +243,7 @@ function followDiscovery(
   };
   apply();
   discovery.onChange(apply);
-  return { peers: () => snapshot.peers };
+  return { peers: () => snapshot.peers, relist: () => listing && pool.setLocalPods(listing.withListed(snapshot.pods)) };
 }
 
 /** `run` on the first call; every later call gets the first call's promise. */
@@ -288,7 +293,19 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
 
   const kv = await kvEventsFor(settings, pool, (message) => log('warn', message));
   await discovery.start();
-  const discovered = followDiscovery(discovery, { pool, scraper, callers, overflow, gossip, kv });
+  let relist = () => {};
+  const listing =
+    limits.adapterListIntervalMs > 0
+      ? new AdapterListing({
+          intervalMs: limits.adapterListIntervalMs,
+          timeoutMs: limits.scrapeTimeoutMs,
+          maxBodyBytes: 1024 * 1024,
+          auth: podAuthFrom(settings.podCredentials, log),
+          onChange: () => relist(),
+        })
+      : undefined;
+  const discovered = followDiscovery(discovery, { pool, scraper, callers, overflow, gossip, kv, listing });
+  relist = () => discovered.relist();
   scraper.start();
   await gossip?.start();
   const stopPodProbes = startPodProbes(pool, {
@@ -319,7 +336,13 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   const drain = new Drain();
   const apiAt = parseHostPort(settings.listen.api);
   const api = await listenApi(
-    createApiHandler({ requestPath, models: knownModels, accepting: () => !drain.draining, log }),
+    createApiHandler({
+      requestPath,
+      models: knownModels,
+      ...(listing ? { parentOf: (model: string) => listing.baseOf(model) } : {}),
+      accepting: () => !drain.draining,
+      log,
+    }),
     {
       maxHeaderBytes: limits.apiMaxHeaderBytes,
       maxHeaders: limits.apiMaxHeaders,
@@ -376,6 +399,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     idleRelease?.stop();
     await drain.drain(api, limits.drainTimeoutMs, () => requestPath.endStreams());
     stopPodProbes();
+    listing?.stop();
     for (const part of [gossip, scraper, discovery, kv]) await part?.stop();
     await overflow.close();
     await traceExport?.shutdown().catch(() => {});

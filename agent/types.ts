@@ -113,6 +113,8 @@ export interface PodEstimate {
    * to the pod that holds it.
    */
   prefixSummary?: Uint8Array;
+  /** The pod's LoRA slots (vLLM with --enable-lora): gossiped so other nodes send an adapter where it is loaded. */
+  lora?: LoraState;
 }
 
 /** Everything the router needs to know about one request; built by the ingress shell. */

@@ -171,7 +171,7 @@ describe('OpenAI surface', () => {
     const body = (await res.json()) as { error: { message: string } };
     assert.match(
       body.error.message,
-      /provider bedrock \(bedrock\) serves chat completions only: Bedrock has no Responses API/,
+      /provider bedrock \(bedrock\) serves chat completions and Anthropic Messages only: Bedrock has no Responses API/,
     );
   });
 

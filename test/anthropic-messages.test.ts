@@ -1,6 +1,6 @@
 // POST /v1/messages (the Anthropic Messages API) through the agent to a pod that speaks it, as vLLM
 // does: classified, predicted and routed like chat, the named-event stream relayed as it came, and
-// the agent's own errors in Anthropic's shape. Overflow of Messages is not offered yet.
+// the agent's own errors in Anthropic's shape. Overflow: test/anthropic-overflow.test.ts.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';

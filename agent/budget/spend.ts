@@ -114,13 +114,17 @@ export class OverflowBudget {
 export function usedTokens(bytes: Uint8Array, streamed: boolean): number | undefined {
   if (!streamed) return total(usageOf(bytes));
   const lines = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8').split('\n');
+  // The last event with usage; an Anthropic stream's last (message_delta) may count only output
+  // tokens, its input ones then come from message_start, further back.
+  let completion: number | undefined;
   for (let i = lines.length - 1; i >= 0; i--) {
     const line = lines[i].trim();
     if (!line.startsWith('data:') || !line.includes('"usage"')) continue;
-    const found = total(usageOf(Buffer.from(line.slice(5).trim())));
-    if (found !== undefined) return found;
+    const u = usageOf(Buffer.from(line.slice(5).trim()));
+    if (u.promptTokens !== undefined) return u.promptTokens + (completion ?? u.completionTokens ?? 0);
+    completion ??= u.completionTokens;
   }
-  return undefined;
+  return completion;
 }
 
 function total(u: { promptTokens?: number; completionTokens?: number }): number | undefined {

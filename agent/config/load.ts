@@ -73,6 +73,8 @@ export interface Limits {
   kvMaxHeldBatches: number;
   loraLoadMs: number;
   loraSlotWaitMs: number;
+  /** How often each pod's /v1/models is read for its LoRA adapters; 0: never. */
+  adapterListIntervalMs: number;
   /** The API listener's HTTP/1.1 bounds and timers (node:http's, agent/server/listener.ts). */
   apiMaxHeaderBytes: number;
   apiMaxHeaders: number;
@@ -180,6 +182,8 @@ export const DEFAULT_LIMITS: Limits = {
   kvMaxHeldBatches: 10_000,
   loraLoadMs: DEFAULT_LORA_COSTS.loadMs,
   loraSlotWaitMs: DEFAULT_LORA_COSTS.slotWaitMs,
+  // Off unless set: reading every pod's model list is traffic a pod without adapters has no use for.
+  adapterListIntervalMs: 0,
   // node:http's own defaults (maxHeadersCount 2000 was a cut, here a refusal past it).
   apiMaxHeaderBytes: 16 * 1024,
   apiMaxHeaders: 2000,
@@ -401,6 +405,7 @@ export function settingsFromObject(
       kvMaxHeldBatches: limits.kvMaxHeldBatches ?? DEFAULT_LIMITS.kvMaxHeldBatches,
       loraLoadMs: durationOr(limits.loraLoad, DEFAULT_LIMITS.loraLoadMs),
       loraSlotWaitMs: durationOr(limits.loraSlotWait, DEFAULT_LIMITS.loraSlotWaitMs),
+      adapterListIntervalMs: durationOr(limits.adapterListInterval, DEFAULT_LIMITS.adapterListIntervalMs),
       apiMaxHeaderBytes: limits.apiMaxHeaderBytes ?? DEFAULT_LIMITS.apiMaxHeaderBytes,
       apiMaxHeaders: limits.apiMaxHeaders ?? DEFAULT_LIMITS.apiMaxHeaders,
       apiMaxTargetBytes: limits.apiMaxTargetBytes ?? DEFAULT_LIMITS.apiMaxTargetBytes,

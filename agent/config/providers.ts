@@ -10,7 +10,7 @@ export const DEFAULT_PROVIDER_TIMEOUT_MS = 10_000;
 export const ProviderConfig = Type.Object(
   {
     name: Name,
-    kind: Type.Union([Type.Literal('openai'), Type.Literal('bedrock')]),
+    kind: Type.Union([Type.Literal('openai'), Type.Literal('bedrock'), Type.Literal('anthropic')]),
     endpoint: Type.Optional(Type.String({ pattern: '^https?://', description: 'an http(s) URL' })),
     region: Type.Optional(Name),
     models: Type.Record(Type.String(), Type.String({ minLength: 1 }), {
@@ -19,6 +19,8 @@ export const ProviderConfig = Type.Object(
     }),
     apiKey: Type.Optional(SecretRef),
     azureApiVersion: Type.Optional(Name),
+    /** kind anthropic: the anthropic-version header (default 2023-06-01). */
+    anthropicVersion: Type.Optional(Name),
     credentials: Type.Optional(
       Type.Object(
         { accessKeyId: SecretRef, secretAccessKey: SecretRef, sessionToken: Type.Optional(SecretRef) },
@@ -70,6 +72,7 @@ export function providerSettings(p: ProviderConfigFile): ProviderSettings {
   if (p.region !== undefined) settings.region = p.region;
   if (p.apiKey !== undefined) settings.apiKey = p.apiKey;
   if (p.azureApiVersion !== undefined) settings.azureApiVersion = p.azureApiVersion;
+  if (p.anthropicVersion !== undefined) settings.anthropicVersion = p.anthropicVersion;
   if (p.credentials !== undefined) settings.credentials = p.credentials;
   return settings;
 }

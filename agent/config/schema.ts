@@ -123,6 +123,8 @@ const Limits = Type.Object(
     loraLoad: Type.Optional(DurationString),
     /** What waiting for a LoRA slot adds when every slot serves other adapters' running requests. */
     loraSlotWait: Type.Optional(DurationString),
+    /** How often each pod's /v1/models is read for the LoRA adapters it lists (unset or 0s: never). */
+    adapterListInterval: Type.Optional(DurationString),
   },
   { additionalProperties: false },
 );

@@ -2,6 +2,7 @@
 // PodEstimate and the wire's pod entry. Pure functions of data.
 import type { KeyObject } from 'node:crypto';
 import type { Pod, PodEstimate } from '../types.ts';
+import { loraOf, loraWireOf, sameLora, withResident } from './lora-wire.ts';
 import { engineCode, engineName, entrySize, infoFieldSize, type PodEntryWire, type PodInfoWire } from './wire.ts';
 
 export interface PodRecord {
@@ -103,7 +104,8 @@ export function infoOf(pod: Pod, originNode: string): PodInfoWire {
     namespace: pod.namespace,
     node: pod.node === originNode ? '' : pod.node,
     address: pod.address,
-    models: [...pod.models],
+    // Base models only: a pod may serve dozens of adapters; peers learn those it holds (entryOf).
+    models: pod.adapters?.length ? pod.models.filter((m) => !pod.adapters!.includes(m)) : [...pod.models],
     engine: engineCode(pod.engine),
   };
 }
@@ -171,6 +173,7 @@ export function entryOf(e: PodEstimate, slot: number, version: number, incarnati
     ],
     at: Math.round(e.at - incarnation),
     ...(e.prefixSummary ? { prefixSummary: e.prefixSummary } : {}),
+    ...(e.lora ? loraWireOf(e.lora) : {}),
   };
 }
 
@@ -192,6 +195,7 @@ export function loadChanged(prev: PodEntryWire, next: PodEntryWire): boolean {
   if (prev.queuedNow !== next.queuedNow || prev.running !== next.running) return true;
   if (!near(prev.queued, next.queued, 0.1, 0.05)) return true;
   if (!sameBytes(prev.prefixSummary, next.prefixSummary)) return true;
+  if (!sameLora(prev, next)) return true;
   if (Number.isNaN(prev.kvCache) !== Number.isNaN(next.kvCache)) return true;
   if (!Number.isNaN(next.kvCache) && !near(prev.kvCache, next.kvCache, 0.02, 0)) return true;
   return prev.params.some((x, i) => !near(x, next.params[i], 1, 0.02));
@@ -207,7 +211,8 @@ function sameBytes(a: Uint8Array | undefined, b: Uint8Array | undefined): boolea
 /** The router's estimate for a held pod entry. `ageMs` is local: since the origin last advanced. */
 export function estimateOf(origin: OriginRecord, record: PodRecord, now: number): PodEstimate & { ageMs: number } {
   const e = record.entry;
-  record.pod ??= podOf(record.info!, origin.node);
+  const lora = loraOf(e);
+  record.pod ??= withResident(podOf(record.info!, origin.node), lora);
   const ageMs = Math.max(0, now - origin.lastAdvance);
   return {
     pod: record.pod,
@@ -229,5 +234,6 @@ export function estimateOf(origin: OriginRecord, record: PodRecord, now: number)
     version: e.version,
     ageMs,
     ...(e.prefixSummary ? { prefixSummary: e.prefixSummary } : {}),
+    ...(lora ? { lora } : {}),
   };
 }

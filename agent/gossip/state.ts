@@ -427,7 +427,8 @@ export class GossipState {
     if (e.removed) return makeRecord(e, undefined, 0);
     if (e.info) return makeRecord(e, e.info, e.version);
     const record = makeRecord(e, held!.info, held!.infoVersion);
-    record.pod = held!.pod;
+    // The pod a router sees includes the adapters it holds: rebuilt when those may have changed.
+    if (!e.maxLora && !held!.entry.maxLora) record.pod = held!.pod;
     return record;
   }
 

@@ -8,6 +8,7 @@ import protobuf from 'protobufjs';
 import type { Engine } from '../types.ts';
 import { varintSize } from '../../shared/varint.ts';
 import type { ProbeKind, ProbeMessage } from './probe.ts';
+import { loraProblem, loraSize, type LoraWire } from './lora-wire.ts';
 
 const PROTO_PATH = fileURLToPath(new URL('../../shared/proto/gossip.proto', import.meta.url));
 
@@ -38,7 +39,7 @@ export interface PodInfoWire {
   engine: number;
 }
 
-export interface PodEntryWire {
+export interface PodEntryWire extends Partial<LoraWire> {
   slot: number;
   version: number;
   info?: PodInfoWire;
@@ -53,6 +54,7 @@ export interface PodEntryWire {
   at: number;
   /** The pod's prefix summary (agent/prefix/summary.ts), when its agent follows its KV events. */
   prefixSummary?: Uint8Array;
+  // LoRA slots (vLLM): LoraWire's fields 50-52, all absent without LoRA state.
 }
 
 export interface OriginDeltaWire {
@@ -228,6 +230,7 @@ function decodeEntry(m: Decoded): PodEntryWire {
   if (!removed && params.length < MIN_PARAMS) throw new WireError('a live pod entry needs params');
   const summary = m.prefixSummary as Uint8Array | undefined;
   if (summary?.length && summary.length > MAX_PREFIX_SUMMARY_BYTES) throw new WireError('prefix summary too large');
+  const lora = decodeLora(m);
   return {
     slot: num(m.slot),
     version: num(m.version),
@@ -240,7 +243,19 @@ function decodeEntry(m: Decoded): PodEntryWire {
     params,
     at: num(m.at),
     ...(summary?.length ? { prefixSummary: summary } : {}),
+    ...lora,
   };
+}
+
+function decodeLora(m: Decoded): LoraWire | undefined {
+  const lora = {
+    maxLora: num(m.maxLora),
+    loraResident: (m.loraResident as string[] | undefined) ?? [],
+    loraRunning: (m.loraRunning as number[] | undefined) ?? [],
+  };
+  const problem = loraProblem(lora);
+  if (problem) throw new WireError(problem);
+  return lora.maxLora ? lora : undefined;
 }
 
 /** The largest prefix summary a peer may send (ours are 256 bytes). */
@@ -369,7 +384,8 @@ export function entrySize(e: PodEntryWire): number {
     (e.params.length ? bytesField(4 * e.params.length) : 0) +
     (e.at === 0 ? 0 : 1 + varintSize(zigzag(e.at))) +
     // Field 40: a two-byte tag.
-    (e.prefixSummary?.length ? 1 + bytesField(e.prefixSummary.length) : 0)
+    (e.prefixSummary?.length ? 1 + bytesField(e.prefixSummary.length) : 0) +
+    (e.maxLora ? loraSize(e as LoraWire) : 0)
   );
 }
 

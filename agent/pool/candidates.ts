@@ -240,6 +240,13 @@ class PeerCandidate implements Candidate {
     return this.#cached > 0 ? 'gossip' : undefined;
   }
 
+  /** What running `adapter` there adds (a peer's pod is a candidate only for adapters it holds). */
+  adapterCostMs(adapter: string): number {
+    const lora = this.#estimate.lora;
+    if (!lora || !this.pod.adapters?.includes(adapter)) return 0;
+    return adapterCostMs({ ...lora, sentSince: [] }, adapter, this.#settings.loraCosts ?? DEFAULT_LORA_COSTS);
+  }
+
   /** A peer gossips one reference window; it stands in for whatever window a rule names. */
   average(metric: WindowedMetric): number {
     const estimate = this.#estimate;

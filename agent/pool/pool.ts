@@ -300,6 +300,7 @@ export class PodPool {
         origin: this.options.node,
         version: 0,
         ...optionalSummary(this.#summaryOf(local.pod.uid, now)),
+        ...(load.lora ? { lora: load.lora } : {}),
       });
     }
     return out;

@@ -16,7 +16,10 @@ export type ConverseContentBlock =
   | { text: string }
   | { image: { format: string; source: { bytes: string } } }
   | { toolUse: { toolUseId: string; name: string; input: unknown } }
-  | { toolResult: { toolUseId: string; content: Array<{ text: string }> } };
+  | { toolResult: { toolUseId: string; content: Array<{ text: string }>; status?: 'error' } }
+  | { reasoningContent: { reasoningText: { text: string; signature?: string } } | { redactedContent: string } }
+  /** A prompt-cache mark after the blocks before it (Anthropic's cache_control). */
+  | { cachePoint: { type: 'default' } };
 
 export interface ConverseMessage {
   role: 'user' | 'assistant';
@@ -25,12 +28,14 @@ export interface ConverseMessage {
 
 export interface ConverseRequest {
   messages: ConverseMessage[];
-  system?: Array<{ text: string }>;
+  system?: ConverseContentBlock[];
   inferenceConfig?: { maxTokens?: number; temperature?: number; topP?: number; stopSequences?: string[] };
   toolConfig?: {
     tools: Array<{ toolSpec: { name: string; description?: string; inputSchema: { json: unknown } } }>;
     toolChoice?: { auto: Record<string, never> } | { any: Record<string, never> } | { tool: { name: string } };
   };
+  /** Fields the model takes beyond Converse's own (Claude's top_k, thinking). */
+  additionalModelRequestFields?: Record<string, unknown>;
 }
 
 export interface ConverseResponse {

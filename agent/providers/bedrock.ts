@@ -1,13 +1,17 @@
 // Amazon Bedrock through Converse / ConverseStream: the I/O half. Translation lives in
 // bedrock-converse.ts (request/response) and bedrock-stream.ts (event stream → SSE).
 //
-// Chat only: `/completions` wants a raw-text continuation, and Converse always applies the
-// model's chat template, so serving it here would quietly change what the client asked for;
-// `supports()` says no and the chain moves on. Embeddings are a different Bedrock API.
+// Chat, and Anthropic Messages (messages-converse.ts, messages-stream.ts: answered in Anthropic's
+// shape, errors too). Not `/completions`: it wants a raw-text continuation, and Converse always
+// applies the model's chat template, so serving it here would quietly change what the client asked
+// for; `supports()` says no and the chain moves on. Embeddings are a different Bedrock API.
 import { randomUUID } from 'node:crypto';
 import { resolveSecret } from '../config/secrets.ts';
 import type { RequestKind } from '../types.ts';
 import { errorResponse } from '../../shared/openai/errors.ts';
+import { asAnthropicError } from '../../shared/anthropic/errors.ts';
+import { messageOfConverse, messagesToConverse } from './messages-converse.ts';
+import { MessagesStreamTranslator } from './messages-stream.ts';
 import type { ProviderCall, ProviderSettings } from './types.ts';
 import {
   bedrockErrorCode,
@@ -78,9 +82,9 @@ export function bedrockRefusal(name: string, kind: RequestKind): string {
     completions: 'Converse always applies a chat template, which would change a raw completion',
     embeddings: 'embeddings are a different Bedrock API',
     responses: 'Bedrock has no Responses API for these models (Converse is chat only)',
-    messages: 'Anthropic Messages are not translated to Converse yet',
+    messages: '',
   };
-  return `provider ${name} (bedrock) serves chat completions only: ${why[kind]}`;
+  return `provider ${name} (bedrock) serves chat completions and Anthropic Messages only: ${why[kind]}`;
 }
 
 /** What one Bedrock provider's calls share: its settings, where it sends, and how. */
@@ -97,6 +101,9 @@ interface Bedrock {
 }
 
 type AnswerMeta = { id: string; created: number; model: string };
+
+/** The kinds Converse serves: OpenAI chat, and Anthropic Messages (Claude's own API). */
+const SERVED = (kind: RequestKind) => kind === 'chat' || kind === 'messages';
 
 export function createBedrockProvider(settings: ProviderSettings, deps: BedrockDeps = {}): ClosableProvider {
   const name = settings.name;
@@ -127,9 +134,11 @@ export function createBedrockProvider(settings: ProviderSettings, deps: BedrockD
     name,
     kind: 'bedrock',
     models: Object.keys(settings.models),
-    supports: (kind: RequestKind, model: string) => kind === 'chat' && Object.hasOwn(settings.models, model),
-    refusal: (kind: RequestKind) => (kind === 'chat' ? undefined : bedrockRefusal(name, kind)),
-    send: (call) => send(bedrock, call),
+    supports: (kind: RequestKind, model: string) => SERVED(kind) && Object.hasOwn(settings.models, model),
+    refusal: (kind: RequestKind) => (SERVED(kind) ? undefined : bedrockRefusal(name, kind)),
+    // A Messages client reads Anthropic's error shape, whatever failed.
+    send: async (call) =>
+      call.kind === 'messages' ? asAnthropicError(await send(bedrock, call)) : send(bedrock, call),
     close,
   };
 }
@@ -197,12 +206,12 @@ async function send(bedrock: Bedrock, call: ProviderCall): Promise<Response> {
       param: 'model',
     });
   }
-  if (call.kind !== 'chat') {
+  if (!SERVED(call.kind)) {
     return errorResponse(400, bedrockRefusal(name, call.kind), { code: 'unsupported_request' });
   }
   let converse: ConverseRequest;
   try {
-    converse = toConverseRequest(call.body);
+    converse = call.kind === 'messages' ? messagesToConverse(call.body) : toConverseRequest(call.body);
   } catch (err) {
     if (err instanceof TranslationError) return errorResponse(400, err.message, { param: err.param });
     throw err;
@@ -232,7 +241,7 @@ async function send(bedrock: Bedrock, call: ProviderCall): Promise<Response> {
     dispatcher: bedrock.dispatcher,
   });
   const meta: AnswerMeta = {
-    id: `chatcmpl-${header(res.headers, 'x-amzn-requestid') ?? randomUUID()}`,
+    id: `${call.kind === 'messages' ? 'msg_bdrk_' : 'chatcmpl-'}${header(res.headers, 'x-amzn-requestid') ?? randomUUID()}`,
     created: Math.floor(bedrock.now() / 1000),
     model: modelId,
   };
@@ -267,7 +276,8 @@ async function wholeResponse(
       return errorResponse(502, `provider ${name} returned a malformed response`, { code: 'upstream_malformed' });
     throw failure(name, err, failureContext(bedrock, res, call)());
   }
-  return new Response(JSON.stringify(fromConverseResponse(parsed, meta)), { status: 200, headers: JSON_HEADERS });
+  const answer = call.kind === 'messages' ? messageOfConverse(parsed, meta) : fromConverseResponse(parsed, meta);
+  return new Response(JSON.stringify(answer), { status: 200, headers: JSON_HEADERS });
 }
 
 /**
@@ -328,10 +338,13 @@ function translatedStream(
   meta: AnswerMeta,
 ): ReadableStream<Uint8Array> {
   const { it, decoder, queue, res } = upstream;
-  const translator = new ConverseStreamTranslator({
-    ...meta,
-    includeUsage: (call.body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
-  });
+  const translator =
+    call.kind === 'messages'
+      ? new MessagesStreamTranslator(meta)
+      : new ConverseStreamTranslator({
+          ...meta,
+          includeUsage: (call.body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
+        });
   const encoder = new TextEncoder();
   return new ReadableStream<Uint8Array>({
     async pull(controller) {

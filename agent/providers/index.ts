@@ -2,6 +2,7 @@
 import type { ProviderSettings } from './types.ts';
 import { createBedrockProvider, type BedrockDeps } from './bedrock.ts';
 import { createOpenAIProvider } from './openai.ts';
+import { createAnthropicProvider } from './anthropic.ts';
 import type { ClosableProvider } from './upstream.ts';
 
 export type { ProviderSettings } from './types.ts';
@@ -13,6 +14,8 @@ export function createProvider(settings: ProviderSettings, deps: BedrockDeps = {
       return createOpenAIProvider(settings, deps);
     case 'bedrock':
       return createBedrockProvider(settings, deps);
+    case 'anthropic':
+      return createAnthropicProvider(settings, deps);
     default:
       throw new Error(
         `provider ${(settings as { name?: string }).name}: unknown kind ${JSON.stringify((settings as { kind?: unknown }).kind)}`,

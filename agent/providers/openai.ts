@@ -107,11 +107,22 @@ function parseJson(text: string): unknown {
  */
 export function relaySse(
   upstream: AsyncIterable<Uint8Array>,
-  opts: { onCancel: () => void; describeBreak: (err: unknown) => string; maxEventBytes?: number },
+  opts: {
+    onCancel: () => void;
+    describeBreak: (err: unknown) => string;
+    maxEventBytes?: number;
+    /** How a broken stream ends (default: OpenAI's error event and `data: [DONE]`). */
+    brokenEnd?: (message: string) => string;
+    /** What marks a complete stream (default `data: [DONE]`): a break after it adds nothing. */
+    endMarker?: string;
+  },
 ): ReadableStream<Uint8Array> {
   const it = upstream[Symbol.asyncIterator]();
   const encoder = new TextEncoder();
   const maxEventBytes = opts.maxEventBytes ?? Infinity;
+  const endMarker = opts.endMarker ?? 'data: [DONE]';
+  const brokenEnd =
+    opts.brokenEnd ?? ((message: string) => sseErrorFrame(502, message, { code: 'upstream_stream_error' }) + SSE_DONE);
   /** The partial event so far, as received. */
   let held: Uint8Array[] = [];
   let heldBytes = 0;
@@ -121,8 +132,7 @@ export function relaySse(
   let finished = false;
   const fail = (controller: ReadableStreamDefaultController<Uint8Array>, message: string) => {
     finished = true;
-    if (!sawDone)
-      controller.enqueue(encoder.encode(sseErrorFrame(502, message, { code: 'upstream_stream_error' }) + SSE_DONE));
+    if (!sawDone) controller.enqueue(encoder.encode(brokenEnd(message)));
     controller.close();
   };
   return new ReadableStream<Uint8Array>({
@@ -163,7 +173,7 @@ export function relaySse(
         held = rest.byteLength > 0 ? [rest] : [];
         heldBytes = rest.byteLength;
         heldEnd = rest.subarray(Math.max(0, rest.byteLength - 3));
-        if (!sawDone && events.includes('data: [DONE]')) sawDone = true;
+        if (!sawDone && events.includes(endMarker)) sawDone = true;
         controller.enqueue(events);
         return;
       }
@@ -271,8 +281,13 @@ export function createOpenAIProvider(settings: ProviderSettings, deps: ProviderD
     name,
     kind: 'openai',
     models,
-    // An Anthropic Messages body is not an OpenAI one: no overflow through this adapter.
+    // An Anthropic Messages body is not an OpenAI one, and translating it to chat would drop what
+    // chat cannot say (thinking blocks, cache marks, tool_result errors): refused, with the way out.
     supports: (kind: RequestKind, model: string) => kind !== 'messages' && Object.hasOwn(settings.models, model),
+    refusal: (kind: RequestKind) =>
+      kind === 'messages'
+        ? `provider ${name} (openai) does not take Anthropic Messages requests: give a provider of kind anthropic (Anthropic, or any server that serves /v1/messages, such as vLLM) or bedrock`
+        : undefined,
     send,
     close,
   };

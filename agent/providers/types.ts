@@ -6,7 +6,7 @@ export interface ProviderCall {
   kind: RequestKind;
   /** The client's model name; the provider maps it to its own id. */
   model: string;
-  /** The client's OpenAI request body, already validated. */
+  /** The client's request body (OpenAI's, or Anthropic's for `messages`), already validated. */
   body: Record<string, unknown>;
   /** Aborted when the client leaves or the provider timeout passes. */
   signal: AbortSignal;
@@ -16,7 +16,7 @@ export interface ProviderCall {
 
 export interface Provider {
   readonly name: string;
-  readonly kind: 'openai' | 'bedrock';
+  readonly kind: ProviderKind;
   /** Client-facing model names this provider can serve (keys of its `models` map). */
   readonly models: readonly string[];
   supports(kind: RequestKind, model: string): boolean;
@@ -32,9 +32,11 @@ export interface Provider {
 }
 
 /** A provider as the platform team declares it (config file, or the providers ConfigMap). */
+export type ProviderKind = 'openai' | 'bedrock' | 'anthropic';
+
 export interface ProviderSettings {
   name: string;
-  kind: 'openai' | 'bedrock';
+  kind: ProviderKind;
   /** openai: the base URL an OpenAI client takes (the adapter appends /chat/completions …).
    *  bedrock: defaults to https://bedrock-runtime.{region}.amazonaws.com. */
   endpoint?: string;
@@ -43,6 +45,8 @@ export interface ProviderSettings {
   models: Record<string, string>;
   /** Bearer token (OpenAI, Databricks, Bedrock API key) or Azure `api-key`. */
   apiKey?: import('../config/secrets.ts').SecretRef;
+  /** anthropic: the `anthropic-version` header (default 2023-06-01). */
+  anthropicVersion?: string;
   /** Azure OpenAI: deployment-style paths with this api-version, key in the `api-key` header. */
   azureApiVersion?: string;
   /** Bedrock SigV4 credentials (when no apiKey). */

@@ -14,6 +14,8 @@ export interface ApiDeps {
   requestPath: RequestPath;
   /** The union of models served by known pods and providers. */
   models(): string[];
+  /** A LoRA adapter's base model, as the pods' own model lists say (listed as `parent`, as vLLM does). */
+  parentOf?(model: string): string | undefined;
   /** False while draining: new requests get 503 so clients retry elsewhere. */
   accepting(): boolean;
   log(level: 'error', message: string): void;
@@ -34,7 +36,10 @@ export function createApiHandler(deps: ApiDeps): ApiHandler {
   }
   const models: Route = (req, res) => {
     const created = Math.floor(Date.now() / 1000);
-    const data = deps.models().map((id) => ({ id, object: 'model', created, owned_by: 'kinference' }));
+    const data = deps.models().map((id) => {
+      const parent = deps.parentOf?.(id);
+      return { id, object: 'model', created, owned_by: 'kinference', ...(parent ? { parent } : {}) };
+    });
     own(req, res, jsonAnswer(200, { object: 'list', data }, { 'x-kinference-route': 'local/agent' }));
   };
   routes.set('GET /v1/models', models);
