@@ -4,8 +4,8 @@
 // comes from a separate process (bench/proxy/load.ts; wrk for the throughput point when installed).
 // "bare-node" (bench/proxy/bare-node.ts) is the floor: a Node proxy that only moves the bytes
 // (node:http + undici, no routing), so what Node costs and what the agent adds are told apart.
-// Figures: added latency = target's p50/p99 − direct's at the same rate; throughput and CPU per
-// request as ratios to nginx's and bare-node's. Flags: --duration S per point (default 10),
+// Figures: added latency = target's p50/p99 − direct's at the same rate; CPU per request at
+// 1,000 req/s and at saturation, and throughput, each also as a multiple of nginx's. Flags: --duration S per point (default 10),
 // --targets direct,nginx,bare-node,kinference (also: bare-net, bare-http, the floors below bare-node),
 // --serial N: first, N requests per target one at a time, every target up at once and taking turns
 // (bench/proxy/serial.ts): added latency with no queue anywhere, robust to a shared machine's noise;
@@ -307,14 +307,17 @@ async function measure(name: string, hostPort: string, pid: number) {
   await load(url, ['--rate', '200', '--duration', '2']); // warm-up: connections, JIT
   const plain = (await load(url, ['--rate', '200'])) as unknown as RatePoint;
   const streamed = (await load(url, ['--rate', '200', '--stream'])) as unknown as RatePoint;
+  const cpuBeforeBusy = cpuMs(pid);
   const busy = (await load(url, ['--rate', '1000'])) as unknown as RatePoint;
+  // CPU per request at 1,000/s: the figure of a node that is busy but not saturated.
+  const cpuUsAt1000 = ((cpuMs(pid) - cpuBeforeBusy) * 1000) / (busy.count + busy.errors);
   if (busy.opened) console.log(`${name}: ${busy.opened} sockets opened while timing 1,000/s (none idle when due)`);
   const cpuBefore = cpuMs(pid);
   const max = WRK
     ? wrkThroughput(url)
     : ((await load(url, ['--mode', 'max', '--connections', '64'])) as { perS: number; errors: number });
   const cpuUsPerRequest = ((cpuMs(pid) - cpuBefore) * 1000) / (max.perS * Number(values.duration));
-  return { name, plain, streamed, busy, max, cpuUsPerRequest };
+  return { name, plain, streamed, busy, max, cpuUsPerRequest, cpuUsAt1000 };
 }
 
 const fmt = (ms: number) => (Number.isFinite(ms) ? ms.toFixed(2) : '–');
@@ -328,18 +331,20 @@ interface Row {
   ttfb: number;
   p99: number;
   lateP99: number;
+  /** CPU µs per request at 1,000 req/s, and as a multiple of nginx's. */
+  cpuAt1000: number;
+  cpuAt1000X: number;
   perS: number;
   vsNginx: number;
+  /** CPU µs per request at saturation (wrk), and as a multiple of nginx's. */
   cpuUs: number;
-  cpuVsNginx: number;
-  cpuVsBare: number;
+  cpuX: number;
   errors: number;
 }
 
 function rowsOf(results: Measured[]): Row[] {
   const direct = results.find((r) => r.name === 'direct');
   const nginx = results.find((r) => r.name === 'nginx');
-  const bare = results.find((r) => r.name === 'bare-node');
   const added = (r: Measured, v: number, base: number | undefined) =>
     direct && r !== direct && base !== undefined ? v - base : v;
   return results.map((r) => ({
@@ -348,11 +353,12 @@ function rowsOf(results: Measured[]): Row[] {
     ttfb: added(r, r.streamed.p50, direct?.streamed.p50),
     p99: added(r, r.busy.p99, direct?.busy.p99),
     lateP99: r.busy.lateP99 ?? NaN,
+    cpuAt1000: r.cpuUsAt1000,
+    cpuAt1000X: nginx ? r.cpuUsAt1000 / nginx.cpuUsAt1000 : NaN,
     perS: r.max.perS,
     vsNginx: nginx ? r.max.perS / nginx.max.perS : NaN,
     cpuUs: r.cpuUsPerRequest,
-    cpuVsNginx: nginx ? nginx.cpuUsPerRequest / r.cpuUsPerRequest : NaN,
-    cpuVsBare: bare ? bare.cpuUsPerRequest / r.cpuUsPerRequest : NaN,
+    cpuX: nginx ? r.cpuUsPerRequest / nginx.cpuUsPerRequest : NaN,
     errors: r.plain.errors + r.streamed.errors + r.busy.errors + r.max.errors,
   }));
 }
@@ -360,12 +366,12 @@ function rowsOf(results: Measured[]): Row[] {
 function printTable(title: string, rows: Row[]): void {
   console.log(`\n${title}`);
   console.log(
-    'target       | p50 @200/s | TTFB p50 @200/s stream | p99 @1000/s | load.ts late p99 | max req/s (64 conns) | vs nginx | CPU µs/req | nginx CPU / CPU | bare-node CPU / CPU | errors',
+    'target       | p50 @200/s | TTFB p50 @200/s stream | p99 @1000/s | load.ts late p99 | CPU µs/req @1000/s | × nginx | max req/s (64 conns) | × nginx | CPU µs/req @max | × nginx | errors',
   );
   const plus = (r: Row, v: number) => (r.name === 'direct' ? fmt(v) : `${v >= 0 ? '+' : ''}${fmt(v)}`);
   for (const r of rows)
     console.log(
-      `${r.name.padEnd(12)} | ${plus(r, r.p50).padStart(10)} | ${plus(r, r.ttfb).padStart(22)} | ${plus(r, r.p99).padStart(11)} | ${fmt(r.lateP99).padStart(16)} | ${Math.round(r.perS).toString().padStart(20)} | ${fmt(r.vsNginx).padStart(8)} | ${Math.round(r.cpuUs).toString().padStart(10)} | ${fmt(r.cpuVsNginx).padStart(15)} | ${fmt(r.cpuVsBare).padStart(19)} | ${r.errors}`,
+      `${r.name.padEnd(12)} | ${plus(r, r.p50).padStart(10)} | ${plus(r, r.ttfb).padStart(22)} | ${plus(r, r.p99).padStart(11)} | ${fmt(r.lateP99).padStart(16)} | ${Math.round(r.cpuAt1000).toString().padStart(18)} | ${fmt(r.cpuAt1000X).padStart(7)} | ${Math.round(r.perS).toString().padStart(20)} | ${fmt(r.vsNginx).padStart(7)} | ${Math.round(r.cpuUs).toString().padStart(15)} | ${fmt(r.cpuX).padStart(7)} | ${r.errors}`,
     );
 }
 
@@ -424,11 +430,12 @@ try {
         ttfb: of('ttfb'),
         p99: of('p99'),
         lateP99: of('lateP99'),
+        cpuAt1000: of('cpuAt1000'),
+        cpuAt1000X: of('cpuAt1000X'),
         perS: of('perS'),
         vsNginx: of('vsNginx'),
         cpuUs: of('cpuUs'),
-        cpuVsNginx: of('cpuVsNginx'),
-        cpuVsBare: of('cpuVsBare'),
+        cpuX: of('cpuX'),
         errors: perRound.reduce((sum, rows) => sum + rows[i].errors, 0),
       };
     });

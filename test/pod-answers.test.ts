@@ -4,6 +4,7 @@
 // passthrough routes keep to a pod's in-flight cap.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { connect, type Socket } from 'node:net';
 import { startRawPod, type RawAnswer, type RawPod } from './fixtures/raw-pod.ts';
 import { chatBody, MODEL, postJson, startStack, waitFor, type Stack } from './helpers/stack.ts';
 
@@ -14,14 +15,17 @@ const COMPLETION = (n: number) =>
     choices: [{ index: 0, message: { role: 'assistant', content: `answer ${n}` }, finish_reason: 'stop' }],
   });
 
+/** Request `index`'s whole JSON answer, as a pod writes it. */
+const wholeAnswer = (index: number) => {
+  const body = COMPLETION(index);
+  return `HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+};
+
 /** A whole JSON answer, and `after` written right behind it. */
 const whole =
   (after = ''): RawAnswer =>
   (socket, index, done) => {
-    const body = COMPLETION(index);
-    socket.write(
-      `HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}${after}`,
-    );
+    socket.write(wholeAnswer(index) + after);
     done();
   };
 
@@ -132,6 +136,59 @@ for (const [what, answer, stream] of [
     }
   });
 }
+
+/** The answer read from `socket`: its head, then as many body bytes as its Content-Length says. */
+function answerOn(socket: Socket): Promise<string> {
+  return new Promise((resolve) => {
+    let got = '';
+    const onData = (data: Buffer) => {
+      got += data.toString('latin1');
+      const end = got.indexOf('\r\n\r\n');
+      if (end < 0) return;
+      const length = Number(/content-length: *(\d+)/i.exec(got.slice(0, end))?.[1] ?? 0);
+      if (got.length < end + 4 + length) return;
+      socket.off('data', onData);
+      resolve(got);
+    };
+    socket.on('data', onData);
+  });
+}
+
+// The bytes come in the same turn of the agent's event loop as the next client's request, on the
+// kept-alive connection that request will use: a client that wrote it on that connection at once
+// (the hand-written one did) read the bytes as its answer. Written in one tick here, both reach
+// the agent's sockets before it next polls, the client's first.
+test('bytes a pod writes after its answer, arriving with the next request, never become its answer', async () => {
+  const podSockets: Socket[] = [];
+  const pod = await startRawPod(MODEL, (socket, index, done) => {
+    podSockets[index] = socket;
+    // Every later answer comes well after the stray bytes.
+    setTimeout(() => (socket.write(wholeAnswer(index)), done()), index === 0 ? 0 : 50);
+  });
+  const stack = await stackOf([podEntry('chatty', pod)]);
+  const { hostname, port } = new URL(stack.api);
+  const client = connect(Number(port), hostname);
+  try {
+    await new Promise((resolve) => client.once('connect', resolve));
+    const body = JSON.stringify(chatBody('hi'));
+    const request = `POST /v1/chat/completions HTTP/1.1\r\nhost: ${hostname}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
+    let answer = answerOn(client);
+    client.write(request);
+    assert.match(await answer, /answer 0/);
+    await new Promise((r) => setTimeout(r, 50)); // the pod's connection is idle, kept alive
+    answer = answerOn(client);
+    client.write(request);
+    podSockets[0].write(EXTRA);
+    const text = await answer;
+    assert.match(text, /^HTTP\/1\.1 200 /);
+    assert.doesNotMatch(text, /answer 999/);
+    assert.match(text, /answer 1/);
+  } finally {
+    client.destroy();
+    await stack.close();
+    await pod.close();
+  }
+});
 
 test('passthrough routes keep to a pod`s in-flight cap (maxConcurrency: 1)', async () => {
   const held: (() => void)[] = [];

@@ -3,10 +3,10 @@
 import { formatPath } from '../../shared/json.ts';
 import type { CustomDetector } from './custom.ts';
 import { forEachForm, type Decoding } from './decode.ts';
-import { headerPath, offClusterHeaders } from './headers.ts';
-import { DETECTORS, scan, type Detector } from './detect.ts';
+import { headerPath, OFF_CLUSTER_HEADERS } from './headers.ts';
+import { DETECTORS, scan as scanForm, type Detector } from './detect.ts';
 import { parseTagHeader } from './tags.ts';
-import { DEFAULT_SCAN_LIMITS, walkBody, type ScanLimits, type UnscannedReason } from './walk.ts';
+import { DEFAULT_SCAN_LIMITS, walkBody, type PathSegment, type ScanLimits, type UnscannedReason } from './walk.ts';
 
 export const PII_TAG = 'pii';
 /** Added when part of the body could not be read as text; denied by default like pii. */
@@ -62,62 +62,103 @@ export function classifyRequest(
   options: ClassifyOptions = {},
 ): Classification {
   const header = parseTagHeader(headerTags);
-  const custom = options.detectors ?? [];
-  const tags = new Set(header.tags);
-  const found = new Set<Detector>();
-  const fired = new Set<string>();
-  const findings: Finding[] = [];
-  const unscanned: Unscanned[] = [];
-  const hits = new Set<Detector>();
-  /** Detectors already reported for the current text, whichever form they fired in first. */
-  const reported = new Set<string>();
-
-  const inspect = (text: string, where: () => string, seam: boolean) => {
-    reported.clear();
-    forEachForm(
-      text,
-      (form, via) => {
-        hits.clear();
-        scan(form, hits);
-        for (const d of hits) {
-          if (reported.has(d)) continue;
-          reported.add(d);
-          found.add(d);
-          tags.add(PII_TAG);
-          if (findings.length < MAX_REPORTED) findings.push(finding(d, PII_TAG, where(), via, seam));
-        }
-        for (const detector of custom) {
-          const key = `custom:${detector.name}`;
-          if (reported.has(key) || !detector.matches(form)) continue;
-          reported.add(key);
-          fired.add(detector.name);
-          tags.add(detector.tag);
-          if (findings.length < MAX_REPORTED) findings.push(finding(detector.name, detector.tag, where(), via, seam));
-        }
-      },
-      seam,
-    );
-  };
-
-  for (const [name, value] of Object.entries(offClusterHeaders(options.headers)))
-    inspect(value, () => headerPath(name), false);
-  walkBody(body, options.limits ?? DEFAULT_SCAN_LIMITS, {
-    text: (text, path, seam) => inspect(text, () => formatPath(path), seam),
-    unscanned(reason, path) {
-      tags.add(UNSCANNED_TAG);
-      if (unscanned.length < MAX_REPORTED) unscanned.push({ reason, path: formatPath(path) });
-    },
-  });
-
-  return {
-    tags: [...tags].sort(),
-    detectors: DETECTORS.filter((d) => found.has(d)),
-    custom: custom.filter((d) => fired.has(d.name)).map((d) => d.name),
-    findings,
-    unscanned,
-    rejectedHeaderTags: header.rejected,
-  };
+  const scan = new RequestScan(header.tags, options.detectors ?? NO_DETECTORS);
+  const headers = options.headers;
+  if (headers)
+    for (const name of OFF_CLUSTER_HEADERS) {
+      const value = headers[name];
+      if (value !== undefined) scan.inspect(value, headerPath(name), false);
+    }
+  if (body !== undefined)
+    walkBody(body, options.limits ?? DEFAULT_SCAN_LIMITS, {
+      text: (text, path, seam) => scan.inspect(text, path, seam),
+      unscanned: (reason, path) => scan.unscannedAt(reason, path),
+    });
+  return scan.result(header.rejected);
 }
+
+const NO_DETECTORS: readonly CustomDetector[] = [];
+
+/**
+ * What one request's texts gave so far. A class, not closures over a handful of Sets: at a few
+ * short texts per request the allocations were most of classification's cost.
+ */
+class RequestScan {
+  readonly #custom: readonly CustomDetector[];
+  readonly #tags: Set<string>;
+  /** Built-in detectors that fired, as bits in DETECTORS order. */
+  #found = 0;
+  #fired: Set<string> | undefined;
+  readonly #findings: Finding[] = [];
+  readonly #unscanned: Unscanned[] = [];
+  /** Where the current text is (a header's name or the body's path), and what already fired on it. */
+  #where: string | readonly PathSegment[] = '';
+  #seam = false;
+  #reported = 0;
+  #reportedCustom: Set<string> | undefined;
+
+  constructor(headerTags: readonly string[], custom: readonly CustomDetector[]) {
+    this.#tags = new Set(headerTags);
+    this.#custom = custom;
+  }
+
+  /** Reads `text` in each of its forms; `where` is formatted only for a finding. */
+  inspect(text: string, where: string | readonly PathSegment[], seam: boolean): void {
+    this.#where = where;
+    this.#seam = seam;
+    this.#reported = 0;
+    this.#reportedCustom?.clear();
+    forEachForm(text, this.#visit, seam);
+  }
+
+  unscannedAt(reason: UnscannedReason, path: readonly PathSegment[]): void {
+    this.#tags.add(UNSCANNED_TAG);
+    if (this.#unscanned.length < MAX_REPORTED) this.#unscanned.push({ reason, path: formatPath(path) });
+  }
+
+  /** One form of the current text; a detector is reported once per text, in the first form it fired in. */
+  readonly #visit = (form: string, via: readonly Decoding[]): void => {
+    hits.clear();
+    scanForm(form, hits);
+    for (const d of hits) {
+      const bit = 1 << DETECTORS.indexOf(d);
+      if (this.#reported & bit) continue;
+      this.#reported |= bit;
+      this.#found |= bit;
+      this.#tags.add(PII_TAG);
+      this.#report(d, PII_TAG, via);
+    }
+    for (const detector of this.#custom) {
+      if (this.#reportedCustom?.has(detector.name) || !detector.matches(form)) continue;
+      (this.#reportedCustom ??= new Set()).add(detector.name);
+      (this.#fired ??= new Set()).add(detector.name);
+      this.#tags.add(detector.tag);
+      this.#report(detector.name, detector.tag, via);
+    }
+  };
+
+  #report(detector: string, tag: string, via: readonly Decoding[]): void {
+    if (this.#findings.length >= MAX_REPORTED) return;
+    const where = this.#where;
+    const path = typeof where === 'string' ? where : formatPath(where);
+    this.#findings.push(finding(detector, tag, path, via, this.#seam));
+  }
+
+  result(rejectedHeaderTags: string[]): Classification {
+    const fired = this.#fired;
+    return {
+      tags: this.#tags.size === 0 ? [] : [...this.#tags].sort(),
+      detectors: this.#found === 0 ? [] : DETECTORS.filter((_, i) => this.#found & (1 << i)),
+      custom: fired === undefined ? [] : this.#custom.filter((d) => fired.has(d.name)).map((d) => d.name),
+      findings: this.#findings,
+      unscanned: this.#unscanned,
+      rejectedHeaderTags,
+    };
+  }
+}
+
+/** The built-in detectors that fired on one form: one set for every scan (classification is synchronous). */
+const hits = new Set<Detector>();
 
 function finding(detector: string, tag: string, path: string, via: readonly Decoding[], seam: boolean): Finding {
   const f: Finding = { detector, tag, path };

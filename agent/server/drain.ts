@@ -21,13 +21,15 @@ export class Drain {
 
   /** Counts the server's requests until their responses close. */
   track(server: DrainableServer): void {
+    // One function for every response: 'close' comes once, so no once-wrapper to make and remove per request.
+    const closed = () => {
+      this.#active--;
+      if (this.#active === 0) for (const done of this.#waiters.splice(0)) done();
+    };
     server.on('request', (_req, res) => {
       this.#active++;
       this.#received++;
-      res.once('close', () => {
-        this.#active--;
-        if (this.#active === 0) for (const done of this.#waiters.splice(0)) done();
-      });
+      res.on('close', closed);
     });
   }
 

@@ -66,28 +66,28 @@ export const clientLeft = () =>
 function readStream(incoming: Readable, limit: number): Promise<Uint8Array> {
   if (incoming.readableEnded) return Promise.resolve(new Uint8Array());
   return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
+    let chunks: Buffer[] | undefined = [];
     let total = 0;
-    const done = () => {
-      incoming.off('data', onData).off('end', onEnd).off('close', onClose).off('error', onClose);
-    };
+    // The listeners stay until the request object is dropped (removing four listeners from a
+    // stream cost more per request than the rest of the read): once settled, each is a no-op.
     const onData = (chunk: Buffer) => {
+      if (chunks === undefined) return;
       total += chunk.length;
       if (total <= limit) return void chunks.push(chunk);
       // Stop keeping it; the rest flows on and is discarded, so the 413 still reaches the client.
-      done();
-      incoming.resume();
+      chunks = undefined;
       reject(tooLarge(`request body exceeds the limit of ${limit} bytes`));
     };
     const onEnd = () => {
-      done();
+      if (chunks === undefined) return;
       resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, total));
+      chunks = undefined;
     };
     const onClose = () => {
-      done();
+      if (chunks === undefined) return;
+      chunks = undefined;
       reject(clientLeft());
     };
-    // `on`, not `once`: every handler removes all four first (done), so no once-wrappers per request.
     incoming.on('data', onData).on('end', onEnd).on('close', onClose).on('error', onClose);
   });
 }

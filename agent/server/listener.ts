@@ -98,7 +98,7 @@ export function listenApi(
   host: string,
 ): Promise<Server> {
   const l = { ...DEFAULT_LISTENER_LIMITS, ...limits };
-  // Which connection has an answer under way: a parser refusal must not be written into its body.
+  // Each connection's latest answer: a parser refusal must not be written into one under way.
   const answering = new WeakMap<Socket, ServerResponse>();
   // Connections closing after a refusal: a request pipelined behind it is never served.
   const refused = new WeakSet<Socket>();
@@ -123,10 +123,8 @@ export function listenApi(
     (incoming: IncomingMessage, res: ServerResponse) => {
       const socket = incoming.socket;
       if (refused.has(socket)) return;
+      // The connection's latest answer; one that has finished no longer counts (see clientError).
       answering.set(socket, res);
-      res.once('finish', () => {
-        if (answering.get(socket) === res) answering.delete(socket);
-      });
       // After close() (the drain), a kept-alive connection carries this answer and no more.
       if (!server.listening) res.shouldKeepAlive = false;
       if (incoming.rawHeaders.length / 2 > l.maxHeaders)
@@ -152,8 +150,9 @@ export function listenApi(
   });
   server.on('clientError', (error: NodeJS.ErrnoException, socket: Socket) => {
     const open = answering.get(socket);
-    // A reset, or an answer already under way: nothing can be said on this connection.
-    if (error.code === 'ECONNRESET' || !socket.writable || open?.headersSent) return void socket.destroy();
+    // A reset, or an answer under way (its head sent, not finished): nothing can be said on this connection.
+    if (error.code === 'ECONNRESET' || !socket.writable || (open?.headersSent && !open.writableFinished))
+      return void socket.destroy();
     const reason = (error as { reason?: string }).reason ?? error.message;
     const status = statusOf(error.code, reason);
     socket.end(refusal(status, `malformed HTTP request: ${reason}`));
