@@ -215,7 +215,7 @@ export class AdmissionThreshold {
     else if (this.#logMiss >= this.#maxLogMiss) why = `budget unspent: at the loosest bound (${pct(quantile)})`;
     else if (this.#lastMove === 'tightened') why = `a miss: tightened (measured ${pct(within / measured)})`;
     else
-      why = `measured ${pct(within / measured)} against aim ${pct(1 - this.aimMiss)}: loosening slowly, ${pct(Math.max(0, budgetLeft))} of the budget left`;
+      why = `measured ${pct(within / measured)}${planned ? `, planned ${pct(1 - plannedMiss / planned)}` : ''} against aim ${pct(1 - this.aimMiss)}: loosening, ${pct(Math.max(0, budgetLeft))} of the budget left`;
     return {
       target: this.target,
       aim: 1 - this.aimMiss,
