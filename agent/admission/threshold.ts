@@ -13,9 +13,12 @@
 // a miss tightens by `tightenStep`, a success loosens by tightenStep · aim / (1 - aim), so the
 // drift is zero exactly when the share of misses is `aim` (stochastic approximation of a
 // quantile). Tightening is fast (one miss undoes ~140 successes' loosening at 99%); loosening is
-// slow, and faster only while the window's error budget is mostly unspent. The quantile is
-// bounded on both sides, so the loop can neither admit coin flips nor turn the pods off.
-// Pure: time comes in as arguments.
+// slow, and faster only while the window's error budget is mostly unspent, counted both in
+// misses measured and in misses planned (each admission's miss chance by its pod's calibration,
+// which a pool serving few requests a minute needs, as its outcomes are too few to tell 99.3%
+// from 100%). The quantile is bounded on both sides (p80–p99.9 at 99%), so the loop can neither
+// admit coin flips nor turn the pods off; a fresh loop holds the strict bound until its first
+// admitted request's SLO has passed. Pure: time comes in as arguments.
 
 export interface ThresholdOptions {
   /** Share of the target's error budget held back (0.3: aim at 99.3% when the target is 99%). */
