@@ -9,6 +9,7 @@
 // attainment, their local share, and that share against what the capacity leaves for them:
 // (capacity − must-stay rate) / leavable rate.
 //   --peak S   seconds of peak (default 60)     --step S   seconds per capacity step (default 12)
+//   --detail   also the first window by 2 s: where the fresh agent's misses fall
 import { parseArgs } from 'node:util';
 import { request } from 'undici';
 import { startAgent, type RunningAgent } from '../agent/agent.ts';
@@ -17,7 +18,11 @@ import { mulberry32 } from '../shared/sim/random.ts';
 import { startSim, type SimServer } from '../shared/sim/server.ts';
 
 const { values } = parseArgs({
-  options: { peak: { type: 'string', default: '60' }, step: { type: 'string', default: '12' } },
+  options: {
+    peak: { type: 'string', default: '60' },
+    step: { type: 'string', default: '12' },
+    detail: { type: 'boolean', default: false },
+  },
 });
 const PEAK_MS = Number(values.peak) * 1000;
 const STEP_MS = Number(values.step) * 1000;
@@ -183,6 +188,15 @@ try {
     '\n| window | leavable within SLO | leavable local share | vs what capacity leaves | must-stay within SLO |',
   );
   console.log('| --- | ---: | ---: | ---: | ---: |');
+  if (values.detail)
+    for (let from = 0; from < WINDOW_MS; from += 2000) {
+      const w = outcomes.filter((o) => !o.stay && o.at >= from && o.at < from + 2000);
+      const local = w.filter((o) => o.route.startsWith('local/'));
+      const missed = (os: Outcome[]) => os.filter((o) => !within(o)).length;
+      console.log(
+        `  ${from / 1000}–${(from + 2000) / 1000} s: ${w.length} leavable, ${local.length} local (${missed(local)} missed), ${missed(w) - missed(local)} overflowed and missed`,
+      );
+    }
   for (let from = 0; from < PEAK_MS; from += WINDOW_MS) {
     const w = outcomes.filter((o) => o.at >= from && o.at < from + WINDOW_MS);
     const leavable = w.filter((o) => !o.stay);

@@ -13,9 +13,12 @@
 // a miss tightens by `tightenStep`, a success loosens by tightenStep · aim / (1 - aim), so the
 // drift is zero exactly when the share of misses is `aim` (stochastic approximation of a
 // quantile). Tightening is fast (one miss undoes ~140 successes' loosening at 99%); loosening is
-// slow, and faster only while the window's error budget is mostly unspent. The quantile is
-// bounded on both sides, so the loop can neither admit coin flips nor turn the pods off.
-// Pure: time comes in as arguments.
+// slow, and faster only while the window's error budget is mostly unspent, counted both in
+// misses measured and in misses planned (each admission's miss chance by its pod's calibration,
+// which a pool serving few requests a minute needs, as its outcomes are too few to tell 99.3%
+// from 100%). The quantile is bounded on both sides (p80–p99.9 at 99%), so the loop can neither
+// admit coin flips nor turn the pods off; a fresh loop holds the strict bound until its first
+// admitted request's SLO has passed. Pure: time comes in as arguments.
 
 export interface ThresholdOptions {
   /** Share of the target's error budget held back (0.3: aim at 99.3% when the target is 99%). */
@@ -28,25 +31,38 @@ export interface ThresholdOptions {
   maxQuantileBudgetFactor: number;
   /** How much one miss tightens log(1 - quantile). */
   tightenStep: number;
-  /** Loosening runs up to this many times faster while the window has spent none of its budget. */
+  /**
+   * Loosening runs up to this many times faster while the window has spent none of its budget,
+   * by the misses measured and by the misses its admissions planned (their calibrated miss chances).
+   */
   unspentBoost: number;
+  /** Misses in the window that do not yet count as spending its budget (one miss in 20 requests is no trend). */
+  missesAllowed: number;
   /** Sliding window over which attainment is measured (ms), and its bucket width. */
   windowMs: number;
   bucketMs: number;
   /** Admitted requests awaiting their first token that the loop keeps (the oldest drop out). */
   maxPending: number;
+  /**
+   * Until the first admitted request's SLO has passed, no miss can have shown: a fresh loop admits
+   * at its strictest bound until then (a fresh agent straight into a peak fills its pods in that
+   * first SLO, before any feedback), and from its starting quantile after.
+   */
+  strictUntilFeedback: boolean;
 }
 
 export const DEFAULT_THRESHOLD: ThresholdOptions = {
   safetyMargin: 0.3,
   minQuantile: 0.5,
-  minQuantileBudgetFactor: 2,
+  minQuantileBudgetFactor: 20,
   maxQuantileBudgetFactor: 0.1,
-  tightenStep: 0.25,
-  unspentBoost: 4,
+  tightenStep: 0.5,
+  unspentBoost: 8,
+  missesAllowed: 1,
   windowMs: 60_000,
   bucketMs: 1000,
   maxPending: 100_000,
+  strictUntilFeedback: true,
 };
 
 /** What the dashboard, /explain and metrics show of one loop. */
@@ -62,6 +78,8 @@ export interface ThresholdState {
   attainment: number;
   /** Share of the window's error budget not yet spent (1: none spent; negative: overspent). */
   budgetLeft: number;
+  /** The mean miss chance the window's admissions were planned with (NaN before any). */
+  plannedMiss: number;
   /** Why the quantile is where it is, in words. */
   why: string;
 }
@@ -76,11 +94,17 @@ export class AdmissionThreshold {
   /** Ring of buckets: measured and within per bucket, and each bucket's start. */
   readonly #measured: Float64Array;
   readonly #within: Float64Array;
+  /** Admissions with a planned miss chance, and the sum of those chances, per bucket (at admission). */
+  readonly #planned: Float64Array;
+  readonly #plannedMiss: Float64Array;
   readonly #start: Float64Array;
   #lastMove: 'none' | 'tightened' | 'loosened' = 'none';
   /** Admitted requests not yet settled, oldest first from #pendingHead. */
   readonly #pending: { deadline: number; settled: boolean }[] = [];
   #pendingHead = 0;
+  /** When the first admitted request's SLO passes (NaN: nothing admitted yet). */
+  #feedbackFrom = NaN;
+  #feedback = false;
 
   constructor(target: number, options: Partial<ThresholdOptions> = {}, startQuantile = target) {
     this.options = { ...DEFAULT_THRESHOLD, ...options };
@@ -92,9 +116,12 @@ export class AdmissionThreshold {
       Math.log(budget * this.options.minQuantileBudgetFactor),
     );
     this.#logMiss = this.#bounded(Math.log(1 - startQuantile));
+    this.#feedback = !this.options.strictUntilFeedback;
     const n = Math.max(1, Math.ceil(this.options.windowMs / this.options.bucketMs));
     this.#measured = new Float64Array(n);
     this.#within = new Float64Array(n);
+    this.#planned = new Float64Array(n);
+    this.#plannedMiss = new Float64Array(n);
     this.#start = new Float64Array(n).fill(-Infinity);
   }
 
@@ -105,7 +132,7 @@ export class AdmissionThreshold {
 
   /** The quantile a request that may leave must meet the SLO at to be admitted to a pod. */
   get quantile(): number {
-    return 1 - Math.exp(this.#logMiss);
+    return 1 - Math.exp(this.#feedback ? this.#logMiss : this.#minLogMiss);
   }
 
   /**
@@ -114,8 +141,16 @@ export class AdmissionThreshold {
    * at the onset of a peak TTFTs grow to seconds, and the loop must tighten before they end.
    * The returned function settles it at `at` (`within`), or drops it (`within` undefined: the
    * attempt failed, or its TTFT is not measured), and does nothing once the request was counted.
+   * `missChance` is the chance of a miss its pod's calibration gave it (plannedMissChance): the
+   * window's planned misses say at once, long before outcomes can, whether the budget is spent.
    */
-  admitted(now: number, sloMs: number): (at: number, within?: boolean) => void {
+  admitted(now: number, sloMs: number, missChance?: number): (at: number, within?: boolean) => void {
+    if (missChance !== undefined && Number.isFinite(missChance)) {
+      const i = this.#bucket(now);
+      this.#planned[i]++;
+      this.#plannedMiss[i] += Math.min(1, Math.max(0, missChance));
+    }
+    if (Number.isNaN(this.#feedbackFrom)) this.#feedbackFrom = now + sloMs;
     const entry = { deadline: now + sloMs, settled: false };
     // Deadlines grow with admission time (one SLO per loop), so the queue is in deadline order.
     if (this.#pending.length - this.#pendingHead >= this.options.maxPending) this.#pendingHead++;
@@ -129,6 +164,7 @@ export class AdmissionThreshold {
 
   /** Counts as misses the admitted requests whose SLO passed without a first token. */
   expire(now: number): void {
+    if (!this.#feedback && now >= this.#feedbackFrom) this.#feedback = true;
     const pending = this.#pending;
     while (this.#pendingHead < pending.length && pending[this.#pendingHead].deadline < now) {
       const entry = pending[this.#pendingHead++];
@@ -154,10 +190,15 @@ export class AdmissionThreshold {
       return;
     }
     // Loosen faster the further the window's misses are below the aim (not the target: boosted
-    // up to the target, the loop would settle there and spend its safety margin), at most unspentBoost×.
+    // up to the target, the loop would settle there and spend its safety margin), at most
+    // unspentBoost×: as far as both the misses measured and those planned are below it. Measured
+    // alone, a pool that serves few requests a minute cannot show a miss share of 0.7% either way
+    // for many minutes; planned alone, a calibration that is off would never be corrected.
     const window = this.#window(now);
-    const missed = window.measured - window.within;
-    const unspent = window.measured ? Math.min(1, Math.max(0, 1 - missed / (window.measured * aim))) : 1;
+    const missed = Math.max(0, window.measured - window.within - this.options.missesAllowed);
+    const measuredUnspent = window.measured ? clamp01(1 - missed / (window.measured * aim)) : 1;
+    const plannedUnspent = window.planned ? clamp01(1 - window.plannedMiss / (window.planned * aim)) : 1;
+    const unspent = Math.min(measuredUnspent, plannedUnspent);
     const boost = 1 + (this.options.unspentBoost - 1) * unspent;
     const step = ((this.options.tightenStep * aim) / (1 - aim)) * boost;
     const before = this.#logMiss;
@@ -166,17 +207,18 @@ export class AdmissionThreshold {
   }
 
   state(now: number): ThresholdState {
-    const { measured, within } = this.#window(now);
+    const { measured, within, planned, plannedMiss } = this.#window(now);
     const quantile = this.quantile;
     const budgetLeft = this.#budgetLeft(now);
     const pct = (x: number) => `${Math.round(x * 1000) / 10}%`;
     let why: string;
-    if (measured === 0) why = `no admitted request measured in the last ${this.options.windowMs / 1000}s: holding`;
+    if (!this.#feedback) why = `no admitted request's SLO has passed yet: at the strictest bound (${pct(quantile)})`;
+    else if (measured === 0) why = `no admitted request measured in the last ${this.options.windowMs / 1000}s: holding`;
     else if (this.#logMiss <= this.#minLogMiss) why = `misses above the aim: at the strictest bound (${pct(quantile)})`;
     else if (this.#logMiss >= this.#maxLogMiss) why = `budget unspent: at the loosest bound (${pct(quantile)})`;
     else if (this.#lastMove === 'tightened') why = `a miss: tightened (measured ${pct(within / measured)})`;
     else
-      why = `measured ${pct(within / measured)} against aim ${pct(1 - this.aimMiss)}: loosening slowly, ${pct(Math.max(0, budgetLeft))} of the budget left`;
+      why = `measured ${pct(within / measured)}${planned ? `, planned ${pct(1 - plannedMiss / planned)}` : ''} against aim ${pct(1 - this.aimMiss)}: loosening, ${pct(Math.max(0, budgetLeft))} of the budget left`;
     return {
       target: this.target,
       aim: 1 - this.aimMiss,
@@ -185,6 +227,7 @@ export class AdmissionThreshold {
       within,
       attainment: measured ? within / measured : NaN,
       budgetLeft,
+      plannedMiss: planned ? plannedMiss / planned : NaN,
       why,
     };
   }
@@ -209,22 +252,62 @@ export class AdmissionThreshold {
       this.#start[i] = span * width;
       this.#measured[i] = 0;
       this.#within[i] = 0;
+      this.#planned[i] = 0;
+      this.#plannedMiss[i] = 0;
     }
     return i;
   }
 
-  #window(now: number): { measured: number; within: number } {
+  #window(now: number): { measured: number; within: number; planned: number; plannedMiss: number } {
     let measured = 0;
     let within = 0;
+    let planned = 0;
+    let plannedMiss = 0;
     const from = now - this.options.windowMs;
     for (let i = 0; i < this.#start.length; i++) {
       if (this.#start[i] > from && this.#start[i] <= now) {
         measured += this.#measured[i];
         within += this.#within[i];
+        planned += this.#planned[i];
+        plannedMiss += this.#plannedMiss[i];
       }
     }
-    return { measured, within };
+    return { measured, within, planned, plannedMiss };
   }
+}
+
+const clamp01 = (x: number) => Math.min(1, Math.max(0, x));
+
+/** The least miss chance plannedMissChance resolves, and the most it reports. */
+const LEAST_MISS = 1e-4;
+const MOST_MISS = 0.5;
+
+/**
+ * The chance that a request admitted to this pod misses the SLO, by the pod's calibration: 1 − q
+ * for the strictest q whose q-quantile TTFT is still within the SLO (found by bisection in
+ * log(1 − q), the margin growing with q). A request far below the SLO carries almost none; one
+ * admitted at the edge carries about 1 − (the admission quantile). Undefined without a calibration.
+ */
+export function plannedMissChance(
+  chosen: { candidate: { networkCostMs: number; logMargin?: (q: number) => number }; predictedMs: number },
+  sloMs: number,
+): number | undefined {
+  const { candidate, predictedMs } = chosen;
+  if (!candidate.logMargin) return undefined;
+  const podMs = predictedMs - candidate.networkCostMs;
+  if (!(podMs > 0)) return LEAST_MISS;
+  const slack = Math.log((sloMs - candidate.networkCostMs) / podMs);
+  const within = (logMiss: number) => candidate.logMargin!(1 - Math.exp(logMiss)) <= slack;
+  let strict = Math.log(LEAST_MISS);
+  let loose = Math.log(MOST_MISS);
+  if (within(strict)) return LEAST_MISS;
+  if (!within(loose)) return MOST_MISS;
+  for (let i = 0; i < 12; i++) {
+    const mid = (strict + loose) / 2;
+    if (within(mid)) loose = mid;
+    else strict = mid;
+  }
+  return Math.exp(loose);
 }
 
 /** One loop per policy (the policies' targets and SLOs differ), created on first use. */

@@ -13,7 +13,7 @@ import { parseInferenceRequest, readBoundedBody, RequestError, type ParsedReques
 import type { Identity } from './identify.ts';
 import { overflowReason, type RequestRecord } from './evidence.ts';
 import { WaitingRoom } from '../admission/waiting.ts';
-import { AdmissionThresholds } from '../admission/threshold.ts';
+import { AdmissionThresholds, plannedMissChance } from '../admission/threshold.ts';
 import { DEFAULT_PRIORITY, PRIORITY_HEADER, priorityOf, type Priority } from '../budget/limits.ts';
 import type { RequestContext, RequestPathDeps } from './path-deps.ts';
 import { RequestRecorder } from './serve.ts';
@@ -261,7 +261,9 @@ export class RequestPath {
         // Requests that may leave were admitted on the loop's quantile: their TTFT steers it (those
         // whose TTFT is measured: streams and embeddings), or their deadline if it passes first.
         const measurable = leave.allowed && (parsed.stream || parsed.kind === 'embeddings');
-        const settle = measurable ? admission.admitted(started, policy.sloTtftMs) : undefined;
+        const settle = measurable
+          ? admission.admitted(started, policy.sloTtftMs, plannedMissChance(decision.chosen, policy.sloTtftMs))
+          : undefined;
         const slo = {
           leavable: leave.allowed,
           started,

@@ -5,7 +5,7 @@ import { PodPool } from '../../agent/pool/pool.ts';
 import type { Candidate } from '../../agent/route/candidate.ts';
 import { decide, type Decision, type LeaveVerdict } from '../../agent/route/router.ts';
 import { TtftPredictor } from '../../agent/predict/predictor.ts';
-import { AdmissionThreshold } from '../../agent/admission/threshold.ts';
+import { AdmissionThreshold, plannedMissChance } from '../../agent/admission/threshold.ts';
 import type { EffectivePolicy } from '../../agent/types.ts';
 import { VirtualClock } from '../../shared/sim/clock.ts';
 import { engineFor, fitOracleModel, submitTracked, type PodShape } from '../routing/harness.ts';
@@ -88,8 +88,12 @@ function agent(rule: 'calibrated' | 'controlled'): PeakStrategyFactory {
         loop?.expire(ctx.now());
         const d = decideArrival(ctx, policy, a, waitedMs, candidates, loop?.quantile);
         return toAction(d, ctx.pods, (c) => {
+          // The miss chance before begin(): the request is not yet among the pod's own.
+          const settle =
+            a.mayLeave && d.action === 'pod'
+              ? loop?.admitted(a.at, policy.sloTtftMs, plannedMissChance(d.chosen, policy.sloTtftMs))
+              : undefined;
           const ticket = pool.begin(c, a.promptTokens);
-          const settle = a.mayLeave ? loop?.admitted(a.at, policy.sloTtftMs) : undefined;
           return {
             firstToken: (ms) => {
               ticket.firstByte(ms);
