@@ -383,15 +383,15 @@ test('the prefix index: a prompt sent to a pod is expected cached there (only th
   assert.equal(p.candidates(undefined, blocks).find((c) => c.pod.name === 'a')!.expectedCachedTokens, 0);
 });
 
-test('the prefix index ages by what the pod computed (prefix-cache counters) beyond its free KV', () => {
+test('the prefix index ages by what the pod computed (prefix-cache counters) beyond its KV capacity', () => {
   const now = { t: 1000 };
   const p = newPool(() => now.t);
   p.setLocalPods([pod('a')]);
-  const cache = { kvCapacityTokens: 16 * 1000, kvCache: 0.5 }; // 500 free blocks
+  const cache = { kvCapacityTokens: 16 * 1000, kvCache: 0.5 }; // 1,000 blocks, half held by running requests
   const t = scrape(p, 'a', { at: 1000, waiting: 0, running: 0, ...cache, prefixCacheQueries: 1e6, prefixCacheHits: 0 });
   const blocks = promptBlocks('y'.repeat(64 * 10));
   p.begin(p.candidates(undefined, blocks)[0], 200, 'chat', true, blocks).end(true);
-  // 400 blocks computed since (queries − hits): still fits the 500 free blocks.
+  // 400 blocks computed since (queries − hits): the pod had no need to evict it.
   scrape(
     p,
     'a',
@@ -402,7 +402,8 @@ test('the prefix index ages by what the pod computed (prefix-cache counters) bey
   scrape(
     p,
     'a',
-    { at: 1200, waiting: 0, running: 0, ...cache, prefixCacheQueries: 1e6 + 16 * 1001, prefixCacheHits: 16 * 500 },
+    // 1,001 computed since: more than the pod holds, so its least recently used blocks are gone.
+    { at: 1200, waiting: 0, running: 0, ...cache, prefixCacheQueries: 1e6 + 16 * 1501, prefixCacheHits: 16 * 500 },
     t,
   );
   assert.equal(p.candidates(undefined, blocks)[0].expectedCachedTokens, 0);

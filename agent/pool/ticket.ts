@@ -25,6 +25,8 @@ export interface TicketRequest {
   now: () => number;
   /** The pool's change signal: a request ending frees a slot waiters may take. */
   changed: () => void;
+  /** Called once, when its prompt has been prefilled (first token, answer or end). */
+  prefilled?: () => void;
 }
 
 export function openTicket(r: TicketRequest): PodTicket {
@@ -46,6 +48,7 @@ export function openTicket(r: TicketRequest): PodTicket {
   const prefilled = () => {
     if (!pending) return;
     pending = false;
+    r.prefilled?.();
     counters.pendingPromptTokens -= counted;
     counters.pendingRequests -= awaited;
   };
