@@ -409,6 +409,30 @@ test('the prefix index ages by what the pod computed (prefix-cache counters) bey
   assert.equal(p.candidates(undefined, blocks)[0].expectedCachedTokens, 0);
 });
 
+test("a prompt's blocks age from its request's end, when the engine frees them into its LRU", () => {
+  // A long request: while it runs the pod computes 900 blocks for others, and 200 more after it
+  // ended. 1,100 since it was sent, more than the pod's 1,000: but its blocks were held until its
+  // end, and only 200 came after that, so they are still there.
+  const p = newPool(() => 1000);
+  p.setLocalPods([pod('a')]);
+  const cache = { waiting: 0, running: 1, kvCapacityTokens: 16 * 1000, kvCache: 0.5, prefixCacheHits: 0 };
+  const t = scrape(p, 'a', { at: 1000, ...cache, prefixCacheQueries: 0 });
+  const blocks = promptBlocks('z'.repeat(64 * 10));
+  const ticket = p.begin(p.candidates(undefined, blocks)[0], 160, 'chat', true, blocks);
+  scrape(p, 'a', { at: 1100, ...cache, prefixCacheQueries: 16 * 900 }, t);
+  ticket.firstByte(50);
+  ticket.end(true);
+  scrape(p, 'a', { at: 1200, ...cache, prefixCacheQueries: 16 * 1100 }, t);
+  assert.equal(p.candidates(undefined, blocks)[0].expectedCachedTokens, 160);
+  // A request that failed refreshes nothing: the pod may never have computed it.
+  const other = promptBlocks('w'.repeat(64 * 10));
+  const failed = p.begin(p.candidates(undefined, other)[0], 160, 'chat', true, other);
+  scrape(p, 'a', { at: 1300, ...cache, prefixCacheQueries: 16 * 1600 }, t);
+  failed.end(false);
+  scrape(p, 'a', { at: 1400, ...cache, prefixCacheQueries: 16 * 2101 }, t);
+  assert.equal(p.candidates(undefined, other)[0].expectedCachedTokens, 0);
+});
+
 test('the scrape path learns from the tokens the pod computed, not those its cache served', () => {
   // Ten 2,000-token prompts with a 100 ms TTFT each; with prefix-cache counters, 1,900 of each came
   // from the cache. Learned against 100 computed tokens the TTFT is slow for them (the model goes

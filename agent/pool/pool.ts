@@ -337,6 +337,11 @@ export class PodPool {
       now: () => this.options.now(),
       changed: () => this.#changed(),
       prefilled: sent,
+      ended: (ok) => {
+        // The engine frees the prompt's blocks into its LRU now: they age from here (prefix/index.ts).
+        if (ok && local && promptBlocks?.length && this.#local.get(local.pod.uid) === local)
+          this.#prefix.record(local.pod.uid, promptBlocks);
+      },
     });
   }
 

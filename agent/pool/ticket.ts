@@ -27,6 +27,8 @@ export interface TicketRequest {
   changed: () => void;
   /** Called once, when its prompt has been prefilled (first token, answer or end). */
   prefilled?: () => void;
+  /** Called once, when the request ends (`ok`: answered). */
+  ended?: (ok: boolean) => void;
 }
 
 export function openTicket(r: TicketRequest): PodTicket {
@@ -79,11 +81,12 @@ export function openTicket(r: TicketRequest): PodTicket {
       learner.observeAnswer(uid, kind, features, predictedMs, ms);
       ready();
     },
-    end: () => {
+    end: (ok: boolean) => {
       if (ended) return;
       ended = true;
       prefilled();
       counters.inFlight--;
+      r.ended?.(ok);
       // Finished before the next report: the pod holds nothing of it, so it is no unseen queue.
       // (Left counted, a fast pod answering hundreds of short requests between two scrapes
       // would look hundreds deep and be throttled far below its capacity.)

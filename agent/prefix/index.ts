@@ -21,7 +21,10 @@
 // under pressure the KV is mostly held by running requests, and those hold exactly the hot
 // prefixes; ageing by free KV called them evicted and the index went blind when it mattered most
 // (docs/prefix-routing.md, "Under cache pressure"). A counter that goes back means the server
-// restarted: all is gone.
+// restarted: all is gone. A prompt is recorded when sent and again when its request ends well: the
+// engine holds its blocks while it runs and frees them into its LRU at its end, so that is when
+// they start to age (a request queued and decoded for seconds under load was aged from its send,
+// and the index lost hot contexts the pod still had).
 
 import { LRUCache } from 'lru-cache';
 import { BLOCK_TOKENS } from './blocks.ts';
