@@ -1,9 +1,11 @@
 // `npm run bench:routing-prefix-pressure`: prefix routing under cache pressure. Two workloads whose
-// working set exceeds the pool's KV cache (llm-d's b2b-saas shape, a tool-agent trace), on simulated
-// vLLM pods, for: Kinference prefix-blind, the GIE profile (approximate prefix scorer), Kinference's
-// approximate index, Kinference fed by the pods' own KV-cache events (precise; also with 5% of the
-// event batches lost, recovered by replay, and lost without a replay socket), and an exact-cache
-// oracle that reads each engine's cache at the instant of decision. Events go through vLLM's wire
+// working set fills or exceeds the pool's KV cache (llm-d's b2b-saas shape, a tool-agent trace), on
+// simulated vLLM pods, for: Kinference prefix-blind, the GIE profile (approximate prefix scorer; its
+// current defaults, and v1.0's as llm-d benchmarked them), Kinference's approximate index,
+// Kinference fed by the pods' own KV-cache events (precise; also with 5% of the event batches lost,
+// recovered by replay, and lost without a replay socket), and an exact-cache oracle that reads each
+// engine's cache at the instant of decision (the pool adds, for both, the prompts it sent that are
+// still being prefilled: agent/prefix/inflight.ts). Events go through vLLM's wire
 // format (msgpack batches, decoded by the agent's decoder) and the agent's ordering logic; they
 // arrive with no delay in virtual time and a replay is answered at once.
 import { decodeBatch, type KvBatch } from '../agent/prefix/kv-events.ts';
