@@ -383,15 +383,15 @@ test('the prefix index: a prompt sent to a pod is expected cached there (only th
   assert.equal(p.candidates(undefined, blocks).find((c) => c.pod.name === 'a')!.expectedCachedTokens, 0);
 });
 
-test('the prefix index ages by what the pod computed (prefix-cache counters) beyond its free KV', () => {
+test('the prefix index ages by what the pod computed (prefix-cache counters) beyond its KV capacity', () => {
   const now = { t: 1000 };
   const p = newPool(() => now.t);
   p.setLocalPods([pod('a')]);
-  const cache = { kvCapacityTokens: 16 * 1000, kvCache: 0.5 }; // 500 free blocks
+  const cache = { kvCapacityTokens: 16 * 1000, kvCache: 0.5 }; // 1,000 blocks, half held by running requests
   const t = scrape(p, 'a', { at: 1000, waiting: 0, running: 0, ...cache, prefixCacheQueries: 1e6, prefixCacheHits: 0 });
   const blocks = promptBlocks('y'.repeat(64 * 10));
   p.begin(p.candidates(undefined, blocks)[0], 200, 'chat', true, blocks).end(true);
-  // 400 blocks computed since (queries − hits): still fits the 500 free blocks.
+  // 400 blocks computed since (queries − hits): the pod had no need to evict it.
   scrape(
     p,
     'a',
@@ -402,10 +402,35 @@ test('the prefix index ages by what the pod computed (prefix-cache counters) bey
   scrape(
     p,
     'a',
-    { at: 1200, waiting: 0, running: 0, ...cache, prefixCacheQueries: 1e6 + 16 * 1001, prefixCacheHits: 16 * 500 },
+    // 1,001 computed since: more than the pod holds, so its least recently used blocks are gone.
+    { at: 1200, waiting: 0, running: 0, ...cache, prefixCacheQueries: 1e6 + 16 * 1501, prefixCacheHits: 16 * 500 },
     t,
   );
   assert.equal(p.candidates(undefined, blocks)[0].expectedCachedTokens, 0);
+});
+
+test("a prompt's blocks age from its request's end, when the engine frees them into its LRU", () => {
+  // A long request: while it runs the pod computes 900 blocks for others, and 200 more after it
+  // ended. 1,100 since it was sent, more than the pod's 1,000: but its blocks were held until its
+  // end, and only 200 came after that, so they are still there.
+  const p = newPool(() => 1000);
+  p.setLocalPods([pod('a')]);
+  const cache = { waiting: 0, running: 1, kvCapacityTokens: 16 * 1000, kvCache: 0.5, prefixCacheHits: 0 };
+  const t = scrape(p, 'a', { at: 1000, ...cache, prefixCacheQueries: 0 });
+  const blocks = promptBlocks('z'.repeat(64 * 10));
+  const ticket = p.begin(p.candidates(undefined, blocks)[0], 160, 'chat', true, blocks);
+  scrape(p, 'a', { at: 1100, ...cache, prefixCacheQueries: 16 * 900 }, t);
+  ticket.firstByte(50);
+  ticket.end(true);
+  scrape(p, 'a', { at: 1200, ...cache, prefixCacheQueries: 16 * 1100 }, t);
+  assert.equal(p.candidates(undefined, blocks)[0].expectedCachedTokens, 160);
+  // A request that failed refreshes nothing: the pod may never have computed it.
+  const other = promptBlocks('w'.repeat(64 * 10));
+  const failed = p.begin(p.candidates(undefined, other)[0], 160, 'chat', true, other);
+  scrape(p, 'a', { at: 1300, ...cache, prefixCacheQueries: 16 * 1600 }, t);
+  failed.end(false);
+  scrape(p, 'a', { at: 1400, ...cache, prefixCacheQueries: 16 * 2101 }, t);
+  assert.equal(p.candidates(undefined, other)[0].expectedCachedTokens, 0);
 });
 
 test('the scrape path learns from the tokens the pod computed, not those its cache served', () => {

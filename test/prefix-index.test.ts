@@ -1,5 +1,5 @@
 // The agent's approximate prefix index: stable block hashes of the rendered prompt, per-pod LRU
-// bounds, ageing by the pod's computed tokens and KV usage, and the many-candidate lookup.
+// bounds, ageing by the pod's computed tokens and KV capacity, and the many-candidate lookup.
 
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -94,16 +94,16 @@ describe('prefix index', () => {
     assert.equal(index.cachedTokensByPod(other).size, 0);
   });
 
-  test('ageing: entries lapse once the pod has computed more blocks than its free KV holds', () => {
+  test('ageing: entries lapse once the pod has computed more blocks than its KV holds', () => {
     const index = new PrefixIndex();
     index.record('a', prompt);
-    index.observe('a', { capacityBlocks: 1000, kvUsage: 0.5, computedTokens: 0 });
+    index.observe('a', { capacityBlocks: 1000, computedTokens: 0 });
     assert.equal(index.expectedCachedTokens('a', prompt), 160);
-    // 400 blocks computed since: within the 500 free blocks.
-    index.observe('a', { capacityBlocks: 1000, kvUsage: 0.5, computedTokens: 400 * 16 });
+    // 1,000 blocks computed since: as many as the pod holds, the oldest may still be there.
+    index.observe('a', { capacityBlocks: 1000, computedTokens: 1000 * 16 });
     assert.equal(index.expectedCachedTokens('a', prompt), 160);
-    // The batch grows to 70% of the KV: only 300 blocks are free, fewer than were written since.
-    index.observe('a', { capacityBlocks: 1000, kvUsage: 0.7, computedTokens: 400 * 16 });
+    // One more: the pod had to evict something, and its least recently used is this.
+    index.observe('a', { capacityBlocks: 1000, computedTokens: 1001 * 16 });
     assert.equal(index.expectedCachedTokens('a', prompt), 0);
     assert.equal(index.cachedTokensByPod(prompt).size, 0);
     // A prompt sent again now is fresh.
@@ -111,24 +111,54 @@ describe('prefix index', () => {
     assert.equal(index.expectedCachedTokens('a', prompt), 160);
   });
 
+  test('under pressure (KV full of running requests) a prefix sent moments ago is still expected cached', () => {
+    // The running requests hold the very blocks they were sent with: a pod at 95% usage that has
+    // computed 100 blocks since still has them (ageing by free KV alone called them evicted).
+    const index = new PrefixIndex();
+    index.observe('a', { capacityBlocks: 1000, computedTokens: 0 });
+    index.record('a', prompt);
+    // What the pod's scrape also says (vllm:kv_cache_usage_perc); the index does not age by it.
+    const scrape = { capacityBlocks: 1000, computedTokens: 100 * 16, kvUsage: 0.95 };
+    index.observe('a', scrape);
+    assert.equal(index.expectedCachedTokens('a', prompt), 160);
+    assert.equal(index.cachedTokensByPod(prompt).get('a'), 160);
+  });
+
+  test("a pod's entries are capped by its KV capacity, the least recently sent dropped first", () => {
+    const index = new PrefixIndex();
+    index.observe('a', { capacityBlocks: 12, computedTokens: 0 });
+    const other = promptBlocks('q'.repeat(64 * 8));
+    index.record('a', prompt); // 10 blocks
+    index.record('a', other); // 8 more: 6 too many for a 12-block pod
+    assert.equal(index.podBlocks('a'), 12);
+    // `prompt`'s last 6 blocks went first: its first 4 remain, as the engine's LRU would keep them.
+    assert.equal(index.expectedCachedTokens('a', prompt), 4 * 16);
+    assert.equal(index.expectedCachedTokens('a', other), 8 * 16);
+    // A pod that reports less KV than before is trimmed at once.
+    index.observe('a', { capacityBlocks: 8, computedTokens: 0 });
+    assert.equal(index.podBlocks('a'), 8);
+    assert.equal(index.expectedCachedTokens('a', prompt), 0);
+    assert.equal(index.memory().distinctBlocks, 8);
+  });
+
   test('a counter that goes back (the server restarted) empties the pod', () => {
     const index = new PrefixIndex();
-    index.observe('a', { capacityBlocks: 1000, kvUsage: 0, computedTokens: 0 }); // first scrape: the baseline
+    index.observe('a', { capacityBlocks: 1000, computedTokens: 0 }); // first scrape: the baseline
     index.record('a', prompt);
-    index.observe('a', { capacityBlocks: 1000, kvUsage: NaN, computedTokens: 5000 });
+    index.observe('a', { capacityBlocks: 1000, computedTokens: 5000 });
     assert.equal(index.expectedCachedTokens('a', prompt), 160);
-    index.observe('a', { capacityBlocks: 1000, kvUsage: NaN, computedTokens: 10 });
+    index.observe('a', { capacityBlocks: 1000, computedTokens: 10 });
     assert.equal(index.expectedCachedTokens('a', prompt), 0);
     assert.equal(index.memory().blocks, 0);
   });
 
   test("a pod's first scrape is the baseline: what it computed before does not age later records", () => {
     const index = new PrefixIndex();
-    index.observe('a', { capacityBlocks: 100, kvUsage: 0, computedTokens: 1_000_000 });
+    index.observe('a', { capacityBlocks: 100, computedTokens: 1_000_000 });
     index.record('a', prompt);
-    index.observe('a', { capacityBlocks: 100, kvUsage: 0, computedTokens: 1_000_000 + 50 * 16 });
+    index.observe('a', { capacityBlocks: 100, computedTokens: 1_000_000 + 50 * 16 });
     assert.equal(index.expectedCachedTokens('a', prompt), 160);
-    index.observe('a', { capacityBlocks: 100, kvUsage: 0, computedTokens: 1_000_000 + 101 * 16 });
+    index.observe('a', { capacityBlocks: 100, computedTokens: 1_000_000 + 101 * 16 });
     assert.equal(index.expectedCachedTokens('a', prompt), 0);
   });
 
@@ -148,12 +178,12 @@ test('the all-pods lookup agrees with asking each pod, across prefixes, shared s
   const other = promptBlocks('o'.repeat(64 * 30));
   for (let p = 0; p < 40; p++) {
     const id = `pod-${p}`;
-    index.observe(id, { capacityBlocks: 200, kvUsage: 0, computedTokens: 0 });
+    index.observe(id, { capacityBlocks: 200, computedTokens: 0 });
     if (p % 3 === 0) index.record(id, system);
     if (p % 7 === 0) index.record(id, request.slice(0, 5 + p));
     if (p % 5 === 0) index.record(id, other);
     // Some pods computed enough since to lose part of it.
-    if (p % 4 === 0) index.observe(id, { capacityBlocks: 200, kvUsage: (p % 8) / 10, computedTokens: 16 * 150 });
+    if (p % 4 === 0) index.observe(id, { capacityBlocks: 200, computedTokens: 16 * (100 + 10 * p) });
   }
   const all = index.cachedTokensByPod(request);
   for (let p = 0; p < 40; p++) {

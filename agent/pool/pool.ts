@@ -8,16 +8,16 @@ import type { Candidate } from '../route/candidate.ts';
 import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
 import { predictedTtft, uncachedPromptTokens } from '../route/score.ts';
 import { PrefixIndex } from '../prefix/index.ts';
+import { InflightPrefixes } from '../prefix/inflight.ts';
 import type { PreciseIndex } from '../prefix/precise-index.ts';
 import { summaryCachedTokens } from '../prefix/summary.ts';
 import { tokenBlockKeys } from '../prefix/token-blocks.ts';
+import { PrefixSummaries } from './prefix-summaries.ts';
 
 /** What the pool asks of a precise index (the bench's exact-cache oracle answers the same questions). */
 export type PreciseLookup = Pick<PreciseIndex, 'cachedTokensByPod' | 'setCapacity' | 'blockSize'> &
   Partial<Pick<PreciseIndex, 'summary'>>;
 
-/** How often a pod's gossiped prefix summary is rebuilt: each new one is a new gossip version. */
-const SUMMARY_REFRESH_MS = 1000;
 import type { Pod, PodEstimate, PodLoad, RequestKind } from '../types.ts';
 import { localCandidate, peerCandidate, REFERENCE_REQUEST } from './candidates.ts';
 import { poolDebugState } from './debug-state.ts';
@@ -47,8 +47,9 @@ export class PodPool {
   readonly #prefix: PrefixIndex;
   /** The pods' own KV-cache events, where subscribed; `synced` says, per pod, whether to trust it now. */
   #precise: { index: PreciseLookup; synced: (uid: string) => boolean } | undefined;
-  /** Each local pod's last prefix summary and when it was built. */
-  readonly #summaries = new Map<string, { at: number; summary: Uint8Array | undefined }>();
+  /** With events: prompts sent to each local pod still being prefilled there (not in its events yet). */
+  readonly #inflight = new InflightPrefixes();
+  readonly #summaries = new PrefixSummaries();
   #remote: PodEstimate[] = [];
   /** Candidate indexes by model, rebuilt when pods come or go (never per request). */
   #localByModel = new Map<string, LocalPod[]>();
@@ -116,7 +117,7 @@ export class PodPool {
       this.#learner.forget(uid);
       this.#prefix.forget(uid);
       this.#ejections.forget(uid);
-      this.#summaries.delete(uid);
+      this.#summaries.forget(uid);
     }
     for (const pod of pods) {
       const existing = this.#local.get(pod.uid);
@@ -142,7 +143,7 @@ export class PodPool {
       for (const [adapter, sentAt] of local.sentAdapters) if (sentAt <= load.at) local.sentAdapters.delete(adapter);
     local.epoch++;
     this.#learner.observeScrape(uid, telemetry.previous, load, telemetry.lastDelta);
-    // Age the prefix index by what the pod computed since and what its free KV can still hold.
+    // Age the prefix index by what the pod computed since and what its KV cache holds.
     const delta = telemetry.lastDelta;
     local.computedTokens += delta?.computedPromptTokens ?? delta?.promptTokens ?? 0;
     if (load.kvCapacityTokens !== undefined && this.#precise) {
@@ -152,7 +153,6 @@ export class PodPool {
     if (load.kvCapacityTokens !== undefined) {
       this.#prefix.observe(uid, {
         capacityBlocks: load.kvCapacityTokens / this.#prefix.blockTokens,
-        kvUsage: load.kvCache,
         computedTokens: local.computedTokens,
       });
     }
@@ -235,7 +235,9 @@ export class PodPool {
     for (const local of locals) {
       const uid = local.pod.uid;
       const exact = precise !== undefined && this.#precise!.synced(uid);
-      const tokensCached = exact ? (precise.get(uid) ?? 0) : (cached?.get(uid) ?? 0);
+      const sending =
+        exact && promptBlocks ? this.#inflight.leadingBlocks(uid, promptBlocks) * this.#prefix.blockTokens : 0;
+      const tokensCached = exact ? Math.max(precise.get(uid) ?? 0, sending) : (cached?.get(uid) ?? 0);
       if (tokensCached > 0) lookup?.set(uid, tokensCached);
       const source = exact ? 'precise' : cached ? 'approximate' : undefined;
       out.push(localCandidate(local, now, this.#learner, this.options, tokensCached, source));
@@ -259,17 +261,6 @@ export class PodPool {
     return peerCandidate(estimate, this.#peerTraffic.get(estimate.pod.uid), now, this.#learner, this.options, cached);
   }
 
-  /** `uid`'s prefix summary for gossip, rebuilt at most once a second (each change is a new version). */
-  #summaryOf(uid: string, now: number): Uint8Array | undefined {
-    const precise = this.#precise;
-    if (!precise?.index.summary || !precise.synced(uid)) return undefined;
-    const last = this.#summaries.get(uid);
-    if (last && now - last.at < SUMMARY_REFRESH_MS) return last.summary;
-    const summary = precise.index.summary(uid);
-    this.#summaries.set(uid, { at: now, summary });
-    return summary;
-  }
-
   /** Local pods by routing state now, for /metrics (an unhealthy pod counts as unhealthy, not stale). */
   localStates(): Record<'fresh' | 'stale' | 'unhealthy', number> {
     const counts = { fresh: 0, stale: 0, unhealthy: 0 };
@@ -284,6 +275,7 @@ export class PodPool {
   /** What this agent gossips about its own pods (the gossip state numbers the versions). */
   localEstimates(): PodEstimate[] {
     const now = this.options.now();
+    const precise = this.#precise;
     const out: PodEstimate[] = [];
     for (const local of this.#local.values()) {
       const load = local.telemetry?.latest;
@@ -299,7 +291,10 @@ export class PodPool {
         at: load.at,
         origin: this.options.node,
         version: 0,
-        ...optionalSummary(this.#summaryOf(local.pod.uid, now)),
+        // What the pod holds, for other nodes (only while its events are in step).
+        ...(precise?.index.summary && precise.synced(local.pod.uid)
+          ? this.#summaries.field(local.pod.uid, now, () => precise.index.summary!(local.pod.uid))
+          : {}),
         ...(load.lora ? { lora: load.lora } : {}),
       });
     }
@@ -328,6 +323,7 @@ export class PodPool {
     };
     const local = c.where === 'local' ? this.#local.get(c.pod.uid) : undefined;
     if (local && promptBlocks?.length) this.#prefix.record(local.pod.uid, promptBlocks);
+    const sent = local && promptBlocks && this.#precise ? this.#inflight.add(local.pod.uid, promptBlocks) : undefined;
     if (local) countSend(local, this.options.now(), this.options.referenceWindowMs);
     // An adapter sent here holds a slot from now on, though the pod's next report has yet to say so.
     if (local && model !== undefined && local.pod.adapters?.includes(model))
@@ -341,6 +337,12 @@ export class PodPool {
       features,
       now: () => this.options.now(),
       changed: () => this.#changed(),
+      prefilled: sent,
+      ended: (ok) => {
+        // The engine frees the prompt's blocks into its LRU now: they age from here (prefix/index.ts).
+        if (ok && local && promptBlocks?.length && this.#local.get(local.pod.uid) === local)
+          this.#prefix.record(local.pod.uid, promptBlocks);
+      },
     });
   }
 
@@ -480,8 +482,4 @@ export class PodPool {
     this.#waiters.clear();
     for (const wake of waiters) wake();
   }
-}
-
-function optionalSummary(summary: Uint8Array | undefined): { prefixSummary?: Uint8Array } {
-  return summary ? { prefixSummary: summary } : {};
 }

@@ -25,6 +25,10 @@ export interface TicketRequest {
   now: () => number;
   /** The pool's change signal: a request ending frees a slot waiters may take. */
   changed: () => void;
+  /** Called once, when its prompt has been prefilled (first token, answer or end). */
+  prefilled?: () => void;
+  /** Called once, when the request ends (`ok`: answered). */
+  ended?: (ok: boolean) => void;
 }
 
 export function openTicket(r: TicketRequest): PodTicket {
@@ -46,6 +50,7 @@ export function openTicket(r: TicketRequest): PodTicket {
   const prefilled = () => {
     if (!pending) return;
     pending = false;
+    r.prefilled?.();
     counters.pendingPromptTokens -= counted;
     counters.pendingRequests -= awaited;
   };
@@ -76,11 +81,12 @@ export function openTicket(r: TicketRequest): PodTicket {
       learner.observeAnswer(uid, kind, features, predictedMs, ms);
       ready();
     },
-    end: () => {
+    end: (ok: boolean) => {
       if (ended) return;
       ended = true;
       prefilled();
       counters.inFlight--;
+      r.ended?.(ok);
       // Finished before the next report: the pod holds nothing of it, so it is no unseen queue.
       // (Left counted, a fast pod answering hundreds of short requests between two scrapes
       // would look hundreds deep and be throttled far below its capacity.)

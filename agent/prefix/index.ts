@@ -12,11 +12,19 @@
 // one pod's longest cached prefix is found by binary search, ~log2(blocks) probes; over many
 // pods, by where the number of holders drops along the prompt (cachedTokensByPod).
 //
-// Ageing: a pod's cache keeps unreferenced blocks in the free part of its KV cache and evicts the
-// least recently used as new prompt tokens are computed. So an entry is still expected cached while
-// the blocks the pod has computed since it was recorded (its prompt tokens computed, i.e. vLLM's
-// prefix_cache_queries − prefix_cache_hits, over the block size) fit in its free blocks
-// (capacity × (1 − KV usage)). A counter that goes back means the server restarted: all is gone.
+// Ageing, on the pod's KV capacity (its metrics say how many blocks it holds): the engine keeps
+// blocks until it needs room and then evicts the least recently used. So an entry is still expected
+// cached while (a) it is among the pod's most recently sent blocks that fit its capacity (the index's
+// own LRU is trimmed to it), and (b) the blocks the pod has computed since it was recorded (its
+// prompt tokens computed, vLLM's prefix_cache_queries − prefix_cache_hits, over the block size:
+// everyone's traffic, not only this agent's) fit in that capacity. Not the free part of it only:
+// under pressure the KV is mostly held by running requests, and those hold exactly the hot
+// prefixes; ageing by free KV called them evicted and the index went blind when it mattered most
+// (docs/prefix-routing.md, "Under cache pressure"). A counter that goes back means the server
+// restarted: all is gone. A prompt is recorded when sent and again when its request ends well: the
+// engine holds its blocks while it runs and frees them into its LRU at its end, so that is when
+// they start to age (a request queued and decoded for seconds under load was aged from its send,
+// and the index lost hot contexts the pod still had).
 
 import { LRUCache } from 'lru-cache';
 import { BLOCK_TOKENS } from './blocks.ts';
@@ -39,8 +47,6 @@ export interface PrefixIndexOptions {
 export interface PodCacheState {
   /** KV-cache capacity in blocks of `blockTokens` (vLLM: num_gpu_blocks × block_size / blockTokens). */
   capacityBlocks: number;
-  /** KV-cache usage 0..1 (blocks held by running requests; NaN when unknown: treated as 0). */
-  kvUsage: number;
   /** Prompt tokens the pod computed itself so far: prefix-cache queries − hits, or prompt tokens without them. */
   computedTokens: number;
 }
@@ -58,8 +64,8 @@ interface PodState {
   readonly blocks: LRUCache<number, number>;
   /** Blocks the pod has computed, from its counters: the clock entries are aged by. */
   written: number;
-  /** Blocks the pod can hold beyond its running requests; Infinity until its first scrape. */
-  holdBlocks: number;
+  /** Blocks the pod's KV cache holds; Infinity until its first scrape. */
+  capacityBlocks: number;
   computedTokens: number;
   /** The last holder set cachedTokensByPod found this pod in (its marker). */
   seen: number;
@@ -90,6 +96,7 @@ export class PrefixIndex {
       if (!pod.blocks.has(hash)) this.#addHolder(hash, pod);
       pod.blocks.set(hash, pod.written);
     }
+    this.#trim(pod);
   }
 
   /** Tokens of the prompt whose `blocks` `podId` is expected to have cached: its leading live blocks. */
@@ -136,7 +143,7 @@ export class PrefixIndex {
     return result;
   }
 
-  /** Ages `podId`'s entries by what its last scrape says it can still hold. */
+  /** Ages `podId`'s entries by what its last scrape says it computed and can hold. */
   observe(podId: string, state: PodCacheState): void {
     // Known from its first scrape on, so the tokens it computed before we sent it anything
     // set the baseline instead of ageing our first records.
@@ -149,8 +156,8 @@ export class PrefixIndex {
       pod.written += (state.computedTokens - pod.computedTokens) / this.blockTokens;
     }
     pod.computedTokens = state.computedTokens;
-    const usage = Number.isFinite(state.kvUsage) ? Math.min(1, Math.max(0, state.kvUsage)) : 0;
-    pod.holdBlocks = Math.max(0, state.capacityBlocks) * (1 - usage);
+    pod.capacityBlocks = Math.max(0, Math.floor(state.capacityBlocks));
+    this.#trim(pod);
   }
 
   /** Drops everything about `podId` (it left, or restarted). */
@@ -187,7 +194,12 @@ export class PrefixIndex {
 
   #alive(pod: PodState, hash: number): boolean {
     const stamp = pod.blocks.peek(hash);
-    return stamp !== undefined && pod.written - stamp <= pod.holdBlocks;
+    return stamp !== undefined && pod.written - stamp <= pod.capacityBlocks;
+  }
+
+  /** Drops the least recently sent entries the pod's KV cache could not hold alongside the rest. */
+  #trim(pod: PodState): void {
+    while (pod.blocks.size > pod.capacityBlocks) pod.blocks.pop();
   }
 
   #pod(podId: string): PodState {
@@ -205,7 +217,7 @@ export class PrefixIndex {
           },
         }),
         written: 0,
-        holdBlocks: Infinity,
+        capacityBlocks: Infinity,
         computedTokens: 0,
         seen: 0,
       };

@@ -1,7 +1,9 @@
 // The Gateway API Inference Extension's endpoint picker (EPP), default scheduling profile, as a
 // bench strategy. Reimplemented from its behaviour as read in kubernetes-sigs/gateway-api-inference-extension
-// (v1.x, pkg/epp before the EPP moved out in mid-2026: config/loader/defaults.go, scorer/queuedepth,
-// scorer/kvcacheutilization, scorer/prefix, picker/maxscore, dataproducer/approximateprefix), so
+// (v1.0–v1.4, pkg/epp) and, after the EPP moved out in mid-2026, llm-d/llm-d-inference-scheduler
+// (checked 2026-12-04: pkg/epp/config/loader/defaults.go; pkg/epp/framework/plugins/requestcontrol/
+// dataproducer/approximateprefix/{types,hashing,indexer,plugin}.go; scheduling/scorer/{prefix,
+// queuedepth,kvcacheutilization}; picker/maxscore; datalayer/extractor/metrics/factories.go), so
 // that it is neither stronger nor weaker than what a user of GIE gets by default:
 //
 //   - scorers, each in [0, 1]: queue = (maxWaiting − waiting) / (maxWaiting − minWaiting) over the
@@ -9,14 +11,21 @@
 //     prompt's blocks. Weights 2, 2, 3 (the default profile's); the weighted sum ranks.
 //   - picker: max score, ties broken at random (it shuffles, then sorts stably).
 //   - metrics: waiting requests and KV usage as scraped, refreshed every 50 ms (its default).
-//   - prefix index ("approximate prefix cache"): the prompt's text cut into blocks of 16 tokens ×
-//     4 characters, chained hashes, at most 256 blocks (longer prompts truncated), and a trailing
-//     partial block hashed too. After each decision the chosen pod's LRU gets every block, first
-//     to last; its capacity is the pod's KV blocks as its metrics report them (num_gpu_blocks,
-//     "autoTune"), so the index forgets what the pod could no longer hold, oldest first. Nothing
-//     else ages it: it never sees the pod's own cache counters or other clients' traffic. A
-//     lookup walks the prompt's blocks from the first and stops at the first block no pod holds;
-//     each pod scores the blocks of that run it holds.
+//   - prefix index ("approximate prefix cache"): the prompt's text (for chat, its messages as JSON)
+//     cut into blocks of blockSizeTokens (16, or the pod's block_size) × 4 *characters*, hashes
+//     chained from the model name, at most maxPrefixBlocksToMatch = 256 blocks (longer prompts are
+//     cut: 4k tokens' worth of text), and a trailing partial block hashed too. After each decision
+//     (PreRequest: on routing, never on the engine's confirmation) the chosen pod's LRU gets every
+//     block, first to last. Its capacity ("autoTune", on by default) is the pod's num_gpu_blocks
+//     from vllm:cache_config_info; lruCapacityPerServer (31,250) only when a pod reports none. An
+//     entry stands for 16 tokens, but a prompt past 4k tokens records only its first 256 entries
+//     while the engine stores all its blocks: the LRU holds more prompts than the pod does (a 7k
+//     prompt: 1.75×). Nothing else ages it: it never sees the pod's own cache counters or other
+//     clients' traffic. A lookup walks the prompt's blocks from the first and stops at the first
+//     block no pod holds; each pod scores the blocks of that run it holds.
+//   - `GIE_V1_0`: the profile llm-d benchmarked its precise scorer against ("estimated-scheduling"
+//     in its b2b-saas report, said to match the then-default): weights 1, 1, 1 and a fixed LRU of
+//     lruCapacityPerServer = 31,250 entries per pod whatever the pod holds (v1.0 had no autoTune).
 //
 // Not modelled: flow control (a feature gate, off by default) and the saturation detector (it only
 // sheds "sheddable" requests, and none are here), LoRA affinity (no adapters here), and the model
@@ -28,6 +37,16 @@ import type { BenchStrategy, StrategyFactory } from './strategy-types.ts';
 import { promptTextOf } from './workload.ts';
 
 export const GIE_WEIGHTS = { queue: 2, kvCache: 2, prefix: 3 } as const;
+
+/** A variant of the profile: its scorer weights and its prefix LRU's capacity per pod. */
+export interface GieSettings {
+  weights: { queue: number; kvCache: number; prefix: number };
+  /** 'autoTune': the pod's KV blocks (the current default); a number: that many entries whatever the pod holds. */
+  lruCapacity: 'autoTune' | number;
+}
+export const GIE_DEFAULT: GieSettings = { weights: GIE_WEIGHTS, lruCapacity: 'autoTune' };
+/** v1.0's defaults, as llm-d's b2b-saas report configured its approximate baseline. */
+export const GIE_V1_0: GieSettings = { weights: { queue: 1, kvCache: 1, prefix: 1 }, lruCapacity: 31_250 };
 /** The EPP's default metrics refresh interval (ms). */
 export const GIE_REFRESH_MS = 50;
 /** maxPrefixBlocksToMatch's default. */
@@ -94,7 +113,8 @@ const kvUsage = (load: PodLoad | undefined) => (Number.isFinite(load?.kvCache) ?
 const clamp01 = (x: number) => Math.min(1, Math.max(0, x));
 
 /** The default profile; `withPrefix` false leaves out the prefix-cache scorer (queue + KV only). */
-export function gieProfile(withPrefix: boolean): StrategyFactory {
+export function gieProfile(withPrefix: boolean, settings: GieSettings = GIE_DEFAULT): StrategyFactory {
+  const w = settings.weights;
   return (ctx): BenchStrategy => {
     const index = new GiePrefixIndex();
     return {
@@ -109,9 +129,9 @@ export function gieProfile(withPrefix: boolean): StrategyFactory {
           const queue = maxQ === minQ ? 1 : (maxQ - waiting[i]) / (maxQ - minQ);
           const prefix = hashes.length > 0 ? (matched.get(p.pod.uid) ?? 0) / hashes.length : 0;
           return (
-            GIE_WEIGHTS.queue * clamp01(queue) +
-            GIE_WEIGHTS.kvCache * clamp01(1 - kvUsage(p.lastLoad)) +
-            (withPrefix ? GIE_WEIGHTS.prefix * clamp01(prefix) : 0)
+            w.queue * clamp01(queue) +
+            w.kvCache * clamp01(1 - kvUsage(p.lastLoad)) +
+            (withPrefix ? w.prefix * clamp01(prefix) : 0)
           );
         });
         const best = Math.max(...scores);
@@ -120,7 +140,13 @@ export function gieProfile(withPrefix: boolean): StrategyFactory {
         const chosen = ctx.pods[pod];
         if (hashes.length > 0) {
           const capacity = chosen.lastLoad?.kvCapacityTokens;
-          index.add(chosen.pod.uid, hashes, capacity !== undefined ? capacity / BLOCK_TOKENS : undefined);
+          const lru =
+            settings.lruCapacity !== 'autoTune'
+              ? settings.lruCapacity
+              : capacity !== undefined
+                ? capacity / BLOCK_TOKENS
+                : undefined;
+          index.add(chosen.pod.uid, hashes, lru);
         }
         return { pod };
       },

@@ -162,22 +162,37 @@ export function ttftFloors(arrivals: readonly Arrival[], shape: PodShape, speeds
   });
 }
 
+/** Users per customer in llm-d's b2b-saas run (inference-perf's shared_prefix num_prompts_per_group). */
+export const B2B_USERS = 5;
+/** Tokens a customer keeps resident: its context and each user's question (6,000 + 5 × 1,200). */
+export const B2B_RESIDENT_TOKENS = 6000 + B2B_USERS * 1200;
+
 /**
- * Cache pressure, shaped like llm-d's b2b-saas workload scaled to the simulator: `customers`
- * customers, each with its own 6,000-token context (documents, instructions) shared by its users;
- * every request is a customer's context plus a 1,200-token query of its own, the customer drawn
- * uniformly. 60 contexts are 360k tokens, more than a 4-pod pool's KV (4 × 65,536): no pod can
- * hold every customer, so where a request lands decides whether 6,000 tokens are recomputed.
+ * Cache pressure, shaped like llm-d's b2b-saas run (inference-perf's shared_prefix data: 150 groups
+ * of 5 prompts, a 6,000-token system prompt per group, a 1,200-token question per prompt), scaled
+ * to the simulator: `customers` customers, each with its own 6,000-token context shared by its 5
+ * users, each user with a 1,200-token question of their own that they send again and again. The
+ * customers × 5 prompts are shuffled once and sent in that order, round after round (as
+ * inference-perf cycles its prompt list), at Poisson times. Resident, a customer takes 12,000
+ * tokens of KV: llm-d sized 150 of them at 73% of its 8 pods' KV; here `customers` sets the share.
+ * Answers are 50–200 tokens (llm-d: 1,000 with ignore_eos, on engines batching far more than these pods' 16).
  */
 export function b2bSaas(seed: number, ms: number, ratePerS: number, customers = 60): Arrival[] {
   const rand = mulberry32(seed);
-  const contexts = Array.from({ length: customers }, (_, i) => tokenStream(seed * 7907 + i)(6000));
+  const prompts: number[][] = [];
+  for (let c = 0; c < customers; c++) {
+    const context = tokenStream(seed * 7907 + c)(6000);
+    for (let u = 0; u < B2B_USERS; u++)
+      prompts.push([...context, ...tokenStream(seed * 15_485_863 + c * B2B_USERS + u)(1200)]);
+  }
+  for (let i = prompts.length - 1; i > 0; i--) {
+    const j = Math.floor(rand() * (i + 1));
+    [prompts[i], prompts[j]] = [prompts[j], prompts[i]];
+  }
   const out: Arrival[] = [];
   let request = 0;
   for (let at = exp(rand, 1000 / ratePerS); at < ms; at += exp(rand, 1000 / ratePerS)) {
-    const context = contexts[Math.floor(rand() * customers)];
-    const query = tokenStream(seed * 15_485_863 + ++request)(1200);
-    const tokens = [...context, ...query];
+    const tokens = prompts[request++ % prompts.length];
     out.push({ at, promptTokens: tokens.length, maxTokens: between(rand, 50, 200), tokens });
   }
   return out;
