@@ -15,14 +15,14 @@ import { BudgetLedger } from './budget/ledger.ts';
 import { OverflowBudget } from './budget/spend.ts';
 import { BudgetExchange } from './budget/exchange.ts';
 import { createAdminHandler, type AdminHandler } from './server/admin.ts';
-import { adminViews } from './server/admin-views.ts';
+import { adminViews, type AdminViewsDeps } from './server/admin-views.ts';
 import { createApiHandler } from './server/api.ts';
 import { listenApi } from './server/listener.ts';
 import { Callers } from './server/caller.ts';
 import { Drain } from './server/drain.ts';
 import { memoryRelease, startIdleRelease } from './memory/idle-release.ts';
 import { requestPathFor } from './server/inference.ts';
-import { createMetrics, podPredictionsOf } from './server/metrics.ts';
+import { createMetrics, podPredictionsOf, type Metrics } from './server/metrics.ts';
 import { scraperFeedingPool } from './telemetry/pool-feed.ts';
 import { startPodProbes } from './forward/pod-probe.ts';
 import type { Scraper } from './telemetry/scraper.ts';
@@ -247,6 +247,64 @@ function once(run: () => Promise<void>): () => Promise<void> {
   return () => (started ??= run());
 }
 
+/** Tracing: the configured OTLP export (unless a tracer is given) and the request path's traces. */
+async function tracesFor(settings: AgentSettings, given: Tracer | undefined) {
+  const traceExport = given ? undefined : await traceExportFor(settings);
+  const tracer = given ?? traceExport?.tracer;
+  // Loaded only with a tracer: an agent without tracing never loads OpenTelemetry.
+  const traces = tracer ? (await import('./server/tracing.ts')).requestTraces(tracer) : undefined;
+  return { traceExport, traces };
+}
+
+/** The API listener on `listen.api`, with the HTTP/1.1 bounds of `limits`. */
+function startApi(settings: AgentSettings, handler: Parameters<typeof listenApi>[0]) {
+  const { limits } = settings;
+  const apiAt = parseHostPort(settings.listen.api);
+  return listenApi(
+    handler,
+    {
+      maxHeaderBytes: limits.apiMaxHeaderBytes,
+      maxHeaders: limits.apiMaxHeaders,
+      maxTargetBytes: limits.apiMaxTargetBytes,
+      headersTimeoutMs: limits.apiHeadersTimeoutMs,
+      requestTimeoutMs: limits.apiRequestTimeoutMs,
+      keepAliveTimeoutMs: limits.apiKeepAliveTimeoutMs,
+      maxRequestsPerSocket: limits.apiMaxRequestsPerSocket,
+    },
+    apiAt.port,
+    apiAt.host,
+  );
+}
+
+/** Gives memory back once the agent turns quiet (limits.releaseMemoryAfterIdle; 0: never). */
+function idleReleaseFor(limits: AgentSettings['limits'], now: () => number, drain: Drain, released: () => void) {
+  if (limits.releaseMemoryAfterIdleMs <= 0) return undefined;
+  return startIdleRelease({
+    quietMs: limits.releaseMemoryAfterIdleMs,
+    now,
+    received: () => drain.received,
+    open: () => drain.active,
+    release: memoryRelease(),
+    released,
+  });
+}
+
+/** The admin listener on `listen.admin`: /metrics, health, the state views and the dashboard. */
+function startAdmin(
+  settings: AgentSettings,
+  parts: Omit<AdminViewsDeps, 'node' | 'discoveryMode' | 'metrics'> & { metrics: Metrics; log: Log },
+): Promise<Server> {
+  const { metrics, isKnownModel, log } = parts;
+  const views = adminViews({ node: settings.node, discoveryMode: settings.discovery, ...parts });
+  return listen(
+    createAdminHandler(
+      { metrics, ...views, isKnownModel, maxBodyBytes: settings.limits.maxBodyBytes, log },
+      parseHostPort(settings.listen.admin).host,
+    ),
+    settings.listen.admin,
+  );
+}
+
 export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}): Promise<RunningAgent> {
   // timeOrigin is fixed for the process, and its getter (brand check, native call) cost about
   // twice performance.now() itself: read once, not at each of a request's dozen clock reads.
@@ -296,10 +354,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     timeoutMs: Math.min(1_000, limits.podConnectTimeoutMs),
   });
 
-  const traceExport = deps.tracer ? undefined : await traceExportFor(settings);
-  const tracer = deps.tracer ?? traceExport?.tracer;
-  // Loaded only with a tracer: an agent without tracing never loads OpenTelemetry.
-  const traces = tracer ? (await import('./server/tracing.ts')).requestTraces(tracer) : undefined;
+  const { traceExport, traces } = await tracesFor(settings, deps.tracer);
   const isKnownModel = (model: string) => pool.servedModels().has(model) || overflow.serves(model);
   const knownModels = () => [...new Set([...pool.servedModels(), ...overflow.models()])].sort();
   const requestPath = requestPathFor(settings, {
@@ -317,56 +372,16 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   });
 
   const drain = new Drain();
-  const apiAt = parseHostPort(settings.listen.api);
-  const api = await listenApi(
+  const api = await startApi(
+    settings,
     createApiHandler({ requestPath, models: knownModels, accepting: () => !drain.draining, log }),
-    {
-      maxHeaderBytes: limits.apiMaxHeaderBytes,
-      maxHeaders: limits.apiMaxHeaders,
-      maxTargetBytes: limits.apiMaxTargetBytes,
-      headersTimeoutMs: limits.apiHeadersTimeoutMs,
-      requestTimeoutMs: limits.apiRequestTimeoutMs,
-      keepAliveTimeoutMs: limits.apiKeepAliveTimeoutMs,
-      maxRequestsPerSocket: limits.apiMaxRequestsPerSocket,
-    },
-    apiAt.port,
-    apiAt.host,
   );
   drain.track(api);
   gossip?.addAgentApi(...agentApiAddresses(api.address() as AddressInfo, settings.gossip?.advertise));
-  const idleRelease =
-    limits.releaseMemoryAfterIdleMs > 0
-      ? startIdleRelease({
-          quietMs: limits.releaseMemoryAfterIdleMs,
-          now,
-          received: () => drain.received,
-          open: () => drain.active,
-          release: memoryRelease(),
-          released: () => metrics.memoryReleases.inc(),
-        })
-      : undefined;
-  const views = adminViews({
-    node: settings.node,
-    discoveryMode: settings.discovery,
-    discovery,
-    peers: discovered.peers,
-    pool,
-    scraper,
-    gossip,
-    draining: () => drain.draining,
-    callers,
-    overflow,
-    metrics,
-    requestPath,
-    isKnownModel,
-  });
-  const admin = await listen(
-    createAdminHandler(
-      { metrics, ...views, isKnownModel, maxBodyBytes: limits.maxBodyBytes, log },
-      parseHostPort(settings.listen.admin).host,
-    ),
-    settings.listen.admin,
-  );
+  const idleRelease = idleReleaseFor(limits, now, drain, () => metrics.memoryReleases.inc());
+  const draining = () => drain.draining;
+  const parts = { discovery, peers: discovered.peers, pool, scraper, gossip, draining, callers, overflow };
+  const admin = await startAdmin(settings, { ...parts, metrics, requestPath, isKnownModel, log });
   log(
     'info',
     `node ${settings.node}: API ${urlOf(api)}, admin ${urlOf(admin)}${settings.gossip ? `, gossip udp ${settings.gossip.bind}` : ''}`,
