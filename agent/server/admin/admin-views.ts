@@ -1,18 +1,18 @@
 // What the admin listener shows, composed from the parts that know it: readiness (discovery,
 // first scrape, gossip, drain), /debug/state, and /explain by query or with a real body.
-import type { DiscoveryStatus } from '../cluster/types.ts';
-import type { GossipLink } from '../gossip/link.ts';
-import type { PodPool } from '../pool/pool.ts';
-import type { Overflow } from '../providers/overflow.ts';
-import type { PodHealth } from '../telemetry/scraper.ts';
-import type { EffectivePolicy, RouteRequest } from '../types.ts';
+import type { DiscoveryStatus } from '../../cluster/types.ts';
+import type { GossipLink } from '../../gossip/link.ts';
+import type { PodPool } from '../../pool/pool.ts';
+import type { Overflow } from '../../providers/overflow.ts';
+import type { PodHealth } from '../../telemetry/scraper.ts';
+import type { EffectivePolicy, RouteRequest } from '../../types.ts';
 import type { AdminDeps, ExplainBodyQuery, Readiness } from './admin.ts';
-import type { Callers } from './caller.ts';
+import type { Callers } from '../caller.ts';
 import { explainDecision } from './explain.ts';
-import type { Identity } from './identify.ts';
-import type { RequestPath } from './inference.ts';
-import type { Metrics } from './metrics.ts';
-import { parseInferenceRequest, RequestError } from './request.ts';
+import type { Identity } from '../identify.ts';
+import type { RequestPath } from '../inference.ts';
+import type { Metrics } from '../metrics.ts';
+import { parseInferenceRequest, RequestError } from '../request.ts';
 
 /** Peers' pods /debug/state lists by default (the fastest predicted); `?peers=N` asks for more. */
 export const DEFAULT_STATE_PEER_PODS = 100;
