@@ -8,7 +8,7 @@ import { DEFAULT_PEER_SHORTLIST } from '../pool/pool.ts';
 import { DEFAULT_PREFIX_MAX_BLOCKS } from '../prefix/blocks.ts';
 import { DEFAULT_MAX_BLOCKS_PER_POD } from '../prefix/index.ts';
 import { DEFAULT_LORA_COSTS } from '../route/lora.ts';
-import { DurationString } from './schema-parts.ts';
+import { DurationString } from '../../shared/config-schema.ts';
 
 export const LimitsConfig = Type.Object(
   {
@@ -265,6 +265,6 @@ export function limitsSettings(limits: LimitsFile, scrapeIntervalMs: number): Li
 }
 
 /** A duration setting in ms, or its default when the file leaves it out. */
-export function durationOr(text: string | undefined, fallbackMs: number): number {
+function durationOr(text: string | undefined, fallbackMs: number): number {
   return text ? parseDuration(text) : fallbackMs;
 }

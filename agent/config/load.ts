@@ -18,8 +18,10 @@ import {
   peerPodCidrs,
   type GossipSettings,
 } from '../gossip/config.ts';
+import { staticPodProblems, staticPods } from '../cluster/config.ts';
+import { sessionSettings } from '../route/session-config.ts';
 import { AgentConfigSchema, type AgentConfigFile } from './schema.ts';
-import { durationOr, limitsSettings, type Limits } from './limits.ts';
+import { limitsSettings, type Limits } from './limits.ts';
 import { providerListProblems, providerSettings } from './providers.ts';
 import { dotPath } from '../../shared/json.ts';
 
@@ -109,12 +111,7 @@ function crossChecks(file: AgentConfigFile): string[] {
     const value = file.limits?.[key];
     if (value !== undefined && !(parseDuration(value) > 0)) problems.push(`limits.${key}: must be positive`);
   }
-  const pods = new Set<string>();
-  (file.pods ?? []).forEach((p, i) => {
-    const id = `${p.namespace ?? 'default'}/${p.name}`;
-    if (pods.has(id)) problems.push(`pods[${i}].name: duplicate pod "${id}"`);
-    pods.add(id);
-  });
+  problems.push(...staticPodProblems(file.pods ?? []));
   problems.push(...compileDetectors(file.detectors ?? []).errors);
   problems.push(...peerPodCidrProblems(file.gossip));
   return problems;
@@ -178,22 +175,7 @@ export function settingsFromObject(
     discovery: file.discovery ?? 'static',
     scrapeIntervalMs,
     scrapeFilter: file.scrapeFilter ?? true,
-    pods: (file.pods ?? []).map((p) => {
-      const namespace = p.namespace ?? 'default';
-      return {
-        uid: `${namespace}/${p.name}`,
-        name: p.name,
-        namespace,
-        node: file.node,
-        address: p.address,
-        // An adapter is a model the pod serves: the pool indexes and /v1/models list it too.
-        models: [...new Set([...p.models, ...(p.adapters ?? [])])],
-        engine: p.engine,
-        ...(p.adapters?.length ? { adapters: p.adapters } : {}),
-        ...(p.maxConcurrency !== undefined ? { maxConcurrency: p.maxConcurrency } : {}),
-        ...(p.kvEvents ? { kvEvents: p.kvEvents } : {}),
-      };
-    }),
+    pods: staticPods(file.pods ?? [], file.node),
     tokenizers: file.tokenizers ?? {},
     peers: file.peers ?? [],
     peerPodCidrs: peerPodCidrs(file.gossip, file.peers ?? []),
@@ -214,16 +196,7 @@ export function settingsFromObject(
     podCredentials: file.podCredentials ?? [],
     requestLogSample: file.requestLog?.sample ?? 0,
     ...(file.tracing ? { tracing: file.tracing } : {}),
-    ...(file.sessions
-      ? {
-          sessions: {
-            header: (file.sessions.header ?? 'x-session-id').toLowerCase(),
-            fromBody: file.sessions.fromBody ?? true,
-            maxSessions: file.sessions.maxSessions ?? 100_000,
-            ttlMs: durationOr(file.sessions.ttl, 600_000),
-          },
-        }
-      : {}),
+    ...(file.sessions ? { sessions: sessionSettings(file.sessions) } : {}),
   };
 }
 

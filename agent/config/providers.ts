@@ -3,7 +3,7 @@
 import { Type, type Static } from '@sinclair/typebox';
 import type { ProviderSettings } from '../providers/types.ts';
 import { parseDuration } from '../../shared/duration.ts';
-import { DurationString, Name, SecretRef } from './schema-parts.ts';
+import { DurationString, Name, SecretRef } from '../../shared/config-schema.ts';
 
 export const DEFAULT_PROVIDER_TIMEOUT_MS = 10_000;
 

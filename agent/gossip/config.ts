@@ -5,7 +5,7 @@ import { isIP } from 'node:net';
 import { parseDuration } from '../../shared/duration.ts';
 import { hostPort } from '../cluster/kubernetes-snapshot.ts';
 import { cidrBlockList } from '../cluster/peer-pods.ts';
-import { DurationString, HostPort, SecretRef as SecretRefSchema } from '../config/schema-parts.ts';
+import { DurationString, HostPort, SecretRef as SecretRefSchema } from '../../shared/config-schema.ts';
 import type { SecretRef } from '../config/secrets.ts';
 import { parseHostPort } from './node.ts';
 import { DEFAULT_TTL_MS } from './state.ts';
