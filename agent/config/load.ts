@@ -7,7 +7,6 @@ import { parse as parseYaml } from 'yaml';
 import type { Pod, SessionSettings } from '../types.ts';
 import type { ProviderSettings } from '../providers/types.ts';
 import { parseDuration } from '../../shared/duration.ts';
-import type { SecretRef } from './secrets.ts';
 import { loadPolicies } from '../policy/validate.ts';
 import { compilePolicies } from '../policy/resolve.ts';
 import { compileDetectors, type DetectorSpec } from '../classify/custom.ts';
@@ -19,18 +18,14 @@ import {
   type GossipSettings,
 } from '../gossip/config.ts';
 import { staticPodProblems, staticPods } from '../cluster/config.ts';
+import type { PodCredential } from '../forward/config.ts';
 import { sessionSettings } from '../route/session-config.ts';
 import { AgentConfigSchema, type AgentConfigFile } from './schema.ts';
 import { limitsSettings, type Limits } from './limits.ts';
-import { providerListProblems, providerSettings } from './providers.ts';
+import { providerListProblems, providerSettings } from '../providers/config.ts';
 import { dotPath } from '../../shared/json.ts';
 
-/** The key sent to matching model-server pods: `pod` (NAME or NAMESPACE/NAME) beats `namespace` beats neither. */
-export interface PodCredential {
-  namespace?: string;
-  pod?: string;
-  apiKey: SecretRef;
-}
+export type { PodCredential } from '../forward/config.ts';
 
 export interface AgentSettings {
   node: string;

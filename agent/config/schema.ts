@@ -7,26 +7,10 @@ import { GossipConfig } from '../gossip/config.ts';
 import { SessionsConfig } from '../route/session-config.ts';
 import { TracingConfig } from '../telemetry/tracing-config.ts';
 import { LimitsConfig } from './limits.ts';
-import { ProviderConfig } from './providers.ts';
-import { DurationString, HostPort, Name, SecretRef } from '../../shared/config-schema.ts';
-
-/** A platform detector: keywords and/or a pattern that add a tag (validated by agent/classify/custom.ts). */
-const DetectorConfig = Type.Object(
-  {
-    name: Name,
-    tag: Name,
-    keywords: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 256 }), { maxItems: 1024 })),
-    pattern: Type.Optional(Type.String({ minLength: 1, maxLength: 1024 })),
-    ignoreCase: Type.Optional(Type.Boolean()),
-  },
-  { additionalProperties: false },
-);
-
-/** The API key a model-server pod was started with (`vllm --api-key`): for every pod, a namespace's, or one pod's. */
-const PodCredential = Type.Object(
-  { namespace: Type.Optional(Name), pod: Type.Optional(Name), apiKey: SecretRef },
-  { additionalProperties: false },
-);
+import { ProviderConfig } from '../providers/config.ts';
+import { DetectorConfig } from '../classify/config.ts';
+import { PodCredentialConfig } from '../forward/config.ts';
+import { DurationString, HostPort, Name } from '../../shared/config-schema.ts';
 
 /** One JSON line per request on stdout, for a sampled share of requests (0: off). */
 const RequestLog = Type.Object({ sample: Type.Number({ minimum: 0, maximum: 1 }) }, { additionalProperties: false });
@@ -60,7 +44,7 @@ export const AgentConfigSchema = Type.Object(
     detectors: Type.Optional(Type.Array(DetectorConfig, { maxItems: 64 })),
     namespaces: Type.Optional(Type.Record(Type.String(), Type.Record(Type.String(), Type.String()))),
     limits: Type.Optional(LimitsConfig),
-    podCredentials: Type.Optional(Type.Array(PodCredential)),
+    podCredentials: Type.Optional(Type.Array(PodCredentialConfig)),
     requestLog: Type.Optional(RequestLog),
     kubernetes: Type.Optional(KubernetesConfig),
     tracing: Type.Optional(TracingConfig),
