@@ -21,7 +21,7 @@ import { listenApi } from './server/listener.ts';
 import { Callers } from './server/caller.ts';
 import { Drain } from './server/drain.ts';
 import { memoryRelease, startIdleRelease } from './memory/idle-release.ts';
-import { requestPathFor } from './server/inference.ts';
+import { requestPathFor, type RequestPath } from './server/inference.ts';
 import { createMetrics, podPredictionsOf, type Metrics } from './server/metrics.ts';
 import { scraperFeedingPool } from './telemetry/pool-feed.ts';
 import { startPodProbes } from './forward/pod-probe.ts';
@@ -305,6 +305,34 @@ function startAdmin(
   );
 }
 
+/** Stops taking requests, lets in-flight ones finish (up to the drain timeout), then closes every part. */
+async function stopAgent(
+  limits: AgentSettings['limits'],
+  parts: {
+    idleRelease?: { stop(): void };
+    drain: Drain;
+    api: Parameters<Drain['drain']>[0];
+    requestPath: RequestPath;
+    stopPodProbes: () => void;
+    overflow: Overflow;
+    traceExport?: { shutdown(): Promise<void> };
+    admin: Server;
+  },
+  feeds: readonly ({ stop(): Promise<void> } | undefined)[],
+): Promise<void> {
+  const { idleRelease, drain, api, requestPath, stopPodProbes, overflow, traceExport, admin } = parts;
+  idleRelease?.stop();
+  await drain.drain(api, limits.drainTimeoutMs, () => requestPath.endStreams());
+  stopPodProbes();
+  for (const part of feeds) await part?.stop();
+  await overflow.close();
+  await traceExport?.shutdown().catch(() => {});
+  await requestPath.deps.dispatcher.close().catch(() => {});
+  await requestPath.deps.bodies?.close();
+  await new Promise<void>((resolve) => admin.close(() => resolve()));
+  admin.closeAllConnections();
+}
+
 export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}): Promise<RunningAgent> {
   // timeOrigin is fixed for the process, and its getter (brand check, native call) cost about
   // twice performance.now() itself: read once, not at each of a request's dozen clock reads.
@@ -387,18 +415,8 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     `node ${settings.node}: API ${urlOf(api)}, admin ${urlOf(admin)}${settings.gossip ? `, gossip udp ${settings.gossip.bind}` : ''}`,
   );
 
-  const shutdown = once(async () => {
-    idleRelease?.stop();
-    await drain.drain(api, limits.drainTimeoutMs, () => requestPath.endStreams());
-    stopPodProbes();
-    for (const part of [gossip, scraper, discovery, kv]) await part?.stop();
-    await overflow.close();
-    await traceExport?.shutdown().catch(() => {});
-    await requestPath.deps.dispatcher.close().catch(() => {});
-    await requestPath.deps.bodies?.close();
-    await new Promise<void>((resolve) => admin.close(() => resolve()));
-    admin.closeAllConnections();
-  });
+  const stoppable = { idleRelease, drain, api, requestPath, stopPodProbes, overflow, traceExport, admin };
+  const shutdown = once(() => stopAgent(limits, stoppable, [gossip, scraper, discovery, kv]));
 
   return { apiUrl: urlOf(api), adminUrl: urlOf(admin), gossipAddress: settings.gossip?.bind, pool, shutdown };
 }
