@@ -14,20 +14,21 @@ import { overflowFor, type Overflow } from './providers/overflow.ts';
 import { BudgetLedger } from './budget/ledger.ts';
 import { OverflowBudget } from './budget/spend.ts';
 import { BudgetExchange } from './budget/exchange.ts';
-import { createAdminHandler, type AdminHandler } from './server/admin.ts';
-import { adminViews } from './server/admin-views.ts';
+import { createAdminHandler, type AdminHandler } from './server/admin/admin.ts';
+import { adminViews, type AdminViewsDeps } from './server/admin/admin-views.ts';
 import { createApiHandler } from './server/api.ts';
 import { listenApi } from './server/listener.ts';
 import { Callers } from './server/caller.ts';
 import { Drain } from './server/drain.ts';
 import { memoryRelease, startIdleRelease } from './memory/idle-release.ts';
-import { requestPathFor } from './server/inference.ts';
-import { createMetrics, podPredictionsOf } from './server/metrics.ts';
+import { requestPathFor, type RequestPath } from './server/inference.ts';
+import { createMetrics, podPredictionsOf, type Metrics } from './server/metrics.ts';
 import { scraperFeedingPool } from './telemetry/pool-feed.ts';
 import { startPodProbes } from './forward/pod-probe.ts';
 import type { Scraper } from './telemetry/scraper.ts';
 import { traceExportFor } from './telemetry/trace-export.ts';
 import { AdapterListing } from './telemetry/adapter-listing.ts';
+import { kvEventsFor } from './telemetry/kv-events-for.ts';
 import { podAuthFrom } from './forward/pod.ts';
 import type { Tracer } from '@opentelemetry/api';
 
@@ -146,62 +147,6 @@ function overflowBudgetFor(
   return { budget, exchange };
 }
 
-/**
- * Precise prefix routing: subscribers to the KV events of the local pods that publish them, and
- * the configured models' tokenizers. The ZMQ binding and the tokenizers load only once a pod
- * publishes events or a tokenizer is configured: an agent without either pays nothing for them.
- */
-async function kvEventsFor(
-  settings: AgentSettings,
-  pool: PodPool,
-  log: (message: string) => void,
-): Promise<{
-  setPods(pods: readonly Pod[]): void;
-  stop(): Promise<void>;
-  promptTokenIds?: (model: string, body: Record<string, unknown>) => number[] | undefined;
-}> {
-  type Feeds = import('./telemetry/kv-feed.ts').KvEventFeeds;
-  let feeds: Feeds | undefined;
-  let loading: Promise<Feeds> | undefined;
-  let latest: readonly Pod[] = [];
-  const load = () =>
-    (loading ??= import('./telemetry/kv-feed.ts').then(({ KvEventFeeds }) => {
-      feeds = new KvEventFeeds({
-        maxBlocksPerPod: settings.limits.preciseBlocksPerPod,
-        replayTimeoutMs: settings.limits.kvReplayTimeoutMs,
-        maxHeldBatches: settings.limits.kvMaxHeldBatches,
-        log,
-      });
-      const f = feeds;
-      pool.attachPreciseIndex(f.index, (uid) => f.synced(uid));
-      f.setPods(latest);
-      return f;
-    }));
-  const tokenizers =
-    Object.keys(settings.tokenizers).length > 0
-      ? (await import('./telemetry/kv-feed.ts')).loadTokenizers(settings.tokenizers, log)
-      : undefined;
-  return {
-    setPods(pods) {
-      latest = pods;
-      if (feeds) feeds.setPods(pods);
-      else if (pods.some((p) => p.kvEvents)) void load();
-    },
-    async stop() {
-      await (feeds ?? (loading ? await loading : undefined))?.stop();
-    },
-    ...(tokenizers?.size
-      ? {
-          promptTokenIds: (model: string, body: Record<string, unknown>) => {
-            // Only worth the tokenizing when some pod's events can answer; otherwise the approximate index does.
-            if (!feeds) return undefined;
-            return tokenizers.get(model)?.promptTokens(body);
-          },
-        }
-      : {}),
-  };
-}
-
 /** Applies each discovery snapshot to the parts it feeds: pods, policies, providers, peers, callers, detectors. */
 function followDiscovery(
   discovery: Discovery,
@@ -252,6 +197,107 @@ function once(run: () => Promise<void>): () => Promise<void> {
   return () => (started ??= run());
 }
 
+/** Tracing: the configured OTLP export (unless a tracer is given) and the request path's traces. */
+async function tracesFor(settings: AgentSettings, given: Tracer | undefined) {
+  const traceExport = given ? undefined : await traceExportFor(settings);
+  const tracer = given ?? traceExport?.tracer;
+  // Loaded only with a tracer: an agent without tracing never loads OpenTelemetry.
+  const traces = tracer ? (await import('./server/tracing.ts')).requestTraces(tracer) : undefined;
+  return { traceExport, traces };
+}
+
+/** The API listener on `listen.api`, with the HTTP/1.1 bounds of `limits`. */
+function startApi(settings: AgentSettings, handler: Parameters<typeof listenApi>[0]) {
+  const { limits } = settings;
+  const apiAt = parseHostPort(settings.listen.api);
+  return listenApi(
+    handler,
+    {
+      maxHeaderBytes: limits.apiMaxHeaderBytes,
+      maxHeaders: limits.apiMaxHeaders,
+      maxTargetBytes: limits.apiMaxTargetBytes,
+      headersTimeoutMs: limits.apiHeadersTimeoutMs,
+      requestTimeoutMs: limits.apiRequestTimeoutMs,
+      keepAliveTimeoutMs: limits.apiKeepAliveTimeoutMs,
+      maxRequestsPerSocket: limits.apiMaxRequestsPerSocket,
+    },
+    apiAt.port,
+    apiAt.host,
+  );
+}
+
+/** Gives memory back once the agent turns quiet (limits.releaseMemoryAfterIdle; 0: never). */
+function idleReleaseFor(limits: AgentSettings['limits'], now: () => number, drain: Drain, released: () => void) {
+  if (limits.releaseMemoryAfterIdleMs <= 0) return undefined;
+  return startIdleRelease({
+    quietMs: limits.releaseMemoryAfterIdleMs,
+    now,
+    received: () => drain.received,
+    open: () => drain.active,
+    release: memoryRelease(),
+    released,
+  });
+}
+
+/** The admin listener on `listen.admin`: /metrics, health, the state views and the dashboard. */
+function startAdmin(
+  settings: AgentSettings,
+  parts: Omit<AdminViewsDeps, 'node' | 'discoveryMode' | 'metrics'> & { metrics: Metrics; log: Log },
+): Promise<Server> {
+  const { metrics, isKnownModel, log } = parts;
+  const views = adminViews({ node: settings.node, discoveryMode: settings.discovery, ...parts });
+  return listen(
+    createAdminHandler(
+      { metrics, ...views, isKnownModel, maxBodyBytes: settings.limits.maxBodyBytes, log },
+      parseHostPort(settings.listen.admin).host,
+    ),
+    settings.listen.admin,
+  );
+}
+
+/** Stops taking requests, lets in-flight ones finish (up to the drain timeout), then closes every part. */
+async function stopAgent(
+  limits: AgentSettings['limits'],
+  parts: {
+    idleRelease?: { stop(): void };
+    drain: Drain;
+    api: Parameters<Drain['drain']>[0];
+    requestPath: RequestPath;
+    stopPodProbes: () => void;
+    listing?: { stop(): void };
+    overflow: Overflow;
+    traceExport?: { shutdown(): Promise<void> };
+    admin: Server;
+  },
+  feeds: readonly ({ stop(): Promise<void> } | undefined)[],
+): Promise<void> {
+  const { idleRelease, drain, api, requestPath, stopPodProbes, listing, overflow, traceExport, admin } = parts;
+  idleRelease?.stop();
+  await drain.drain(api, limits.drainTimeoutMs, () => requestPath.endStreams());
+  stopPodProbes();
+  listing?.stop();
+  for (const part of feeds) await part?.stop();
+  await overflow.close();
+  await traceExport?.shutdown().catch(() => {});
+  await requestPath.deps.dispatcher.close().catch(() => {});
+  await requestPath.deps.bodies?.close();
+  await new Promise<void>((resolve) => admin.close(() => resolve()));
+  admin.closeAllConnections();
+}
+
+/** Each local pod's /v1/models, read for its LoRA adapters (limits.adapterListInterval; 0: off). */
+function adapterListingFor(settings: AgentSettings, log: Log, onChange: () => void): AdapterListing | undefined {
+  const { limits } = settings;
+  if (limits.adapterListIntervalMs <= 0) return undefined;
+  return new AdapterListing({
+    intervalMs: limits.adapterListIntervalMs,
+    timeoutMs: limits.scrapeTimeoutMs,
+    maxBodyBytes: 1024 * 1024,
+    auth: podAuthFrom(settings.podCredentials, log),
+    onChange,
+  });
+}
+
 export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}): Promise<RunningAgent> {
   // timeOrigin is fixed for the process, and its getter (brand check, native call) cost about
   // twice performance.now() itself: read once, not at each of a request's dozen clock reads.
@@ -294,16 +340,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   const kv = await kvEventsFor(settings, pool, (message) => log('warn', message));
   await discovery.start();
   let relist = () => {};
-  const listing =
-    limits.adapterListIntervalMs > 0
-      ? new AdapterListing({
-          intervalMs: limits.adapterListIntervalMs,
-          timeoutMs: limits.scrapeTimeoutMs,
-          maxBodyBytes: 1024 * 1024,
-          auth: podAuthFrom(settings.podCredentials, log),
-          onChange: () => relist(),
-        })
-      : undefined;
+  const listing = adapterListingFor(settings, log, () => relist());
   const discovered = followDiscovery(discovery, { pool, scraper, callers, overflow, gossip, kv, listing });
   relist = () => discovered.relist();
   scraper.start();
@@ -313,10 +350,7 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
     timeoutMs: Math.min(1_000, limits.podConnectTimeoutMs),
   });
 
-  const traceExport = deps.tracer ? undefined : await traceExportFor(settings);
-  const tracer = deps.tracer ?? traceExport?.tracer;
-  // Loaded only with a tracer: an agent without tracing never loads OpenTelemetry.
-  const traces = tracer ? (await import('./server/tracing.ts')).requestTraces(tracer) : undefined;
+  const { traceExport, traces } = await tracesFor(settings, deps.tracer);
   const isKnownModel = (model: string) => pool.servedModels().has(model) || overflow.serves(model);
   const knownModels = () => [...new Set([...pool.servedModels(), ...overflow.models()])].sort();
   const requestPath = requestPathFor(settings, {
@@ -334,8 +368,8 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
   });
 
   const drain = new Drain();
-  const apiAt = parseHostPort(settings.listen.api);
-  const api = await listenApi(
+  const api = await startApi(
+    settings,
     createApiHandler({
       requestPath,
       models: knownModels,
@@ -343,71 +377,20 @@ export async function startAgent(settings: AgentSettings, deps: AgentDeps = {}):
       accepting: () => !drain.draining,
       log,
     }),
-    {
-      maxHeaderBytes: limits.apiMaxHeaderBytes,
-      maxHeaders: limits.apiMaxHeaders,
-      maxTargetBytes: limits.apiMaxTargetBytes,
-      headersTimeoutMs: limits.apiHeadersTimeoutMs,
-      requestTimeoutMs: limits.apiRequestTimeoutMs,
-      keepAliveTimeoutMs: limits.apiKeepAliveTimeoutMs,
-      maxRequestsPerSocket: limits.apiMaxRequestsPerSocket,
-    },
-    apiAt.port,
-    apiAt.host,
   );
   drain.track(api);
   gossip?.addAgentApi(...agentApiAddresses(api.address() as AddressInfo, settings.gossip?.advertise));
-  const idleRelease =
-    limits.releaseMemoryAfterIdleMs > 0
-      ? startIdleRelease({
-          quietMs: limits.releaseMemoryAfterIdleMs,
-          now,
-          received: () => drain.received,
-          open: () => drain.active,
-          release: memoryRelease(),
-          released: () => metrics.memoryReleases.inc(),
-        })
-      : undefined;
-  const views = adminViews({
-    node: settings.node,
-    discoveryMode: settings.discovery,
-    discovery,
-    peers: discovered.peers,
-    pool,
-    scraper,
-    gossip,
-    draining: () => drain.draining,
-    callers,
-    overflow,
-    metrics,
-    requestPath,
-    isKnownModel,
-  });
-  const admin = await listen(
-    createAdminHandler(
-      { metrics, ...views, isKnownModel, maxBodyBytes: limits.maxBodyBytes, log },
-      parseHostPort(settings.listen.admin).host,
-    ),
-    settings.listen.admin,
-  );
+  const idleRelease = idleReleaseFor(limits, now, drain, () => metrics.memoryReleases.inc());
+  const draining = () => drain.draining;
+  const parts = { discovery, peers: discovered.peers, pool, scraper, gossip, draining, callers, overflow };
+  const admin = await startAdmin(settings, { ...parts, metrics, requestPath, isKnownModel, log });
   log(
     'info',
     `node ${settings.node}: API ${urlOf(api)}, admin ${urlOf(admin)}${settings.gossip ? `, gossip udp ${settings.gossip.bind}` : ''}`,
   );
 
-  const shutdown = once(async () => {
-    idleRelease?.stop();
-    await drain.drain(api, limits.drainTimeoutMs, () => requestPath.endStreams());
-    stopPodProbes();
-    listing?.stop();
-    for (const part of [gossip, scraper, discovery, kv]) await part?.stop();
-    await overflow.close();
-    await traceExport?.shutdown().catch(() => {});
-    await requestPath.deps.dispatcher.close().catch(() => {});
-    await requestPath.deps.bodies?.close();
-    await new Promise<void>((resolve) => admin.close(() => resolve()));
-    admin.closeAllConnections();
-  });
+  const stoppable = { idleRelease, drain, api, requestPath, stopPodProbes, listing, overflow, traceExport, admin };
+  const shutdown = once(() => stopAgent(limits, stoppable, [gossip, scraper, discovery, kv]));
 
   return { apiUrl: urlOf(api), adminUrl: urlOf(admin), gossipAddress: settings.gossip?.bind, pool, shutdown };
 }

@@ -5,8 +5,8 @@
 // predictions: before, a prediction for every known pod (the whole debug state); now, the local
 // pods and the fastest pod of the bounded number of peer nodes. Run: npm run bench:exports
 import { createMetrics, podPredictionsOf } from '../agent/server/metrics.ts';
-import { DEFAULT_STATE_PEER_PODS } from '../agent/server/admin-views.ts';
-import { DEFAULT_LIMITS } from '../agent/config/load.ts';
+import { DEFAULT_STATE_PEER_PODS } from '../agent/server/admin/admin-views.ts';
+import { DEFAULT_LIMITS } from '../agent/config/limits.ts';
 import { poolKnowing } from './known-pods.ts';
 import type { Candidate } from '../agent/route/candidate.ts';
 import { routeCandidate, routePod } from '../test/helpers/route-fixtures.ts';

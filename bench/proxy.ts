@@ -5,8 +5,8 @@
 // "bare-node" (bench/proxy/bare-node.ts) is the floor: a Node proxy that only moves the bytes
 // (node:http + undici, no routing), so what Node costs and what the agent adds are told apart.
 // Figures: added latency = target's p50/p99 − direct's at the same rate; CPU per request at
-// 1,000 req/s and at saturation, and throughput, each also as a multiple of nginx's. Flags: --duration S per point (default 10),
-// --targets direct,nginx,bare-node,kinference (also: bare-net, bare-http, the floors below bare-node),
+// 1,000 req/s and at saturation, and throughput, each also as a multiple of nginx's. Flags:
+// --duration S per point (default 10), --targets direct,nginx,bare-node,kinference;
 // --serial N: first, N requests per target one at a time, every target up at once and taking turns
 // (bench/proxy/serial.ts): added latency with no queue anywhere, robust to a shared machine's noise;
 // --serial-only: only that; and
@@ -115,12 +115,6 @@ async function startBareNode(upstream: string): Promise<string> {
   return `127.0.0.1:${match[1]}`;
 }
 
-/** bench/proxy/<file> --upstream HOST:PORT, resolving with where it listens. */
-async function startFloor(file: string, upstream: string): Promise<string> {
-  const match = await start(process.execPath, [join(here, 'proxy', file), '--upstream', upstream], /listening (\d+)/);
-  return `127.0.0.1:${match[1]}`;
-}
-
 async function startAgent(upstream: string, root = join(here, '..')): Promise<string> {
   const config = join(work, 'agent.yaml');
   writeFileSync(
@@ -220,8 +214,6 @@ async function serialRound(upstream: string, wanted: string[], round: number, ro
     if (target === 'direct') targets.push({ name: target, hostPort: upstream });
     else if (target === 'nginx' && NGINX) targets.push({ name: target, hostPort: await startNginx(upstream) });
     else if (target === 'bare-node') targets.push({ name: target, hostPort: await startBareNode(upstream) });
-    else if (target === 'bare-net' || target === 'bare-http')
-      targets.push({ name: target, hostPort: await startFloor(`${target}.ts`, upstream) });
     else if (target === 'kinference') targets.push({ name: target, hostPort: await startAgent(upstream) });
     else if (target === 'before') targets.push({ name: target, hostPort: await startAgent(upstream, values.before) });
   }
@@ -394,8 +386,6 @@ try {
       if (target === 'direct') results.push(await measure('direct', upstream, upstreamPid));
       else if (target === 'nginx' && NGINX) results.push(await measure('nginx', await startNginx(upstream), pid()));
       else if (target === 'bare-node') results.push(await measure('bare-node', await startBareNode(upstream), pid()));
-      else if (target === 'bare-net' || target === 'bare-http')
-        results.push(await measure(target, await startFloor(`${target}.ts`, upstream), pid()));
       else if (target === 'kinference') results.push(await measure('kinference', await startAgent(upstream), pid()));
       else if (target === 'before')
         results.push(await measure('before', await startAgent(upstream, values.before), pid()));

@@ -4,7 +4,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { adaptersOfModelList, LISTING_LIMITS } from '../agent/telemetry/adapter-listing.ts';
-import type { Explanation } from '../agent/server/explain.ts';
+import type { Explanation } from '../agent/server/admin/explain.ts';
 import { startSim, type SimServer } from '../shared/sim/server.ts';
 import { startOpenAIStandin, type OpenAIStandin } from './fixtures/openai-provider.ts';
 import { chatBody, MODEL, postJson, startStack, waitFor, type Stack } from './helpers/stack.ts';

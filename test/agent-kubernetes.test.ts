@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { request as httpRequest } from 'node:http';
 import { startAgent, type RunningAgent } from '../agent/agent.ts';
 import { settingsFromObject } from '../agent/config/load.ts';
-import type { Explanation } from '../agent/server/explain.ts';
+import type { Explanation } from '../agent/server/admin/explain.ts';
 import { startSim, type SimServer } from '../shared/sim/server.ts';
 import { FakeKubeApiServer, type KubeObject } from './fixtures/kube-apiserver.ts';
 import { chatBody, MODEL, waitFor } from './helpers/stack.ts';

@@ -8,7 +8,7 @@ import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
 import { startAgent, type RunningAgent } from '../agent/agent.ts';
 import { settingsFromObject } from '../agent/config/load.ts';
-import type { Explanation } from '../agent/server/explain.ts';
+import type { Explanation } from '../agent/server/admin/explain.ts';
 import { PromptTokenizer } from '../agent/prefix/tokenizer.ts';
 import { readFileSync } from 'node:fs';
 import { KvEventPublisher } from '../shared/sim/kv-publisher.ts';

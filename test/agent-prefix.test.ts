@@ -3,7 +3,7 @@
 // equal, and elsewhere when that pod's queue costs more than the prefill the cache would save.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Explanation } from '../agent/server/explain.ts';
+import type { Explanation } from '../agent/server/admin/explain.ts';
 import { MODEL, postJson, startStack, waitFor, type Stack } from './helpers/stack.ts';
 
 /** A long, conversation-specific history (~6,000 tokens at 4 characters a token): the prefill it

@@ -3,7 +3,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { formatExplanation, runExplainCommand } from '../agent/cli/explain.ts';
-import type { Explanation } from '../agent/server/explain.ts';
+import type { Explanation } from '../agent/server/admin/explain.ts';
 import { chatBody, MODEL, postJson, startStack, waitFor, type Stack } from './helpers/stack.ts';
 
 describe('routing around a pod filled by outside traffic', () => {

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Browser, Page } from 'playwright-core';
-import { DASHBOARD_HTML } from '../agent/server/dashboard.ts';
+import { DASHBOARD_HTML } from '../agent/server/admin/dashboard.ts';
 import { parsePromText } from '../agent/telemetry/promtext.ts';
 import type { MetricPage } from '../agent/telemetry/metric-page.ts';
 import { launchChromium, SYSTEM_CHROMIUM } from './helpers/browser.ts';

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gossipIdentities, peerKeysOf } from './helpers/gossip-keys.ts';
 import { stringify } from 'yaml';
-import type { Explanation } from '../agent/server/explain.ts';
+import type { Explanation } from '../agent/server/admin/explain.ts';
 import { startSim, type SimServer } from '../shared/sim/server.ts';
 import { freeUdpPort, runAgent, stopAgent, type AgentProcess } from './helpers/process.ts';
 import { chatBody, MODEL, postJson, waitFor } from './helpers/stack.ts';

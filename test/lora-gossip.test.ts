@@ -5,7 +5,7 @@
 // bounds hold against a peer that says too much.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Explanation } from '../agent/server/explain.ts';
+import type { Explanation } from '../agent/server/admin/explain.ts';
 import { decodePayload, encodePayload, type PodEntryWire } from '../agent/gossip/wire.ts';
 import { entryOf, estimateOf, makeRecord, newOrigin } from '../agent/gossip/records.ts';
 import { startSim, type SimServer } from '../shared/sim/server.ts';

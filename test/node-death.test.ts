@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import type { Explanation } from '../agent/server/explain.ts';
+import type { Explanation } from '../agent/server/admin/explain.ts';
 import { startSim, type SimServer } from '../shared/sim/server.ts';
 import { FakeKubeApiServer } from './fixtures/kube-apiserver.ts';
 import { freeUdpPort, runAgent, stopAgent, type AgentProcess } from './helpers/process.ts';

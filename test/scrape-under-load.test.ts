@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startOpenAIStandin } from './fixtures/openai-provider.ts';
-import type { Explanation } from '../agent/server/explain.ts';
+import type { Explanation } from '../agent/server/admin/explain.ts';
 import { chatBody, MODEL, openaiProvider, postJson, startStack } from './helpers/stack.ts';
 
 const KEY_ENV = 'KINFERENCE_TEST_SCRAPE_LOAD_KEY';

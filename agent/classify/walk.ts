@@ -164,37 +164,7 @@ export function walkBody(body: unknown, limits: ScanLimits, visitor: WalkVisitor
       value(items[i], depth + 1, inTokenKey, covered);
       path.pop();
     }
-    if (covered) readSeams(segments);
-  };
-
-  // Only the seams need a second look: each part was read whole above. A window of SEAM
-  // characters either side of every boundary holds any value split there (several short parts
-  // in a row fall inside one window). Where digits meet digits the seam is also read with a
-  // space in it: `4111 1111` + `1111 1111` is a card only when the parts stay apart, while
-  // `41111111` + `11111111` is one only when they join.
-  const readSeams = (parts: string[]) => {
-    // Offsets into the texts as if joined, without joining them (a chat's texts can be megabytes).
-    const offsets = new Array<number>(parts.length + 1);
-    offsets[0] = 0;
-    for (let i = 0; i < parts.length; i++) offsets[i + 1] = offsets[i] + parts[i].length;
-    const total = offsets[parts.length];
-    let from = -1;
-    let to = -1;
-    for (let i = 1; i < parts.length; i++) {
-      const boundary = offsets[i];
-      const start = Math.max(0, boundary - SEAM);
-      const end = Math.min(total, boundary + SEAM);
-      if (boundary > 0 && boundary < total && digitEndsBefore(parts, i) && digitStartsAt(parts, i))
-        read(`${joinedSlice(parts, offsets, start, boundary)} ${joinedSlice(parts, offsets, boundary, end)}`, true);
-      if (from !== -1 && start <= to) {
-        to = end;
-        continue;
-      }
-      if (from !== -1) read(joinedSlice(parts, offsets, from, to), true);
-      from = start;
-      to = end;
-    }
-    if (from !== -1) read(joinedSlice(parts, offsets, from, to), true);
+    if (covered) readSeams(segments, read);
   };
 
   const object = (record: Record<string, unknown>, depth: number, inTokenKey: boolean, seamsRead: boolean) => {
@@ -215,6 +185,36 @@ export function walkBody(body: unknown, limits: ScanLimits, visitor: WalkVisitor
   } catch (error) {
     if (!(error instanceof Bounded)) throw error;
   }
+}
+
+// Only the seams need a second look: walkBody read each part whole. A window of SEAM
+// characters either side of every boundary holds any value split there (several short parts
+// in a row fall inside one window). Where digits meet digits the seam is also read with a
+// space in it: `4111 1111` + `1111 1111` is a card only when the parts stay apart, while
+// `41111111` + `11111111` is one only when they join.
+function readSeams(parts: string[], read: (text: string, seam: boolean) => void): void {
+  // Offsets into the texts as if joined, without joining them (a chat's texts can be megabytes).
+  const offsets = new Array<number>(parts.length + 1);
+  offsets[0] = 0;
+  for (let i = 0; i < parts.length; i++) offsets[i + 1] = offsets[i] + parts[i].length;
+  const total = offsets[parts.length];
+  let from = -1;
+  let to = -1;
+  for (let i = 1; i < parts.length; i++) {
+    const boundary = offsets[i];
+    const start = Math.max(0, boundary - SEAM);
+    const end = Math.min(total, boundary + SEAM);
+    if (boundary > 0 && boundary < total && digitEndsBefore(parts, i) && digitStartsAt(parts, i))
+      read(`${joinedSlice(parts, offsets, start, boundary)} ${joinedSlice(parts, offsets, boundary, end)}`, true);
+    if (from !== -1 && start <= to) {
+      to = end;
+      continue;
+    }
+    if (from !== -1) read(joinedSlice(parts, offsets, from, to), true);
+    from = start;
+    to = end;
+  }
+  if (from !== -1) read(joinedSlice(parts, offsets, from, to), true);
 }
 
 /**

@@ -2,7 +2,7 @@
 import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { request } from 'undici';
-import type { Explanation } from '../server/explain.ts';
+import type { Explanation } from '../server/admin/explain.ts';
 import type { ThresholdState } from '../admission/threshold.ts';
 
 /** What POST /explain adds: who the caller is taken to be, and what the classifier found where. */

@@ -19,7 +19,7 @@ import {
   providerListProblems,
   providerSettings,
   type ProviderConfigFile,
-} from '../config/providers.ts';
+} from '../providers/config.ts';
 import type { ProviderSettings } from '../providers/types.ts';
 import { isRecord } from '../../shared/json.ts';
 

@@ -4,7 +4,8 @@
 import type { Counter, Registry } from 'prom-client';
 import type { PeerPodRules } from '../cluster/types.ts';
 import { peerPodScreen, type ScreenedPeers } from '../cluster/peer-pods.ts';
-import type { AgentSettings, GossipSettings } from '../config/load.ts';
+import type { AgentSettings } from '../config/load.ts';
+import type { GossipSettings } from './config.ts';
 import { resolveSecret } from '../config/secrets.ts';
 import type { PodEstimate } from '../types.ts';
 import { registerGossipMetrics } from './metrics.ts';

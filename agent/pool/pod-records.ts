@@ -1,7 +1,8 @@
 // What the pool keeps per pod. This agent's own counts of what it sent a pod cover the gap
 // between two reports of that pod (a scrape for its own, a gossip update for a peer's), when
 // every agent would otherwise see the same stale queue.
-import type { Pod } from '../types.ts';
+import type { Pod, PodEstimate, PodLoad } from '../types.ts';
+import type { PoolOptions } from './options.ts';
 import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
 
 /** Counts a request ticket moves, the same for local and peers' pods. */
@@ -70,4 +71,28 @@ export function newLocalPod(pod: Pod): LocalPod {
 /** Whether a local pod may take requests now: the router's candidate and the debug view agree. */
 export function localHealthy(local: LocalPod, now: number): boolean {
   return now >= local.unhealthyUntil && local.implausible === undefined;
+}
+
+/** What this agent gossips about one of its own pods (`load`: its latest good scrape; gossip numbers the version). */
+export function localEstimate(
+  local: LocalPod,
+  load: PodLoad,
+  now: number,
+  params: PodEstimate['params'],
+  options: Pick<PoolOptions, 'node' | 'referenceWindowMs'>,
+  extras: Pick<PodEstimate, 'prefixSummary' | 'lora'>,
+): PodEstimate {
+  const queued = local.telemetry?.waiting.average(options.referenceWindowMs, now) ?? NaN;
+  return {
+    pod: local.pod,
+    queued: Number.isNaN(queued) ? load.waiting : queued,
+    queuedNow: load.waiting,
+    running: load.running,
+    kvCache: load.kvCache,
+    params,
+    at: load.at,
+    origin: options.node,
+    version: 0,
+    ...extras,
+  };
 }

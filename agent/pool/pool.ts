@@ -24,19 +24,15 @@ import { poolDebugState } from './debug-state.ts';
 import { fastestPerNode, indexByModel, peerShortlists } from './model-index.ts';
 import { DEFAULT_PEER_SHORTLIST, type PoolOptions } from './options.ts';
 import { PeerTrafficBook } from './peer-traffic.ts';
-import { countSend, newLocalPod, type LocalPod } from './pod-records.ts';
+import { countSend, localEstimate, newLocalPod, type LocalPod } from './pod-records.ts';
 import { Ejections } from './ejection.ts';
+import { PoolChanges } from './changes.ts';
+import { warmStart } from './warm-start.ts';
 import { openTicket, type PodTicket } from './ticket.ts';
 
 // Importers name the pool's types from here, wherever they are defined.
 export { DEFAULT_PEER_SHORTLIST, type PoolOptions } from './options.ts';
 export type { PodTicket } from './ticket.ts';
-
-type Waiter = () => void;
-
-/** One calibration class: the same engine serving the same models (hardware is not reported). */
-const sameClass = (a: Pod, b: Pod): boolean =>
-  a.engine !== undefined && a.engine === b.engine && a.models.join(',') === b.models.join(',');
 
 export class PodPool {
   readonly options: PoolOptions;
@@ -59,13 +55,12 @@ export class PodPool {
   /** The fastest of those on each peer node, in the same order. */
   #peerNodesRanked: PodEstimate[] = [];
   readonly #peerTraffic = new PeerTrafficBook();
-  readonly #waiters = new Set<Waiter>();
+  readonly #changes = new PoolChanges();
   /** Pods out of decisions after failing before their first byte, until a probe readmits them. */
   readonly #ejections: Ejections;
   /** Peers' pods by uid (address and origin for probes and suspicion). */
   #remoteByUid = new Map<string, PodEstimate>();
   readonly #peerFailureListeners = new Set<(origin: string) => void>();
-  #version = 0;
   /** Bumped when pods come or go (local discovery, gossip), not on every scrape. */
   #podsVersion = 0;
   #models: { version: number; models: ReadonlySet<string> } = { version: -1, models: new Set() };
@@ -90,7 +85,7 @@ export class PodPool {
 
   /** Bumped on every change (a scrape, a gossip update, a request ending). */
   get version(): number {
-    return this.#version;
+    return this.#changes.version;
   }
 
   /** Every model a known pod serves; recomputed only when the set of pods changes. */
@@ -194,24 +189,9 @@ export class PodPool {
     this.#changed();
   }
 
-  /**
-   * The best prior for local pods this agent has not measured yet (a restarted agent, a new pod):
-   * what it gossiped of its own pods before (peers give it back), else a pod of the same class
-   * (engine and models) on another node. Only the unmeasured use it (Learner.adopt).
-   */
+  /** A warm start for the local pods not measured yet (warm-start.ts). */
   #warmStart(estimates: readonly PodEstimate[]): void {
-    for (const e of estimates) {
-      const local = this.#local.get(e.pod.uid);
-      if (local && e.origin === this.options.node) this.#learner.adopt(local.pod.uid, e.params);
-    }
-    for (const e of estimates) {
-      if (e.origin === this.options.node) continue;
-      for (const local of this.#local.values()) {
-        if (!sameClass(local.pod, e.pod)) continue;
-        this.#learner.adopt(undefined, e.params);
-        return;
-      }
-    }
+    warmStart(this.#learner, this.options.node, this.#local, estimates);
   }
 
   /**
@@ -279,24 +259,15 @@ export class PodPool {
     const out: PodEstimate[] = [];
     for (const local of this.#local.values()) {
       const load = local.telemetry?.latest;
-      if (!load || !local.telemetry) continue;
-      const queued = local.telemetry.waiting.average(this.options.referenceWindowMs, now);
-      out.push({
-        pod: local.pod,
-        queued: Number.isNaN(queued) ? load.waiting : queued,
-        queuedNow: load.waiting,
-        running: load.running,
-        kvCache: load.kvCache,
-        params: this.#learner.params(local.pod.uid),
-        at: load.at,
-        origin: this.options.node,
-        version: 0,
-        // What the pod holds, for other nodes (only while its events are in step).
+      if (!load) continue;
+      // What the pod holds, for other nodes (only while its events are in step), and its LoRA slots.
+      const extras = {
         ...(precise?.index.summary && precise.synced(local.pod.uid)
           ? this.#summaries.field(local.pod.uid, now, () => precise.index.summary!(local.pod.uid))
           : {}),
         ...(load.lora ? { lora: load.lora } : {}),
-      });
+      };
+      out.push(localEstimate(local, load, now, this.#learner.params(local.pod.uid), this.options, extras));
     }
     return out;
   }
@@ -409,21 +380,9 @@ export class PodPool {
     else if (until > 0 || this.#peerTraffic.get(uid)) this.#peerTraffic.forPod(uid).unhealthyUntil = until;
   }
 
+  /** Resolves on the pool's next change, at `timeoutMs`, or when `signal` aborts. */
   nextChange(timeoutMs: number, signal: AbortSignal): Promise<'change' | 'timeout' | 'aborted'> {
-    if (signal.aborted) return Promise.resolve('aborted');
-    return new Promise((resolve) => {
-      const finish = (result: 'change' | 'timeout' | 'aborted') => {
-        clearTimeout(timer);
-        signal.removeEventListener('abort', onAbort);
-        this.#waiters.delete(waiter);
-        resolve(result);
-      };
-      const waiter = () => finish('change');
-      const onAbort = () => finish('aborted');
-      const timer = setTimeout(() => finish('timeout'), timeoutMs);
-      signal.addEventListener('abort', onAbort, { once: true });
-      this.#waiters.add(waiter);
-    });
+    return this.#changes.next(timeoutMs, signal);
   }
 
   /**
@@ -476,10 +435,6 @@ export class PodPool {
   }
 
   #changed(): void {
-    this.#version++;
-    if (this.#waiters.size === 0) return;
-    const waiters = [...this.#waiters];
-    this.#waiters.clear();
-    for (const wake of waiters) wake();
+    this.#changes.changed();
   }
 }

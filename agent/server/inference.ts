@@ -2,25 +2,26 @@
 // and act until answered — forward to a pod (retrying another before the first byte), overflow
 // to providers, wait for a pod, or reject. Every answer says where it went. The pieces live
 // beside it: path-deps (what it needs), serve (the per-request record), pod-attempt (one pod
-// try and its measurement), waiting-line (the ordered wait), route-request, answers.
+// try and its measurement), pod-send (the send every pod request shares), route-outcomes (the
+// overflow and the refusal that end the loop), waiting-line (the ordered wait), route-request, answers.
 import type { ApiRequest, ApiResponse } from './exchange.ts';
 import { randomUUID } from 'node:crypto';
-import { candidateName, decide, type Decision } from '../route/router.ts';
+import { candidateName, decide, type Decision, type LeaveVerdict } from '../route/router.ts';
 import type { Candidate } from '../route/candidate.ts';
 import type { RequestKind, RouteRequest } from '../types.ts';
 import { BoundedLabel } from './metrics.ts';
 import { parseInferenceRequest, readBoundedBody, RequestError, type ParsedRequest } from './request.ts';
 import type { Identity } from './identify.ts';
-import { overflowReason, type RequestRecord } from './evidence.ts';
+import type { RequestRecord } from './evidence.ts';
 import { WaitingRoom } from '../admission/waiting.ts';
-import { AdmissionThresholds, plannedMissChance } from '../admission/threshold.ts';
+import { AdmissionThresholds, plannedMissChance, type AdmissionThreshold } from '../admission/threshold.ts';
 import { DEFAULT_PRIORITY, PRIORITY_HEADER, priorityOf, type Priority } from '../budget/limits.ts';
 import type { RequestContext, RequestPathDeps } from './path-deps.ts';
 import { RequestRecorder } from './serve.ts';
 import { attemptPod } from './pod-attempt.ts';
 import { waitInLine } from './waiting-line.ts';
 import { buildRouteRequest } from './route-request.ts';
-import { answerOfResponse, errorAnswer, podsFailed, retryAfterSeconds, type Answer } from './answers.ts';
+import { errorAnswer, podsFailed, retryAfterSeconds, type Answer } from './answers.ts';
 import { ClientRequest } from './client-request.ts';
 import { requestPathLimits } from './path-deps.ts';
 import { createPodDispatcher, podAuthFrom } from '../forward/pod.ts';
@@ -33,6 +34,7 @@ import { SessionAffinity } from './sessions.ts';
 import { anthropicShaped } from './anthropic.ts';
 import { stickToSession } from '../route/session.ts';
 import type { BodyVerdict } from './body-work.ts';
+import { overflowAnswer, refusal, type Routing } from './route-outcomes.ts';
 
 // Importers (agent, passthrough, tests) keep importing the request path's API from here.
 export type { RequestContext, RequestPathDeps } from './path-deps.ts';
@@ -175,7 +177,8 @@ export class RequestPath {
     }
   }
 
-  async #route(
+  /** Who is calling, what the request carries and which policy governs it; written to its record. */
+  #routing(
     req: ClientRequest,
     ctx: RequestContext,
     body: Uint8Array,
@@ -183,7 +186,7 @@ export class RequestPath {
     headerTags: string | null,
     parsed: ParsedRequest,
     spans: RequestTrace,
-  ): Promise<Answer> {
+  ): Routing {
     const deps = this.deps;
     const record = ctx.record;
     const identity = deps.identify(req, req.remoteIp);
@@ -205,6 +208,22 @@ export class RequestPath {
     record.stream = parsed.stream;
     record.promptTokensEstimate = request.promptTokens;
     const started = deps.now();
+    return { req, ctx, body, parsed, request, policy, started, spans, session };
+  }
+
+  async #route(
+    req: ClientRequest,
+    ctx: RequestContext,
+    body: Uint8Array,
+    judged: Extract<BodyVerdict, { ok: true }> | undefined,
+    headerTags: string | null,
+    parsed: ParsedRequest,
+    spans: RequestTrace,
+  ): Promise<Answer> {
+    const deps = this.deps;
+    const record = ctx.record;
+    const routing = this.#routing(req, ctx, body, judged, headerTags, parsed, spans);
+    const { request, policy, started, session } = routing;
     const tried = new Set<string>();
     const triedNames: string[] = [];
     const untried = (candidates: Candidate[]) =>
@@ -258,34 +277,8 @@ export class RequestPath {
         podAttempts++;
         record.podAttempts = podAttempts;
         record.predictedTtftMs = Math.round(decision.predictedTtftMs * 10) / 10;
-        // Requests that may leave were admitted on the loop's quantile: their TTFT steers it (those
-        // whose TTFT is measured: streams and embeddings), or their deadline if it passes first.
-        const measurable = leave.allowed && (parsed.stream || parsed.kind === 'embeddings');
-        const settle = measurable
-          ? admission.admitted(started, policy.sloTtftMs, plannedMissChance(decision.chosen, policy.sloTtftMs))
-          : undefined;
-        const slo = {
-          leavable: leave.allowed,
-          started,
-          sloTtftMs: policy.sloTtftMs,
-          measured: settle && ((within: boolean) => settle(deps.now(), within)),
-        };
-        const span = spans.attempt(chosen, decision.chosen.predictedMs);
-        let answer: Answer | undefined;
-        try {
-          answer = await attemptPod(deps, chosen, parsed, body, request, decision.chosen, slo, req, ctx, span.headers);
-        } catch (error) {
-          span.end({ ok: false, error: (error as Error).message });
-          throw error;
-        }
-        span.end(
-          answer
-            ? { ok: answer.status < 400, status: answer.status, attributes: ttftAttribute(ctx.record.ttftMs) }
-            : { ok: false, error: ctx.lastPodError ?? 'failed before the first byte' },
-        );
-        if (answer && answer.status < 400) deps.sessions?.served(session, chosen.pod.uid);
+        const answer = await this.#tryPod(routing, decision, leave, admission);
         if (answer) return answer;
-        settle?.(deps.now()); // failed before its first byte: not an outcome (the retry is one)
         tried.add(chosen.pod.uid);
         triedNames.push(candidateName(chosen));
         if (req.aborted) throw new Error('client gone');
@@ -300,114 +293,90 @@ export class RequestPath {
       if (podAttempts > 0 && (decision.action === 'wait' || decision.action === 'reject') && !anyHealthy(decision))
         return podsFailed(podAttempts, ctx.lastPodError, triedNames);
 
-      if (decision.action === 'overflow') {
-        const reason = overflowReason(decision.dropped, podAttempts);
-        record.overflowReason = reason;
-        delete record.predictedTtftMs;
-        const sent = deps.now();
-        const span = spans.overflow(decision.providers);
-        let result: Awaited<ReturnType<RequestPathDeps['overflow']>>;
-        try {
-          result = await deps.overflow(
-            request,
-            parsed,
-            decision.providers,
-            req.signal,
-            { ...ctx.upstreamHeaders, ...span.headers },
-            policy,
-          );
-        } catch (error) {
-          span.end({ ok: false, error: (error as Error).message });
-          throw error;
-        }
-        span.end(
-          result.ok
-            ? {
-                ok: true,
-                status: result.response.status,
-                attributes: {
-                  'kinference.provider': result.response.headers.get('x-kinference-route')?.slice(9) ?? 'unknown',
-                },
-              }
-            : { ok: false, status: result.status, error: result.message },
-        );
-        if (result.ok) {
-          // Time to the provider's answer as the client sees it: headers for a stream (the chain
-          // reads a Bedrock stream's first event first), the whole JSON otherwise.
-          const ttftMs = deps.now() - sent;
-          record.ttftMs = Math.round(ttftMs * 10) / 10;
-          const answer = answerOfResponse(result.response);
-          const provider = answer.headers['x-kinference-route']?.slice('overflow/'.length) ?? 'unknown';
-          deps.metrics.overflows.inc({ provider, reason });
-          deps.metrics.upstreamTtft.observe(ttftMs / 1000, 'overflow', String(parsed.stream));
-          // The provider's answer is in hand at its first byte when streamed: close enough to its TTFT.
-          if (parsed.stream)
-            deps.metrics.sloRequests.add(1, 'overflow', 'true', String(deps.now() - started <= policy.sloTtftMs));
-          return answer;
-        }
-        return errorAnswer(result.status, `no pod can answer in time and ${result.message}`, {
-          code: result.status === 503 ? 'providers_unavailable' : 'providers_failed',
-          headers: { 'retry-after': retryAfterSeconds(policy) },
-        });
-      }
+      if (decision.action === 'overflow') return overflowAnswer(deps, routing, decision, podAttempts);
 
       if (decision.action === 'wait') {
-        const waitEnded = spans.waiting(decision.maxWaitMs);
-        const woke = await this.waitInLine(
-          { tenant: request.tenant, priority, maxMs: decision.maxWaitMs },
-          canAct,
-          req.signal,
-          record,
-        ).catch((error: unknown) => {
-          waitEnded('cancelled');
-          throw error;
-        });
-        waitEnded(woke);
-        if (woke === 'full' || woke === 'shed') {
-          const message =
-            woke === 'full'
-              ? 'too many requests are already waiting for a pod'
-              : 'too many requests are waiting for a pod: its place went to one of a higher priority or of a tenant with fewer waiting';
-          return errorAnswer(429, message, {
-            code: 'wait_queue_full',
-            headers: { 'retry-after': retryAfterSeconds(policy) },
-          });
-        }
+        const refused = await this.#wait(routing, decision, priority, canAct);
+        if (refused) return refused;
         waited = true;
         continue;
       }
 
-      if (decision.status === 429 || decision.retryAfterMs !== undefined)
-        deps.metrics.waits.inc({ outcome: 'timeout' });
-      if (leave.budget && decision.status === 429) {
-        // Waited for a pod because the tenant's overflow budget kept it here: say when it refills.
-        deps.metrics.budgetRefusals.inc({
-          tenant: this.#tenantLabel.value(request.tenant),
-          reason: leave.budget.reason,
-        });
-        return errorAnswer(429, `${decision.message}; ${leave.budget.message}`, {
-          code: 'overflow_budget_exhausted',
-          headers: {
-            'retry-after': String(Math.max(1, Math.ceil(leave.budget.retryAfterMs / 1000))),
-            'x-kinference-budget': leave.budget.scope,
-            'x-kinference-policy': policy.name,
-          },
-        });
-      }
-      const retryAfter =
-        decision.retryAfterMs !== undefined
-          ? String(Math.max(1, Math.ceil(decision.retryAfterMs / 1000)))
-          : retryAfterSeconds(policy);
-      return errorAnswer(decision.status, decision.message, {
-        code:
-          decision.retryAfterMs !== undefined
-            ? 'providers_unavailable'
-            : decision.status === 429
-              ? 'no_capacity_in_time'
-              : 'no_capacity',
-        headers: { 'retry-after': retryAfter, 'x-kinference-policy': policy.name },
+      return refusal(deps, routing, decision, leave, this.#tenantLabel);
+    }
+  }
+
+  /** One attempt at the decided pod, traced; undefined: it failed before its first byte. */
+  async #tryPod(
+    routing: Routing,
+    decision: Extract<Decision, { action: 'pod' }>,
+    leave: LeaveVerdict,
+    admission: AdmissionThreshold,
+  ): Promise<Answer | undefined> {
+    const deps = this.deps;
+    const { req, ctx, body, parsed, request, policy, started, spans, session } = routing;
+    const chosen = decision.chosen.candidate;
+    // Requests that may leave were admitted on the loop's quantile: their TTFT steers it (those
+    // whose TTFT is measured: streams and embeddings), or their deadline if it passes first.
+    const measurable = leave.allowed && (parsed.stream || parsed.kind === 'embeddings');
+    const settle = measurable
+      ? admission.admitted(started, policy.sloTtftMs, plannedMissChance(decision.chosen, policy.sloTtftMs))
+      : undefined;
+    const slo = {
+      leavable: leave.allowed,
+      started,
+      sloTtftMs: policy.sloTtftMs,
+      measured: settle && ((within: boolean) => settle(deps.now(), within)),
+    };
+    const span = spans.attempt(chosen, decision.chosen.predictedMs);
+    let answer: Answer | undefined;
+    try {
+      answer = await attemptPod(deps, chosen, parsed, body, request, decision.chosen, slo, req, ctx, span.headers);
+    } catch (error) {
+      span.end({ ok: false, error: (error as Error).message });
+      throw error;
+    }
+    span.end(
+      answer
+        ? { ok: answer.status < 400, status: answer.status, attributes: ttftAttribute(ctx.record.ttftMs) }
+        : { ok: false, error: ctx.lastPodError ?? 'failed before the first byte' },
+    );
+    if (answer && answer.status < 400) deps.sessions?.served(session, chosen.pod.uid);
+    if (!answer) settle?.(deps.now()); // failed before its first byte: not an outcome (the retry is one)
+    return answer;
+  }
+
+  /** Waits in line for a pod as the decision allows; an answer only when the line refused it. */
+  async #wait(
+    routing: Routing,
+    decision: Extract<Decision, { action: 'wait' }>,
+    priority: Priority,
+    canAct: () => boolean,
+  ): Promise<Answer | undefined> {
+    const { req, ctx, request, policy, spans } = routing;
+    const record = ctx.record;
+    const waitEnded = spans.waiting(decision.maxWaitMs);
+    const woke = await this.waitInLine(
+      { tenant: request.tenant, priority, maxMs: decision.maxWaitMs },
+      canAct,
+      req.signal,
+      record,
+    ).catch((error: unknown) => {
+      waitEnded('cancelled');
+      throw error;
+    });
+    waitEnded(woke);
+    if (woke === 'full' || woke === 'shed') {
+      const message =
+        woke === 'full'
+          ? 'too many requests are already waiting for a pod'
+          : 'too many requests are waiting for a pod: its place went to one of a higher priority or of a tenant with fewer waiting';
+      return errorAnswer(429, message, {
+        code: 'wait_queue_full',
+        headers: { 'retry-after': retryAfterSeconds(policy) },
       });
     }
+    return undefined;
   }
 
   /**

@@ -1,15 +1,16 @@
 // Model-server routes the agent does not predict for (rerank, score, tokenize, audio, moderations):
 // the client's bytes, multipart included, go to the least-loaded pod serving the model, with the
-// agent's own pod credentials and the request's id and trace context. They never leave the
-// cluster: providers are not asked, so no policy decides anything here beyond who is calling.
+// agent's own pod credentials and the request's id and trace context, through the same pod send
+// as inference (pod-send.ts: failures mark the pod, answers capped at limits.maxUpstreamBodyBytes).
+// They never leave the cluster: providers are not asked, so no policy decides anything here
+// beyond who is calling.
 import type { ApiRequest, ApiResponse } from './exchange.ts';
-import { readRest } from '../forward/relay.ts';
-import { sendToPod } from '../forward/pod.ts';
 import { candidateName } from '../route/router.ts';
 import { leastLoaded } from '../route/least-loaded.ts';
 import { readBoundedBody, RequestError } from './request.ts';
 import type { RequestContext, RequestPath } from './inference.ts';
-import { errorAnswer, podsFailed, podStreamAnswer, type Answer } from './answers.ts';
+import { errorAnswer, podsFailed, type Answer } from './answers.ts';
+import { sendToOnePod } from './pod-send.ts';
 import { ClientRequest } from './client-request.ts';
 
 /** Paths passed through as they are, as vLLM (and SGLang) serve them. */
@@ -104,47 +105,22 @@ async function passthrough(path: RequestPath, req: ClientRequest, ctx: RequestCo
       );
     }
     ctx.record.podAttempts = attempt + 1;
-    // Counted as in flight (load for the next decision); nothing is predicted, so nothing is learned.
-    const ticket = deps.pool.begin(candidate, 0, 'chat', false);
-    const headers = { ...ctx.upstreamHeaders, ...deps.podAuth(candidate.pod), 'content-type': contentType };
-    const sent = await sendToPod(deps.dispatcher, candidate.pod.address, upstreamPath, body, req, deps.limits.pod, {
+    const send = {
+      path: upstreamPath,
+      body,
+      headers: { ...ctx.upstreamHeaders, ...deps.podAuth(candidate.pod), 'content-type': contentType },
       wholeAnswer: true,
-      headers,
+      answerHeaders: { 'x-kinference-route': candidateName(candidate) },
+    };
+    const answer = await sendToOnePod(deps, candidate, send, req, ctx, {
+      // Counted as in flight (load for the next decision); nothing is predicted, so nothing is learned.
+      begin: () => deps.pool.begin(candidate, 0, 'chat', false),
+      streamed: (sent) => (ctx.record.stream = sent.contentType.includes('event-stream')),
     });
-    const routeHeaders = { 'x-kinference-route': candidateName(candidate) };
-    if (!sent.ok) {
-      ticket.end(false);
-      if (sent.retryable) ctx.lastPodError = sent.error;
-      if (sent.retryable && !req.aborted && attempt < deps.limits.maxRetries) {
-        deps.pool.markFailed(candidate, sent.status === undefined ? 'unreachable' : 'answered');
-        deps.metrics.retries.inc();
-        tried.add(candidate.pod.uid);
-        continue;
-      }
-      if (req.aborted) throw new Error('client gone');
-      if (sent.retryable) return podsFailed(attempt + 1, sent.error);
-      return {
-        status: sent.status ?? 502,
-        headers: { 'content-type': sent.contentType ?? 'application/json', ...routeHeaders },
-        body: sent.body,
-      };
-    }
-    ctx.record.ttftMs = Math.round(sent.firstByteMs * 10) / 10;
-    if (sent.contentType.includes('event-stream')) {
-      ctx.record.stream = true;
-      return podStreamAnswer(sent, routeHeaders, { onEnd: ({ ok }) => ticket.end(ok) });
-    }
-    try {
-      const bytes = await readRest(sent.first, sent.rest, 64 * 1024 * 1024);
-      ticket.end(true);
-      return { status: sent.status, headers: { 'content-type': sent.contentType, ...routeHeaders }, body: bytes };
-    } catch (error) {
-      ticket.end(false);
-      if (req.aborted) throw error;
-      return errorAnswer(502, `the model server failed while answering: ${(error as Error).message}`, {
-        code: 'upstream_failed',
-        headers: routeHeaders,
-      });
-    }
+    if (answer) return answer;
+    if (req.aborted) throw new Error('client gone');
+    if (attempt >= deps.limits.maxRetries) return podsFailed(attempt + 1, ctx.lastPodError);
+    deps.metrics.retries.inc();
+    tried.add(candidate.pod.uid);
   }
 }

@@ -11,7 +11,7 @@ import type { Metrics } from './metrics.ts';
 import type { ParsedRequest } from './request.ts';
 import type { Identity } from './identify.ts';
 import type { RequestRecord } from './evidence.ts';
-import type { Limits } from '../config/load.ts';
+import type { Limits } from '../config/limits.ts';
 import type { Classification } from '../classify/classify.ts';
 import type { BodyVerdict } from './body-work.ts';
 import type { OverflowResult } from '../providers/overflow.ts';

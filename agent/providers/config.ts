@@ -1,9 +1,9 @@
 // Provider settings (docs/configuration.md, "Hosted providers"), one schema for both places they are written: the
 // agent config's `providers:` and the providers ConfigMap (agent/cluster/kubernetes-providers.ts).
 import { Type, type Static } from '@sinclair/typebox';
-import type { ProviderSettings } from '../providers/types.ts';
+import type { ProviderSettings } from './types.ts';
 import { parseDuration } from '../../shared/duration.ts';
-import { DurationString, Name, SecretRef } from './schema-parts.ts';
+import { DurationString, Name, SecretRef } from '../../shared/config-schema.ts';
 
 export const DEFAULT_PROVIDER_TIMEOUT_MS = 10_000;
 

@@ -1,5 +1,6 @@
-// Schema pieces shared by the agent config file and the settings read from the cluster
-// (providers ConfigMap), so a value means the same wherever it is written.
+// Schema pieces every part of the agent's config file uses (each domain owns its part, agent/config
+// assembles them) and the settings read from the cluster (providers ConfigMap), so a value means
+// the same wherever it is written.
 import { Type } from '@sinclair/typebox';
 
 export const DurationString = Type.String({

@@ -1,18 +1,18 @@
 // What the admin listener shows, composed from the parts that know it: readiness (discovery,
 // first scrape, gossip, drain), /debug/state, and /explain by query or with a real body.
-import type { DiscoveryStatus } from '../cluster/types.ts';
-import type { GossipLink } from '../gossip/link.ts';
-import type { PodPool } from '../pool/pool.ts';
-import type { Overflow } from '../providers/overflow.ts';
-import type { PodHealth } from '../telemetry/scraper.ts';
-import type { EffectivePolicy, RouteRequest } from '../types.ts';
+import type { DiscoveryStatus } from '../../cluster/types.ts';
+import type { GossipLink } from '../../gossip/link.ts';
+import type { PodPool } from '../../pool/pool.ts';
+import type { Overflow } from '../../providers/overflow.ts';
+import type { PodHealth } from '../../telemetry/scraper.ts';
+import type { EffectivePolicy, RouteRequest } from '../../types.ts';
 import type { AdminDeps, ExplainBodyQuery, Readiness } from './admin.ts';
-import type { Callers } from './caller.ts';
+import type { Callers } from '../caller.ts';
 import { explainDecision } from './explain.ts';
-import type { Identity } from './identify.ts';
-import type { RequestPath } from './inference.ts';
-import type { Metrics } from './metrics.ts';
-import { parseInferenceRequest, RequestError } from './request.ts';
+import type { Identity } from '../identify.ts';
+import type { RequestPath } from '../inference.ts';
+import type { Metrics } from '../metrics.ts';
+import { parseInferenceRequest, RequestError } from '../request.ts';
 
 /** Peers' pods /debug/state lists by default (the fastest predicted); `?peers=N` asks for more. */
 export const DEFAULT_STATE_PEER_PODS = 100;
@@ -36,36 +36,8 @@ export interface AdminViewsDeps {
 
 export function adminViews(deps: AdminViewsDeps): Pick<AdminDeps, 'readiness' | 'state' | 'explain' | 'explainBody'> {
   const { pool, callers, requestPath } = deps;
-  const readiness = (): Readiness => {
-    const status = deps.discovery.status();
-    const unscraped = pool
-      .localPods()
-      .filter((p) => (deps.scraper.health(p.uid)?.scrapes ?? 0) === 0)
-      .map((p) => p.name);
-    const checks = {
-      discovery: {
-        ok: status.synced,
-        detail: status.connected ? 'connected' : `serving the last known view: ${status.lastError ?? 'disconnected'}`,
-      },
-      firstScrape: {
-        ok: unscraped.length === 0,
-        detail: unscraped.length ? `not yet scraped: ${unscraped.join(', ')}` : undefined,
-      },
-      gossip: deps.gossip?.readiness(deps.peers().length > 0) ?? { ok: true },
-      draining: { ok: !deps.draining() },
-    };
-    return { ready: Object.values(checks).every((c) => c.ok), checks };
-  };
-  const requestSummary = async () => {
-    const byRoute: Record<string, number> = {};
-    let total = 0;
-    for (const v of (await deps.metrics.requests.get()).values) {
-      total += v.value;
-      const route = String(v.labels.route);
-      byRoute[route] = (byRoute[route] ?? 0) + v.value;
-    }
-    return { total, byRoute };
-  };
+  const readiness = () => readinessOf(deps);
+  const requestSummary = () => requestsByRoute(deps.metrics);
   const state = async (maxPeerPods = DEFAULT_STATE_PEER_PODS) => {
     const pods = pool.debugState(maxPeerPods);
     const policies = callers.policies;
@@ -137,4 +109,39 @@ export function adminViews(deps: AdminViewsDeps): Pick<AdminDeps, 'readiness' | 
     };
   };
   return { readiness, state, explain, explainBody };
+}
+
+/** Ready when discovery synced, every local pod was scraped once, gossip heard a peer (if any), not draining. */
+function readinessOf(deps: AdminViewsDeps): Readiness {
+  const { pool } = deps;
+  const status = deps.discovery.status();
+  const unscraped = pool
+    .localPods()
+    .filter((p) => (deps.scraper.health(p.uid)?.scrapes ?? 0) === 0)
+    .map((p) => p.name);
+  const checks = {
+    discovery: {
+      ok: status.synced,
+      detail: status.connected ? 'connected' : `serving the last known view: ${status.lastError ?? 'disconnected'}`,
+    },
+    firstScrape: {
+      ok: unscraped.length === 0,
+      detail: unscraped.length ? `not yet scraped: ${unscraped.join(', ')}` : undefined,
+    },
+    gossip: deps.gossip?.readiness(deps.peers().length > 0) ?? { ok: true },
+    draining: { ok: !deps.draining() },
+  };
+  return { ready: Object.values(checks).every((c) => c.ok), checks };
+}
+
+/** Requests handled so far, in all and by route, read from the requests counter. */
+async function requestsByRoute(metrics: AdminViewsDeps['metrics']) {
+  const byRoute: Record<string, number> = {};
+  let total = 0;
+  for (const v of (await metrics.requests.get()).values) {
+    total += v.value;
+    const route = String(v.labels.route);
+    byRoute[route] = (byRoute[route] ?? 0) + v.value;
+  }
+  return { total, byRoute };
 }

@@ -5,15 +5,15 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Hono } from 'hono';
 import { getRequestListener, type HttpBindings } from '@hono/node-server';
-import { errorBody, type ErrorOptions } from '../../shared/openai/errors.ts';
-import type { Metrics } from './metrics.ts';
+import { errorBody, type ErrorOptions } from '../../../shared/openai/errors.ts';
+import type { Metrics } from '../metrics.ts';
 import type { Explanation } from './explain.ts';
 import { DASHBOARD_HTML } from './dashboard.ts';
-import { readBoundedBody, RequestError } from './request.ts';
-import { nodeRequest } from './exchange.ts';
-import { describeUnexpected } from '../../shared/describe-error.ts';
-import { propagatedHeaders, requestIdFor } from '../forward/headers.ts';
-import type { RequestKind } from '../types.ts';
+import { readBoundedBody, RequestError } from '../request.ts';
+import { nodeRequest } from '../exchange.ts';
+import { describeUnexpected } from '../../../shared/describe-error.ts';
+import { propagatedHeaders, requestIdFor } from '../../forward/headers.ts';
+import type { RequestKind } from '../../types.ts';
 
 /** What POST /explain is asked: the body an app would send, and who sends it. */
 export interface ExplainBodyQuery {

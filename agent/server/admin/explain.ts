@@ -1,6 +1,6 @@
 // A Decision as people read it: which target, what was predicted, and why each pod was dropped.
-import type { Decision } from '../route/router.ts';
-import { candidateName } from '../route/router.ts';
+import type { Decision } from '../../route/router.ts';
+import { candidateName } from '../../route/router.ts';
 
 const ms = (x: number) => Math.round(x * 10) / 10;
 
