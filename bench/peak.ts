@@ -1,6 +1,7 @@
 // `npm run bench:peak`: admission under a peak with overflow, in virtual time. Four pods of each
-// pool shape unless it says otherwise (shapes of its own besides bench:routing's), loads of 1×, 1.5×, 2× and 3× the
-// pool's capacity, 30% of requests not allowed to leave, a provider answering in 150–400 ms.
+// pool shape unless it says otherwise (shapes of its own besides bench:routing's), loads of 1×,
+// 1.5×, 2× and 3× the pool's capacity, 30% of requests not allowed to leave, a provider answering
+// in 150–400 ms.
 //
 // Per shape and load, one 120 s run from a fresh agent: its first 60 s are the cold start, its
 // last 60 s the steady state; a second run restarts the agent at 60 s (it keeps only what peers
