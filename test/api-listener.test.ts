@@ -7,9 +7,9 @@ import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, type AddressInfo, type Socket } from 'node:net';
 import type { Server } from 'node:http';
-import { listenApi, type ListenerLimits } from '../agent/server/listener.ts';
+import { listenApi, type ListenerLimits } from '../agent/server/listener/listener.ts';
 import type { ApiRequest, ApiResponse } from '../agent/server/exchange.ts';
-import type { RequestError } from '../agent/server/request.ts';
+import type { RequestError } from '../agent/server/bodies/request.ts';
 
 const servers: Server[] = [];
 after(() => {

@@ -9,7 +9,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, type AddressInfo } from 'node:net';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
-import { listenApi } from '../agent/server/listener.ts';
+import { listenApi } from '../agent/server/listener/listener.ts';
 
 const { createServer } = process.getBuiltinModule('node:http');
 

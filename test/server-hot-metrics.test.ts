@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Counter, Histogram, Registry } from 'prom-client';
-import { HotCounter, HotGauge, HotHistogram } from '../agent/server/hot-metrics.ts';
+import { HotCounter, HotGauge, HotHistogram } from '../agent/server/observability/hot-metrics.ts';
 
 const BUCKETS = [0.005, 0.01, 0.1, 1, 5];
 

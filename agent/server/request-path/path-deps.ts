@@ -1,20 +1,20 @@
 // What the request path needs from the rest of the agent, and what it carries per request.
 import type { SessionAffinity } from './sessions.ts';
-import type { RequestTraces } from './request-trace.ts';
-import type { PodClient } from '../forward/pod-client.ts';
-import type { PodTimeouts } from '../forward/pod.ts';
-import type { HeaderReader } from '../forward/headers.ts';
-import type { LeaveVerdict } from '../route/router.ts';
-import type { Candidate } from '../route/candidate.ts';
-import type { EffectivePolicy, RequestKind, RouteRequest } from '../types.ts';
-import type { Metrics } from './metrics.ts';
-import type { ParsedRequest } from './request.ts';
+import type { RequestTraces } from '../observability/request-trace.ts';
+import type { PodClient } from '../../forward/pod-client.ts';
+import type { PodTimeouts } from '../../forward/pod.ts';
+import type { HeaderReader } from '../../forward/headers.ts';
+import type { LeaveVerdict } from '../../route/router.ts';
+import type { Candidate } from '../../route/candidate.ts';
+import type { EffectivePolicy, RequestKind, RouteRequest } from '../../types.ts';
+import type { Metrics } from '../observability/metrics.ts';
+import type { ParsedRequest } from '../bodies/request.ts';
 import type { Identity } from './identify.ts';
-import type { RequestRecord } from './evidence.ts';
-import type { Limits } from '../config/limits.ts';
-import type { Classification } from '../classify/classify.ts';
-import type { BodyVerdict } from './body-work.ts';
-import type { OverflowResult } from '../providers/overflow.ts';
+import type { RequestRecord } from '../observability/evidence.ts';
+import type { Limits } from '../../config/limits.ts';
+import type { Classification } from '../../classify/classify.ts';
+import type { BodyVerdict } from '../bodies/body-work.ts';
+import type { OverflowResult } from '../../providers/overflow.ts';
 
 /** One request's context along the path: its id, what goes upstream with it, and its record. */
 export interface RequestContext {
