@@ -1,4 +1,4 @@
-// The API listener (agent/server/listener.ts: node:http with the agent's settings) over raw
+// The API listener (agent/server/listener/listener.ts: node:http with the agent's settings) over raw
 // loopback sockets: keep-alive and pipelined requests answered in order, Expect: 100-continue,
 // HEAD, HTTP/1.0, chunked request bodies, streamed answers, every refusal an OpenAI-shaped error
 // with its status and `connection: close`, its timers, a client that leaves, the drain's close

@@ -1,4 +1,4 @@
-// The request path's hot metrics (agent/server/metrics.ts) keep their series outside prom-client
+// The request path's hot metrics (agent/server/observability/metrics.ts) keep their series outside prom-client
 // and hand them over when read: the exposition must be exactly what prom-client's own Counter and
 // Histogram print for the same observations.
 import { test } from 'node:test';

@@ -1,7 +1,7 @@
 // The admin listener: probes, Prometheus metrics, state, explain, dashboard. Never on the
 // request path, so it stays answerable when the API listener is saturated. Routes and error
 // handling on Hono, served by node:http through @hono/node-server's request listener; the API
-// hot path stays on node:http directly (listener.ts).
+// hot path stays on node:http directly (../listener/listener.ts).
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Hono } from 'hono';
 import { getRequestListener, type HttpBindings } from '@hono/node-server';

@@ -2,7 +2,7 @@
 // sequence that lets them finish up to a deadline before the sockets close.
 import type { ApiResponse } from '../exchange.ts';
 
-/** What the drain needs of the API listener's server (node:http's, agent/server/listener.ts). */
+/** What the drain needs of the API listener's server (node:http's, agent/server/listener/listener.ts). */
 export interface DrainableServer {
   on(event: 'request', listener: (req: unknown, res: ApiResponse) => void): unknown;
   close(): void;

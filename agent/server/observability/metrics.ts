@@ -325,7 +325,7 @@ function agentMetrics({ counter, gauge }: MetricKinds, options: MetricsOptions, 
     policyReloads: counter('kinference_policy_reloads_total', 'Policy (config) reloads, by outcome (ok|rejected).', [
       'outcome',
     ]),
-    // Data boundary (agent/classify, agent/server/identify.ts, peer validation).
+    // Data boundary (agent/classify, agent/server/request-path/identify.ts, peer validation).
     classified: counter(
       'kinference_classified_total',
       'Requests a detector tagged, by detector (email|card|ssn|iban|phone|<custom name>|unscanned) and the tag it added.',

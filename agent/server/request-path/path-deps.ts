@@ -29,9 +29,9 @@ export interface RequestContext {
 /** What the request path needs from the rest of the agent. */
 export interface RequestPathDeps {
   metrics: Metrics;
-  /** OpenTelemetry spans for each request (agent/server/tracing.ts); absent: none, and OpenTelemetry is never loaded. */
+  /** OpenTelemetry spans for each request (agent/server/observability/tracing.ts); absent: none, and OpenTelemetry is never loaded. */
   traces?: RequestTraces;
-  /** Session affinity (agent/server/sessions.ts); absent: off. */
+  /** Session affinity (agent/server/request-path/sessions.ts); absent: off. */
   sessions?: SessionAffinity;
   dispatcher: PodClient;
   limits: {
@@ -62,7 +62,7 @@ export interface RequestPathDeps {
     forwardedHeaders: Record<string, string>,
   ): string[];
   /**
-   * Large bodies judged on worker threads (body-offload.ts): `takes` says whether a body of this
+   * Large bodies judged on worker threads (../bodies/body-offload.ts): `takes` says whether a body of this
    * size goes to a worker at all (so small bodies skip the promise), `judge` gives the verdict,
    * or undefined when the body is the path's to parse and classify itself; `counted` counts a
    * worker's classification, with the forwarded header values classified here, as `classify`

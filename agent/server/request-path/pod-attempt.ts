@@ -25,7 +25,7 @@ export async function attemptPod(
   slo: { leavable: boolean; started: number; sloTtftMs: number; measured?: (within: boolean) => void },
   signal: ClientPresence,
   ctx: RequestContext,
-  /** The attempt span's trace context (agent/server/tracing.ts), replacing the caller's. */
+  /** The attempt span's trace context (agent/server/observability/tracing.ts), replacing the caller's. */
   traceHeaders?: Record<string, string>,
 ): Promise<Answer | undefined> {
   const route = candidateName(candidate);
