@@ -16,13 +16,13 @@ import { OverflowBudget } from './budget/spend.ts';
 import { BudgetExchange } from './budget/exchange.ts';
 import { createAdminHandler, type AdminHandler } from './server/admin/admin.ts';
 import { adminViews, type AdminViewsDeps } from './server/admin/admin-views.ts';
-import { createApiHandler } from './server/api.ts';
-import { listenApi } from './server/listener.ts';
-import { Callers } from './server/caller.ts';
-import { Drain } from './server/drain.ts';
+import { createApiHandler } from './server/listener/api.ts';
+import { listenApi } from './server/listener/listener.ts';
+import { Callers } from './server/request-path/caller.ts';
+import { Drain } from './server/listener/drain.ts';
 import { memoryRelease, startIdleRelease } from './memory/idle-release.ts';
-import { requestPathFor, type RequestPath } from './server/inference.ts';
-import { createMetrics, podPredictionsOf, type Metrics } from './server/metrics.ts';
+import { requestPathFor, type RequestPath } from './server/request-path/inference.ts';
+import { createMetrics, podPredictionsOf, type Metrics } from './server/observability/metrics.ts';
 import { scraperFeedingPool } from './telemetry/pool-feed.ts';
 import { startPodProbes } from './forward/pod-probe.ts';
 import type { Scraper } from './telemetry/scraper.ts';
@@ -202,7 +202,7 @@ async function tracesFor(settings: AgentSettings, given: Tracer | undefined) {
   const traceExport = given ? undefined : await traceExportFor(settings);
   const tracer = given ?? traceExport?.tracer;
   // Loaded only with a tracer: an agent without tracing never loads OpenTelemetry.
-  const traces = tracer ? (await import('./server/tracing.ts')).requestTraces(tracer) : undefined;
+  const traces = tracer ? (await import('./server/observability/tracing.ts')).requestTraces(tracer) : undefined;
   return { traceExport, traces };
 }
 

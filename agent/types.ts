@@ -208,7 +208,7 @@ export interface ClockAndRandom {
   rand?: () => number;
 }
 
-/** Session affinity (agent/server/sessions.ts): where a session's key comes from and how many are kept. */
+/** Session affinity (agent/server/request-path/sessions.ts): where a session's key comes from and how many are kept. */
 export interface SessionSettings {
   header: string;
   /** Also take the key from the body's `user` / `metadata.user_id` when the header is absent. */

@@ -5,10 +5,10 @@
 import { randomUUID } from 'node:crypto';
 import { Bench } from 'tinybench';
 import { propagatedHeaders, requestIdFor } from '../agent/forward/headers.ts';
-import { logLine, type RequestRecord } from '../agent/server/evidence.ts';
+import { logLine, type RequestRecord } from '../agent/server/observability/evidence.ts';
 import { usageOf } from '../shared/openai/usage.ts';
-import { BoundedLabel } from '../agent/server/metrics.ts';
-import { parseInferenceRequest } from '../agent/server/request.ts';
+import { BoundedLabel } from '../agent/server/observability/metrics.ts';
+import { parseInferenceRequest } from '../agent/server/bodies/request.ts';
 
 const headers = new Headers({
   traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',

@@ -4,7 +4,7 @@
 // pod, as the agent did until issue 13. Also the CPU each /metrics scrape spends on the pods'
 // predictions: before, a prediction for every known pod (the whole debug state); now, the local
 // pods and the fastest pod of the bounded number of peer nodes. Run: npm run bench:exports
-import { createMetrics, podPredictionsOf } from '../agent/server/metrics.ts';
+import { createMetrics, podPredictionsOf } from '../agent/server/observability/metrics.ts';
 import { DEFAULT_STATE_PEER_PODS } from '../agent/server/admin/admin-views.ts';
 import { DEFAULT_LIMITS } from '../agent/config/limits.ts';
 import { poolKnowing } from './known-pods.ts';

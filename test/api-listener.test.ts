@@ -1,4 +1,4 @@
-// The API listener (agent/server/listener.ts: node:http with the agent's settings) over raw
+// The API listener (agent/server/listener/listener.ts: node:http with the agent's settings) over raw
 // loopback sockets: keep-alive and pipelined requests answered in order, Expect: 100-continue,
 // HEAD, HTTP/1.0, chunked request bodies, streamed answers, every refusal an OpenAI-shaped error
 // with its status and `connection: close`, its timers, a client that leaves, the drain's close
@@ -7,9 +7,9 @@ import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, type AddressInfo, type Socket } from 'node:net';
 import type { Server } from 'node:http';
-import { listenApi, type ListenerLimits } from '../agent/server/listener.ts';
+import { listenApi, type ListenerLimits } from '../agent/server/listener/listener.ts';
 import type { ApiRequest, ApiResponse } from '../agent/server/exchange.ts';
-import type { RequestError } from '../agent/server/request.ts';
+import type { RequestError } from '../agent/server/bodies/request.ts';
 
 const servers: Server[] = [];
 after(() => {

@@ -5,9 +5,9 @@ import assert from 'node:assert/strict';
 import { credentialFor, propagatedHeaders, requestIdFor } from '../agent/forward/headers.ts';
 import { leastLoaded } from '../agent/route/least-loaded.ts';
 import type { Candidate } from '../agent/route/candidate.ts';
-import { logLine, overflowReason } from '../agent/server/evidence.ts';
+import { logLine, overflowReason } from '../agent/server/observability/evidence.ts';
 import { usageOf } from '../shared/openai/usage.ts';
-import { BoundedLabel, createMetrics } from '../agent/server/metrics.ts';
+import { BoundedLabel, createMetrics } from '../agent/server/observability/metrics.ts';
 import { routeCandidate } from './helpers/route-fixtures.ts';
 import { chatBody, postJson, startStack } from './helpers/stack.ts';
 

@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import { classify } from '../agent/classify/classify.ts';
 import { decodePayload, encodePayload, WireError } from '../agent/gossip/wire.ts';
 import { estimatePromptTokens } from '../agent/predict/tokens.ts';
-import { parseInferenceRequest, RequestError } from '../agent/server/request.ts';
+import { parseInferenceRequest, RequestError } from '../agent/server/bodies/request.ts';
 import { toPodLoad } from '../agent/telemetry/adapters.ts';
 import { parsePromText } from '../agent/telemetry/promtext.ts';
 import { implausibility } from '../agent/telemetry/plausible.ts';

@@ -1,5 +1,5 @@
 // A differential test of the API listener's HTTP framing: the same bytes go to the agent's
-// listener (agent/server/listener.ts) and to a plain node:http server, in one write and byte by
+// listener (agent/server/listener/listener.ts) and to a plain node:http server, in one write and byte by
 // byte, and both must frame them the same way: the same requests (method, target, body) reach the
 // handler, in the same order, or both refuse. Cases are smuggling shapes, obfuscated framing
 // headers, chunk-size and trailer grammar, and pipelining. Where the listener is deliberately
@@ -9,7 +9,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, type AddressInfo } from 'node:net';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
-import { listenApi } from '../agent/server/listener.ts';
+import { listenApi } from '../agent/server/listener/listener.ts';
 
 const { createServer } = process.getBuiltinModule('node:http');
 

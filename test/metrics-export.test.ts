@@ -2,7 +2,7 @@
 // (its fastest pod), and only the fastest nodes up to the bound.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createMetrics, podPredictionsOf } from '../agent/server/metrics.ts';
+import { createMetrics, podPredictionsOf } from '../agent/server/observability/metrics.ts';
 
 const state = (nodes: number, podsPerNode: number) => ({
   local: [{ pod: { name: 'mine' }, predictedTtftMs: 40 }],

@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
-import { createMetrics } from '../agent/server/metrics.ts';
+import { createMetrics } from '../agent/server/observability/metrics.ts';
 
 const GOLDEN = new URL('./fixtures/metrics-golden.txt', import.meta.url);
 

@@ -1,4 +1,4 @@
-// Passthrough routes go through the same pod send as inference (agent/server/pod-send.ts): a
+// Passthrough routes go through the same pod send as inference (agent/server/request-path/pod-send.ts): a
 // pod's answer is read up to limits.maxUpstreamBodyBytes like any other (a 502 past it, not a
 // cap of their own), and a pod that fails before its first byte is marked like any other.
 import { after, before, describe, it } from 'node:test';

@@ -1,10 +1,10 @@
-// The request path's hot metrics (agent/server/metrics.ts) keep their series outside prom-client
+// The request path's hot metrics (agent/server/observability/metrics.ts) keep their series outside prom-client
 // and hand them over when read: the exposition must be exactly what prom-client's own Counter and
 // Histogram print for the same observations.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Counter, Histogram, Registry } from 'prom-client';
-import { HotCounter, HotGauge, HotHistogram } from '../agent/server/hot-metrics.ts';
+import { HotCounter, HotGauge, HotHistogram } from '../agent/server/observability/hot-metrics.ts';
 
 const BUCKETS = [0.005, 0.01, 0.1, 1, 5];
 

@@ -5,7 +5,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { decide } from '../agent/route/router.ts';
 import { stickToSession } from '../agent/route/session.ts';
-import { SessionAffinity } from '../agent/server/sessions.ts';
+import { SessionAffinity } from '../agent/server/request-path/sessions.ts';
 import { routeCandidate, routePolicy, routeRequest, STAY } from './helpers/route-fixtures.ts';
 import { chatBody, postJson, startStack, waitFor, type Stack } from './helpers/stack.ts';
 

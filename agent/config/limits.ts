@@ -136,7 +136,7 @@ export interface Limits {
   maxJsonDepth: number;
   /** Request bodies of at least this many bytes are parsed and classified on a worker thread. */
   offloadBodyBytes: number;
-  /** Worker threads for large bodies (agent/server/body-offload.ts); 0: all on the event loop. */
+  /** Worker threads for large bodies (agent/server/bodies/body-offload.ts); 0: all on the event loop. */
   bodyWorkers: number;
   maxConnectionsPerPod: number;
   maxUpstreamBodyBytes: number;
@@ -158,7 +158,7 @@ export interface Limits {
   loraSlotWaitMs: number;
   /** How often each pod's /v1/models is read for its LoRA adapters; 0: never. */
   adapterListIntervalMs: number;
-  /** The API listener's HTTP/1.1 bounds and timers (node:http's, agent/server/listener.ts). */
+  /** The API listener's HTTP/1.1 bounds and timers (node:http's, agent/server/listener/listener.ts). */
   apiMaxHeaderBytes: number;
   apiMaxHeaders: number;
   apiMaxTargetBytes: number;

@@ -11,7 +11,7 @@ import { Deadlines, type Deadline } from './deadlines.ts';
 
 /**
  * Whether the client of a request left, and a call when it does: an AbortSignal fits, and so does
- * the API listener's request (agent/server/client-request.ts), which needs no EventTarget.
+ * the API listener's request (agent/server/request-path/client-request.ts), which needs no EventTarget.
  */
 export interface ClientPresence {
   readonly aborted: boolean;

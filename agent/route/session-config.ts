@@ -1,5 +1,5 @@
 // Session affinity's part of the agent's config file: its schema, its defaults and its settings
-// (agent/config assembles the file; agent/server/sessions.ts runs it, session.ts decides with it).
+// (agent/config assembles the file; agent/server/request-path/sessions.ts runs it, session.ts decides with it).
 import { Type, type Static } from '@sinclair/typebox';
 import { parseDuration } from '../../shared/duration.ts';
 import { DurationString, Name } from '../../shared/config-schema.ts';

@@ -1,5 +1,5 @@
 // A client's request refused with an OpenAI-style error: its status, and the `param` and `code` the
-// error body names. Its own file so the request seam (exchange.ts) and the parser (request.ts) share
+// error body names. Its own file so the request seam (exchange.ts) and the parser (bodies/request.ts) share
 // it without importing each other.
 
 export class RequestError extends Error {

@@ -7,12 +7,12 @@ import type { Overflow } from '../../providers/overflow.ts';
 import type { PodHealth } from '../../telemetry/scraper.ts';
 import type { EffectivePolicy, RouteRequest } from '../../types.ts';
 import type { AdminDeps, ExplainBodyQuery, Readiness } from './admin.ts';
-import type { Callers } from '../caller.ts';
+import type { Callers } from '../request-path/caller.ts';
 import { explainDecision } from './explain.ts';
-import type { Identity } from '../identify.ts';
-import type { RequestPath } from '../inference.ts';
-import type { Metrics } from '../metrics.ts';
-import { parseInferenceRequest, RequestError } from '../request.ts';
+import type { Identity } from '../request-path/identify.ts';
+import type { RequestPath } from '../request-path/inference.ts';
+import type { Metrics } from '../observability/metrics.ts';
+import { parseInferenceRequest, RequestError } from '../bodies/request.ts';
 
 /** Peers' pods /debug/state lists by default (the fastest predicted); `?peers=N` asks for more. */
 export const DEFAULT_STATE_PEER_PODS = 100;

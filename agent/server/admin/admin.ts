@@ -1,15 +1,15 @@
 // The admin listener: probes, Prometheus metrics, state, explain, dashboard. Never on the
 // request path, so it stays answerable when the API listener is saturated. Routes and error
 // handling on Hono, served by node:http through @hono/node-server's request listener; the API
-// hot path stays on node:http directly (listener.ts).
+// hot path stays on node:http directly (../listener/listener.ts).
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Hono } from 'hono';
 import { getRequestListener, type HttpBindings } from '@hono/node-server';
 import { errorBody, type ErrorOptions } from '../../../shared/openai/errors.ts';
-import type { Metrics } from '../metrics.ts';
+import type { Metrics } from '../observability/metrics.ts';
 import type { Explanation } from './explain.ts';
 import { DASHBOARD_HTML } from './dashboard.ts';
-import { readBoundedBody, RequestError } from '../request.ts';
+import { readBoundedBody, RequestError } from '../bodies/request.ts';
 import { nodeRequest } from '../exchange.ts';
 import { describeUnexpected } from '../../../shared/describe-error.ts';
 import { propagatedHeaders, requestIdFor } from '../../forward/headers.ts';

@@ -1,10 +1,10 @@
 // What the request path does with a body before routing it (parse and check, classify, measure
 // for the router), as one pure function, so that the agent's event loop and a body worker
 // (body-worker.ts) run the very same code and reach the very same verdict.
-import { classifyRequest, type Classification } from '../classify/classify.ts';
-import { compileDetectors, type DetectorSpec } from '../classify/custom.ts';
-import type { ScanLimits } from '../classify/walk.ts';
-import type { RequestKind, RouteRequest } from '../types.ts';
+import { classifyRequest, type Classification } from '../../classify/classify.ts';
+import { compileDetectors, type DetectorSpec } from '../../classify/custom.ts';
+import type { ScanLimits } from '../../classify/walk.ts';
+import type { RequestKind, RouteRequest } from '../../types.ts';
 import { parseInferenceRequest, RequestError } from './request.ts';
 import { buildRouteRequest } from './route-request.ts';
 

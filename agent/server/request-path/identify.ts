@@ -7,8 +7,8 @@
 // another node's pod before the view caught up, a host-network pod, a pod seconds old) is not
 // "some namespace" under the cluster-wide policy; it is the most restricted tenant, whose data
 // never leaves the cluster.
-import type { Caller } from '../cluster/types.ts';
-import type { EffectivePolicy } from '../types.ts';
+import type { Caller } from '../../cluster/types.ts';
+import type { EffectivePolicy } from '../../types.ts';
 
 /** Not a valid namespace name, so no namespace policy or annotation can ever select it. */
 export const UNIDENTIFIED = '(unidentified)';

@@ -3,7 +3,7 @@
 // names, else from the body's `user` (OpenAI chat, completions, responses) or `metadata.user_id`
 // (Anthropic Messages).
 import { LRUCache } from 'lru-cache';
-import type { SessionSettings } from '../types.ts';
+import type { SessionSettings } from '../../types.ts';
 
 /** Longest session key kept (longer ones are not sessions: no affinity). */
 const MAX_KEY_LENGTH = 256;

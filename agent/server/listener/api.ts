@@ -1,14 +1,14 @@
 // The OpenAI-compatible listener, on node:http directly: a route table from method and path to a
 // handler, each handing the node request and response to the request path, which reads the body
 // from the socket stream and writes its answer straight to the socket (no web Request/Response).
-import type { ApiRequest, ApiResponse } from './exchange.ts';
+import type { ApiRequest, ApiResponse } from '../exchange.ts';
 import { randomUUID } from 'node:crypto';
-import { describeUnexpected } from '../../shared/describe-error.ts';
-import type { RequestPath } from './inference.ts';
-import { handlePassthrough, PASSTHROUGH_PATHS } from './passthrough.ts';
-import { errorAnswer, jsonAnswer, writeAnswer, type Answer } from './answers.ts';
-import { requestIdFor } from '../forward/headers.ts';
-import { API_PATHS, type RequestKind } from '../types.ts';
+import { describeUnexpected } from '../../../shared/describe-error.ts';
+import type { RequestPath } from '../request-path/inference.ts';
+import { handlePassthrough, PASSTHROUGH_PATHS } from '../request-path/passthrough.ts';
+import { errorAnswer, jsonAnswer, writeAnswer, type Answer } from '../request-path/answers.ts';
+import { requestIdFor } from '../../forward/headers.ts';
+import { API_PATHS, type RequestKind } from '../../types.ts';
 
 export interface ApiDeps {
   requestPath: RequestPath;

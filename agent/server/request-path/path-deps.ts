@@ -1,20 +1,20 @@
 // What the request path needs from the rest of the agent, and what it carries per request.
 import type { SessionAffinity } from './sessions.ts';
-import type { RequestTraces } from './request-trace.ts';
-import type { PodClient } from '../forward/pod-client.ts';
-import type { PodTimeouts } from '../forward/pod.ts';
-import type { HeaderReader } from '../forward/headers.ts';
-import type { LeaveVerdict } from '../route/router.ts';
-import type { Candidate } from '../route/candidate.ts';
-import type { EffectivePolicy, RequestKind, RouteRequest } from '../types.ts';
-import type { Metrics } from './metrics.ts';
-import type { ParsedRequest } from './request.ts';
+import type { RequestTraces } from '../observability/request-trace.ts';
+import type { PodClient } from '../../forward/pod-client.ts';
+import type { PodTimeouts } from '../../forward/pod.ts';
+import type { HeaderReader } from '../../forward/headers.ts';
+import type { LeaveVerdict } from '../../route/router.ts';
+import type { Candidate } from '../../route/candidate.ts';
+import type { EffectivePolicy, RequestKind, RouteRequest } from '../../types.ts';
+import type { Metrics } from '../observability/metrics.ts';
+import type { ParsedRequest } from '../bodies/request.ts';
 import type { Identity } from './identify.ts';
-import type { RequestRecord } from './evidence.ts';
-import type { Limits } from '../config/limits.ts';
-import type { Classification } from '../classify/classify.ts';
-import type { BodyVerdict } from './body-work.ts';
-import type { OverflowResult } from '../providers/overflow.ts';
+import type { RequestRecord } from '../observability/evidence.ts';
+import type { Limits } from '../../config/limits.ts';
+import type { Classification } from '../../classify/classify.ts';
+import type { BodyVerdict } from '../bodies/body-work.ts';
+import type { OverflowResult } from '../../providers/overflow.ts';
 
 /** One request's context along the path: its id, what goes upstream with it, and its record. */
 export interface RequestContext {
@@ -29,9 +29,9 @@ export interface RequestContext {
 /** What the request path needs from the rest of the agent. */
 export interface RequestPathDeps {
   metrics: Metrics;
-  /** OpenTelemetry spans for each request (agent/server/tracing.ts); absent: none, and OpenTelemetry is never loaded. */
+  /** OpenTelemetry spans for each request (agent/server/observability/tracing.ts); absent: none, and OpenTelemetry is never loaded. */
   traces?: RequestTraces;
-  /** Session affinity (agent/server/sessions.ts); absent: off. */
+  /** Session affinity (agent/server/request-path/sessions.ts); absent: off. */
   sessions?: SessionAffinity;
   dispatcher: PodClient;
   limits: {
@@ -62,7 +62,7 @@ export interface RequestPathDeps {
     forwardedHeaders: Record<string, string>,
   ): string[];
   /**
-   * Large bodies judged on worker threads (body-offload.ts): `takes` says whether a body of this
+   * Large bodies judged on worker threads (../bodies/body-offload.ts): `takes` says whether a body of this
    * size goes to a worker at all (so small bodies skip the promise), `judge` gives the verdict,
    * or undefined when the body is the path's to parse and classify itself; `counted` counts a
    * worker's classification, with the forwarded header values classified here, as `classify`

@@ -1,9 +1,9 @@
 // The routing input for a parsed request: size estimate, answer cap and prompt blocks.
-import { estimatePromptTokens } from '../predict/tokens.ts';
-import { BLOCK_TOKENS, CHARS_PER_TOKEN, promptBlocks, renderPrompt } from '../prefix/blocks.ts';
-import type { RouteRequest } from '../types.ts';
+import { estimatePromptTokens } from '../../predict/tokens.ts';
+import { BLOCK_TOKENS, CHARS_PER_TOKEN, promptBlocks, renderPrompt } from '../../prefix/blocks.ts';
+import type { RouteRequest } from '../../types.ts';
 import type { ParsedRequest } from './request.ts';
-import type { Identity } from './identify.ts';
+import type { Identity } from '../request-path/identify.ts';
 
 /** `prefixMaxBlocks`: prompt blocks hashed per request for the prefix index. */
 export function buildRouteRequest(

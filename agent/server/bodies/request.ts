@@ -1,9 +1,9 @@
 // Ingress: read a bounded body, parse it, and check the fields routing depends on. Everything
 // else passes through to the model server untouched (it knows its own sampling parameters).
-import { tooLarge, type ApiRequest } from './exchange.ts';
-import type { HeaderReader } from '../forward/headers.ts';
-import type { ParsedRequest, RequestKind } from '../types.ts';
-import { RequestError } from './request-error.ts';
+import { tooLarge, type ApiRequest } from '../exchange.ts';
+import type { HeaderReader } from '../../forward/headers.ts';
+import type { ParsedRequest, RequestKind } from '../../types.ts';
+import { RequestError } from '../request-error.ts';
 
 // Re-exported: the request path takes its error and its parsed request from the parser.
 export { RequestError };

@@ -2,7 +2,7 @@
 // off the agent's event loop. Messages: { detectors } replaces the platform's detectors (they
 // change on a reload; ordered before the jobs that need them), { id, job } asks for a verdict.
 import { parentPort } from 'node:worker_threads';
-import type { DetectorSpec } from '../classify/custom.ts';
+import type { DetectorSpec } from '../../classify/custom.ts';
 import { DetectorCache, judgeBody, type BodyJob } from './body-work.ts';
 
 const port = parentPort!;

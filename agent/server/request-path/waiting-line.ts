@@ -1,7 +1,7 @@
 // Waiting in line for a pod, with the wait's metrics and its time on the request's record.
-import type { WaitingRoom } from '../admission/waiting.ts';
-import type { Priority } from '../budget/limits.ts';
-import type { RequestRecord } from './evidence.ts';
+import type { WaitingRoom } from '../../admission/waiting.ts';
+import type { Priority } from '../../budget/limits.ts';
+import type { RequestRecord } from '../observability/evidence.ts';
 import type { RequestPathDeps } from './path-deps.ts';
 
 /**

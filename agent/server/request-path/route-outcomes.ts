@@ -1,15 +1,15 @@
 // How one request's decision loop ends when no pod answers it: sent to the providers its policy
 // allows (overflowAnswer), or refused with why and when to come back (refusal). inference.ts
 // runs the loop; these are its last steps.
-import type { Decision, LeaveVerdict } from '../route/router.ts';
-import type { EffectivePolicy, RouteRequest } from '../types.ts';
+import type { Decision, LeaveVerdict } from '../../route/router.ts';
+import type { EffectivePolicy, RouteRequest } from '../../types.ts';
 import { answerOfResponse, errorAnswer, retryAfterSeconds, type Answer } from './answers.ts';
 import type { ClientRequest } from './client-request.ts';
-import { overflowReason } from './evidence.ts';
-import type { BoundedLabel } from './metrics.ts';
+import { overflowReason } from '../observability/evidence.ts';
+import type { BoundedLabel } from '../observability/metrics.ts';
 import type { RequestContext, RequestPathDeps } from './path-deps.ts';
-import type { ParsedRequest } from './request.ts';
-import type { RequestTrace } from './request-trace.ts';
+import type { ParsedRequest } from '../bodies/request.ts';
+import type { RequestTrace } from '../observability/request-trace.ts';
 
 /** One request on its way through the decision loop: what every step of it reads. */
 export interface Routing {

@@ -1,8 +1,8 @@
 // Drain accounting for the API listener: how many requests are still open, and the shutdown
 // sequence that lets them finish up to a deadline before the sockets close.
-import type { ApiResponse } from './exchange.ts';
+import type { ApiResponse } from '../exchange.ts';
 
-/** What the drain needs of the API listener's server (node:http's, agent/server/listener.ts). */
+/** What the drain needs of the API listener's server (node:http's, agent/server/listener/listener.ts). */
 export interface DrainableServer {
   on(event: 'request', listener: (req: unknown, res: ApiResponse) => void): unknown;
   close(): void;

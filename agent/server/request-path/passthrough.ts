@@ -4,10 +4,10 @@
 // as inference (pod-send.ts: failures mark the pod, answers capped at limits.maxUpstreamBodyBytes).
 // They never leave the cluster: providers are not asked, so no policy decides anything here
 // beyond who is calling.
-import type { ApiRequest, ApiResponse } from './exchange.ts';
-import { candidateName } from '../route/router.ts';
-import { leastLoaded } from '../route/least-loaded.ts';
-import { readBoundedBody, RequestError } from './request.ts';
+import type { ApiRequest, ApiResponse } from '../exchange.ts';
+import { candidateName } from '../../route/router.ts';
+import { leastLoaded } from '../../route/least-loaded.ts';
+import { readBoundedBody, RequestError } from '../bodies/request.ts';
 import type { RequestContext, RequestPath } from './inference.ts';
 import { errorAnswer, podsFailed, type Answer } from './answers.ts';
 import { sendToOnePod } from './pod-send.ts';

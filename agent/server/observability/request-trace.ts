@@ -2,8 +2,8 @@
 // tracer is configured. Kept apart from tracing.ts, which loads OpenTelemetry, so an agent
 // without tracing never loads it.
 import type { Attributes } from '@opentelemetry/api';
-import type { Decision } from '../route/router.ts';
-import type { Candidate } from '../route/candidate.ts';
+import type { Decision } from '../../route/router.ts';
+import type { Candidate } from '../../route/candidate.ts';
 
 /** One child span in flight; `headers` carries its context to the upstream it stands for. */
 export interface ChildSpan {

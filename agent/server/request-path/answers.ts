@@ -1,10 +1,16 @@
 // Answers as the request path gives them (no web Response on the hot path): a status, headers, and
 // either whole bytes or an upstream body relayed as it arrives; written straight to the socket.
-import type { ApiResponse } from './exchange.ts';
-import { errorBody, type ErrorOptions } from '../../shared/openai/errors.ts';
-import { relayTo, type ChunkSource, type RelayOutcome, type RelayStop, type UpstreamBody } from '../forward/relay.ts';
-import type { PodAttempt } from '../forward/pod.ts';
-import type { EffectivePolicy } from '../types.ts';
+import type { ApiResponse } from '../exchange.ts';
+import { errorBody, type ErrorOptions } from '../../../shared/openai/errors.ts';
+import {
+  relayTo,
+  type ChunkSource,
+  type RelayOutcome,
+  type RelayStop,
+  type UpstreamBody,
+} from '../../forward/relay.ts';
+import type { PodAttempt } from '../../forward/pod.ts';
+import type { EffectivePolicy } from '../../types.ts';
 
 export interface Answer {
   status: number;

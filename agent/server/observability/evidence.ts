@@ -1,6 +1,6 @@
 // Per-request evidence: what the agent decided for one request and what came of it, as one JSON
 // log line. Pure: the record is filled along the request path; this file only shapes it.
-import type { DroppedCandidate } from '../route/router.ts';
+import type { DroppedCandidate } from '../../route/router.ts';
 
 /** One request's record. Tags are names only: never a byte of the request's text. */
 export interface RequestRecord {

@@ -1,6 +1,6 @@
 // The request path's metrics: counters, histograms and a gauge that sum in place and hand their
 // values to prom-client when the registry is read, so /metrics is prom-client's exposition.
-import { Counter, Gauge, type Registry, type Metric } from '../../shared/prom-client.ts';
+import { Counter, Gauge, type Registry, type Metric } from '../../../shared/prom-client.ts';
 
 /** One series of a hot metric: its labels (made once) and what was added since prom-client last read it. */
 interface Cell<L extends string> {

@@ -2,9 +2,9 @@
 // its headers, whether the client left before its answer was sent (a plain listener list: an
 // AbortController and its EventTarget per request cost more than the rest of this object, and most
 // requests never need one), and its body (read once).
-import type { HeaderReader } from '../forward/headers.ts';
-import type { ClientPresence } from '../forward/pod.ts';
-import type { ApiRequest, ApiResponse } from './exchange.ts';
+import type { HeaderReader } from '../../forward/headers.ts';
+import type { ClientPresence } from '../../forward/pod.ts';
+import type { ApiRequest, ApiResponse } from '../exchange.ts';
 
 export class ClientRequest implements ClientPresence {
   readonly incoming: ApiRequest;

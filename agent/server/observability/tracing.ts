@@ -6,10 +6,10 @@
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import type { Attributes, Context, Span, Tracer } from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import type { Decision } from '../route/router.ts';
+import type { Decision } from '../../route/router.ts';
 import type { ChildSpan, RequestTrace, RequestTraces } from './request-trace.ts';
-import { candidateName } from '../route/router.ts';
-import type { Candidate } from '../route/candidate.ts';
+import { candidateName } from '../../route/router.ts';
+import type { Candidate } from '../../route/candidate.ts';
 
 const propagator = new W3CTraceContextPropagator();
 const headerGetter = {

@@ -4,41 +4,41 @@
 // beside it: path-deps (what it needs), serve (the per-request record), pod-attempt (one pod
 // try and its measurement), pod-send (the send every pod request shares), route-outcomes (the
 // overflow and the refusal that end the loop), waiting-line (the ordered wait), route-request, answers.
-import type { ApiRequest, ApiResponse } from './exchange.ts';
+import type { ApiRequest, ApiResponse } from '../exchange.ts';
 import { randomUUID } from 'node:crypto';
-import { candidateName, decide, type Decision, type LeaveVerdict } from '../route/router.ts';
-import type { Candidate } from '../route/candidate.ts';
-import type { RequestKind, RouteRequest } from '../types.ts';
-import { BoundedLabel } from './metrics.ts';
-import { parseInferenceRequest, readBoundedBody, RequestError, type ParsedRequest } from './request.ts';
+import { candidateName, decide, type Decision, type LeaveVerdict } from '../../route/router.ts';
+import type { Candidate } from '../../route/candidate.ts';
+import type { RequestKind, RouteRequest } from '../../types.ts';
+import { BoundedLabel } from '../observability/metrics.ts';
+import { parseInferenceRequest, readBoundedBody, RequestError, type ParsedRequest } from '../bodies/request.ts';
 import type { Identity } from './identify.ts';
-import type { RequestRecord } from './evidence.ts';
-import { WaitingRoom } from '../admission/waiting.ts';
-import { AdmissionThresholds, plannedMissChance, type AdmissionThreshold } from '../admission/threshold.ts';
-import { DEFAULT_PRIORITY, PRIORITY_HEADER, priorityOf, type Priority } from '../budget/limits.ts';
+import type { RequestRecord } from '../observability/evidence.ts';
+import { WaitingRoom } from '../../admission/waiting.ts';
+import { AdmissionThresholds, plannedMissChance, type AdmissionThreshold } from '../../admission/threshold.ts';
+import { DEFAULT_PRIORITY, PRIORITY_HEADER, priorityOf, type Priority } from '../../budget/limits.ts';
 import type { RequestContext, RequestPathDeps } from './path-deps.ts';
 import { RequestRecorder } from './serve.ts';
 import { attemptPod } from './pod-attempt.ts';
 import { waitInLine } from './waiting-line.ts';
-import { buildRouteRequest } from './route-request.ts';
+import { buildRouteRequest } from '../bodies/route-request.ts';
 import { errorAnswer, podsFailed, retryAfterSeconds, type Answer } from './answers.ts';
 import { ClientRequest } from './client-request.ts';
 import { requestPathLimits } from './path-deps.ts';
-import { createPodDispatcher, podAuthFrom } from '../forward/pod.ts';
-import type { AgentSettings } from '../config/load.ts';
+import { createPodDispatcher, podAuthFrom } from '../../forward/pod.ts';
+import type { AgentSettings } from '../../config/load.ts';
 import type { Callers } from './caller.ts';
-import type { Overflow } from '../providers/overflow.ts';
-import { bodyOffloadFor, parsedFromVerdict, routeFromVerdict } from './body-offload.ts';
-import { NO_TRACE, type RequestTrace } from './request-trace.ts';
+import type { Overflow } from '../../providers/overflow.ts';
+import { bodyOffloadFor, parsedFromVerdict, routeFromVerdict } from '../bodies/body-offload.ts';
+import { NO_TRACE, type RequestTrace } from '../observability/request-trace.ts';
 import { SessionAffinity } from './sessions.ts';
 import { anthropicShaped } from './anthropic.ts';
-import { stickToSession } from '../route/session.ts';
-import type { BodyVerdict } from './body-work.ts';
+import { stickToSession } from '../../route/session.ts';
+import type { BodyVerdict } from '../bodies/body-work.ts';
 import { overflowAnswer, refusal, type Routing } from './route-outcomes.ts';
 
 // Importers (agent, passthrough, tests) keep importing the request path's API from here.
 export type { RequestContext, RequestPathDeps } from './path-deps.ts';
-export type { OverflowResult } from '../providers/overflow.ts';
+export type { OverflowResult } from '../../providers/overflow.ts';
 
 /** The measured TTFT as a span attribute, when there is one. */
 const ttftAttribute = (ms: number | undefined) => (ms === undefined ? undefined : { 'kinference.ttft_ms': ms });

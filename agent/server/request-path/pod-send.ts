@@ -2,9 +2,9 @@
 // passthrough routes: the send, the pool's bookkeeping, a failure before the first byte (the pod
 // marked, another may be tried), a refusal passed on, a stream relayed or a whole answer read up
 // to limits.maxUpstreamBodyBytes. What is measured around it is the caller's (hooks).
-import { readRest } from '../forward/relay.ts';
-import { sendToPod, type ClientPresence, type PodAttempt } from '../forward/pod.ts';
-import type { Candidate } from '../route/candidate.ts';
+import { readRest } from '../../forward/relay.ts';
+import { sendToPod, type ClientPresence, type PodAttempt } from '../../forward/pod.ts';
+import type { Candidate } from '../../route/candidate.ts';
 import type { RequestContext, RequestPathDeps } from './path-deps.ts';
 import { errorAnswer, podStreamAnswer, type Answer } from './answers.ts';
 

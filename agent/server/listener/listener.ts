@@ -6,8 +6,8 @@
 // body with its status and `connection: close`, not node's bare status line.
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import { errorBody } from '../../shared/openai/errors.ts';
-import { nodeRequest } from './exchange.ts';
+import { errorBody } from '../../../shared/openai/errors.ts';
+import { nodeRequest } from '../exchange.ts';
 import type { ApiHandler } from './api.ts';
 
 /** The listener's bounds and timers; every one is an agent setting (`limits.api*`). */

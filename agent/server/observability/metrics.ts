@@ -1,6 +1,6 @@
 // The agent's Prometheus metrics (prefix kinference_). One registry per agent, so several
 // agents in one process (tests, the benchmark) don't share counters.
-import { Counter, Gauge, Registry, collectDefaultMetrics } from '../../shared/prom-client.ts';
+import { Counter, Gauge, Registry, collectDefaultMetrics } from '../../../shared/prom-client.ts';
 import { HotCounter, HotGauge, HotHistogram } from './hot-metrics.ts';
 
 const TTFT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20];
@@ -325,7 +325,7 @@ function agentMetrics({ counter, gauge }: MetricKinds, options: MetricsOptions, 
     policyReloads: counter('kinference_policy_reloads_total', 'Policy (config) reloads, by outcome (ok|rejected).', [
       'outcome',
     ]),
-    // Data boundary (agent/classify, agent/server/identify.ts, peer validation).
+    // Data boundary (agent/classify, agent/server/request-path/identify.ts, peer validation).
     classified: counter(
       'kinference_classified_total',
       'Requests a detector tagged, by detector (email|card|ssn|iban|phone|<custom name>|unscanned) and the tag it added.',

@@ -8,16 +8,16 @@
 // A worker that fails or dies never lets a body through unjudged: the agent judges that body
 // itself, on the loop, as it would without workers.
 import { Worker } from 'node:worker_threads';
-import type { Classification } from '../classify/classify.ts';
-import type { DetectorSpec } from '../classify/custom.ts';
-import type { ScanLimits } from '../classify/walk.ts';
-import type { RequestKind, RouteRequest } from '../types.ts';
+import type { Classification } from '../../classify/classify.ts';
+import type { DetectorSpec } from '../../classify/custom.ts';
+import type { ScanLimits } from '../../classify/walk.ts';
+import type { RequestKind, RouteRequest } from '../../types.ts';
 import type { BodyJob, BodyVerdict } from './body-work.ts';
-import type { Identity } from './identify.ts';
+import type { Identity } from '../request-path/identify.ts';
 import type { ParsedRequest } from './request.ts';
-import type { AgentSettings } from '../config/load.ts';
-import type { Callers } from './caller.ts';
-import type { RequestPathDeps } from './path-deps.ts';
+import type { AgentSettings } from '../../config/load.ts';
+import type { Callers } from '../request-path/caller.ts';
+import type { RequestPathDeps } from '../request-path/path-deps.ts';
 
 export type { BodyVerdict } from './body-work.ts';
 

@@ -1,16 +1,16 @@
 // Who is calling, under which policy, with which data: the request path's identity, policy and
 // classification, built from settings and kept current from discovery (policies, namespaces,
 // callers, platform detectors). Decisions stay in identify.ts, policy/ and classify/.
-import type { Caller } from '../cluster/types.ts';
-import type { HeaderReader } from '../forward/headers.ts';
-import { classifyRequest, UNSCANNED_TAG, withForwardedHeaders, type Classification } from '../classify/classify.ts';
-import { compileDetectors, type CustomDetector, type DetectorSpec } from '../classify/custom.ts';
-import type { AgentSettings } from '../config/load.ts';
-import { compilePolicies, type CompiledPolicies } from '../policy/resolve.ts';
-import { loadPolicies } from '../policy/validate.ts';
-import type { EffectivePolicy } from '../types.ts';
+import type { Caller } from '../../cluster/types.ts';
+import type { HeaderReader } from '../../forward/headers.ts';
+import { classifyRequest, UNSCANNED_TAG, withForwardedHeaders, type Classification } from '../../classify/classify.ts';
+import { compileDetectors, type CustomDetector, type DetectorSpec } from '../../classify/custom.ts';
+import type { AgentSettings } from '../../config/load.ts';
+import { compilePolicies, type CompiledPolicies } from '../../policy/resolve.ts';
+import { loadPolicies } from '../../policy/validate.ts';
+import type { EffectivePolicy } from '../../types.ts';
 import { identify, restrictUnidentified, type Identity } from './identify.ts';
-import type { Metrics } from './metrics.ts';
+import type { Metrics } from '../observability/metrics.ts';
 
 export interface CallersDeps {
   settings: Pick<AgentSettings, 'discovery' | 'tenantHeader' | 'tenantHeaderExplicit' | 'limits' | 'detectors'>;

@@ -1,12 +1,12 @@
 // The per-request wrapper both the inference and the passthrough routes go through: the request's
 // id, its in-flight and outcome metrics, its drain-deadline end for streams, its sampled log line;
 // then the answer is written straight to the socket.
-import type { ApiResponse } from './exchange.ts';
-import { describeUnexpected } from '../../shared/describe-error.ts';
-import { HOPS_HEADER, hopsOf, MAX_AGENT_HOPS, propagatedHeaders, requestIdFor } from '../forward/headers.ts';
-import { BoundedLabel } from './metrics.ts';
-import { RequestError } from './request.ts';
-import { logLine, type RequestRecord } from './evidence.ts';
+import type { ApiResponse } from '../exchange.ts';
+import { describeUnexpected } from '../../../shared/describe-error.ts';
+import { HOPS_HEADER, hopsOf, MAX_AGENT_HOPS, propagatedHeaders, requestIdFor } from '../../forward/headers.ts';
+import { BoundedLabel } from '../observability/metrics.ts';
+import { RequestError } from '../bodies/request.ts';
+import { logLine, type RequestRecord } from '../observability/evidence.ts';
 import { errorAnswer, writeAnswer, type Answer } from './answers.ts';
 import type { ClientRequest } from './client-request.ts';
 import type { RequestContext, RequestPathDeps } from './path-deps.ts';

@@ -1,14 +1,14 @@
 // One inference attempt at one pod: the client's bytes sent and the answer made as every pod
 // request is (pod-send.ts), measured here: TTFT, prediction error, SLO and calibration counters,
 // prefix tokens, and what the pool learns.
-import { responsesErrorEvent } from '../../shared/openai/errors.ts';
-import type { ClientPresence } from '../forward/pod.ts';
-import { candidateName } from '../route/router.ts';
-import type { Candidate } from '../route/candidate.ts';
-import type { Scored } from '../route/picker.ts';
-import { API_PATHS, type RouteRequest } from '../types.ts';
-import type { ParsedRequest } from './request.ts';
-import { usageOf } from '../../shared/openai/usage.ts';
+import { responsesErrorEvent } from '../../../shared/openai/errors.ts';
+import type { ClientPresence } from '../../forward/pod.ts';
+import { candidateName } from '../../route/router.ts';
+import type { Candidate } from '../../route/candidate.ts';
+import type { Scored } from '../../route/picker.ts';
+import { API_PATHS, type RouteRequest } from '../../types.ts';
+import type { ParsedRequest } from '../bodies/request.ts';
+import { usageOf } from '../../../shared/openai/usage.ts';
 import type { RequestContext, RequestPathDeps } from './path-deps.ts';
 import type { Answer } from './answers.ts';
 import { sendToOnePod } from './pod-send.ts';
@@ -25,7 +25,7 @@ export async function attemptPod(
   slo: { leavable: boolean; started: number; sloTtftMs: number; measured?: (within: boolean) => void },
   signal: ClientPresence,
   ctx: RequestContext,
-  /** The attempt span's trace context (agent/server/tracing.ts), replacing the caller's. */
+  /** The attempt span's trace context (agent/server/observability/tracing.ts), replacing the caller's. */
   traceHeaders?: Record<string, string>,
 ): Promise<Answer | undefined> {
   const route = candidateName(candidate);
