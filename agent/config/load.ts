@@ -106,6 +106,8 @@ export interface GossipSettings {
   identity?: SecretRef;
   /** Static mode: the peers' public keys, by node (agent/gossip/signatures.ts). */
   peerKeys?: { node: string; key: string }[];
+  /** Kubernetes: bind agents' keys to their pods with a ServiceAccount token (agent/gossip/binding.ts). */
+  tokenBinding?: { tokenFile: string; audience?: string; serviceAccount?: string };
 }
 
 export interface AgentSettings {
@@ -353,6 +355,7 @@ export function settingsFromObject(
             advertise: file.gossip.advertise ?? podGossipAddress(file),
             ...(file.gossip.identity ? { identity: file.gossip.identity } : {}),
             ...(file.gossip.peerKeys ? { peerKeys: file.gossip.peerKeys } : {}),
+            ...(file.gossip.tokenBinding ? { tokenBinding: file.gossip.tokenBinding } : {}),
           }
         : undefined,
     tenantHeader: (file.tenantHeader ?? 'x-kinference-tenant').toLowerCase(),

@@ -173,6 +173,21 @@ const Gossip = Type.Object(
         { maxItems: 4096 },
       ),
     ),
+    /**
+     * Kubernetes: bind each agent's key to its pod (agent/gossip/binding.ts). tokenFile: a projected
+     * ServiceAccount token for `audience` (default kinference-gossip); serviceAccount: the agents'
+     * (default kinference-agent), the only one whose tokens bind keys.
+     */
+    tokenBinding: Type.Optional(
+      Type.Object(
+        {
+          tokenFile: Type.String({ minLength: 1, maxLength: 4096 }),
+          audience: Type.Optional(Type.String({ minLength: 1, maxLength: 253 })),
+          serviceAccount: Type.Optional(Type.String({ minLength: 1, maxLength: 253 })),
+        },
+        { additionalProperties: false },
+      ),
+    ),
   },
   { additionalProperties: false },
 );

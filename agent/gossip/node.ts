@@ -3,6 +3,7 @@
 import { createSocket, type RemoteInfo, type Socket } from 'node:dgram';
 import { isIPv6 } from 'node:net';
 import type { ClockAndRandom, PodEstimate } from '../types.ts';
+import { bindingOnly, bindingPayload, MAX_BINDING_DATAGRAM, type BindingChannel } from './binding.ts';
 import { DROP_REASONS, Opener, Sealer, type DropReason } from './envelope.ts';
 import { GossipProtocol, type Outgoing } from './protocol.ts';
 import { FailureDetector, type ProbeOptions, type ProbeStep } from './probe.ts';
@@ -47,6 +48,8 @@ export interface GossipNodeOptions extends ClockAndRandom {
   signer?: OriginSigner;
   /** With one, other origins are accepted only when signed by a key it trusts for their node. */
   keyring?: Keyring;
+  /** Kubernetes: keys bound to agent pods by challenge and TokenReview (binding.ts); usually the keyring too. */
+  binding?: BindingChannel;
 }
 
 /**
@@ -111,6 +114,7 @@ export class GossipNode {
   #key: Buffer;
   #boot: number;
   #opener: Opener;
+  #maxDatagram: number;
   #gate: SourceGate;
   #socket: Socket | undefined;
   #timer: NodeJS.Timeout | undefined;
@@ -156,7 +160,11 @@ export class GossipNode {
       signer: options.signer,
       keyring: options.keyring,
     });
-    this.#opener = new Opener({ key: options.key, maxDatagram, maxClockSkewMs: options.maxClockSkewMs ?? 30_000 });
+    this.#maxDatagram = maxDatagram;
+    // Only a binding answer (a token) may be larger; checked once decoded.
+    const openable = options.binding ? Math.max(maxDatagram, MAX_BINDING_DATAGRAM) : maxDatagram;
+    const maxClockSkewMs = options.maxClockSkewMs ?? 30_000;
+    this.#opener = new Opener({ key: options.key, maxDatagram: openable, maxClockSkewMs });
     this.#gate = new SourceGate({
       maxPerSecond: options.maxDatagramsPerSecondPerSource ?? DEFAULT_MAX_DATAGRAMS_PER_SOURCE,
     });
@@ -189,6 +197,7 @@ export class GossipNode {
     this.#sealer = new Sealer({ sender: agent || this.nodeId, key: this.#key, boot: this.#boot });
     this.#detector = new FailureDetector(agent || this.#self, this.#options.probe);
     this.setPeers(this.#peers, this.#members);
+    this.#options.binding?.attach((to, binding) => this.#send([{ to, payload: bindingPayload(binding) }]));
     this.#schedule();
     // Finer than a period, so a probe's timeouts are kept to within a few tens of ms.
     const d = this.#detector.options;
@@ -340,7 +349,15 @@ export class GossipNode {
       this.#dropped.malformed++;
       return;
     }
+    if (msg.length > this.#maxDatagram && !bindingOnly(payload)) {
+      this.#dropped.oversized++;
+      return;
+    }
     const from = formatHostPort(rinfo.address, rinfo.port);
+    if (payload.binding)
+      this.#options.binding?.receive(from, payload.binding, (b) =>
+        this.#send([{ to: from, payload: bindingPayload(b) }]),
+      );
     if (this.#detector) {
       this.#probeStep(this.#detector.heard(from, now));
       if (payload.probe) this.#probeStep(this.#detector.receive(from, payload.probe, now));

@@ -94,6 +94,16 @@ export interface PayloadWire {
   budget?: Uint8Array;
   /** Failure detection (agent/gossip/probe.ts). */
   probe?: ProbeMessage;
+  /** A key-binding challenge or answer (agent/gossip/binding.ts). */
+  binding?: BindingWire;
+}
+
+export interface BindingWire {
+  nonce: Uint8Array;
+  answer: boolean;
+  key?: Uint8Array;
+  token?: string;
+  signature?: Uint8Array;
 }
 
 export interface EnvelopeWire {
@@ -319,6 +329,21 @@ function decodePayloadUnchecked(bytes: Uint8Array): PayloadWire {
     deltas: deltas.map(decodeDelta),
     ...((m.budget as Uint8Array | undefined)?.length ? { budget: m.budget as Uint8Array } : {}),
     ...(m.probe ? { probe: decodeProbe(m.probe as Decoded) } : {}),
+    ...(m.binding ? { binding: decodeBinding(m.binding as Decoded) } : {}),
+  };
+}
+
+function decodeBinding(m: Decoded): BindingWire {
+  const nonce = (m.nonce as Uint8Array | undefined) ?? new Uint8Array(0);
+  if (nonce.length !== 16) throw new WireError('a binding nonce has 16 bytes');
+  const token = (m.token as string | undefined) ?? '';
+  if (token.length > 8192) throw new WireError('binding token too long'); // a ServiceAccount JWT is ~1-1.5 KB
+  return {
+    nonce,
+    answer: m.answer === true,
+    ...optionalBytes('key', m.key, 32),
+    ...(token ? { token } : {}),
+    ...((m.signature as Uint8Array | undefined)?.length ? { signature: m.signature as Uint8Array } : {}),
   };
 }
 
