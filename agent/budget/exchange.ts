@@ -18,6 +18,7 @@
 // empty. It is synced once, for every shard of the origin space, some peer answered without
 // cutting anything: it then sees at least what that peer saw (see BudgetLedger.markSynced).
 import type { BudgetLedger, Counter } from './ledger.ts';
+import { counterMessage, headMessage, instanceOf, verifies, type CounterKeys } from './signing.ts';
 import {
   budgetOriginId,
   counterBytes,
@@ -38,6 +39,12 @@ export interface BudgetExchangeOptions {
   maxMessagesPerAnswer: number;
   /** Rotate which origins a cut answer serves first (default true); false: a fixed order (bench:budget's "before"). */
   fair?: boolean;
+  /**
+   * Counters must be signed by their origin (agent/budget/signing.ts), with the keys gossip passes
+   * each round: a delta with any counter not so signed is refused whole. Until the first round,
+   * every delta is refused.
+   */
+  signed?: boolean;
 }
 
 /** The sync coverage's resolution: shards of the origin id space (a digest names at most this many). */
@@ -79,6 +86,10 @@ export class BudgetExchange {
   #ids: { versions: ReadonlyMap<string, number>; byId: ReadonlyMap<number, string> } | undefined;
   /** Agents alive as gossip sees them, this one included (the ledger's slow start). */
   agents = 1;
+  /** Deltas refused because a counter or the version they end at was not signed by their origin. */
+  unsigned = 0;
+  #keys: CounterKeys | undefined;
+  #ownHead: { version: number; signature: Uint8Array } | undefined;
 
   constructor(options: BudgetExchangeOptions) {
     this.#o = options;
@@ -90,9 +101,10 @@ export class BudgetExchange {
    * their pending reservations keep counting however long they run), and ended windows dropped.
    * An origin is named `node#incarnation` after its agent's gossip origin (agent/agent.ts).
    */
-  round(agentsAlive: number, alive?: (node: string, incarnation: number) => boolean): void {
+  round(agentsAlive: number, alive?: (node: string, incarnation: number) => boolean, keys?: CounterKeys): void {
     this.agents = Math.max(1, agentsAlive);
     this.#alive = alive;
+    this.#keys = keys;
     if (!alive) return this.#ledger.prune();
     for (const origin of this.#ledger.versions().keys()) {
       const cut = origin.lastIndexOf('#');
@@ -111,7 +123,9 @@ export class BudgetExchange {
     const message: BudgetGossipWire = { digest, deltas: [], syncing: !ledger.synced };
     const room = this.#maxBytes - FLAG_BYTES - digestBytes(digest.versions.values(), digest.versions.size);
     const own = ledger.origin;
-    const push = cutDelta(own, 0, ledger.versions().get(own) ?? 0, ledger.deltaSince(own, 0), room, new Set());
+    const version = ledger.versions().get(own) ?? 0;
+    const counters = this.#signOwn(ledger.deltaSince(own, 0));
+    const push = cutDelta(own, 0, version, counters, room, new Set(), this.#headOf(own, version));
     if (push && push.delta.counters.length > 0) message.deltas.push(push.delta);
     return encodeBudgetGossip(message);
   }
@@ -133,7 +147,10 @@ export class BudgetExchange {
         !this.#earlierOfLive(d.origin, this.#alive)
       )
         this.#ledger.refuse(d.counters.length);
-      else this.#ledger.merge(d.origin, d.from, d.to, d.counters);
+      else if (this.#o.signed && d.origin !== this.#ledger.origin && !this.#signedByOrigin(d)) {
+        this.unsigned++;
+        this.#ledger.refuse(d.counters.length);
+      } else this.#ledger.merge(d.origin, d.from, d.to, d.counters, d.head);
     }
     if (!message.answer) return message.digest ? this.#answer(message.digest, message.syncing ?? false) : [];
     if (message.complete) this.#cover(message.shard ?? 0, message.shards ?? 0);
@@ -163,6 +180,37 @@ export class BudgetExchange {
       if (later && (o === this.#ledger.origin || aliveOrigin(o, alive))) vouched = true;
     }
     return vouched && held < MAX_EARLIER_PER_NODE;
+  }
+
+  /** Every counter signed by the delta's origin, and its end version backed by a counter or a head signature. */
+  #signedByOrigin(d: BudgetDeltaWire): boolean {
+    const instance = instanceOf(d.origin);
+    const key = instance && this.#keys?.of(instance.node, instance.incarnation);
+    if (!key) return false;
+    for (const c of d.counters) if (!verifies(key, counterMessage(d.origin, c), c.signature)) return false;
+    return d.counters.some((c) => c.version === d.to) || verifies(key, headMessage(d.origin, d.to), d.head);
+  }
+
+  /** Our own counters, each signed once per change (bump() drops a counter's signature). */
+  #signOwn(counters: Counter[]): Counter[] {
+    const keys = this.#keys;
+    if (!this.#o.signed || !keys) return counters;
+    for (const c of counters) c.signature ??= keys.sign(counterMessage(this.#ledger.origin, c));
+    return counters;
+  }
+
+  /**
+   * Signed mode: what backs a delta of `origin` ending at `version` past its last counter (our
+   * head signature, or the one held with a relayed origin's version; `{}`: none, so the delta
+   * ends at its last counter). Unsigned: undefined.
+   */
+  #headOf(origin: string, version: number): { head?: Uint8Array } | undefined {
+    if (!this.#o.signed) return undefined;
+    if (origin !== this.#ledger.origin) return { head: this.#ledger.head(origin) };
+    if (!this.#keys) return {};
+    if (this.#ownHead?.version !== version)
+      this.#ownHead = { version, signature: this.#keys.sign(headMessage(origin, version)) };
+    return { head: this.#ownHead.signature };
   }
 
   /** Which gossip origin instances are alive, as of the last round (absent: not riding on gossip). */
@@ -249,9 +297,15 @@ export class BudgetExchange {
     outer: for (const c of candidates) {
       let from = c.held;
       let rest = this.#ledger.deltaSince(c.origin, from);
+      if (c.origin === this.#ledger.origin) rest = this.#signOwn(rest);
+      const head = this.#headOf(c.origin, c.version);
+      if (head && !head.head && rest.length === 0) {
+        served++; // nothing this replica can back: the origin itself will send its head
+        continue;
+      }
       for (;;) {
         const current = out.at(-1)!;
-        const cut = cutDelta(c.origin, from, c.version, rest, room, names);
+        const cut = cutDelta(c.origin, from, c.version, rest, room, names, head);
         if (cut) {
           current.deltas.push(cut.delta);
           room -= cut.bytes;
@@ -348,7 +402,8 @@ function shardTest(shard: number, shards: number): (id: number) => boolean {
  * The longest gap-free prefix of `counters` (changed after `from`, oldest first) that fits
  * `room` bytes as one delta; undefined when not even one counter fits. All of them: the delta
  * ends at `version` (the origin's own, which may be past its last counter's). `names`: the
- * message's name table so far; the names the delta's counters add go into it.
+ * message's name table so far; the names the delta's counters add go into it. `signed` (signed
+ * mode): a delta may end past its last counter only with a head signature for `version`.
  */
 function cutDelta(
   origin: string,
@@ -357,8 +412,10 @@ function cutDelta(
   counters: readonly Counter[],
   room: number,
   names: Set<string>,
+  signed?: { head?: Uint8Array },
 ): { delta: BudgetDeltaWire; bytes: number } | undefined {
-  let bytes = deltaHeaderBytes(origin, from, version);
+  const head = signed?.head;
+  let bytes = deltaHeaderBytes(origin, from, version, head !== undefined);
   let n = 0;
   for (const c of counters) {
     let add = counterBytes(c);
@@ -371,6 +428,11 @@ function cutDelta(
   if (n === 0 && counters.length > 0) return undefined;
   if (bytes > room) return undefined;
   const taken = counters.slice(0, n);
-  const to = n === counters.length ? version : taken[n - 1].version;
-  return { delta: { origin, from, to, counters: [...taken] }, bytes };
+  const last = n === 0 ? from : taken[n - 1].version;
+  if (n < counters.length || (signed && last < version && !head))
+    return { delta: { origin, from, to: last, counters: [...taken] }, bytes };
+  return {
+    delta: { origin, from, to: version, counters: [...taken], ...(last < version && head ? { head } : {}) },
+    bytes,
+  };
 }

@@ -9,7 +9,8 @@ import type { AgentSettings, GossipSettings } from '../config/load.ts';
 import { resolveSecret } from '../config/secrets.ts';
 import type { PodEstimate } from '../types.ts';
 import { registerGossipMetrics } from './metrics.ts';
-import { GossipNode, type GossipRider, type GossipStats } from './node.ts';
+import { GossipNode, type GossipStats } from './node.ts';
+import type { GossipRider } from './rider.ts';
 import { AgentBinder, type TokenReviewer } from './binding.ts';
 import { ContinuityKeyring, OriginSigner, StaticKeyring, type Keyring } from './signatures.ts';
 

@@ -9,6 +9,7 @@ import { GossipProtocol, type Outgoing } from './protocol.ts';
 import { FailureDetector, type ProbeOptions, type ProbeStep } from './probe.ts';
 import type { Keyring, OriginSigner } from './signatures.ts';
 import { SourceGate } from './source-gate.ts';
+import type { GossipRider } from './rider.ts';
 import type { RemoteEstimate } from './state.ts';
 import { decodePayload, encodePayload, envelopeOverhead } from './wire.ts';
 
@@ -50,22 +51,6 @@ export interface GossipNodeOptions extends ClockAndRandom {
   keyring?: Keyring;
   /** Kubernetes: keys bound to agent pods by challenge and TokenReview (binding.ts); usually the keyring too. */
   binding?: BindingChannel;
-}
-
-/**
- * A state that rides on gossip: its bytes go in Payload.budget, in datagrams of their own, sealed
- * like every datagram, to the peers gossip picks each round; gossip never decodes them.
- */
-export interface GossipRider {
-  /**
-   * Once a round, before asking: the agents gossip knows of (origins held or peers listed, the
-   * larger, itself included), and whether an origin instance (node, incarnation) is alive now.
-   */
-  round(agents: number, alive: (node: string, incarnation: number) => boolean): void;
-  /** What to send one of this round's peers, at most `maxBytes`; undefined: nothing. */
-  ask(maxBytes: number): Uint8Array | undefined;
-  /** A peer's bytes: the answers to send back, each at most `maxBytes`. Throws when malformed. */
-  receive(bytes: Uint8Array, maxBytes: number): Uint8Array[];
 }
 
 export interface GossipStats {
@@ -418,11 +403,14 @@ export class GossipNode {
     const peers = this.#peers.filter((p) => p !== this.#self && p !== this.#options.bind).length;
     const state = this.#protocol.state;
     const now = this.#now();
-    rider.round(Math.max(state.size, peers + 1), (node, incarnation) => {
+    const signer = this.#options.signer;
+    const alive = (node: string, incarnation: number) => {
       // By instance, not by node: during a surge a node has two agents, each its own origin.
       const origin = state.instance(node, incarnation);
       return origin !== undefined && now - origin.lastAdvance <= state.ttlMs;
-    });
+    };
+    const keys = signer && { of: state.keyOf.bind(state), sign: signer.sign.bind(signer) };
+    rider.round(Math.max(state.size, peers + 1), alive, keys);
     for (const to of new Set(out.map((o) => o.to))) {
       const ask = rider.ask(this.#riderRoom());
       if (ask) this.#sendRider(to, [ask]);

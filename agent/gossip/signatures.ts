@@ -52,6 +52,8 @@ export function rawPublicKey(key: KeyObject): Buffer {
 /** An agent's signing identity: a PEM private key (PKCS#8), a key object, or a fresh one. */
 export class OriginSigner {
   readonly publicKey: Buffer;
+  /** The public key, imported (to verify what we signed). */
+  readonly key: KeyObject;
   readonly #privateKey: KeyObject;
 
   constructor(privateKey?: string | Buffer | KeyObject) {
@@ -62,7 +64,8 @@ export class OriginSigner {
           ? createPrivateKey(privateKey)
           : privateKey;
     if (this.#privateKey.asymmetricKeyType !== 'ed25519') throw new Error('gossip identity: not an Ed25519 key');
-    this.publicKey = rawPublicKey(createPublicKey(this.#privateKey));
+    this.key = createPublicKey(this.#privateKey);
+    this.publicKey = rawPublicKey(this.key);
   }
 
   sign(message: Buffer): Buffer {

@@ -12,6 +12,7 @@
 //   heartbeat can be slow and cheap (ttlMs / 3, default 10 s).
 // - An origin is one incarnation of one agent (node + gossip address): two agents on one node
 //   are two origins, and a pod both report is read once, from the fresher report.
+import type { KeyObject } from 'node:crypto';
 import type { PodEstimate } from '../types.ts';
 import { DeltaApplier, evictTombstones, type ApplyResult } from './apply.ts';
 import { adoptHeartbeats, answerWant, buildDigest, compareDigest, type Comparison } from './compare.ts';
@@ -340,6 +341,21 @@ export class GossipState {
   instance(node: string, incarnation: number): OriginRecord | undefined {
     const o = this.#origins.get(originId(node, incarnation));
     return o?.node === node && o.incarnation === incarnation ? o : undefined;
+  }
+
+  /**
+   * The key that signed one origin instance (node, incarnation), for its budget counters: held,
+   * or held before (a restart replaced it); else a node's live origin's (static mode: one key per
+   * node across restarts; ours for our own earlier incarnations).
+   */
+  keyOf(node: string, incarnation: number): KeyObject | undefined {
+    const o = this.instance(node, incarnation);
+    if (o?.key) return o.key;
+    const former = this.#origins.formerKeys.get(`${node}#${incarnation}`);
+    if (former) return former;
+    if (node === this.nodeId && this.#signer) return this.#signer.key;
+    for (const live of this.#origins.values()) if (live.node === node && live.key) return live.key;
+    return undefined;
   }
 
   get size(): number {
