@@ -96,6 +96,12 @@ export class CounterStore {
     return this.#versions.map;
   }
 
+  /** Whether this counter's change (or a later one) is held already: merging it would change nothing. */
+  holds(origin: string, c: Counter): boolean {
+    const held = this.#origins.get(origin)?.counters.get(keyOf(c));
+    return held !== undefined && held.version >= c.version;
+  }
+
   /** The head signature held for an origin's version, if any (see OriginState.head). */
   head(origin: string): Uint8Array | undefined {
     return this.#origins.get(origin)?.head;

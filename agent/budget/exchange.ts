@@ -182,12 +182,18 @@ export class BudgetExchange {
     return vouched && held < MAX_EARLIER_PER_NODE;
   }
 
-  /** Every counter signed by the delta's origin, and its end version backed by a counter or a head signature. */
+  /**
+   * Every counter signed by the delta's origin, and its end version backed by a counter or a head
+   * signature. Counters already held (an origin pushes all of its own every round) are not
+   * checked again: merge skips them, and a version not past the one held moves nothing.
+   */
   #signedByOrigin(d: BudgetDeltaWire): boolean {
     const instance = instanceOf(d.origin);
     const key = instance && this.#keys?.of(instance.node, instance.incarnation);
     if (!key) return false;
-    for (const c of d.counters) if (!verifies(key, counterMessage(d.origin, c), c.signature)) return false;
+    for (const c of d.counters)
+      if (!this.#ledger.holds(d.origin, c) && !verifies(key, counterMessage(d.origin, c), c.signature)) return false;
+    if (d.to <= (this.#ledger.versions().get(d.origin) ?? 0)) return true;
     return d.counters.some((c) => c.version === d.to) || verifies(key, headMessage(d.origin, d.to), d.head);
   }
 

@@ -257,6 +257,11 @@ export class BudgetLedger {
     return this.#store.merge(origin, from, to, counters, this.#o.now(), head);
   }
 
+  /** Whether a counter's change (or a later one) is held already (merge would skip it). */
+  holds(origin: string, counter: Counter): boolean {
+    return this.#store.holds(origin, counter);
+  }
+
   /** The origin's signature of the version held as its head, when one came with it (agent/budget/signing.ts). */
   head(origin: string): Uint8Array | undefined {
     return this.#store.head(origin);
