@@ -74,6 +74,8 @@ interface Row {
   bytesPerAgentPerSec: number;
   datagramsPerAgentPerSec: number;
   wallSeconds: number;
+  signsPerAgentPerSec: number;
+  checksPerAgentPerSec: number;
 }
 
 function run(n: number, scenario: Scenario, shareRule: boolean, fair: boolean, seconds: number, signed: boolean): Row {
@@ -196,6 +198,9 @@ function run(n: number, scenario: Scenario, shareRule: boolean, fair: boolean, s
     bytesPerAgentPerSec: Math.round(bytes / n / seconds),
     datagramsPerAgentPerSec: Math.round((datagrams / n / seconds) * 10) / 10,
     wallSeconds: Math.round((performance.now() - started) / 100) / 10,
+    // Per agent per second (signed runs): Ed25519 signatures made and checked.
+    signsPerAgentPerSec: Math.round(agents.reduce((s, a) => s + a.exchange.signatures.made, 0) / n / seconds),
+    checksPerAgentPerSec: Math.round(agents.reduce((s, a) => s + a.exchange.signatures.checked, 0) / n / seconds),
   };
 }
 

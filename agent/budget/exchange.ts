@@ -88,6 +88,8 @@ export class BudgetExchange {
   agents = 1;
   /** Deltas refused because a counter or the version they end at was not signed by their origin. */
   unsigned = 0;
+  /** Signatures made (our counters and heads) and checked (others'): the cost bench:budget reports. */
+  readonly signatures = { made: 0, checked: 0 };
   #keys: CounterKeys | undefined;
   #ownHead: { version: number; signature: Uint8Array } | undefined;
 
@@ -191,17 +193,25 @@ export class BudgetExchange {
     const instance = instanceOf(d.origin);
     const key = instance && this.#keys?.of(instance.node, instance.incarnation);
     if (!key) return false;
-    for (const c of d.counters)
-      if (!this.#ledger.holds(d.origin, c) && !verifies(key, counterMessage(d.origin, c), c.signature)) return false;
-    if (d.to <= (this.#ledger.versions().get(d.origin) ?? 0)) return true;
-    return d.counters.some((c) => c.version === d.to) || verifies(key, headMessage(d.origin, d.to), d.head);
+    for (const c of d.counters) {
+      if (this.#ledger.holds(d.origin, c)) continue;
+      this.signatures.checked++;
+      if (!verifies(key, counterMessage(d.origin, c), c.signature)) return false;
+    }
+    if (d.to <= (this.#ledger.versions().get(d.origin) ?? 0) || d.counters.some((c) => c.version === d.to)) return true;
+    this.signatures.checked++;
+    return verifies(key, headMessage(d.origin, d.to), d.head);
   }
 
   /** Our own counters, each signed once per change (bump() drops a counter's signature). */
   #signOwn(counters: Counter[]): Counter[] {
     const keys = this.#keys;
     if (!this.#o.signed || !keys) return counters;
-    for (const c of counters) c.signature ??= keys.sign(counterMessage(this.#ledger.origin, c));
+    for (const c of counters) {
+      if (c.signature) continue;
+      c.signature = keys.sign(counterMessage(this.#ledger.origin, c));
+      this.signatures.made++;
+    }
     return counters;
   }
 
@@ -214,8 +224,10 @@ export class BudgetExchange {
     if (!this.#o.signed) return undefined;
     if (origin !== this.#ledger.origin) return { head: this.#ledger.head(origin) };
     if (!this.#keys) return {};
-    if (this.#ownHead?.version !== version)
+    if (this.#ownHead?.version !== version) {
       this.#ownHead = { version, signature: this.#keys.sign(headMessage(origin, version)) };
+      this.signatures.made++;
+    }
     return { head: this.#ownHead.signature };
   }
 

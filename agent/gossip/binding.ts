@@ -38,7 +38,7 @@ export interface AgentBinderOptions {
   maxRefused?: number;
   /** Challenges awaiting an answer at once (default 16); more wait for the origin's next delta. */
   maxPending?: number;
-  /** A challenge unanswered this long, or a review this slow, counts as refused (default 5 s). */
+  /** A challenge unanswered this long, or a review this slow, counts as refused (default 2 s). */
   answerTimeoutMs?: number;
   /** A refused key is challenged again after this long (default 30 s): a failed review may pass later. */
   retryMs?: number;
@@ -90,7 +90,7 @@ export class AgentBinder implements Keyring, BindingChannel {
       maxTrusted: 8192,
       maxRefused: 4096,
       maxPending: 16,
-      answerTimeoutMs: 5_000,
+      answerTimeoutMs: 2_000,
       retryMs: 30_000,
       ...options,
     };

@@ -77,19 +77,18 @@ function lazyReviewer(settings: AgentSettings, binding: NonNullable<GossipSettin
   return async (token, claim) => (await (reviewer ??= load()))(token, claim);
 }
 
-/** A token read at most once a minute: the kubelet rotates it well before it expires. */
+/** A token read at most once a minute (the kubelet rotates it well before it expires); none yet: read again. */
 function tokenFile(path: string, now: () => number): () => string | undefined {
-  let cached: { token: string | undefined; at: number } | undefined;
+  let cached: { token: string; at: number } | undefined;
   return () => {
     if (cached && now() - cached.at < 60_000) return cached.token;
-    let token: string | undefined;
     try {
-      token = readFileSync(path, 'utf8').trim() || undefined;
+      const token = readFileSync(path, 'utf8').trim();
+      if (token) cached = { token, at: now() };
     } catch {
-      token = undefined; // not mounted (yet): challenges go unanswered, and peers retry
+      // not mounted (yet): challenges go unanswered, and peers retry
     }
-    cached = { token, at: now() };
-    return token;
+    return cached?.token;
   };
 }
 
