@@ -23,7 +23,7 @@ const MAX_COUNTED_REJECTIONS = 10_000;
 export interface GossipLinkDeps {
   node: string;
   settings: GossipSettings;
-  /** Static: only the configured peer keys sign origins; Kubernetes: see ContinuityKeyring. */
+  /** Static: only the configured peer keys sign origins; Kubernetes: AgentBinder (tokenBinding), else ContinuityKeyring. */
   discovery: 'static' | 'kubernetes';
   peers: readonly string[];
   now: () => number;
