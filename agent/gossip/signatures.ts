@@ -112,9 +112,9 @@ export class StaticKeyring implements Keyring {
 }
 
 /**
- * Kubernetes mode without `gossip.tokenBinding` (with it: binding.ts, keys bound to agent pods through the API): an agent (node and gossip
- * address, which membership must list for its pods to be read) keeps the key it signs with for as
- * long as its origin is held and has not left; a new key is taken only after that (a container
+ * Kubernetes mode without `gossip.tokenBinding` (with it: binding.ts, keys bound to agent pods
+ * through the API): an agent (node and gossip address, which membership must list for its pods
+ * to be read) keeps the key it signs with for as long as its origin is held and has not left; a new key is taken only after that (a container
  * restarted with a fresh key waits for its old origin to go). An impostor can no longer take over
  * an agent that is heard; it can race one that is not (see docs/trust-model.md).
  */
