@@ -21,13 +21,11 @@ import type { BudgetLedger, Counter } from './ledger.ts';
 import { counterMessage, headMessage, instanceOf, verifies, type CounterKeys } from './signing.ts';
 import {
   budgetOriginId,
-  counterBytes,
+  cutDelta,
   decodeBudgetGossip,
-  deltaHeaderBytes,
   digestBytes,
   encodeBudgetGossip,
   MAX_SHARDS,
-  nameBytes,
   type BudgetDeltaWire,
   type BudgetDigestWire,
   type BudgetGossipWire,
@@ -414,43 +412,4 @@ function shardTest(shard: number, shards: number): (id: number) => boolean {
   if (shards === 0) return () => true;
   const n = Math.min(shards, MAX_SHARDS);
   return (id) => shardOf(id, n) === shard;
-}
-
-/**
- * The longest gap-free prefix of `counters` (changed after `from`, oldest first) that fits
- * `room` bytes as one delta; undefined when not even one counter fits. All of them: the delta
- * ends at `version` (the origin's own, which may be past its last counter's). `names`: the
- * message's name table so far; the names the delta's counters add go into it. `signed` (signed
- * mode): a delta may end past its last counter only with a head signature for `version`.
- */
-function cutDelta(
-  origin: string,
-  from: number,
-  version: number,
-  counters: readonly Counter[],
-  room: number,
-  names: Set<string>,
-  signed?: { head?: Uint8Array },
-): { delta: BudgetDeltaWire; bytes: number } | undefined {
-  const head = signed?.head;
-  let bytes = deltaHeaderBytes(origin, from, version, head !== undefined);
-  let n = 0;
-  for (const c of counters) {
-    let add = counterBytes(c);
-    for (const name of [c.tenant, c.provider]) if (!names.has(name)) add += nameBytes(name);
-    if (bytes + add > room) break;
-    bytes += add;
-    names.add(c.tenant).add(c.provider);
-    n++;
-  }
-  if (n === 0 && counters.length > 0) return undefined;
-  if (bytes > room) return undefined;
-  const taken = counters.slice(0, n);
-  const last = n === 0 ? from : taken[n - 1].version;
-  if (n < counters.length || (signed && last < version && !head))
-    return { delta: { origin, from, to: last, counters: [...taken] }, bytes };
-  return {
-    delta: { origin, from, to: version, counters: [...taken], ...(last < version && head ? { head } : {}) },
-    bytes,
-  };
 }
