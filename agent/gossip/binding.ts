@@ -68,6 +68,9 @@ function answerMessage(nonce: Uint8Array, key: Uint8Array, token: string): Buffe
   return Buffer.concat([Buffer.from('kinference-agent-binding-v1\0'), nonce, key, tokenHash]);
 }
 
+/** An IPv4 peer seen by a dual-stack socket reads as `[::ffff:a.b.c.d]:port`: the same address. */
+const unmapped = (hostPort: string): string => hostPort.replace(/^\[::ffff:(\d+\.\d+\.\d+\.\d+)\]/i, '$1');
+
 const claimKey = (c: BindingClaim): string => `${c.node}\0${c.agent}\0${Buffer.from(c.key).toString('base64')}`;
 
 interface Pending {
@@ -124,7 +127,8 @@ export class AgentBinder implements Keyring, BindingChannel {
     this.#pending.delete(nonce);
     this.counters.answers++;
     const { claim } = pending;
-    if (from !== claim.agent) return this.#decide(pending, `answered from ${from}, not the agent's address`);
+    if (unmapped(from) !== unmapped(claim.agent))
+      return this.#decide(pending, `answered from ${from}, not the agent's address`);
     if (!binding.key || Buffer.compare(Buffer.from(binding.key), Buffer.from(claim.key)) !== 0)
       return this.#decide(pending, 'the agent at that address holds another key');
     const publicKey = publicKeyFromRaw(claim.key);
