@@ -346,6 +346,7 @@ async function rollOut(old: AgentPod, peer: AgentPod, started: (pod: AgentPod) =
   proxying = false;
   await proxy;
   await client.close();
+  const bindings = await (await fetch(`${peer.process.admin}/metrics`)).text();
   await stopAgent(fresh.process);
   await stopAgent(peer.process);
 
@@ -360,4 +361,6 @@ async function rollOut(old: AgentPod, peer: AgentPod, started: (pod: AgentPod) =
   // Every agent's key was bound to its pod by a TokenReview before its origin was read (each of
   // the three agents reviewed by at least one other).
   assert.ok(api.tokens.reviews >= 3, `${api.tokens.reviews} TokenReviews`);
+  // The peer bound both agents of this node (the old one and the new one).
+  assert.match(bindings, /kinference_gossip_key_bindings_total\{verdict="trusted"\} [2-9]/);
 }

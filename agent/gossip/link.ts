@@ -8,7 +8,7 @@ import { peerPodScreen, type ScreenedPeers } from '../cluster/peer-pods.ts';
 import type { AgentSettings, GossipSettings } from '../config/load.ts';
 import { resolveSecret } from '../config/secrets.ts';
 import type { PodEstimate } from '../types.ts';
-import { registerGossipMetrics } from './metrics.ts';
+import { registerBindingMetrics, registerGossipMetrics } from './metrics.ts';
 import { GossipNode, type GossipStats } from './node.ts';
 import type { GossipRider } from './rider.ts';
 import { AgentBinder, type TokenReviewer } from './binding.ts';
@@ -143,6 +143,7 @@ export class GossipLink {
     });
     this.#node.onChange(() => this.#screenPeers());
     registerGossipMetrics(deps.registry, this.#node);
+    if (keyring instanceof AgentBinder) registerBindingMetrics(deps.registry, keyring);
   }
 
   async start(): Promise<void> {
