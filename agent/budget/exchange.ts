@@ -137,6 +137,7 @@ export class BudgetExchange {
   receive(bytes: Uint8Array, maxBytes: number): Uint8Array[] {
     this.#maxBytes = maxBytes;
     const message = decodeBudgetGossip(bytes, (id) => this.#byId().get(id));
+    let refused = false;
     for (const d of message.deltas) {
       // Only an origin gossip holds (signed by its own agent) may have counters: made-up origins
       // would otherwise fill the store and push out real agents' spending.
@@ -145,15 +146,19 @@ export class BudgetExchange {
         !this.#ledger.versions().has(d.origin) &&
         !aliveOrigin(d.origin, this.#alive) &&
         !this.#earlierOfLive(d.origin, this.#alive)
-      )
+      ) {
+        refused = true;
         this.#ledger.refuse(d.counters.length);
-      else if (this.#o.signed && d.origin !== this.#ledger.origin && !this.#signedByOrigin(d)) {
+      } else if (this.#o.signed && d.origin !== this.#ledger.origin && !this.#signedByOrigin(d)) {
+        refused = true;
         this.unsigned++;
         this.#ledger.refuse(d.counters.length);
       } else this.#ledger.merge(d.origin, d.from, d.to, d.counters, d.head);
     }
     if (!message.answer) return message.digest ? this.#answer(message.digest, message.syncing ?? false) : [];
-    if (message.complete) this.#cover(message.shard ?? 0, message.shards ?? 0);
+    // Complete only if we took all of it: an answer whose deltas we refused (an origin gossip does
+    // not hold yet, a key not known yet) does not make us see what the answerer saw.
+    if (message.complete && !refused) this.#cover(message.shard ?? 0, message.shards ?? 0);
     if (!message.digest || message.digest.versions.size === 0) return [];
     // "Send me": deltas for exactly the origins listed, from the versions listed.
     const wanted = message.digest.versions;
