@@ -150,14 +150,16 @@ export class BudgetExchange {
         refused = true;
         this.#ledger.refuse(d.counters.length);
       } else if (this.#o.signed && d.origin !== this.#ledger.origin && !this.#signedByOrigin(d)) {
-        refused = true;
+        // Before our first round we know no key: later we may. A key never known (an incarnation
+        // we never met) is no reason to wait: peers will always send those counters.
+        refused ||= this.#keys === undefined;
         this.unsigned++;
         this.#ledger.refuse(d.counters.length);
       } else this.#ledger.merge(d.origin, d.from, d.to, d.counters, d.head);
     }
     if (!message.answer) return message.digest ? this.#answer(message.digest, message.syncing ?? false) : [];
-    // Complete only if we took all of it: an answer whose deltas we refused (an origin gossip does
-    // not hold yet, a key not known yet) does not make us see what the answerer saw.
+    // Complete only if we could take all of it: an answer whose deltas we refused for now (an
+    // origin gossip does not hold yet, no keys yet) does not make us see what the answerer saw.
     if (message.complete && !refused) this.#cover(message.shard ?? 0, message.shards ?? 0);
     if (!message.digest || message.digest.versions.size === 0) return [];
     // "Send me": deltas for exactly the origins listed, from the versions listed.
