@@ -37,6 +37,4 @@ export default tseslint.config(
       'max-lines-per-function': ['error', { max: 100, skipBlankLines: false, skipComments: false, IIFEs: true }],
     },
   },
-  // Over the bound and being split in a change of its own, which removes this exception.
-  { files: ['agent/gossip/state.ts'], rules: { 'max-lines': 'off' } },
 );

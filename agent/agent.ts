@@ -136,7 +136,8 @@ function overflowBudgetFor(
     maxCounters: settings.limits.budgetMaxCounters,
     maxOrigins: settings.limits.budgetMaxOrigins,
   });
-  if (settings.gossip) exchange = new BudgetExchange({ ledger, maxMessagesPerAnswer: 4 });
+  // Counters signed by their origin with its gossip key (agent/budget/signing.ts).
+  if (settings.gossip) exchange = new BudgetExchange({ ledger, maxMessagesPerAnswer: 4, signed: true });
   else ledger.markSynced();
   const budget = new OverflowBudget({
     ledger,

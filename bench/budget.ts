@@ -19,13 +19,18 @@
 // Bytes: what the counters add to gossip per agent per second: every budget datagram, its
 // envelope and HMAC included (agent/gossip/wire.ts envelopeOverhead).
 //
-//   node bench/budget.ts [--sizes 10,100,1000] [--seconds 8] [--scenarios steady,burst] [--share on,off] [--fair on,off]
+// Signed (--signed on): every counter carries its origin's Ed25519 signature and every receiver
+// verifies it (agent/budget/signing.ts), as agents riding on gossip do; real keys, real signatures.
+//
+//   node bench/budget.ts [--sizes 10,100,1000] [--seconds 8] [--scenarios steady,burst] [--share on,off] [--fair on,off] [--signed off,on]
 // (1,000 agents take minutes per run: the options run parts, e.g. in parallel on two cores)
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { BudgetExchange } from '../agent/budget/exchange.ts';
 import { BudgetLedger, type Reservation } from '../agent/budget/ledger.ts';
 import type { BudgetLimit } from '../agent/budget/limits.ts';
-import { envelopeOverhead } from '../agent/gossip/wire.ts';
+import type { CounterKeys } from '../agent/budget/signing.ts';
+import { OriginSigner } from '../agent/gossip/signatures.ts';
+import { envelopeOverhead } from '../agent/gossip/wire-size.ts';
 import { mulberry32, type Rand } from '../shared/sim/random.ts';
 
 function arg(name: string, fallback: string): string {
@@ -61,6 +66,7 @@ interface Row {
   scenario: Scenario;
   shareRule: boolean;
   fair: boolean;
+  signed: boolean;
   settledTokens: number;
   errorPct: number;
   admitted: number;
@@ -68,10 +74,17 @@ interface Row {
   bytesPerAgentPerSec: number;
   datagramsPerAgentPerSec: number;
   wallSeconds: number;
+  signsPerAgentPerSec: number;
+  checksPerAgentPerSec: number;
 }
 
-function run(n: number, scenario: Scenario, shareRule: boolean, fair: boolean, seconds: number): Row {
+function run(n: number, scenario: Scenario, shareRule: boolean, fair: boolean, seconds: number, signed: boolean): Row {
   const started = performance.now();
+  const signers = signed ? Array.from({ length: n }, () => new OriginSigner()) : [];
+  // Agents are node-i, all of one incarnation (BOOT): a key by node.
+  const keyOf = (node: string) => signers[Number(node.slice('node-'.length))]?.key;
+  const keysOf = (i: number): CounterKeys | undefined =>
+    signed ? { of: keyOf, sign: (m) => signers[i].sign(m) } : undefined;
   const rand: Rand = mulberry32(n * 7919 + (scenario === 'burst' ? 1 : 0) + (shareRule ? 2 : 0));
   let now = WINDOW_START;
   const agents = Array.from({ length: n }, (_, i) => {
@@ -94,10 +107,11 @@ function run(n: number, scenario: Scenario, shareRule: boolean, fair: boolean, s
       ledger,
       maxMessagesPerAnswer: MAX_MESSAGES_PER_ANSWER,
       fair,
+      signed,
     });
     // A running cluster: gossip membership already knows all N before the burst (an agent of a
     // real one is synced only after gossip rounds, so it never spends believing it is alone).
-    exchange.round(n);
+    exchange.round(n, undefined, keysOf(i));
     return { ledger, exchange, phase: Math.floor(rand() * (INTERVAL_MS / STEP_MS)), credit: 0 };
   });
   // Messages and settles due at each step.
@@ -142,7 +156,7 @@ function run(n: number, scenario: Scenario, shareRule: boolean, fair: boolean, s
     for (let i = 0; i < n; i++) {
       const agent = agents[i];
       if (step % (INTERVAL_MS / STEP_MS) === agent.phase) {
-        agent.exchange.round(n);
+        agent.exchange.round(n, undefined, keysOf(i));
         for (let f = 0; f < Math.min(FANOUT, n - 1); f++) {
           let peer = Math.floor(rand() * (n - 1));
           if (peer >= i) peer++;
@@ -176,6 +190,7 @@ function run(n: number, scenario: Scenario, shareRule: boolean, fair: boolean, s
     scenario,
     shareRule,
     fair,
+    signed,
     settledTokens,
     errorPct: Math.round(((settledTokens - LIMIT_TOKENS) / LIMIT_TOKENS) * 10_000) / 100,
     admitted,
@@ -183,6 +198,9 @@ function run(n: number, scenario: Scenario, shareRule: boolean, fair: boolean, s
     bytesPerAgentPerSec: Math.round(bytes / n / seconds),
     datagramsPerAgentPerSec: Math.round((datagrams / n / seconds) * 10) / 10,
     wallSeconds: Math.round((performance.now() - started) / 100) / 10,
+    // Per agent per second (signed runs): Ed25519 signatures made and checked.
+    signsPerAgentPerSec: Math.round(agents.reduce((s, a) => s + a.exchange.signatures.made, 0) / n / seconds),
+    checksPerAgentPerSec: Math.round(agents.reduce((s, a) => s + a.exchange.signatures.checked, 0) / n / seconds),
   };
 }
 
@@ -197,13 +215,16 @@ const onOff = (name: string, fallback: string) =>
     .map((v) => v === 'on');
 const shares = onOff('share', 'on');
 const fairs = onOff('fair', 'on,off');
+const signeds = onOff('signed', 'off');
 for (const n of sizes) {
   for (const scenario of scenarios) {
     for (const shareRule of shares) {
       for (const fair of fairs) {
-        const row = run(n, scenario, shareRule, fair, seconds);
-        rows.push(row);
-        console.error(JSON.stringify(row));
+        for (const signed of signeds) {
+          const row = run(n, scenario, shareRule, fair, seconds, signed);
+          rows.push(row);
+          console.error(JSON.stringify(row));
+        }
       }
     }
   }
@@ -211,11 +232,11 @@ for (const n of sizes) {
 
 const sign = (x: number) => `${x > 0 ? '+' : ''}${x}%`;
 const table = [
-  '| agents | scenario | share rule | delta order | tokens settled (limit 1,000,000) | enforcement error | admitted / refused | budget gossip per agent: bytes/s, datagrams/s |',
-  '| ---: | --- | --- | --- | ---: | ---: | ---: | ---: |',
+  '| agents | scenario | share rule | delta order | counters | tokens settled (limit 1,000,000) | enforcement error | admitted / refused | budget gossip per agent: bytes/s, datagrams/s |',
+  '| ---: | --- | --- | --- | --- | ---: | ---: | ---: | ---: |',
   ...rows.map(
     (r) =>
-      `| ${r.agents} | ${r.scenario} | ${r.shareRule ? 'on' : 'off'} | ${r.fair ? 'fair' : 'fixed'} | ${r.settledTokens.toLocaleString('en-US')} | ${sign(r.errorPct)} | ${r.admitted} / ${r.refused} | ${r.bytesPerAgentPerSec.toLocaleString('en-US')}, ${r.datagramsPerAgentPerSec} |`,
+      `| ${r.agents} | ${r.scenario} | ${r.shareRule ? 'on' : 'off'} | ${r.fair ? 'fair' : 'fixed'} | ${r.signed ? 'signed' : 'unsigned'} | ${r.settledTokens.toLocaleString('en-US')} | ${sign(r.errorPct)} | ${r.admitted} / ${r.refused} | ${r.bytesPerAgentPerSec.toLocaleString('en-US')}, ${r.datagramsPerAgentPerSec} |`,
   ),
 ].join('\n');
 const results = {

@@ -5,17 +5,13 @@ import { GossipProtocol } from '../agent/gossip/protocol.ts';
 import { GossipState } from '../agent/gossip/state.ts';
 import {
   decodePayload,
-  deltaHeaderSize,
-  digestSize,
   encodePayload,
-  entrySize,
-  envelopeOverhead,
-  infoFieldSize,
   wireTypes,
   type OriginDeltaWire,
   type PayloadWire,
   type PodEntryWire,
 } from '../agent/gossip/wire.ts';
+import { deltaHeaderSize, digestSize, entrySize, envelopeOverhead, infoFieldSize } from '../agent/gossip/wire-size.ts';
 import { EPOCH, podEstimates } from './fixtures/gossip-estimates.ts';
 import { writeDelta } from '../agent/gossip/packing.ts';
 

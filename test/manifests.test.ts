@@ -376,7 +376,7 @@ describe(
       assert.match(config.listen.gossip ?? '', /:7946$/);
     });
 
-    it("grants read-only RBAC: get/list/watch only, nothing on Secrets, bound to the agent's ServiceAccount", () => {
+    it("grants read-only RBAC: get/list/watch only (and TokenReview create), nothing on Secrets, bound to the agent's ServiceAccount", () => {
       const rules = rendered
         .filter((o) => o.kind === 'ClusterRole' || o.kind === 'Role')
         .flatMap((o) =>
@@ -387,8 +387,13 @@ describe(
           ).rules.map((r) => ({ ...r, role: `${o.kind}/${o.metadata.name}` })),
         );
       for (const rule of rules) {
+        // A TokenReview writes nothing: it asks whose token a peer presented (gossip.tokenBinding).
+        const review = rule.apiGroups?.join() === 'authentication.k8s.io' && rule.resources?.join() === 'tokenreviews';
         for (const verb of rule.verbs)
-          assert.ok(['get', 'list', 'watch'].includes(verb), `${rule.role}: verb ${verb} is not read-only`);
+          assert.ok(
+            ['get', 'list', 'watch'].includes(verb) || (review && verb === 'create'),
+            `${rule.role}: verb ${verb} is not read-only`,
+          );
         assert.ok(!rule.resources?.includes('*') && !rule.apiGroups?.includes('*'), `${rule.role}: no wildcards`);
         assert.ok(!rule.resources?.includes('secrets'), `${rule.role}: no access to Secrets (they are mounted)`);
       }

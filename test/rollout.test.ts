@@ -103,11 +103,12 @@ function putAgentPod(pod: AgentPod, ready: boolean, terminating = false): void {
     metadata: {
       name: pod.name,
       namespace: 'kinference',
+      uid: `uid-${pod.name}`,
       labels: { 'app.kubernetes.io/component': 'agent' },
       annotations: { 'test/api-port': port, 'test/node': pod.node },
       ...(terminating ? { deletionTimestamp: new Date().toISOString() } : {}),
     },
-    spec: { nodeName: pod.node, containers: [{ name: 'agent' }] },
+    spec: { nodeName: pod.node, serviceAccountName: 'kinference-agent', containers: [{ name: 'agent' }] },
     status: {
       phase: 'Running',
       podIP: pod.podIp,
@@ -144,7 +145,21 @@ function putGossipSlice(): void {
   });
 }
 
-function configFor(podIp: string): string {
+/** The projected ServiceAccount token the kubelet would mount for the pod (gossip.tokenBinding). */
+function tokenFileFor(name: string, node: string): string {
+  const path = join(configDir, `token-${name}`);
+  const token = api.tokens.issue({
+    namespace: 'kinference',
+    serviceAccount: 'kinference-agent',
+    audiences: ['kinference-gossip'],
+    pod: { name, uid: `uid-${name}` },
+    node: { name: node, uid: `uid-${node}` },
+  });
+  writeFileSync(path, token);
+  return path;
+}
+
+function configFor(podIp: string, tokenFile: string): string {
   const path = join(configDir, `agent-${podIp}.yaml`);
   writeFileSync(
     path,
@@ -153,7 +168,8 @@ function configFor(podIp: string): string {
       listen: { api: '127.0.0.1:0', admin: '127.0.0.1:0', gossip: `${podIp}:${gossipPort}` },
       scrapeInterval: '50ms',
       kubernetes: { kubeconfig: api.kubeconfigPath },
-      gossip: { key: { env: 'KINFERENCE_GOSSIP_KEY' }, interval: '100ms' },
+      // Each agent's gossip key is bound to its pod by TokenReview (the stand-in answers it).
+      gossip: { key: { env: 'KINFERENCE_GOSSIP_KEY' }, interval: '100ms', tokenBinding: { tokenFile } },
       limits: { drainTimeout: '10s' },
       logLevel: 'error',
     }),
@@ -162,7 +178,7 @@ function configFor(podIp: string): string {
 }
 
 async function startAgentPod(name: string, podIp: string, node = NODE): Promise<AgentPod> {
-  const process_ = await runAgent(configFor(podIp), {
+  const process_ = await runAgent(configFor(podIp, tokenFileFor(name, node)), {
     ...process.env,
     KINFERENCE_NODE: node,
     KINFERENCE_POD_IP: podIp,
@@ -330,6 +346,7 @@ async function rollOut(old: AgentPod, peer: AgentPod, started: (pod: AgentPod) =
   proxying = false;
   await proxy;
   await client.close();
+  const bindings = await (await fetch(`${peer.process.admin}/metrics`)).text();
   await stopAgent(fresh.process);
   await stopAgent(peer.process);
 
@@ -341,4 +358,9 @@ async function rollOut(old: AgentPod, peer: AgentPod, started: (pod: AgentPod) =
     { 'through gossip': peerSent },
     `the peer's requests: ${JSON.stringify(peerOutcomes)}`,
   );
+  // Every agent's key was bound to its pod by a TokenReview before its origin was read (each of
+  // the three agents reviewed by at least one other).
+  assert.ok(api.tokens.reviews >= 3, `${api.tokens.reviews} TokenReviews`);
+  // The peer bound both agents of this node (the old one and the new one).
+  assert.match(bindings, /kinference_gossip_key_bindings_total\{verdict="trusted"\} [2-9]/);
 }

@@ -21,6 +21,8 @@ export interface Counter extends CounterKey {
   version: number;
   /** Origin's wall clock (ms) at that change: who is spending right now (the share rule). */
   changedAt: number;
+  /** The origin's signature over this counter (agent/budget/signing.ts); kept to relay. */
+  signature?: Uint8Array;
 }
 
 export interface CounterStoreOptions {
@@ -49,6 +51,8 @@ const WINDOW_SKEW_MS = 60_000;
 
 interface OriginState {
   version: number;
+  /** The origin's signature of `version` as its head, when no counter held is at it (signing.ts). */
+  head?: Uint8Array;
   /** Local time of the last news from the origin (our own: always now). */
   heardAt: number;
   counters: Map<string, Counter>;
@@ -92,6 +96,17 @@ export class CounterStore {
     return this.#versions.map;
   }
 
+  /** Whether this counter's change (or a later one) is held already: merging it would change nothing. */
+  holds(origin: string, c: Counter): boolean {
+    const held = this.#origins.get(origin)?.counters.get(keyOf(c));
+    return held !== undefined && held.version >= c.version;
+  }
+
+  /** The head signature held for an origin's version, if any (see OriginState.head). */
+  head(origin: string): Uint8Array | undefined {
+    return this.#origins.get(origin)?.head;
+  }
+
   /** An origin's counters changed after `since`, oldest change first: a prefix is gap-free. */
   deltaSince(origin: string, since: number): Counter[] {
     const state = this.#origins.get(origin);
@@ -100,7 +115,14 @@ export class CounterStore {
   }
 
   /** See BudgetLedger.merge: another origin's counters changed in (from, to]; false if refused. */
-  merge(origin: string, from: number, to: number, counters: readonly Counter[], now: number): boolean {
+  merge(
+    origin: string,
+    from: number,
+    to: number,
+    counters: readonly Counter[],
+    now: number,
+    head?: Uint8Array,
+  ): boolean {
     if (origin === this.#o.origin) return false;
     let state = this.#origins.get(origin);
     if ((state?.version ?? 0) < from) return false;
@@ -115,6 +137,7 @@ export class CounterStore {
     state.heardAt = now;
     if (to > state.version) {
       state.version = to;
+      state.head = head;
       this.revision++;
     }
     for (const counter of counters) {
@@ -143,7 +166,8 @@ export class CounterStore {
       }
       this.revision++;
       this.#o.onNews?.(Math.max(0, now - counter.changedAt), now);
-      if (held) Object.assign(held, counter);
+      if (held)
+        Object.assign(held, counter, { signature: counter.signature }); // never a stale signature
       else this.#add(origin, state, key, { ...counter });
     }
     return true;
@@ -220,6 +244,7 @@ export class CounterStore {
     counter.version = ++own.version;
     this.revision++;
     counter.changedAt = now;
+    delete counter.signature; // signed again when next sent
   }
 
   /**

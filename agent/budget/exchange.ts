@@ -18,15 +18,14 @@
 // empty. It is synced once, for every shard of the origin space, some peer answered without
 // cutting anything: it then sees at least what that peer saw (see BudgetLedger.markSynced).
 import type { BudgetLedger, Counter } from './ledger.ts';
+import { counterMessage, headMessage, instanceOf, verifies, type CounterKeys } from './signing.ts';
 import {
   budgetOriginId,
-  counterBytes,
+  cutDelta,
   decodeBudgetGossip,
-  deltaHeaderBytes,
   digestBytes,
   encodeBudgetGossip,
   MAX_SHARDS,
-  nameBytes,
   type BudgetDeltaWire,
   type BudgetDigestWire,
   type BudgetGossipWire,
@@ -38,6 +37,12 @@ export interface BudgetExchangeOptions {
   maxMessagesPerAnswer: number;
   /** Rotate which origins a cut answer serves first (default true); false: a fixed order (bench:budget's "before"). */
   fair?: boolean;
+  /**
+   * Counters must be signed by their origin (agent/budget/signing.ts), with the keys gossip passes
+   * each round: a delta with any counter not so signed is refused whole. Until the first round,
+   * every delta is refused.
+   */
+  signed?: boolean;
 }
 
 /** The sync coverage's resolution: shards of the origin id space (a digest names at most this many). */
@@ -79,6 +84,12 @@ export class BudgetExchange {
   #ids: { versions: ReadonlyMap<string, number>; byId: ReadonlyMap<number, string> } | undefined;
   /** Agents alive as gossip sees them, this one included (the ledger's slow start). */
   agents = 1;
+  /** Deltas refused because a counter or the version they end at was not signed by their origin. */
+  unsigned = 0;
+  /** Signatures made (our counters and heads) and checked (others'): the cost bench:budget reports. */
+  readonly signatures = { made: 0, checked: 0 };
+  #keys: CounterKeys | undefined;
+  #ownHead: { version: number; signature: Uint8Array } | undefined;
 
   constructor(options: BudgetExchangeOptions) {
     this.#o = options;
@@ -90,9 +101,10 @@ export class BudgetExchange {
    * their pending reservations keep counting however long they run), and ended windows dropped.
    * An origin is named `node#incarnation` after its agent's gossip origin (agent/agent.ts).
    */
-  round(agentsAlive: number, alive?: (node: string, incarnation: number) => boolean): void {
+  round(agentsAlive: number, alive?: (node: string, incarnation: number) => boolean, keys?: CounterKeys): void {
     this.agents = Math.max(1, agentsAlive);
     this.#alive = alive;
+    this.#keys = keys;
     if (!alive) return this.#ledger.prune();
     for (const origin of this.#ledger.versions().keys()) {
       const cut = origin.lastIndexOf('#');
@@ -111,7 +123,9 @@ export class BudgetExchange {
     const message: BudgetGossipWire = { digest, deltas: [], syncing: !ledger.synced };
     const room = this.#maxBytes - FLAG_BYTES - digestBytes(digest.versions.values(), digest.versions.size);
     const own = ledger.origin;
-    const push = cutDelta(own, 0, ledger.versions().get(own) ?? 0, ledger.deltaSince(own, 0), room, new Set());
+    const version = ledger.versions().get(own) ?? 0;
+    const counters = this.#signOwn(ledger.deltaSince(own, 0));
+    const push = cutDelta(own, 0, version, counters, room, new Set(), this.#headOf(own, version));
     if (push && push.delta.counters.length > 0) message.deltas.push(push.delta);
     return encodeBudgetGossip(message);
   }
@@ -123,6 +137,7 @@ export class BudgetExchange {
   receive(bytes: Uint8Array, maxBytes: number): Uint8Array[] {
     this.#maxBytes = maxBytes;
     const message = decodeBudgetGossip(bytes, (id) => this.#byId().get(id));
+    let refused = false;
     for (const d of message.deltas) {
       // Only an origin gossip holds (signed by its own agent) may have counters: made-up origins
       // would otherwise fill the store and push out real agents' spending.
@@ -131,12 +146,21 @@ export class BudgetExchange {
         !this.#ledger.versions().has(d.origin) &&
         !aliveOrigin(d.origin, this.#alive) &&
         !this.#earlierOfLive(d.origin, this.#alive)
-      )
+      ) {
+        refused = true;
         this.#ledger.refuse(d.counters.length);
-      else this.#ledger.merge(d.origin, d.from, d.to, d.counters);
+      } else if (this.#o.signed && d.origin !== this.#ledger.origin && !this.#signedByOrigin(d)) {
+        // Before our first round we know no key: later we may. A key never known (an incarnation
+        // we never met) is no reason to wait: peers will always send those counters.
+        refused ||= this.#keys === undefined;
+        this.unsigned++;
+        this.#ledger.refuse(d.counters.length);
+      } else this.#ledger.merge(d.origin, d.from, d.to, d.counters, d.head);
     }
     if (!message.answer) return message.digest ? this.#answer(message.digest, message.syncing ?? false) : [];
-    if (message.complete) this.#cover(message.shard ?? 0, message.shards ?? 0);
+    // Complete only if we could take all of it: an answer whose deltas we refused for now (an
+    // origin gossip does not hold yet, no keys yet) does not make us see what the answerer saw.
+    if (message.complete && !refused) this.#cover(message.shard ?? 0, message.shards ?? 0);
     if (!message.digest || message.digest.versions.size === 0) return [];
     // "Send me": deltas for exactly the origins listed, from the versions listed.
     const wanted = message.digest.versions;
@@ -163,6 +187,53 @@ export class BudgetExchange {
       if (later && (o === this.#ledger.origin || aliveOrigin(o, alive))) vouched = true;
     }
     return vouched && held < MAX_EARLIER_PER_NODE;
+  }
+
+  /**
+   * Every counter signed by the delta's origin, and its end version backed by a counter or a head
+   * signature. Counters already held (an origin pushes all of its own every round) are not
+   * checked again: merge skips them, and a version not past the one held moves nothing.
+   */
+  #signedByOrigin(d: BudgetDeltaWire): boolean {
+    const instance = instanceOf(d.origin);
+    const key = instance && this.#keys?.of(instance.node, instance.incarnation);
+    if (!key) return false;
+    for (const c of d.counters) {
+      if (this.#ledger.holds(d.origin, c)) continue;
+      this.signatures.checked++;
+      if (!verifies(key, counterMessage(d.origin, c), c.signature)) return false;
+    }
+    if (d.to <= (this.#ledger.versions().get(d.origin) ?? 0) || d.counters.some((c) => c.version === d.to)) return true;
+    this.signatures.checked++;
+    return verifies(key, headMessage(d.origin, d.to), d.head);
+  }
+
+  /** Our own counters, each signed once per change (bump() drops a counter's signature). */
+  #signOwn(counters: Counter[]): Counter[] {
+    const keys = this.#keys;
+    if (!this.#o.signed || !keys) return counters;
+    for (const c of counters) {
+      if (c.signature) continue;
+      c.signature = keys.sign(counterMessage(this.#ledger.origin, c));
+      this.signatures.made++;
+    }
+    return counters;
+  }
+
+  /**
+   * Signed mode: what backs a delta of `origin` ending at `version` past its last counter (our
+   * head signature, or the one held with a relayed origin's version; `{}`: none, so the delta
+   * ends at its last counter). Unsigned: undefined.
+   */
+  #headOf(origin: string, version: number): { head?: Uint8Array } | undefined {
+    if (!this.#o.signed) return undefined;
+    if (origin !== this.#ledger.origin) return { head: this.#ledger.head(origin) };
+    if (!this.#keys) return {};
+    if (this.#ownHead?.version !== version) {
+      this.#ownHead = { version, signature: this.#keys.sign(headMessage(origin, version)) };
+      this.signatures.made++;
+    }
+    return { head: this.#ownHead.signature };
   }
 
   /** Which gossip origin instances are alive, as of the last round (absent: not riding on gossip). */
@@ -249,9 +320,15 @@ export class BudgetExchange {
     outer: for (const c of candidates) {
       let from = c.held;
       let rest = this.#ledger.deltaSince(c.origin, from);
+      if (c.origin === this.#ledger.origin) rest = this.#signOwn(rest);
+      const head = this.#headOf(c.origin, c.version);
+      if (head && !head.head && rest.length === 0) {
+        served++; // nothing this replica can back: the origin itself will send its head
+        continue;
+      }
       for (;;) {
         const current = out.at(-1)!;
-        const cut = cutDelta(c.origin, from, c.version, rest, room, names);
+        const cut = cutDelta(c.origin, from, c.version, rest, room, names, head);
         if (cut) {
           current.deltas.push(cut.delta);
           room -= cut.bytes;
@@ -342,35 +419,4 @@ function shardTest(shard: number, shards: number): (id: number) => boolean {
   if (shards === 0) return () => true;
   const n = Math.min(shards, MAX_SHARDS);
   return (id) => shardOf(id, n) === shard;
-}
-
-/**
- * The longest gap-free prefix of `counters` (changed after `from`, oldest first) that fits
- * `room` bytes as one delta; undefined when not even one counter fits. All of them: the delta
- * ends at `version` (the origin's own, which may be past its last counter's). `names`: the
- * message's name table so far; the names the delta's counters add go into it.
- */
-function cutDelta(
-  origin: string,
-  from: number,
-  version: number,
-  counters: readonly Counter[],
-  room: number,
-  names: Set<string>,
-): { delta: BudgetDeltaWire; bytes: number } | undefined {
-  let bytes = deltaHeaderBytes(origin, from, version);
-  let n = 0;
-  for (const c of counters) {
-    let add = counterBytes(c);
-    for (const name of [c.tenant, c.provider]) if (!names.has(name)) add += nameBytes(name);
-    if (bytes + add > room) break;
-    bytes += add;
-    names.add(c.tenant).add(c.provider);
-    n++;
-  }
-  if (n === 0 && counters.length > 0) return undefined;
-  if (bytes > room) return undefined;
-  const taken = counters.slice(0, n);
-  const to = n === counters.length ? version : taken[n - 1].version;
-  return { delta: { origin, from, to, counters: [...taken] }, bytes };
 }

@@ -253,8 +253,18 @@ export class BudgetLedger {
    * ignored. A delta starting past the version we hold would leave a gap we would never ask for
    * again: it is refused (false), and the next exchange asks from where we are.
    */
-  merge(origin: string, from: number, to: number, counters: readonly Counter[]): boolean {
-    return this.#store.merge(origin, from, to, counters, this.#o.now());
+  merge(origin: string, from: number, to: number, counters: readonly Counter[], head?: Uint8Array): boolean {
+    return this.#store.merge(origin, from, to, counters, this.#o.now(), head);
+  }
+
+  /** Whether a counter's change (or a later one) is held already (merge would skip it). */
+  holds(origin: string, counter: Counter): boolean {
+    return this.#store.holds(origin, counter);
+  }
+
+  /** The origin's signature of the version held as its head, when one came with it (agent/budget/signing.ts). */
+  head(origin: string): Uint8Array | undefined {
+    return this.#store.head(origin);
   }
 
   /** Counters of an origin gossip does not vouch for, dropped unread: counted with the rest. */

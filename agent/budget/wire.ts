@@ -17,6 +17,8 @@ export interface BudgetDeltaWire {
   from: number;
   to: number;
   counters: Counter[];
+  /** The origin's signature of `to` as its head (agent/budget/signing.ts), when no counter is at `to`. */
+  head?: Uint8Array;
 }
 
 export interface BudgetDigestWire {
@@ -90,12 +92,14 @@ export function encodeBudgetGossip(message: BudgetGossipWire): Uint8Array {
     originId: budgetOriginId(delta.origin),
     from: delta.from,
     to: delta.to,
+    ...(delta.head ? { headSignature: delta.head } : {}),
     counters: delta.counters.map((c) => ({
       tenant: ref(c.tenant),
       provider: ref(c.provider),
       window: WINDOW_CODES[c.window],
       ...sentAsIs(c),
       changedMs: c.changedAt - c.epoch * WINDOW_MS[c.window],
+      ...(c.signature ? { signature: c.signature } : {}),
     })),
   }));
   const { answer, complete, shard, shards, syncing } = message;
@@ -120,17 +124,18 @@ export function counterBytes(c: Counter): number {
     scalarBytes(c.pendingTokens) +
     scalarBytes(c.pendingRequests) +
     scalarBytes(c.version) +
-    scalarBytes(Math.max(0, c.changedAt - c.epoch * WINDOW_MS[c.window]));
+    scalarBytes(Math.max(0, c.changedAt - c.epoch * WINDOW_MS[c.window])) +
+    (c.signature ? 3 + c.signature.length : 0);
   return lengthPrefixed(body);
 }
 
 /** Bytes a name adds to a message's name table. */
 export const nameBytes = (name: string): number => lengthPrefixed(Buffer.byteLength(name));
 
-/** Bytes a delta's own fields and framing take, at most, without its counters. */
-export function deltaHeaderBytes(origin: string, from: number, to: number): number {
+/** Bytes a delta's own fields and framing take, at most, without its counters (`head`: with a head signature). */
+export function deltaHeaderBytes(origin: string, from: number, to: number, head = false): number {
   // 3: the delta's tag and a length prefix of up to two bytes (a delta fits a datagram); 5: the id.
-  return 3 + 5 + (from === 0 ? nameBytes(origin) : 0) + scalarBytes(from) + scalarBytes(to);
+  return 3 + 5 + (from === 0 ? nameBytes(origin) : 0) + scalarBytes(from) + scalarBytes(to) + (head ? 3 + 64 : 0);
 }
 
 /** Bytes a digest of `versions` takes as a field of BudgetGossip, at most. */
@@ -192,6 +197,7 @@ export function decodeBudgetGossip(
     from: number;
     to: number;
     counters: Record<string, number>[];
+    headSignature: Uint8Array;
   }[]) {
     if (d.origin.length > MAX_NAME) throw new BudgetWireError('an origin name too long');
     if (d.from === 0 && (!d.origin || budgetOriginId(d.origin) !== d.originId))
@@ -206,16 +212,58 @@ export function decodeBudgetGossip(
         throw new BudgetWireError(`delta of ${origin} has a counter with an unknown window or name`);
       if (c.version <= d.from || c.version > d.to)
         throw new BudgetWireError(`delta of ${origin} has a counter outside its versions`);
+      const signature = (c as unknown as { signature: Uint8Array }).signature;
       return {
         tenant,
         provider,
         window,
         ...sentAsIs(c as Pick<Counter, AsIs>),
         changedAt: c.epoch * WINDOW_MS[window] + c.changedMs,
+        ...(signature.length ? { signature } : {}),
       };
     });
+    const head = d.headSignature.length ? { head: d.headSignature } : {};
     if (origin === undefined) out.unknown++;
-    else out.deltas.push({ origin, from: d.from, to: d.to, counters });
+    else out.deltas.push({ origin, from: d.from, to: d.to, counters, ...head });
   }
   return out;
+}
+
+/**
+ * The longest gap-free prefix of `counters` (changed after `from`, oldest first) that fits
+ * `room` bytes as one delta; undefined when not even one counter fits. All of them: the delta
+ * ends at `version` (the origin's own, which may be past its last counter's). `names`: the
+ * message's name table so far; the names the delta's counters add go into it. `signed` (signed
+ * mode): a delta may end past its last counter only with a head signature for `version`.
+ */
+export function cutDelta(
+  origin: string,
+  from: number,
+  version: number,
+  counters: readonly Counter[],
+  room: number,
+  names: Set<string>,
+  signed?: { head?: Uint8Array },
+): { delta: BudgetDeltaWire; bytes: number } | undefined {
+  const head = signed?.head;
+  let bytes = deltaHeaderBytes(origin, from, version, head !== undefined);
+  let n = 0;
+  for (const c of counters) {
+    let add = counterBytes(c);
+    for (const name of [c.tenant, c.provider]) if (!names.has(name)) add += nameBytes(name);
+    if (bytes + add > room) break;
+    bytes += add;
+    names.add(c.tenant).add(c.provider);
+    n++;
+  }
+  if (n === 0 && counters.length > 0) return undefined;
+  if (bytes > room) return undefined;
+  const taken = counters.slice(0, n);
+  const last = n === 0 ? from : taken[n - 1].version;
+  if (n < counters.length || (signed && last < version && !head))
+    return { delta: { origin, from, to: last, counters: [...taken] }, bytes };
+  return {
+    delta: { origin, from, to: version, counters: [...taken], ...(last < version && head ? { head } : {}) },
+    bytes,
+  };
 }

@@ -35,6 +35,21 @@ export const GossipConfig = Type.Object(
         { maxItems: 4096 },
       ),
     ),
+    /**
+     * Kubernetes: bind each agent's key to its pod (agent/gossip/binding.ts). tokenFile: a projected
+     * ServiceAccount token for `audience` (default kinference-gossip); serviceAccount: the agents'
+     * (default kinference-agent), the only one whose tokens bind keys.
+     */
+    tokenBinding: Type.Optional(
+      Type.Object(
+        {
+          tokenFile: Type.String({ minLength: 1, maxLength: 4096 }),
+          audience: Type.Optional(Type.String({ minLength: 1, maxLength: 253 })),
+          serviceAccount: Type.Optional(Type.String({ minLength: 1, maxLength: 253 })),
+        },
+        { additionalProperties: false },
+      ),
+    ),
   },
   { additionalProperties: false },
 );
@@ -55,6 +70,8 @@ export interface GossipSettings {
   identity?: SecretRef;
   /** Static mode: the peers' public keys, by node (agent/gossip/signatures.ts). */
   peerKeys?: { node: string; key: string }[];
+  /** Kubernetes: bind agents' keys to their pods with a ServiceAccount token (agent/gossip/binding.ts). */
+  tokenBinding?: { tokenFile: string; audience?: string; serviceAccount?: string };
 }
 
 /** The gossip's settings: absent unless the agent listens for gossip and has its key. */
@@ -74,6 +91,7 @@ export function gossipSettings(
     advertise: file.advertise ?? podGossipAddress(bind, podIP),
     ...(file.identity ? { identity: file.identity } : {}),
     ...(file.peerKeys ? { peerKeys: file.peerKeys } : {}),
+    ...(file.tokenBinding ? { tokenBinding: file.tokenBinding } : {}),
   };
 }
 

@@ -1,6 +1,7 @@
 // The agent's gossip, built from its settings: the node itself, our pods' estimates published
 // once a round, and other nodes' pods screened (agent/cluster/peer-pods.ts) before they become
 // candidates. Gossiped pods become candidates only when the cluster vouches for them.
+import { readFileSync } from 'node:fs';
 import type { Counter, Registry } from 'prom-client';
 import type { PeerPodRules } from '../cluster/types.ts';
 import { peerPodScreen, type ScreenedPeers } from '../cluster/peer-pods.ts';
@@ -8,8 +9,10 @@ import type { AgentSettings } from '../config/load.ts';
 import type { GossipSettings } from './config.ts';
 import { resolveSecret } from '../config/secrets.ts';
 import type { PodEstimate } from '../types.ts';
-import { registerGossipMetrics } from './metrics.ts';
-import { GossipNode, type GossipRider, type GossipStats } from './node.ts';
+import { registerBindingMetrics, registerGossipMetrics } from './metrics.ts';
+import { GossipNode, type GossipStats } from './node.ts';
+import type { GossipRider } from './rider.ts';
+import { AgentBinder, type TokenReviewer } from './binding.ts';
 import { ContinuityKeyring, OriginSigner, StaticKeyring, type Keyring } from './signatures.ts';
 
 /** Rounds without a datagram after which an agent with peers listed takes itself to be alone. */
@@ -21,7 +24,7 @@ const MAX_COUNTED_REJECTIONS = 10_000;
 export interface GossipLinkDeps {
   node: string;
   settings: GossipSettings;
-  /** Static: only the configured peer keys sign origins; Kubernetes: see ContinuityKeyring. */
+  /** Static: only the configured peer keys sign origins; Kubernetes: AgentBinder (tokenBinding), else ContinuityKeyring. */
   discovery: 'static' | 'kubernetes';
   peers: readonly string[];
   now: () => number;
@@ -36,6 +39,8 @@ export interface GossipLinkDeps {
   incarnation?: number;
   /** State carried in gossip's datagrams: the overflow budget counters (agent/budget/exchange.ts). */
   rider?: GossipRider;
+  /** Kubernetes with `gossip.tokenBinding`: reviews agents' tokens (agent/cluster/token-review.ts). */
+  reviewer?: TokenReviewer;
 }
 
 /** The agent's gossip link from its settings, or none when gossip is off; peers come from discovery. */
@@ -50,12 +55,57 @@ export function gossipFor(
         discovery: settings.discovery,
         peers: [],
         ...deps,
+        ...(settings.discovery === 'kubernetes' && settings.gossip.tokenBinding
+          ? { reviewer: lazyReviewer(settings, settings.gossip.tokenBinding) }
+          : {}),
       })
     : undefined;
 }
 
-function keyringFor(discovery: 'static' | 'kubernetes', settings: GossipSettings): Keyring {
-  return discovery === 'static' ? new StaticKeyring(settings.peerKeys ?? []) : new ContinuityKeyring();
+/** The API client is loaded on the first review (an agent without Kubernetes loads none of it). */
+function lazyReviewer(settings: AgentSettings, binding: NonNullable<GossipSettings['tokenBinding']>): TokenReviewer {
+  let reviewer: Promise<TokenReviewer> | undefined;
+  const load = async (): Promise<TokenReviewer> => {
+    const { loadKubeConfig, resolveSettings } = await import('../cluster/kubernetes-settings.ts');
+    const { agentTokenReviewer } = await import('../cluster/token-review.ts');
+    const { agentNamespace } = resolveSettings({ nodeName: settings.node, ...settings.kubernetes });
+    return agentTokenReviewer(loadKubeConfig(settings.kubernetes.kubeconfig), {
+      namespace: agentNamespace,
+      serviceAccount: binding.serviceAccount ?? 'kinference-agent',
+      audience: binding.audience ?? 'kinference-gossip',
+    });
+  };
+  return async (token, claim) => (await (reviewer ??= load()))(token, claim);
+}
+
+/** A token read at most once a minute (the kubelet rotates it well before it expires); none yet: read again. */
+function tokenFile(path: string, now: () => number): () => string | undefined {
+  let cached: { token: string; at: number } | undefined;
+  return () => {
+    if (cached && now() - cached.at < 60_000) return cached.token;
+    try {
+      const token = readFileSync(path, 'utf8').trim();
+      if (token) cached = { token, at: now() };
+    } catch {
+      // not mounted (yet): challenges go unanswered, and peers retry
+    }
+    return cached?.token;
+  };
+}
+
+function keyringFor(deps: GossipLinkDeps, signer: OriginSigner): Keyring {
+  const { discovery, settings, reviewer } = deps;
+  if (discovery === 'static') return new StaticKeyring(settings.peerKeys ?? []);
+  if (!reviewer || !settings.tokenBinding) return new ContinuityKeyring();
+  return new AgentBinder({
+    review: reviewer,
+    token: tokenFile(settings.tokenBinding.tokenFile, deps.now),
+    signer,
+    now: deps.now,
+    onVerdict: (claim, refused) => {
+      if (refused) deps.log('warn', `gossip key of ${claim.node} (${claim.agent}) not bound: ${refused}`);
+    },
+  });
 }
 
 export class GossipLink {
@@ -73,6 +123,8 @@ export class GossipLink {
   constructor(deps: GossipLinkDeps) {
     this.#deps = deps;
     const { settings } = deps;
+    const signer = new OriginSigner(settings.identity ? resolveSecret(settings.identity) : undefined);
+    const keyring = keyringFor(deps, signer);
     this.#node = new GossipNode({
       nodeId: deps.node,
       bind: settings.bind,
@@ -86,11 +138,13 @@ export class GossipLink {
       rand: deps.rand,
       incarnation: deps.incarnation,
       rider: deps.rider,
-      signer: new OriginSigner(settings.identity ? resolveSecret(settings.identity) : undefined),
-      keyring: keyringFor(deps.discovery, settings),
+      signer,
+      keyring,
+      ...(keyring instanceof AgentBinder ? { binding: keyring } : {}),
     });
     this.#node.onChange(() => this.#screenPeers());
     registerGossipMetrics(deps.registry, this.#node);
+    if (keyring instanceof AgentBinder) registerBindingMetrics(deps.registry, keyring);
   }
 
   async start(): Promise<void> {

@@ -62,3 +62,21 @@ export function registerGossipMetrics(registry: Registry, source: { stats(): Gos
     },
   });
 }
+
+/** kinference_gossip_key_bindings_total{verdict}: Kubernetes key bindings decided (binding.ts). */
+export function registerBindingMetrics(
+  registry: Registry,
+  binder: { counters: { trusted: number; refused: number } },
+): void {
+  new Counter({
+    name: 'kinference_gossip_key_bindings_total',
+    help: "Peers' gossip keys checked against their pods (challenge, TokenReview, pod), by verdict: trusted or refused.",
+    labelNames: ['verdict'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      this.inc({ verdict: 'trusted' }, binder.counters.trusted);
+      this.inc({ verdict: 'refused' }, binder.counters.refused);
+    },
+  });
+}

@@ -3,13 +3,16 @@
 import { createSocket, type RemoteInfo, type Socket } from 'node:dgram';
 import { isIPv6 } from 'node:net';
 import type { ClockAndRandom, PodEstimate } from '../types.ts';
+import { bindingOnly, bindingPayload, MAX_BINDING_DATAGRAM, type BindingChannel } from './binding.ts';
 import { DROP_REASONS, Opener, Sealer, type DropReason } from './envelope.ts';
 import { GossipProtocol, type Outgoing } from './protocol.ts';
 import { FailureDetector, type ProbeOptions, type ProbeStep } from './probe.ts';
 import type { Keyring, OriginSigner } from './signatures.ts';
 import { SourceGate } from './source-gate.ts';
+import type { GossipRider } from './rider.ts';
 import type { RemoteEstimate } from './state.ts';
-import { decodePayload, encodePayload, envelopeOverhead } from './wire.ts';
+import { decodePayload, encodePayload } from './wire.ts';
+import { envelopeOverhead } from './wire-size.ts';
 
 export interface GossipNodeOptions extends ClockAndRandom {
   /** This agent's node name: the origin of the pods it publishes. */
@@ -47,22 +50,8 @@ export interface GossipNodeOptions extends ClockAndRandom {
   signer?: OriginSigner;
   /** With one, other origins are accepted only when signed by a key it trusts for their node. */
   keyring?: Keyring;
-}
-
-/**
- * A state that rides on gossip: its bytes go in Payload.budget, in datagrams of their own, sealed
- * like every datagram, to the peers gossip picks each round; gossip never decodes them.
- */
-export interface GossipRider {
-  /**
-   * Once a round, before asking: the agents gossip knows of (origins held or peers listed, the
-   * larger, itself included), and whether an origin instance (node, incarnation) is alive now.
-   */
-  round(agents: number, alive: (node: string, incarnation: number) => boolean): void;
-  /** What to send one of this round's peers, at most `maxBytes`; undefined: nothing. */
-  ask(maxBytes: number): Uint8Array | undefined;
-  /** A peer's bytes: the answers to send back, each at most `maxBytes`. Throws when malformed. */
-  receive(bytes: Uint8Array, maxBytes: number): Uint8Array[];
+  /** Kubernetes: keys bound to agent pods by challenge and TokenReview (binding.ts); usually the keyring too. */
+  binding?: BindingChannel;
 }
 
 export interface GossipStats {
@@ -111,6 +100,7 @@ export class GossipNode {
   #key: Buffer;
   #boot: number;
   #opener: Opener;
+  #maxDatagram: number;
   #gate: SourceGate;
   #socket: Socket | undefined;
   #timer: NodeJS.Timeout | undefined;
@@ -156,7 +146,11 @@ export class GossipNode {
       signer: options.signer,
       keyring: options.keyring,
     });
-    this.#opener = new Opener({ key: options.key, maxDatagram, maxClockSkewMs: options.maxClockSkewMs ?? 30_000 });
+    this.#maxDatagram = maxDatagram;
+    // Only a binding answer (a token) may be larger; checked once decoded.
+    const openable = options.binding ? Math.max(maxDatagram, MAX_BINDING_DATAGRAM) : maxDatagram;
+    const maxClockSkewMs = options.maxClockSkewMs ?? 30_000;
+    this.#opener = new Opener({ key: options.key, maxDatagram: openable, maxClockSkewMs });
     this.#gate = new SourceGate({
       maxPerSecond: options.maxDatagramsPerSecondPerSource ?? DEFAULT_MAX_DATAGRAMS_PER_SOURCE,
     });
@@ -189,6 +183,7 @@ export class GossipNode {
     this.#sealer = new Sealer({ sender: agent || this.nodeId, key: this.#key, boot: this.#boot });
     this.#detector = new FailureDetector(agent || this.#self, this.#options.probe);
     this.setPeers(this.#peers, this.#members);
+    this.#options.binding?.attach((to, binding) => this.#send([{ to, payload: bindingPayload(binding) }]));
     this.#schedule();
     // Finer than a period, so a probe's timeouts are kept to within a few tens of ms.
     const d = this.#detector.options;
@@ -340,7 +335,15 @@ export class GossipNode {
       this.#dropped.malformed++;
       return;
     }
+    if (msg.length > this.#maxDatagram && !bindingOnly(payload)) {
+      this.#dropped.oversized++;
+      return;
+    }
     const from = formatHostPort(rinfo.address, rinfo.port);
+    if (payload.binding)
+      this.#options.binding?.receive(from, payload.binding, (b) =>
+        this.#send([{ to: from, payload: bindingPayload(b) }]),
+      );
     if (this.#detector) {
       this.#probeStep(this.#detector.heard(from, now));
       if (payload.probe) this.#probeStep(this.#detector.receive(from, payload.probe, now));
@@ -401,11 +404,14 @@ export class GossipNode {
     const peers = this.#peers.filter((p) => p !== this.#self && p !== this.#options.bind).length;
     const state = this.#protocol.state;
     const now = this.#now();
-    rider.round(Math.max(state.size, peers + 1), (node, incarnation) => {
+    const signer = this.#options.signer;
+    const alive = (node: string, incarnation: number) => {
       // By instance, not by node: during a surge a node has two agents, each its own origin.
       const origin = state.instance(node, incarnation);
       return origin !== undefined && now - origin.lastAdvance <= state.ttlMs;
-    });
+    };
+    const keys = signer && { of: state.keyOf.bind(state), sign: signer.sign.bind(signer) };
+    rider.round(Math.max(state.size, peers + 1), alive, keys);
     for (const to of new Set(out.map((o) => o.to))) {
       const ask = rider.ask(this.#riderRoom());
       if (ask) this.#sendRider(to, [ask]);

@@ -7,6 +7,7 @@
 // read from then on (kept and relayed, in case the agent is listed again). The TTL is the backstop
 // for what membership cannot see (a lost node, a partition, an agent it names differently): an
 // origin silent that long is dropped, listed or not.
+import type { KeyObject } from 'node:crypto';
 import { Recent } from './recent.ts';
 import type { OriginRecord } from './records.ts';
 
@@ -104,7 +105,17 @@ export class OriginTable {
     this.#sortedIds = undefined;
   }
 
+  /**
+   * Keys of origins no longer held (replaced by a restart, or expired), by node and incarnation:
+   * their budget counters of the current windows still verify (agent/budget/signing.ts). Bounded.
+   */
+  readonly formerKeys = new Map<string, KeyObject>();
+
   remove(o: OriginRecord): void {
+    if (o.key) {
+      this.formerKeys.set(`${o.node}#${o.incarnation}`, o.key);
+      if (this.formerKeys.size > 4096) this.formerKeys.delete(this.formerKeys.keys().next().value!);
+    }
     o.gone = true;
     this.#byId.delete(o.id | 0);
     const key = agentKey(o.node, o.agent);

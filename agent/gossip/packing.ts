@@ -3,7 +3,8 @@
 // groups up to a byte limit. Pure; the versioning it packs lives in state.ts.
 import type { OriginRecord, PodRecord } from './records.ts';
 import { varintSize } from '../../shared/varint.ts';
-import { deltaHeaderSize, fieldSize, type DigestWire, type OriginDeltaWire } from './wire.ts';
+import { type DigestWire, type OriginDeltaWire } from './wire.ts';
+import { deltaHeaderSize, fieldSize } from './wire-size.ts';
 
 // Bytes a digest spends beyond its entries: three packed-array prefixes and the shard fields.
 const DIGEST_FRAMING = 3 * 3 + 2 * 6;

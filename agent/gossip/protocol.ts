@@ -9,7 +9,8 @@
 import type { PodEstimate } from '../types.ts';
 import { emptyComparison, type Comparison, type Send } from './compare.ts';
 import { GossipState, type GossipStateOptions } from './state.ts';
-import { digestSize, encodePayload, fieldSize, type DigestWire, type PayloadWire } from './wire.ts';
+import { encodePayload, type DigestWire, type PayloadWire } from './wire.ts';
+import { digestSize, fieldSize } from './wire-size.ts';
 import { writeDelta } from './packing.ts';
 
 export interface ProtocolOptions extends GossipStateOptions {

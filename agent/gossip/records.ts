@@ -3,7 +3,8 @@
 import type { KeyObject } from 'node:crypto';
 import type { Pod, PodEstimate } from '../types.ts';
 import { loraOf, loraWireOf, sameLora, withResident } from './lora-wire.ts';
-import { engineCode, engineName, entrySize, infoFieldSize, type PodEntryWire, type PodInfoWire } from './wire.ts';
+import { engineCode, engineName, type PodEntryWire, type PodInfoWire } from './wire.ts';
+import { entrySize, infoFieldSize } from './wire-size.ts';
 
 export interface PodRecord {
   /** The entry as received or written. Immutable once stored: a change is a new record. Its own

@@ -52,6 +52,8 @@ export function rawPublicKey(key: KeyObject): Buffer {
 /** An agent's signing identity: a PEM private key (PKCS#8), a key object, or a fresh one. */
 export class OriginSigner {
   readonly publicKey: Buffer;
+  /** The public key, imported (to verify what we signed). */
+  readonly key: KeyObject;
   readonly #privateKey: KeyObject;
 
   constructor(privateKey?: string | Buffer | KeyObject) {
@@ -62,7 +64,8 @@ export class OriginSigner {
           ? createPrivateKey(privateKey)
           : privateKey;
     if (this.#privateKey.asymmetricKeyType !== 'ed25519') throw new Error('gossip identity: not an Ed25519 key');
-    this.publicKey = rawPublicKey(createPublicKey(this.#privateKey));
+    this.key = createPublicKey(this.#privateKey);
+    this.publicKey = rawPublicKey(this.key);
   }
 
   sign(message: Buffer): Buffer {
@@ -109,9 +112,9 @@ export class StaticKeyring implements Keyring {
 }
 
 /**
- * Kubernetes mode, until an agent's key is bound through the API: an agent (node and gossip
- * address, which membership must list for its pods to be read) keeps the key it signs with for as
- * long as its origin is held and has not left; a new key is taken only after that (a container
+ * Kubernetes mode without `gossip.tokenBinding` (with it: binding.ts, keys bound to agent pods
+ * through the API): an agent (node and gossip address, which membership must list for its pods
+ * to be read) keeps the key it signs with for as long as its origin is held and has not left; a new key is taken only after that (a container
  * restarted with a fresh key waits for its old origin to go). An impostor can no longer take over
  * an agent that is heard; it can race one that is not (see docs/trust-model.md).
  */

@@ -12,14 +12,14 @@
 //   heartbeat can be slow and cheap (ttlMs / 3, default 10 s).
 // - An origin is one incarnation of one agent (node + gossip address): two agents on one node
 //   are two origins, and a pod both report is read once, from the fresher report.
+import type { KeyObject } from 'node:crypto';
 import type { PodEstimate } from '../types.ts';
+import { DeltaApplier, evictTombstones, type ApplyResult } from './apply.ts';
 import { adoptHeartbeats, answerWant, buildDigest, compareDigest, type Comparison } from './compare.ts';
 import { OriginTable } from './origins.ts';
 import {
   EPOCH_BEATS,
-  epochOf,
   nextEpochStart,
-  publicKeyFromRaw,
   stampMessage,
   stateHash,
   verifyStamp,
@@ -36,18 +36,11 @@ import {
   sameInfo,
   tombstoneOf,
   type OriginRecord,
-  type PodRecord,
 } from './records.ts';
-import {
-  fieldSize,
-  entrySize,
-  infoFieldSize,
-  originId,
-  type DigestWire,
-  type OriginDeltaWire,
-  type PodEntryWire,
-  type PodInfoWire,
-} from './wire.ts';
+import { originId, type DigestWire, type OriginDeltaWire, type PodEntryWire, type PodInfoWire } from './wire.ts';
+import { fieldSize, entrySize, infoFieldSize } from './wire-size.ts';
+
+export type { ApplyResult } from './apply.ts';
 
 /** The default TTL: the backstop behind membership (see docs/concepts.md, "Gossip"). */
 export const DEFAULT_TTL_MS = 30_000;
@@ -82,21 +75,6 @@ export interface GossipStateOptions {
 
 export type RemoteEstimate = PodEstimate & { ageMs: number };
 
-type Outcome = 'data' | 'advanced' | 'stale' | 'rejected' | 'untrusted' | 'gap';
-
-export interface ApplyResult {
-  /** Pods appeared, changed or went. */
-  dataChanged: boolean;
-  /** Origins whose version advanced. */
-  advanced: number;
-  /** Deltas that did not start at or below the version held (lost or reordered datagrams). */
-  gaps: number;
-  /** Deltas refused: for our own origin, an id that does not match its node, over a limit. */
-  rejected: number;
-  /** Deltas refused because their origin's signature did not verify, or its key is not trusted. */
-  untrusted: number;
-}
-
 export class GossipState {
   readonly nodeId: string;
   readonly incarnation: number;
@@ -116,8 +94,7 @@ export class GossipState {
   /** Remote origins must be signed (a keyring was given). */
   readonly signed: boolean;
   readonly #signer: OriginSigner | undefined;
-  readonly #keyring: Keyring | undefined;
-  readonly #verify: typeof verifyStamp;
+  readonly #applier: DeltaApplier;
 
   readonly self: OriginRecord;
   readonly #origins: OriginTable;
@@ -145,8 +122,6 @@ export class GossipState {
     this.maxTombstonesPerOrigin = options.maxTombstonesPerOrigin ?? 64;
     this.maxOriginsPerKey = options.maxOriginsPerKey ?? 4;
     this.#signer = options.signer;
-    this.#keyring = options.keyring;
-    this.#verify = options.verify ?? verifyStamp;
     this.signed = options.keyring !== undefined;
     const id = originId(this.nodeId, this.incarnation);
     this.self = newOrigin(id, this.nodeId, options.agent ?? '', this.incarnation, options.incarnation);
@@ -156,6 +131,7 @@ export class GossipState {
     }
     this.#lastBump = options.incarnation;
     this.#origins = new OriginTable(this.self, this.ttlMs, this.riskMs);
+    this.#applier = new DeltaApplier(this.#origins, this.self, this, options.keyring, options.verify ?? verifyStamp);
   }
 
   // --- our own origin -----------------------------------------------------------------------
@@ -215,7 +191,7 @@ export class GossipState {
     self.dataVersion = version;
     self.lastAdvance = self.lastData = this.#lastBump = now;
     this.#origins.noteData(self, now);
-    this.#evictTombstones(self);
+    evictTombstones(self, this.maxTombstonesPerOrigin, (slot) => this.#freeSlots.push(slot));
     this.#sign();
     return true;
   }
@@ -251,18 +227,6 @@ export class GossipState {
     return this.#freeSlots.pop() ?? this.#nextSlot++;
   }
 
-  /** Tombstones are bounded; dropping the oldest raises the floor below which we send full states. */
-  #evictTombstones(origin: OriginRecord): void {
-    const tombstones = [...origin.pods.values()].filter((r) => r.entry.removed);
-    if (tombstones.length <= this.maxTombstonesPerOrigin) return;
-    tombstones.sort((a, b) => a.entry.version - b.entry.version);
-    for (const t of tombstones.slice(0, tombstones.length - this.maxTombstonesPerOrigin)) {
-      origin.pods.delete(t.entry.slot);
-      origin.floor = Math.max(origin.floor, t.entry.version);
-      if (origin === this.self) this.#freeSlots.push(t.entry.slot);
-    }
-  }
-
   // --- digests (compare.ts) ------------------------------------------------------------------
 
   /** What we know, in at most `maxBytes`: see buildDigest. */
@@ -292,7 +256,7 @@ export class GossipState {
     const result: ApplyResult = { dataChanged: false, advanced: 0, gaps: 0, rejected: 0, untrusted: 0 };
     for (const d of deltas) {
       if (d.ageMs >= this.ttlMs) continue; // news of an origin that is already silent too long
-      const outcome = d.from === 0 ? this.#applyFull(d, now) : this.#applyIncrement(d, now);
+      const outcome = this.#applier.apply(d, now);
       if (outcome === 'gap') result.gaps++;
       else if (outcome === 'rejected') result.rejected++;
       else if (outcome === 'untrusted') result.untrusted++;
@@ -302,134 +266,6 @@ export class GossipState {
       }
     }
     return result;
-  }
-
-  #applyFull(d: OriginDeltaWire, now: number): Outcome {
-    if (d.origin !== originId(d.node, d.incarnation)) return 'rejected';
-    if (d.node === this.nodeId && d.agent === this.self.agent) {
-      // Our own previous incarnation, still held by peers: nobody else writes our pods.
-      this.#origins.ignore(d.origin, Infinity, now);
-      return 'rejected';
-    }
-    if (this.#origins.isIgnored(d.origin, d.to, now)) return 'stale';
-    // Another agent on our node (a rollout's surge) is held and relayed like any origin; the pool
-    // never reads our node's pods from gossip.
-    let o = this.#origins.byAgent(d.node, d.agent);
-    if (o && o.id !== d.origin && o.incarnation > d.incarnation) {
-      this.#origins.ignore(d.origin, Infinity, now);
-      return 'stale';
-    }
-    if (o && o.id === d.origin && o.version >= d.to) return 'stale';
-    const pods = this.#fullPods(d);
-    if (pods === undefined) return 'rejected';
-    // Checked before anything held is replaced: an impostor's state replaces nothing.
-    const key = this.signed ? this.#trustedKey(d, pods, o) : undefined;
-    if (this.signed && key === undefined) return 'untrusted';
-    if (o && o.id !== d.origin) {
-      this.#origins.remove(o);
-      this.#origins.ignore(o.id, Infinity, now);
-      o = undefined;
-    }
-    if (o === undefined) {
-      if (this.#origins.size >= this.maxOrigins) return 'rejected';
-      o = newOrigin(d.origin, d.node, d.agent, d.incarnation, now - d.ageMs);
-      this.#origins.add(o);
-    }
-    if (key) {
-      o.key = key;
-      o.keyRaw = d.key;
-      o.stamp = d.stamp;
-    }
-    o.pods = pods;
-    o.floor = d.floor;
-    let newest = d.floor;
-    for (const r of pods.values()) newest = Math.max(newest, r.entry.version);
-    o.resumeAt = d.to;
-    this.#origins.advance(o, d.to, now - d.ageMs, now, true);
-    o.dataVersion = Math.min(d.to, newest);
-    return 'data';
-  }
-
-  /**
-   * The origin's key, when the keyring trusts it for the node, its stamp verifies over `pods`, and
-   * the key does not already hold its share of origins (`replacing` aside).
-   */
-  #trustedKey(d: OriginDeltaWire, pods: Map<number, PodRecord>, replacing: OriginRecord | undefined) {
-    const current = this.#origins.byAgent(d.node, d.agent);
-    const held = current && current.membership !== 'left' ? current.keyRaw : undefined;
-    if (!d.key || !d.stamp || !this.#keyring!.trusts(d.node, d.agent, d.key, held)) return undefined;
-    const key = publicKeyFromRaw(d.key);
-    if (!key) return undefined;
-    const subject = { id: d.origin, node: d.node, agent: d.agent, incarnation: d.incarnation };
-    if (!this.#verify(key, stampMessage(subject, d.to, stateHash(pods)), d.stamp)) return undefined;
-    let sameKey = 0;
-    for (const o of this.#origins.values())
-      if (o !== replacing && o.id !== d.origin && o.keyRaw && Buffer.compare(o.keyRaw, d.key) === 0) sameKey++;
-    return sameKey < this.maxOriginsPerKey ? key : undefined;
-  }
-
-  #fullPods(d: OriginDeltaWire): Map<number, PodRecord> | undefined {
-    const pods = new Map<number, PodRecord>();
-    let live = 0;
-    for (const e of d.pods) {
-      if (!e.removed && !e.info) return undefined;
-      if (!e.removed) live++;
-      pods.set(e.slot, this.#recordFor(e));
-    }
-    if (live > this.maxPodsPerOrigin || pods.size - live > this.maxTombstonesPerOrigin) return undefined;
-    return pods;
-  }
-
-  #applyIncrement(d: OriginDeltaWire, now: number): Outcome {
-    const o = this.#origins.get(d.origin);
-    if (o === undefined) return 'gap';
-    if (o === this.self) return 'rejected';
-    if (o.version >= d.to) return 'stale';
-    if (o.version < d.from) return 'gap';
-    // The rest of a full state: exact only for whoever took its first part, or is past the
-    // sender's floor (then it is an ordinary delta that happens to carry identities).
-    if (d.continuesFull && o.resumeAt !== d.from && o.version < d.floor) return 'gap';
-    const fresh = d.pods.filter((e) => e.version > o.version);
-    let live = 0;
-    for (const r of o.pods.values()) if (!r.entry.removed) live++;
-    for (const e of fresh) {
-      const held = o.pods.get(e.slot);
-      // An entry without identity for a slot we cannot name: we are not where we think we are.
-      if (!e.removed && !e.info && !held?.info) return 'gap';
-      live += (e.removed ? 0 : 1) - (held && !held.entry.removed ? 1 : 0);
-    }
-    if (live > this.maxPodsPerOrigin) return 'rejected';
-    if (this.signed) {
-      // Within the epoch held: heartbeats, which change no pod. A new epoch: its stamp must verify
-      // over the pods we would then hold.
-      if (epochOf(d.to) === epochOf(o.version)) {
-        if (fresh.length > 0) return 'untrusted';
-      } else {
-        const next = new Map(o.pods);
-        for (const e of fresh) next.set(e.slot, this.#recordFor(e, next.get(e.slot)));
-        if (!o.key || !d.stamp || !this.#verify(o.key, stampMessage(o, d.to, stateHash(next)), d.stamp))
-          return 'untrusted';
-        o.stamp = d.stamp;
-      }
-    }
-    for (const e of fresh) {
-      o.pods.set(e.slot, this.#recordFor(e, o.pods.get(e.slot)));
-      o.dataVersion = Math.max(o.dataVersion, e.version);
-    }
-    if (fresh.some((e) => e.removed)) this.#evictTombstones(o);
-    this.#origins.advance(o, d.to, now - d.ageMs, now, fresh.length > 0);
-    o.resumeAt = d.continuesFull ? d.to : -1;
-    return fresh.length > 0 ? 'data' : 'advanced';
-  }
-
-  /** Stores the received entry itself (its `info`, if any, is ignored: identity lives in the record). */
-  #recordFor(e: PodEntryWire, held?: PodRecord): PodRecord {
-    if (e.removed) return makeRecord(e, undefined, 0);
-    if (e.info) return makeRecord(e, e.info, e.version);
-    const record = makeRecord(e, held!.info, held!.infoVersion);
-    // The pod a router sees includes the adapters it holds: rebuilt when those may have changed.
-    if (!e.maxLora && !held!.entry.maxLora) record.pod = held!.pod;
-    return record;
   }
 
   // --- liveness (origins.ts) ------------------------------------------------------------------
@@ -497,6 +333,21 @@ export class GossipState {
   instance(node: string, incarnation: number): OriginRecord | undefined {
     const o = this.#origins.get(originId(node, incarnation));
     return o?.node === node && o.incarnation === incarnation ? o : undefined;
+  }
+
+  /**
+   * The key that signed one origin instance (node, incarnation), for its budget counters: held,
+   * or held before (a restart replaced it); else a node's live origin's (static mode: one key per
+   * node across restarts; ours for our own earlier incarnations).
+   */
+  keyOf(node: string, incarnation: number): KeyObject | undefined {
+    const o = this.instance(node, incarnation);
+    if (o?.key) return o.key;
+    const former = this.#origins.formerKeys.get(`${node}#${incarnation}`);
+    if (former) return former;
+    if (node === this.nodeId && this.#signer) return this.#signer.key;
+    for (const live of this.#origins.values()) if (live.node === node && live.key) return live.key;
+    return undefined;
   }
 
   get size(): number {
