@@ -10,7 +10,7 @@ import { FailureDetector, type ProbeOptions, type ProbeStep } from './probe.ts';
 import type { Keyring, OriginSigner } from './signatures.ts';
 import { SourceGate } from './source-gate.ts';
 import type { GossipRider } from './rider.ts';
-import type { RemoteEstimate } from './state.ts';
+import type { GossipStateOptions, RemoteEstimate } from './state.ts';
 import { decodePayload, encodePayload } from './wire.ts';
 import { envelopeOverhead } from './wire-size.ts';
 
@@ -50,6 +50,8 @@ export interface GossipNodeOptions extends ClockAndRandom {
   signer?: OriginSigner;
   /** With one, other origins are accepted only when signed by a key it trusts for their node. */
   keyring?: Keyring;
+  /** Checks a stamp (default verifyStamp); a bench playing many agents in one process shares verdicts. */
+  verify?: GossipStateOptions['verify'];
   /** Kubernetes: keys bound to agent pods by challenge and TokenReview (binding.ts); usually the keyring too. */
   binding?: BindingChannel;
 }
@@ -145,6 +147,7 @@ export class GossipNode {
       groupBytes: Math.max(200, maxDatagram - 400),
       signer: options.signer,
       keyring: options.keyring,
+      verify: options.verify,
     });
     this.#maxDatagram = maxDatagram;
     // Only a binding answer (a token) may be larger; checked once decoded.

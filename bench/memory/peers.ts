@@ -9,6 +9,8 @@
 import { parseArgs } from 'node:util';
 import { GossipNode } from '../../agent/gossip/node.ts';
 import { benchPeerSigner } from './launch.ts';
+import { createHash, type KeyObject } from 'node:crypto';
+import { StaticKeyring, verifyStamp } from '../../agent/gossip/signatures.ts';
 import { mulberry32 } from '../../shared/sim/random.ts';
 import type { PodEstimate } from '../../agent/types.ts';
 
@@ -57,6 +59,23 @@ function estimatesOf(node: string, base: number): PodEstimate[] {
   });
 }
 
+// Every peer trusts every peer's key, as a static cluster's agents do (gossip.peerKeys): a relay
+// without a keyring holds origins unsigned and relays them without their stamps, which the agent
+// (keyring given) refuses, so it would learn only the pods it hears first-hand.
+const signers = Array.from({ length: nodes }, (_, k) => benchPeerSigner(k));
+const keyring = new StaticKeyring(signers.map((s, k) => ({ node: `peer-${k}`, key: s.publicKey.toString('base64') })));
+// Each stamp is checked once for all 125 (each real agent has its own CPU for its checks): without
+// this, one process checking every pod change 125 times falls behind its own gossip rounds.
+const verdicts = new Map<string, boolean>();
+function sharedVerify(publicKey: KeyObject, message: Buffer, stamp: Uint8Array): boolean {
+  const id = createHash('sha256').update(message).update(stamp).digest('base64');
+  let verdict = verdicts.get(id);
+  if (verdict === undefined) {
+    if (verdicts.size >= 100_000) verdicts.clear();
+    verdicts.set(id, (verdict = verifyStamp(publicKey, message, stamp)));
+  }
+  return verdict;
+}
 const peers = await Promise.all(
   Array.from({ length: nodes }, async (_, k) => {
     const host = `127.0.1.${k + 1}`;
@@ -67,7 +86,9 @@ const peers = await Promise.all(
       key,
       intervalMs,
       ttlMs,
-      signer: benchPeerSigner(k),
+      signer: signers[k],
+      keyring,
+      verify: sharedVerify,
     });
     await node.start();
     return { node, estimates: estimatesOf(`peer-${k}`, k * podsPerNode) };
