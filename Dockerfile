@@ -46,9 +46,8 @@ EXPOSE 8080 9090 7946/udp
 # `npm run soak` and `npm run bench:memory` measure the agent as deployed; figures in docs/benchmarks.md, "Memory"):
 # --max-semi-space-size=2: a small young generation; at hundreds of requests a second V8
 #   otherwise grows it to its maximum and keeps those pages.
-# --memory-saver-mode: every major GC reduces memory. Without it V8 keeps the pages freed after a
-#   burst in its page pool, and hands them back only from a memory-reducing GC, which its memory
-#   reducer never starts while the agent keeps allocating (scrapes, gossip): after 1,000 streams
-#   the JS heap was back to 34 MB but 145 MB of pages stayed pooled (RSS 131 → 347 MB).
-ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=2", "--memory-saver-mode", "/app/dist/agent/cli/main.js"]
+# No --memory-saver-mode: it makes every major GC a memory-reducing one and, measured, roughly
+#   doubles the CPU per request at saturation; the agent's own idle release (a memory-reducing GC
+#   once quiet) gives the pages back after a burst instead (docs/decisions/0004-image-memory-flags.md).
+ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=2", "/app/dist/agent/cli/main.js"]
 CMD ["agent", "--config", "/etc/kinference/agent.yaml"]

@@ -2,6 +2,7 @@
 // directly and with nginx (when installed) in front of the same pod, in one run on this machine.
 // Every target proxies one trivially fast upstream (bench/proxy/upstream.ts) on loopback; the load
 // comes from a separate process (bench/proxy/load.ts; wrk for the throughput point when installed).
+// The agent runs with the image's node flags (IMAGE_NODE_FLAGS), as deployed.
 // "bare-node" (bench/proxy/bare-node.ts) is the floor: a Node proxy that only moves the bytes
 // (node:http + undici, no routing), so what Node costs and what the agent adds are told apart.
 // Figures: added latency = target's p50/p99 − direct's at the same rate; CPU per request at
@@ -13,6 +14,9 @@
 // --before DIR: also run the agent of another checkout (e.g. `git archive <commit>` with
 // node_modules linked) as target "before", for a before/after side by side in the same run;
 // --rounds N repeats the whole sequence and prints each target's medians (the machine may be shared);
+// --warm S: each target first serves S s at saturation (default 10), unmeasured: V8 optimizes a Node
+// proxy's request path over its first ~20,000 requests, and a proxy serves millions (nginx and
+// direct get the same warm-up, so every figure is steady state);
 // --load-client raw|undici: the open-loop points' client (bench/proxy/load.ts; raw, the default,
 // pre-opened kept-alive sockets: undici's Pool in the generator made direct's own p99 at 1,000/s
 // 20-45 ms on a quiet machine, raw 1.6-4.8). The p99 table also shows the generator's lateness.
@@ -21,6 +25,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { IMAGE_NODE_FLAGS } from './process-memory.ts';
 
 const { values } = parseArgs({
   options: {
@@ -31,6 +36,7 @@ const { values } = parseArgs({
     serial: { type: 'string', default: '0' },
     'serial-only': { type: 'boolean', default: false },
     'load-client': { type: 'string', default: 'raw' },
+    warm: { type: 'string', default: '10' },
   },
 });
 const here = new URL('.', import.meta.url).pathname;
@@ -128,7 +134,7 @@ pods:
   );
   const match = await start(
     process.execPath,
-    [join(root, 'agent/cli/main.ts'), 'agent', '--config', config],
+    [...IMAGE_NODE_FLAGS, join(root, 'agent/cli/main.ts'), 'agent', '--config', config],
     /ready to serve on http:\/\/([\d.:]+)\/v1/,
   );
   await new Promise((r) => setTimeout(r, 500)); // a few scrapes, so the pod has an estimate
@@ -254,13 +260,13 @@ function printSerial(rows: SerialRow[]): void {
     );
 }
 
-function wrkThroughput(url: string): { perS: number; errors: number } {
+function wrkThroughput(url: string, seconds = values.duration!): { perS: number; errors: number } {
   const script = join(work, 'post.lua');
   writeFileSync(
     script,
     `wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = '{"model":"bench-model","messages":[{"role":"user","content":"Say ok."}],"max_tokens":2}'\n`,
   );
-  const run = spawnSync(WRK!, ['-t1', '-c64', `-d${values.duration}s`, '-s', script, url], { encoding: 'utf8' });
+  const run = spawnSync(WRK!, ['-t1', '-c64', `-d${seconds}s`, '-s', script, url], { encoding: 'utf8' });
   const perS = Number(/Requests\/sec:\s+([\d.]+)/.exec(run.stdout)?.[1] ?? NaN);
   const errors =
     Number(/Non-2xx or 3xx responses: (\d+)/.exec(run.stdout)?.[1] ?? 0) +
@@ -296,7 +302,12 @@ function cpuMs(pid: number): number {
  */
 async function measure(name: string, hostPort: string, pid: number) {
   const url = `http://${hostPort}/v1/chat/completions`;
-  await load(url, ['--rate', '200', '--duration', '2']); // warm-up: connections, JIT
+  // Warm-up to steady state (see --warm), then the connections the rate points use.
+  if (Number(values.warm) > 0) {
+    if (WRK) wrkThroughput(url, values.warm);
+    else await load(url, ['--mode', 'max', '--connections', '64', '--duration', values.warm!]);
+  }
+  await load(url, ['--rate', '200', '--duration', '2']);
   const plain = (await load(url, ['--rate', '200'])) as unknown as RatePoint;
   const streamed = (await load(url, ['--rate', '200', '--stream'])) as unknown as RatePoint;
   const cpuBeforeBusy = cpuMs(pid);
