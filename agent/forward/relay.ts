@@ -126,6 +126,13 @@ export function relayTo(res: RelaySink, body: UpstreamBody, stop?: RelayStop): P
 /** Reads the rest of a (non-stream) body into one buffer; past `limitBytes` the upstream is aborted. */
 export function readRest(first: Uint8Array | undefined, source: ChunkSource, limitBytes: number): Promise<Uint8Array> {
   return new Promise((resolve, reject) => {
+    const tooLarge = () => new Error(`upstream body larger than ${limitBytes} bytes`);
+    // The first chunk counts like the others: one read can be past a small limit on its own.
+    if (first && first.byteLength > limitBytes) {
+      const error = tooLarge();
+      source.abort(error);
+      return reject(error);
+    }
     const chunks: Uint8Array[] = first ? [first] : [];
     let total = first?.byteLength ?? 0;
     source.flow({
@@ -135,7 +142,7 @@ export function readRest(first: Uint8Array | undefined, source: ChunkSource, lim
           chunks.push(chunk);
           return true;
         }
-        source.abort(new Error(`upstream body larger than ${limitBytes} bytes`));
+        source.abort(tooLarge());
         return false;
       },
       end: (error) => (error ? reject(error) : resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, total))),
