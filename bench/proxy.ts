@@ -14,9 +14,11 @@
 // --before DIR: also run the agent of another checkout (e.g. `git archive <commit>` with
 // node_modules linked) as target "before", for a before/after side by side in the same run;
 // --rounds N repeats the whole sequence and prints each target's medians (the machine may be shared);
-// --warm S: each target first serves S s at saturation (default 10), unmeasured: V8 optimizes a Node
-// proxy's request path over its first ~20,000 requests, and a proxy serves millions (nginx and
-// direct get the same warm-up, so every figure is steady state);
+// --warm S: each target first serves at saturation, unmeasured, in 5 s windows until its CPU per
+// request stops falling (a window within 5 % of the one before, or S s at most, default 60): V8
+// optimizes a Node proxy's request path over its first tens of thousands of requests, and a proxy
+// serves millions; nginx and direct get the same warm-up (they settle in two windows), so every
+// figure is steady state. The windows are printed;
 // --load-client raw|undici: the open-loop points' client (bench/proxy/load.ts; raw, the default,
 // pre-opened kept-alive sockets: undici's Pool in the generator made direct's own p99 at 1,000/s
 // 20-45 ms on a quiet machine, raw 1.6-4.8). The p99 table also shows the generator's lateness.
@@ -36,7 +38,7 @@ const { values } = parseArgs({
     serial: { type: 'string', default: '0' },
     'serial-only': { type: 'boolean', default: false },
     'load-client': { type: 'string', default: 'raw' },
-    warm: { type: 'string', default: '10' },
+    warm: { type: 'string', default: '60' },
   },
 });
 const here = new URL('.', import.meta.url).pathname;
@@ -295,6 +297,26 @@ function cpuMs(pid: number): number {
   return (walk(pid) * 1000) / ticksPerS;
 }
 
+/** Saturation in 5 s windows until the CPU per request settles (see --warm); prints the windows. */
+async function warmUp(name: string, url: string, pid: number): Promise<void> {
+  const windowS = 5;
+  const perRequest: number[] = [];
+  for (let spent = 0; spent + windowS <= Number(values.warm); spent += windowS) {
+    const cpuBefore = cpuMs(pid);
+    const served = WRK
+      ? wrkThroughput(url, String(windowS))
+      : ((await load(url, ['--mode', 'max', '--connections', '64', '--duration', String(windowS)])) as {
+          perS: number;
+        });
+    perRequest.push(((cpuMs(pid) - cpuBefore) * 1000) / (served.perS * windowS));
+    const [before, last] = perRequest.slice(-2);
+    if (perRequest.length >= 2 && last >= before * 0.95) break;
+  }
+  console.log(
+    `${name}: warm-up, CPU µs/req per ${windowS} s window at saturation: ${perRequest.map(Math.round).join(', ')}`,
+  );
+}
+
 /**
  * `pid`: the process doing the target's work (the upstream itself for direct). Its CPU per request
  * at the throughput point is the load-independent figure: on a shared machine a process's wall-clock
@@ -302,11 +324,7 @@ function cpuMs(pid: number): number {
  */
 async function measure(name: string, hostPort: string, pid: number) {
   const url = `http://${hostPort}/v1/chat/completions`;
-  // Warm-up to steady state (see --warm), then the connections the rate points use.
-  if (Number(values.warm) > 0) {
-    if (WRK) wrkThroughput(url, values.warm);
-    else await load(url, ['--mode', 'max', '--connections', '64', '--duration', values.warm!]);
-  }
+  await warmUp(name, url, pid);
   await load(url, ['--rate', '200', '--duration', '2']);
   const plain = (await load(url, ['--rate', '200'])) as unknown as RatePoint;
   const streamed = (await load(url, ['--rate', '200', '--stream'])) as unknown as RatePoint;
