@@ -9,11 +9,15 @@
 // lands behind a long prefill is late by a lot, never early by as much) and its shape changes
 // with load; the window follows that change without a model of it.
 //
-// Two regimes, each with its own distributions: a request that finds requests queued ahead of it
-// at the pod, and one that does not. The error of the first is several times wider (the wait for
-// a batch slot depends on when running requests finish, which no scrape shows), and it is the
-// one that decides admission near the SLO; mixed with calm requests' errors its quantile would
-// be understated exactly at the peak.
+// Three regimes, each with its own distributions: a request that finds requests queued ahead of
+// it at the pod, one that finds none queued but the pod's batch full (as many running as the pod
+// was last seen queueing at: it waits for a slot all the same), and one that finds a free slot.
+// The error of the first two is several times wider (the wait for a slot depends on when running
+// requests finish, which no scrape shows), and they decide admission near the SLO; mixed with
+// calm requests' errors their quantile would be understated exactly at the peak, and the calm
+// requests' overstated (on a pod of 4 slots, requests sent to a full batch with no queue met a
+// median 2.7× their prediction and widened every free slot's margin to ×4.6, which overflowed
+// most requests that had a free slot to go to).
 //
 // Widening, so that little evidence means "uncertain", never "fast":
 //   - a pod with fewer observations than the quantile needs (about 2/(1-q): 200 for 99%) takes
@@ -57,8 +61,8 @@ export const DEFAULT_CALIBRATION: CalibrationOptions = {
   minWarmObservations: 32,
 };
 
-/** Whether requests stood queued ahead of this one at the pod when it was sent. */
-export type Regime = 'free' | 'queued';
+/** Whether requests stood queued ahead of this one at the pod when it was sent, or its batch was full. */
+export type Regime = 'free' | 'full' | 'queued';
 
 /** The quantile the cold margin is stated for. */
 const COLD_AT = 0.99;
@@ -111,10 +115,15 @@ export class Calibration {
   readonly options: CalibrationOptions;
   /** By regime, then pod uid (or NODE): no key is built per lookup, and margin() runs for every
    *  candidate of every decision. */
-  readonly #residuals: Readonly<Record<Regime, Map<string, Residuals>>> = { free: new Map(), queued: new Map() };
+  readonly #residuals: Readonly<Record<Regime, Map<string, Residuals>>> = {
+    free: new Map(),
+    full: new Map(),
+    queued: new Map(),
+  };
   /** The node's margin per regime and the quantile it is for (NaN: none since an observation). */
   readonly #nodeMargins: Readonly<Record<Regime, { q: number; margin: number }>> = {
     free: { q: NaN, margin: 0 },
+    full: { q: NaN, margin: 0 },
     queued: { q: NaN, margin: 0 },
   };
 
@@ -133,8 +142,7 @@ export class Calibration {
   }
 
   forget(uid: string): void {
-    this.#residuals.free.delete(uid);
-    this.#residuals.queued.delete(uid);
+    for (const byPod of Object.values(this.#residuals)) byPod.delete(uid);
   }
 
   /**
