@@ -99,7 +99,7 @@ export class Learner {
   /** A TTFT measured on a request sent on prediction `predictedMs` (an embedding's whole answer counts). */
   observeTtft(uid: string, kind: RequestKind, features: Features, predictedMs: number, ms: number, now: number): void {
     this.#lastOwnObservationAt.set(uid, now);
-    this.#calibration.observe(uid, predictedMs, ms, this.#regime(uid, features.queued, features.running));
+    this.#calibration.observe(uid, predictedMs, ms, this.#regime(uid, features.queued, features.running), now);
     this.#modelFor(kind).observe(uid, features, ms);
   }
 
