@@ -149,3 +149,25 @@ test("a pod's margin is the q-quantile of exactly its last `window` errors, ties
     }
   }
 });
+
+test("a slow pool's window forgets a cold start's errors after a minute, not after 256 observations", () => {
+  const c = new Calibration();
+  const rand = mulberry32(7);
+  // A cold start: 100 requests in 10 s measured at 3× their prediction (a model not yet learned).
+  for (let i = 0; i < 100; i++) c.observe('pod-a', 100, 300 * Math.exp(0.05 * gaussian(rand)), 'free', i * 100);
+  // Then one request a second, predicted well.
+  for (let i = 0; i < 100; i++)
+    c.observe('pod-a', 100, 100 * Math.exp(0.05 * gaussian(rand)), 'free', 70_000 + i * 1000);
+  // Kept by count alone, the 90% margin was the cold start's ×3.
+  const margin = c.margin('pod-a', 0.9);
+  assert.ok(margin < Math.log(1.3), `×${Math.exp(margin).toFixed(2)}`);
+  assert.equal(c.stats('pod-a').observations, 200, 'the evidence counted is every observation');
+});
+
+test('however old, a window keeps its last 64 observations: a pod that went quiet keeps a margin', () => {
+  const c = new Calibration();
+  const rand = mulberry32(8);
+  for (let i = 0; i < 100; i++) c.observe('pod-a', 100, 300 * Math.exp(0.05 * gaussian(rand)), 'free', i * 100);
+  c.observe('pod-a', 100, 100, 'free', 600_000);
+  assert.ok(c.margin('pod-a', 0.9) > Math.log(2.5), 'the last 64 still answer');
+});

@@ -6,7 +6,7 @@ import type { Candidate, WindowedMetric } from '../route/candidate.ts';
 import { staleAfterMs } from '../telemetry/scraper.ts';
 import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
 import type { Pod, PodEstimate, PodLoad, PredictorParams, RouteRequest } from '../types.ts';
-import type { PoolOptions } from './options.ts';
+import { DEFAULT_LEAVABLE_BATCH_RESERVE, type PoolOptions } from './options.ts';
 import { localHealthy, sendRate, type LocalPod } from './pod-records.ts';
 import type { PeerTraffic } from './peer-traffic.ts';
 
@@ -30,6 +30,7 @@ export type CandidateSettings = Pick<
   | 'maxInFlightPerPod'
   | 'referenceWindowMs'
   | 'loraCosts'
+  | 'leavableBatchReserve'
 >;
 
 export function localCandidate(
@@ -85,6 +86,7 @@ class LocalCandidate implements Candidate {
   readonly #windowMs: number;
   readonly #sentAdapters: ReadonlyMap<string, number> | undefined;
   readonly #loraCosts: LoraCosts | undefined;
+  readonly #reserve: number;
   /** Only embeddings requests read it: made on first use. */
   #embeddingParams: PredictorParams | undefined;
 
@@ -122,6 +124,7 @@ class LocalCandidate implements Candidate {
     this.#windowMs = settings.referenceWindowMs;
     this.#sentAdapters = local.sentAdapters;
     this.#loraCosts = settings.loraCosts;
+    this.#reserve = settings.leavableBatchReserve ?? DEFAULT_LEAVABLE_BATCH_RESERVE;
   }
 
   /** What running `adapter` here adds to the TTFT (0 when it is no adapter of this pod). */
@@ -168,8 +171,15 @@ class LocalCandidate implements Candidate {
     return this.#telemetry?.averageAtMost(metric, windowMs, limit, this.#now) ?? false;
   }
 
+  meanLogBias(): number {
+    return this.#learner.fullBatchLogBias(this.pod.uid, this.queuedNow + this.unseenSent, this.running);
+  }
+
+  /** Only requests that may leave are admitted on it: they see the batch's reserve as taken. */
   logMargin(q: number): number {
-    return this.#learner.logMargin(this.pod.uid, q, this.queuedNow + this.unseenSent);
+    const limit = this.#learner.batchLimit(this.pod.uid);
+    const reserved = limit === undefined ? 0 : Math.ceil(limit * this.#reserve);
+    return this.#learner.logMargin(this.pod.uid, q, this.queuedNow + this.unseenSent, this.running + reserved);
   }
 }
 

@@ -33,7 +33,19 @@ export interface PoolOptions {
   prefixBlocksPerPod?: number;
   /** What loading a LoRA adapter, or waiting for a slot, adds to a pod's TTFT (default DEFAULT_LORA_COSTS). */
   loraCosts?: LoraCosts;
+  /**
+   * Share of a local pod's batch (as far as seen: Learner.batchLimit) that a request which may
+   * leave does not take: it is priced as if that many more were running, so past that point it
+   * meets the full batch's margin. Requests that cannot leave have nowhere else to go; without a
+   * reserve, leavable ones admitted to every free slot made them queue (default 0.375: 2 of 4
+   * slots, 3 of 8; compared with 0.25 on bench:peak's 4- and 8-slot shapes, where 0.25 cost
+   * must-stay requests 4–7 points of attainment at 1.5×).
+   */
+  leavableBatchReserve?: number;
 }
+
+/** Default for `PoolOptions.leavableBatchReserve`. */
+export const DEFAULT_LEAVABLE_BATCH_RESERVE = 0.375;
 
 /** Default for `PoolOptions.peerShortlist`. */
 export const DEFAULT_PEER_SHORTLIST = 32;

@@ -9,11 +9,15 @@
 // lands behind a long prefill is late by a lot, never early by as much) and its shape changes
 // with load; the window follows that change without a model of it.
 //
-// Two regimes, each with its own distributions: a request that finds requests queued ahead of it
-// at the pod, and one that does not. The error of the first is several times wider (the wait for
-// a batch slot depends on when running requests finish, which no scrape shows), and it is the
-// one that decides admission near the SLO; mixed with calm requests' errors its quantile would
-// be understated exactly at the peak.
+// Three regimes, each with its own distributions: a request that finds requests queued ahead of
+// it at the pod, one that finds none queued but the pod's batch full (as many running as the pod
+// was last seen queueing at: it waits for a slot all the same), and one that finds a free slot.
+// The error of the first two is several times wider (the wait for a slot depends on when running
+// requests finish, which no scrape shows), and they decide admission near the SLO; mixed with
+// calm requests' errors their quantile would be understated exactly at the peak, and the calm
+// requests' overstated (on a pod of 4 slots, requests sent to a full batch with no queue met a
+// median 2.7× their prediction and widened every free slot's margin to ×4.6, which overflowed
+// most requests that had a free slot to go to).
 //
 // Widening, so that little evidence means "uncertain", never "fast":
 //   - a pod with fewer observations than the quantile needs (about 2/(1-q): 200 for 99%) takes
@@ -24,12 +28,22 @@
 //     attainment loop's, agent/admission/threshold.ts) loosens it too;
 //   - a shift in load shows first in the most recent errors: when their mean sits above the
 //     window's, the difference is added (the window alone would answer for the old load).
+//
+// The window is the last 256 observations, and no older than a minute once it holds more than 64:
+// a pool serving a few requests a second took minutes to fill 256, so its window kept the errors
+// of its first seconds (a model not yet learned, a cold start's queues) long after the model had
+// learned, and its margin stayed wide for most of a peak (vllm 32 seqs at 4× costs: ×2 at 60 s,
+// ×1.3 at 120 s, no miss in between).
 
 interface Residuals {
   values: Float64Array;
+  /** When each value was observed (NaN: not said; such a value leaves by count only). */
+  at: Float64Array;
+  /** Observations ever (how much evidence there is), and how many the window holds now. */
   count: number;
+  size: number;
   next: number;
-  /** The window's values in ascending order (its first min(count, window) entries), kept so as
+  /** The window's values in ascending order (its first `size` entries), kept so as
    *  each observation comes: the next decision's quantile is a read, not a sort of the window. */
   sorted: Float64Array;
   /** The quantile `ownMargin` was computed for (NaN: none since the last observation). */
@@ -42,6 +56,9 @@ interface Residuals {
 export interface CalibrationOptions {
   /** Recent observations kept per pod (and for the node). */
   window: number;
+  /** Older observations leave the window (at the next observation) while it holds more than `minKept`. */
+  maxAgeMs: number;
+  minKept: number;
   /** Observations whose mean is compared with the window's to detect a shift. */
   recent: number;
   /** Log margin at q = 99% of a node about which nothing is known yet (log 3: three times the mean). */
@@ -52,13 +69,15 @@ export interface CalibrationOptions {
 
 export const DEFAULT_CALIBRATION: CalibrationOptions = {
   window: 256,
+  maxAgeMs: 60_000,
+  minKept: 64,
   recent: 16,
   coldLogMargin: Math.log(3),
   minWarmObservations: 32,
 };
 
-/** Whether requests stood queued ahead of this one at the pod when it was sent. */
-export type Regime = 'free' | 'queued';
+/** Whether requests stood queued ahead of this one at the pod when it was sent, or its batch was full. */
+export type Regime = 'free' | 'full' | 'queued';
 
 /** The quantile the cold margin is stated for. */
 const COLD_AT = 0.99;
@@ -67,7 +86,7 @@ const COLD_AT = 0.99;
 const NODE = '\u0000node';
 
 function quantileOf(r: Residuals, q: number): number {
-  const n = Math.min(r.count, r.values.length);
+  const n = r.size;
   // The rank that estimates the q-quantile without bias toward the middle: ceil(q·(n+1)).
   const rank = Math.min(n, Math.max(1, Math.ceil(q * (n + 1))));
   return r.sorted[rank - 1];
@@ -85,25 +104,32 @@ function lowerBound(sorted: Float64Array, n: number, value: number): number {
   return lo;
 }
 
-/** `value` joins the sorted copy; the one it replaces in a full window (`leaving`) leaves it. */
-function keepSorted(r: Residuals, value: number, leaving: number | undefined): void {
-  const sorted = r.sorted;
-  let n = Math.min(r.count, r.values.length);
-  if (leaving !== undefined) {
-    const at = lowerBound(sorted, n, leaving); // present: it is the window's own value
-    sorted.copyWithin(at, at + 1, n);
-    n--;
-  }
-  const at = lowerBound(sorted, n, value);
-  sorted.copyWithin(at + 1, at, n);
-  sorted[at] = value;
+/** The window's oldest value leaves it, and its sorted copy. */
+function dropOldest(r: Residuals): void {
+  const cap = r.values.length;
+  const leaving = r.values[(r.next - r.size + cap) % cap];
+  const at = lowerBound(r.sorted, r.size, leaving); // present: it is the window's own value
+  r.sorted.copyWithin(at, at + 1, r.size);
+  r.size--;
+}
+
+/** `value`, observed at `at`, joins the window (which has room) and its sorted copy. */
+function append(r: Residuals, value: number, at: number): void {
+  const i = lowerBound(r.sorted, r.size, value);
+  r.sorted.copyWithin(i + 1, i, r.size);
+  r.sorted[i] = value;
+  r.values[r.next] = value;
+  r.at[r.next] = at;
+  r.next = (r.next + 1) % r.values.length;
+  r.size++;
+  r.count++;
 }
 
 function meanOf(r: Residuals, last: number): number {
-  const size = r.values.length;
-  const n = Math.min(r.count, size, last);
+  const cap = r.values.length;
+  const n = Math.min(r.size, last);
   let sum = 0;
-  for (let i = 1; i <= n; i++) sum += r.values[(r.next - i + size) % size];
+  for (let i = 1; i <= n; i++) sum += r.values[(r.next - i + cap) % cap];
   return sum / n;
 }
 
@@ -111,10 +137,15 @@ export class Calibration {
   readonly options: CalibrationOptions;
   /** By regime, then pod uid (or NODE): no key is built per lookup, and margin() runs for every
    *  candidate of every decision. */
-  readonly #residuals: Readonly<Record<Regime, Map<string, Residuals>>> = { free: new Map(), queued: new Map() };
+  readonly #residuals: Readonly<Record<Regime, Map<string, Residuals>>> = {
+    free: new Map(),
+    full: new Map(),
+    queued: new Map(),
+  };
   /** The node's margin per regime and the quantile it is for (NaN: none since an observation). */
   readonly #nodeMargins: Readonly<Record<Regime, { q: number; margin: number }>> = {
     free: { q: NaN, margin: 0 },
+    full: { q: NaN, margin: 0 },
     queued: { q: NaN, margin: 0 },
   };
 
@@ -122,19 +153,18 @@ export class Calibration {
     this.options = { ...DEFAULT_CALIBRATION, ...options };
   }
 
-  /** One measured TTFT against the prediction the request was admitted on. */
-  observe(uid: string, predictedMs: number, measuredMs: number, regime: Regime = 'free'): void {
+  /** One measured TTFT against the prediction the request was admitted on, measured at `at` (ms). */
+  observe(uid: string, predictedMs: number, measuredMs: number, regime: Regime = 'free', at = NaN): void {
     if (!(predictedMs > 0) || !(measuredMs > 0) || !Number.isFinite(predictedMs) || !Number.isFinite(measuredMs))
       return;
     const logRatio = Math.log(measuredMs / predictedMs);
-    this.#push(this.#residuals[regime], uid, logRatio);
-    this.#push(this.#residuals[regime], NODE, logRatio);
+    this.#push(this.#residuals[regime], uid, logRatio, at);
+    this.#push(this.#residuals[regime], NODE, logRatio, at);
     this.#nodeMargins[regime].q = NaN;
   }
 
   forget(uid: string): void {
-    this.#residuals.free.delete(uid);
-    this.#residuals.queued.delete(uid);
+    for (const byPod of Object.values(this.#residuals)) byPod.delete(uid);
   }
 
   /**
@@ -196,16 +226,18 @@ export class Calibration {
   }
 
   #shift(r: Residuals): number {
-    if (r.count < 2 * this.options.recent) return 0;
-    return Math.max(0, meanOf(r, this.options.recent) - meanOf(r, r.values.length));
+    if (r.size < 2 * this.options.recent) return 0;
+    return Math.max(0, meanOf(r, this.options.recent) - meanOf(r, r.size));
   }
 
-  #push(byPod: Map<string, Residuals>, key: string, value: number): void {
+  #push(byPod: Map<string, Residuals>, key: string, value: number, at: number): void {
     let r = byPod.get(key);
     if (!r) {
       r = {
         values: new Float64Array(this.options.window),
+        at: new Float64Array(this.options.window),
         count: 0,
+        size: 0,
         next: 0,
         sorted: new Float64Array(this.options.window),
         ownQ: NaN,
@@ -213,10 +245,11 @@ export class Calibration {
       };
       byPod.set(key, r);
     }
-    keepSorted(r, value, r.count >= r.values.length ? r.values[r.next] : undefined);
-    r.values[r.next] = value;
-    r.next = (r.next + 1) % r.values.length;
-    r.count++;
+    const cap = r.values.length;
+    const oldest = () => r.at[(r.next - r.size + cap) % cap];
+    if (r.size >= cap) dropOldest(r);
+    while (r.size > this.options.minKept && oldest() < at - this.options.maxAgeMs) dropOldest(r);
+    append(r, value, at);
     r.ownQ = NaN;
   }
 }

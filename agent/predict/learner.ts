@@ -16,8 +16,12 @@ const OWN_OBSERVATIONS_FRESH_MS = 5000;
  */
 const ARRIVAL_HISTORY = 128;
 
-/** Calibration keeps the errors of requests that found a queue apart from those that did not. */
-export const regimeOf = (queuedAhead: number): Regime => (queuedAhead > 0 ? 'queued' : 'free');
+/**
+ * Calibration keeps the errors of requests that found a queue, those that found the pod's batch
+ * full (`running` at its `batchLimit`), and those that found a free slot apart.
+ */
+export const regimeOf = (queuedAhead: number, running = 0, batchLimit = Infinity): Regime =>
+  queuedAhead > 0 ? 'queued' : running >= batchLimit ? 'full' : 'free';
 
 export class Learner {
   readonly #model: NodeModel;
@@ -28,6 +32,11 @@ export class Learner {
   readonly #lastOwnObservationAt = new Map<string, number>();
   /** Each pod's recent scrapes (time, waiting, running): what the scrape path's requests met. */
   readonly #history = new Map<string, ScrapeHistory>();
+  /**
+   * Each pod's batch limit as far as seen: the most requests it ran while it kept others queued.
+   * No engine reports its batch size; a queue beside a batch is the evidence that it is full.
+   */
+  readonly #batchLimit = new Map<string, number>();
 
   constructor(predictor?: Partial<PredictorOptions>) {
     this.#model = new NodeModel(predictor);
@@ -40,6 +49,7 @@ export class Learner {
     this.#calibration.forget(uid);
     this.#lastOwnObservationAt.delete(uid);
     this.#history.delete(uid);
+    this.#batchLimit.delete(uid);
   }
 
   /** A warm start from parameters learned elsewhere (NodeModel.adopt); `uid` undefined: a same-class pod's. */
@@ -55,9 +65,31 @@ export class Learner {
     return this.#embeddings.params(uid);
   }
 
-  /** Log-margin over the mean for quantile q; `uid` undefined: the node's (a peer's pod). */
-  logMargin(uid: string | undefined, q: number, queuedAhead: number): number {
-    return this.#calibration.margin(uid, q, regimeOf(queuedAhead));
+  /**
+   * Log-margin over the mean for quantile q of a request that finds `queuedAhead` queued and
+   * `running` in the batch; `uid` undefined: the node's (a peer's pod, whose batch limit is not known).
+   */
+  logMargin(uid: string | undefined, q: number, queuedAhead: number, running = 0): number {
+    return this.#calibration.margin(uid, q, this.#regime(uid, queuedAhead, running));
+  }
+
+  /**
+   * How far the mean model falls short, in log, for a request that finds the pod's batch full and
+   * nothing queued: the median of that regime's errors (0 in the other regimes, where the model's
+   * features see the wait).
+   */
+  fullBatchLogBias(uid: string, queuedAhead: number, running: number): number {
+    if (this.#regime(uid, queuedAhead, running) !== 'full') return 0;
+    return Math.max(0, this.#calibration.margin(uid, 0.5, 'full'));
+  }
+
+  /** The pod's batch limit as far as seen (undefined: never seen queueing). */
+  batchLimit(uid: string): number | undefined {
+    return this.#batchLimit.get(uid);
+  }
+
+  #regime(uid: string | undefined, queuedAhead: number, running: number): Regime {
+    return regimeOf(queuedAhead, running, uid === undefined ? undefined : this.#batchLimit.get(uid));
   }
 
   predict(uid: string, kind: RequestKind, features: Features): number {
@@ -67,7 +99,7 @@ export class Learner {
   /** A TTFT measured on a request sent on prediction `predictedMs` (an embedding's whole answer counts). */
   observeTtft(uid: string, kind: RequestKind, features: Features, predictedMs: number, ms: number, now: number): void {
     this.#lastOwnObservationAt.set(uid, now);
-    this.#calibration.observe(uid, predictedMs, ms, regimeOf(features.queued));
+    this.#calibration.observe(uid, predictedMs, ms, this.#regime(uid, features.queued, features.running), now);
     this.#modelFor(kind).observe(uid, features, ms);
   }
 
@@ -93,6 +125,7 @@ export class Learner {
     if (!history) this.#history.set(uid, (history = new ScrapeHistory(ARRIVAL_HISTORY)));
     if (previous && history.size === 0) history.push(previous);
     history.push(load);
+    if (load.waiting > 0 && load.running > (this.#batchLimit.get(uid) ?? 0)) this.#batchLimit.set(uid, load.running);
     const lastOwn = this.#lastOwnObservationAt.get(uid) ?? -Infinity;
     if (!previous || !delta?.ttft || delta.ttft.count <= 0 || load.at - lastOwn <= OWN_OBSERVATIONS_FRESH_MS) return;
     // Tokens the pod computed, not those its prefix cache served: cache hits make TTFTs short, and
@@ -118,7 +151,8 @@ export class Learner {
     return {
       predictor: { params: this.#model.params(uid), ...this.#model.stats(uid) },
       embeddingsPredictor: { params: this.#embeddings.params(uid), ...this.#embeddings.stats(uid) },
-      calibration: { free: regime('free'), queued: regime('queued') },
+      calibration: { free: regime('free'), full: regime('full'), queued: regime('queued') },
+      batchLimit: this.#batchLimit.get(uid),
     };
   }
 

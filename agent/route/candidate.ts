@@ -32,6 +32,11 @@ export interface Candidate {
    * how measurements strayed from predictions (agent/predict/calibration.ts). Absent: exact.
    */
   logMargin?: (q: number) => number;
+  /**
+   * Log factor by which the mean prediction is known to fall short for a request sent now (a
+   * local pod whose batch is full: the wait for a slot is in no feature of the model). Absent: 0.
+   */
+  meanLogBias?: () => number;
   /** This agent's requests to the pod that have not finished. */
   inFlight: number;
   /** At this many requests in flight the pod takes no more from this agent (absent: no cap). */

@@ -127,13 +127,14 @@ export const excludeRules: Filter = (c, { policy, predictedMs }) => {
  * A request that may leave goes to a pod only if the pod answers in time with the policy's
  * confidence (its q-quantile TTFT is within the SLO): a miss there is a miss overflow would have
  * avoided. A request that may not leave has nowhere better to go, so the mean decides, as it
- * always did: the quantile would only make it wait.
+ * always did: the quantile would only make it wait. The mean as measured: where the model is
+ * known to fall short (a full batch, Candidate.meanLogBias), raised by what it falls short by.
  */
 export const withinSlo: Filter = (c, { policy, predictedMs, quantileMs, quantile, mayLeave }) => {
   if (!mayLeave) {
-    return predictedMs <= policy.sloTtftMs
-      ? undefined
-      : lazyDrop('over-slo', overMeanDetail, predictedMs, policy.sloTtftMs);
+    const bias = c.meanLogBias?.() ?? 0;
+    const meanMs = bias > 0 ? c.networkCostMs + (predictedMs - c.networkCostMs) * Math.exp(bias) : predictedMs;
+    return meanMs <= policy.sloTtftMs ? undefined : lazyDrop('over-slo', overMeanDetail, meanMs, policy.sloTtftMs);
   }
   if (quantileMs <= policy.sloTtftMs) return undefined;
   return lazyDrop('over-slo', overQuantileDetail, quantileMs, predictedMs, { quantile, sloTtftMs: policy.sloTtftMs });
