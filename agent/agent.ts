@@ -106,6 +106,7 @@ function poolFor(settings: AgentSettings, now: () => number): PodPool {
     ejection: { baseMs: settings.limits.ejectionBaseMs, maxMs: settings.limits.ejectionMaxMs },
     maxInFlightPerPod: settings.limits.maxConnectionsPerPod,
     peerShortlist: settings.limits.peerShortlist,
+    leavableBatchReserve: settings.limits.leavableBatchReserve,
     prefixBlocksPerPod: settings.limits.prefixBlocksPerPod,
     loraCosts: { loadMs: settings.limits.loraLoadMs, slotWaitMs: settings.limits.loraSlotWaitMs },
     now,

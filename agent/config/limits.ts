@@ -5,6 +5,7 @@ import { parseDuration } from '../../shared/duration.ts';
 import { DEFAULT_LEDGER_LIMITS } from '../budget/ledger.ts';
 import { DEFAULT_SCAN_LIMITS } from '../classify/walk.ts';
 import { DEFAULT_PEER_SHORTLIST } from '../pool/pool.ts';
+import { DEFAULT_LEAVABLE_BATCH_RESERVE } from '../pool/options.ts';
 import { DEFAULT_PREFIX_MAX_BLOCKS } from '../prefix/blocks.ts';
 import { DEFAULT_MAX_BLOCKS_PER_POD } from '../prefix/index.ts';
 import { DEFAULT_LORA_COSTS } from '../route/lora.ts';
@@ -37,6 +38,8 @@ export const LimitsConfig = Type.Object(
     maxWaiting: Type.Optional(Type.Integer({ minimum: 0 })),
     /** Peers' pods a decision considers per model: the fastest predicted when gossip last changed them. */
     peerShortlist: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000 })),
+    /** Share of a pod's batch that requests which may leave leave free for must-stay ones. */
+    leavableBatchReserve: Type.Optional(Type.Number({ minimum: 0, maximum: 0.9 })),
     /** Completion tokens an overflow reserves against its tenant's budget when the client set no max_tokens. */
     budgetCompletionEstimate: Type.Optional(Type.Integer({ minimum: 0 })),
     /** A new (or restarted) agent admits no budgeted overflow for this long unless it has heard the cluster's counters. */
@@ -122,6 +125,7 @@ export interface Limits {
   scrapeTimeoutMs: number;
   maxWaiting: number;
   peerShortlist: number;
+  leavableBatchReserve: number;
   /** Completion tokens an overflow reserves against its tenant's budget when the client set no max_tokens. */
   budgetCompletionEstimate: number;
   /** The budget ledger's bounds and timings (agent/budget/ledger.ts). */
@@ -184,6 +188,7 @@ export const DEFAULT_LIMITS: Limits = {
   scrapeTimeoutMs: 1_000,
   maxWaiting: 1_000,
   peerShortlist: DEFAULT_PEER_SHORTLIST,
+  leavableBatchReserve: DEFAULT_LEAVABLE_BATCH_RESERVE,
   budgetCompletionEstimate: 1_024,
   budgetWarmupMs: DEFAULT_LEDGER_LIMITS.warmupMs,
   budgetPendingTtlMs: DEFAULT_LEDGER_LIMITS.pendingTtlMs,
@@ -235,6 +240,7 @@ export function limitsSettings(limits: LimitsFile, scrapeIntervalMs: number): Li
     scrapeTimeoutMs: durationOr(limits.scrapeTimeout, Math.max(DEFAULT_LIMITS.scrapeTimeoutMs, scrapeIntervalMs)),
     maxWaiting: limits.maxWaiting ?? DEFAULT_LIMITS.maxWaiting,
     peerShortlist: limits.peerShortlist ?? DEFAULT_LIMITS.peerShortlist,
+    leavableBatchReserve: limits.leavableBatchReserve ?? DEFAULT_LIMITS.leavableBatchReserve,
     budgetCompletionEstimate: limits.budgetCompletionEstimate ?? DEFAULT_LIMITS.budgetCompletionEstimate,
     budgetWarmupMs: durationOr(limits.budgetWarmup, DEFAULT_LIMITS.budgetWarmupMs),
     budgetPendingTtlMs: durationOr(limits.budgetPendingTtl, DEFAULT_LIMITS.budgetPendingTtlMs),
