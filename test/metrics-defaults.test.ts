@@ -1,6 +1,5 @@
-// The default process and Node.js metrics come from prom-client's own modules, loaded without its
-// index (shared/prom-client.ts), and the CPU counters are made by the agent: the page must say what
-// prom-client's collectDefaultMetrics says, in its order, and the CPU counters must count.
+// The default process and Node.js metrics are prom-client's (shared/prom-client.ts): the page must
+// say what prom-client's collectDefaultMetrics says, in its order, and the CPU counters must count.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as promClient from 'prom-client';

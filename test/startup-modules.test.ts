@@ -1,7 +1,7 @@
 // What a running agent has loaded (docs/benchmarks.md, "Memory": every loaded module's code and source stay in
 // the heap for the process's life): an agent in static mode that served requests has loaded
 // undici through its public entry (never by a path inside the package), typebox's error
-// iterator but not its value operations, prom-client's registry and metrics but not its index, and
+// iterator but not its value operations, prom-client through its public entry, and
 // nothing of the Kubernetes client; the admin listener on Hono. Checked in a fresh
 // Node process that records every module resolved (import and require) while a real agent starts,
 // forwards a request to a pod, and serves its admin pages.
@@ -53,7 +53,7 @@ async function modulesLoaded(podAddress: string): Promise<string[]> {
 }
 
 describe('modules a static-mode agent loads', () => {
-  it("loads undici through its public entry; typebox's errors, not its values; prom-client's parts, not its index; no Kubernetes client; Hono for the admin listener", async () => {
+  it("loads undici and prom-client through their public entries; typebox's errors, not its values; no Kubernetes client; Hono for the admin listener", async () => {
     const pod = await startSim({ models: ['m'] });
     try {
       const loaded = await modulesLoaded(`127.0.0.1:${pod.port}`);
@@ -66,13 +66,7 @@ describe('modules a static-mode agent loads', () => {
       assert.deepEqual(has(/@kubernetes\/client-node/), [], 'the Kubernetes client');
       assert.ok(has(/node_modules\/hono\//).length > 0, 'the admin listener on Hono');
       assert.ok(has(/^node:internal\/internal\/http$/).length > 0, "node's own modules are listed");
-      assert.ok(has(/prom-client\/lib\/registry\.js$/).length > 0, "prom-client's registry loaded");
-      assert.deepEqual(has(/node_modules\/prom-client\/index\.js$/), [], "prom-client's index");
-      assert.deepEqual(
-        has(/prom-client\/lib\/(summary|pushgateway|cluster)\.js$|@opentelemetry\//),
-        [],
-        "prom-client's summaries, Pushgateway, cluster aggregator, and the OpenTelemetry API",
-      );
+      assert.ok(has(/node_modules\/prom-client\/index\.js$/).length > 0, 'prom-client through its public entry');
     } finally {
       await pod.close();
     }
