@@ -231,40 +231,28 @@ export class RequestPath {
     let podAttempts = 0;
     let waited = false;
     const priority = priorityOf(policy.priority ?? DEFAULT_PRIORITY, req.headers.get(PRIORITY_HEADER) ?? undefined);
-    /** Whether a change in the pool lets this request act now: a pod for it, or it may leave. */
     const admission = this.admission.for(policy.name, policy.sloAttainment);
-    const canAct = () => {
-      const leave = deps.leaveVerdict(policy, request);
-      const candidates = untried(deps.pool.candidates(request.model, request.promptBlocks, tokensOf(request)));
-      const waitedMs = deps.now() - started;
-      const d = decide({
+    /** A decision on the pool as it is now, for this request's leave verdict; no side effect. */
+    const decideNow = (leave: LeaveVerdict) =>
+      decide({
         request,
         policy,
-        candidates,
+        candidates: untried(deps.pool.candidates(request.model, request.promptBlocks, tokensOf(request))),
         leave,
-        waitedMs,
+        waitedMs: deps.now() - started,
         rand: deps.rand,
         admissionQuantile: admission.quantile,
       });
+    /** Whether a change in the pool lets this request act now: a pod for it, or it may leave. */
+    const canAct = () => {
+      const d = decideNow(deps.leaveVerdict(policy, request));
       return d.action === 'pod' || d.action === 'overflow';
     };
 
     for (;;) {
       const leave = deps.leaveVerdict(policy, request);
-      const candidates = untried(deps.pool.candidates(request.model, request.promptBlocks, tokensOf(request)));
       admission.expire(deps.now());
-      const decision = stickToSession(
-        decide({
-          request,
-          policy,
-          candidates,
-          leave,
-          waitedMs: deps.now() - started,
-          rand: deps.rand,
-          admissionQuantile: admission.quantile,
-        }),
-        deps.sessions?.podOf(session),
-      );
+      const decision = stickToSession(decideNow(leave), deps.sessions?.podOf(session));
       for (const d of decision.dropped) deps.metrics.dropped.add(1, d.reason);
       spans.decided(decision);
 
