@@ -13,6 +13,8 @@
 // --serial-only: only that; and
 // --before DIR: also run the agent of another checkout (e.g. `git archive <commit>` with
 // node_modules linked) as target "before", for a before/after side by side in the same run;
+// --before-flags "…": the "before" target's node flags instead of the image's (without --before,
+// "before" is this checkout's agent: a flag change measured side by side);
 // --rounds N repeats the whole sequence and prints each target's medians (the machine may be shared);
 // --warm S: each target first serves at saturation, unmeasured, in 5 s windows until its CPU per
 // request stops falling (a window within 5 % of the one before, or S s at most, default 60): V8
@@ -34,6 +36,7 @@ const { values } = parseArgs({
     duration: { type: 'string', default: '10' },
     targets: { type: 'string', default: 'direct,nginx,bare-node,kinference' },
     before: { type: 'string' },
+    'before-flags': { type: 'string' },
     rounds: { type: 'string', default: '1' },
     serial: { type: 'string', default: '0' },
     'serial-only': { type: 'boolean', default: false },
@@ -123,7 +126,7 @@ async function startBareNode(upstream: string): Promise<string> {
   return `127.0.0.1:${match[1]}`;
 }
 
-async function startAgent(upstream: string, root = join(here, '..')): Promise<string> {
+async function startAgent(upstream: string, root = join(here, '..'), nodeFlags = IMAGE_NODE_FLAGS): Promise<string> {
   const config = join(work, 'agent.yaml');
   writeFileSync(
     config,
@@ -136,11 +139,17 @@ pods:
   );
   const match = await start(
     process.execPath,
-    [...IMAGE_NODE_FLAGS, join(root, 'agent/cli/main.ts'), 'agent', '--config', config],
+    [...nodeFlags, join(root, 'agent/cli/main.ts'), 'agent', '--config', config],
     /ready to serve on http:\/\/([\d.:]+)\/v1/,
   );
   await new Promise((r) => setTimeout(r, 500)); // a few scrapes, so the pod has an estimate
   return match[1];
+}
+
+/** The "before" target: another checkout's agent (--before), or this one with other flags (--before-flags). */
+function startBefore(upstream: string): Promise<string> {
+  const flags = values['before-flags']?.split(' ').filter(Boolean);
+  return startAgent(upstream, values.before ?? join(here, '..'), flags ?? IMAGE_NODE_FLAGS);
 }
 
 async function waitForPort(port: number): Promise<void> {
@@ -223,7 +232,7 @@ async function serialRound(upstream: string, wanted: string[], round: number, ro
     else if (target === 'nginx' && NGINX) targets.push({ name: target, hostPort: await startNginx(upstream) });
     else if (target === 'bare-node') targets.push({ name: target, hostPort: await startBareNode(upstream) });
     else if (target === 'kinference') targets.push({ name: target, hostPort: await startAgent(upstream) });
-    else if (target === 'before') targets.push({ name: target, hostPort: await startAgent(upstream, values.before) });
+    else if (target === 'before') targets.push({ name: target, hostPort: await startBefore(upstream) });
   }
   const ports = targets.map((t) => Number(t.hostPort.slice(t.hostPort.lastIndexOf(':') + 1)));
   await serial(ports, false); // warm-up: connections, JIT
@@ -400,7 +409,7 @@ try {
   const upstream = await startUpstream();
   const upstreamPid = children.at(-1)!.pid!;
   const wanted = values.targets!.split(',');
-  if (values.before) wanted.splice(wanted.indexOf('kinference'), 0, 'before');
+  if (values.before || values['before-flags']) wanted.splice(wanted.indexOf('kinference'), 0, 'before');
   const rounds = Number(values.rounds);
   const perRound: Row[][] = [];
   const serialRounds: SerialRow[][] = [];
@@ -416,8 +425,7 @@ try {
       else if (target === 'nginx' && NGINX) results.push(await measure('nginx', await startNginx(upstream), pid()));
       else if (target === 'bare-node') results.push(await measure('bare-node', await startBareNode(upstream), pid()));
       else if (target === 'kinference') results.push(await measure('kinference', await startAgent(upstream), pid()));
-      else if (target === 'before')
-        results.push(await measure('before', await startAgent(upstream, values.before), pid()));
+      else if (target === 'before') results.push(await measure('before', await startBefore(upstream), pid()));
       // Each proxy stops once measured, so the next one does not share the machine with it.
       if (target !== 'direct') children.at(-1)?.kill('SIGTERM');
     }
