@@ -246,6 +246,15 @@ describe('/v1/messages overflow to an Anthropic-compatible provider', () => {
     assert.equal(sent.body.model, 'claude-sonnet-4-5');
   });
 
+  it('forwards the client’s anthropic-beta features, and drops a malformed value', async () => {
+    claude.reply = { text: 'ok' };
+    const betas = 'prompt-caching-2024-07-31, output-128k-2025-02-19';
+    await client.messages.create(ask(), { headers: { 'anthropic-beta': betas } });
+    assert.equal(claude.requests.at(-1)!.headers['anthropic-beta'], betas);
+    await client.messages.create(ask(), { headers: { 'anthropic-beta': 'a"b; x=1' } });
+    assert.equal(claude.requests.at(-1)!.headers['anthropic-beta'], undefined);
+  });
+
   it('passes the event stream through byte for byte', async () => {
     claude.reply = { text: 'a b c', toolUse: { id: 'toolu_1', name: 'f', input: { q: 1 } } };
     const res = await postJson(`${stack.api}/v1/messages`, ask({ stream: true }));

@@ -4,10 +4,11 @@
 
 /**
  * The only client-influenced headers sent off the cluster: the request id and the W3C trace
- * context (kept so the provider's logs and the app's traces meet). The agent adds its own
+ * context (kept so the provider's logs and the app's traces meet), and a Messages request's
+ * `anthropic-beta` feature names (the body's beta fields need them). The agent adds its own
  * `content-type`, `accept` and the provider's credentials; nothing else of the client's leaves.
  */
-export const OFF_CLUSTER_HEADERS: readonly string[] = ['x-request-id', 'traceparent', 'tracestate'];
+export const OFF_CLUSTER_HEADERS: readonly string[] = ['x-request-id', 'traceparent', 'tracestate', 'anthropic-beta'];
 
 /** The headers of `headers` allowed off the cluster (names lowercase), for the provider call. */
 export function offClusterHeaders(headers: Readonly<Record<string, string>> | undefined): Record<string, string> {

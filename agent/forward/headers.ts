@@ -19,18 +19,28 @@ export function requestIdFor(clientValue: string | null, generate: () => string)
   return clientValue !== null && REQUEST_ID.test(clientValue) ? clientValue : generate();
 }
 
+/** anthropic-beta: comma-separated feature names (e.g. `prompt-caching-2024-07-31`). */
+const ANTHROPIC_BETA = /^[A-Za-z0-9._-]+(?:\s*,\s*[A-Za-z0-9._-]+)*$/;
+const ANTHROPIC_BETA_MAX = 512;
+
 /**
  * Headers sent to pods and providers for one request: the request id, and the client's W3C trace
  * context unchanged (the agent records no spans of its own, so the app's span stays the parent).
- * A malformed traceparent is dropped, as the spec asks, and tracestate with it.
+ * A malformed traceparent is dropped, as the spec asks, and tracestate with it. A request on the
+ * Messages API (`api`) keeps its `anthropic-beta` features: without them the upstream refuses or
+ * ignores the beta fields its body uses.
  */
-export function propagatedHeaders(client: HeaderReader, requestId: string): Record<string, string> {
+export function propagatedHeaders(client: HeaderReader, requestId: string, api?: string): Record<string, string> {
   const out: Record<string, string> = { 'x-request-id': requestId };
   const traceparent = client.get('traceparent')?.trim().toLowerCase();
   if (traceparent && TRACEPARENT.test(traceparent) && !traceparent.startsWith('ff')) {
     out.traceparent = traceparent;
     const tracestate = client.get('tracestate');
     if (tracestate && tracestate.length <= TRACESTATE_MAX) out.tracestate = tracestate;
+  }
+  if (api === 'messages') {
+    const beta = client.get('anthropic-beta')?.trim();
+    if (beta && beta.length <= ANTHROPIC_BETA_MAX && ANTHROPIC_BETA.test(beta)) out['anthropic-beta'] = beta;
   }
   return out;
 }

@@ -126,6 +126,7 @@ export function createAdminApp(deps: AdminDeps): Hono<{ Bindings: HttpBindings }
           forwardedHeaders: propagatedHeaders(
             headers,
             requestIdFor(headers.get('x-request-id'), () => 'explain'),
+            kind,
           ),
         }),
       );

@@ -83,7 +83,7 @@ export class RequestRecorder {
     const startedAt = Date.now();
     const requestId = requestIdFor(req.headers.get('x-request-id'), this.#takeId);
     const hops = hopsOf(req.headers);
-    const upstreamHeaders = propagatedHeaders(req.headers, requestId);
+    const upstreamHeaders = propagatedHeaders(req.headers, requestId, api);
     upstreamHeaders[HOPS_HEADER] = String((hops ?? 0) + 1);
     const ctx: RequestContext = {
       started,
