@@ -27,8 +27,8 @@ const ANTHROPIC_BETA_MAX = 512;
  * Headers sent to pods and providers for one request: the request id, and the client's W3C trace
  * context unchanged (the agent records no spans of its own, so the app's span stays the parent).
  * A malformed traceparent is dropped, as the spec asks, and tracestate with it. A request on the
- * Messages API (`api`) keeps its `anthropic-beta` features: without them the upstream refuses or
- * ignores the beta fields its body uses.
+ * Messages API (`api`) keeps its `anthropic-beta` features: without them an Anthropic upstream
+ * refuses or ignores the beta fields its body uses.
  */
 export function propagatedHeaders(client: HeaderReader, requestId: string, api?: string): Record<string, string> {
   const out: Record<string, string> = { 'x-request-id': requestId };
