@@ -28,10 +28,10 @@ function relayed(from: GossipState, receiver: GossipState, now: number): PodEsti
   return receiver.remoteEstimates(now);
 }
 
-test('a calibration summary round-trips the wire in 8 bytes: evidence never overstated, the 99% margin never narrower', () => {
+test('a calibration summary round-trips the wire in 8 bytes: evidence never overstated, the 90% margin never narrower', () => {
   const summary: CalibrationSummary = {
-    free: { observations: 300, median: 0.0123, p99: 0.4567 },
-    queued: { observations: 40, median: 0.3, p99: 1.2 },
+    free: { observations: 300, median: 0.0123, p90: 0.4567 },
+    queued: { observations: 40, median: 0.3, p90: 1.2 },
   };
   const origin = new GossipState({ nodeId: 'node-a', incarnation: EPOCH });
   origin.localUpdate([{ ...podEstimate('node-a', 0), calibration: summary }], EPOCH + 1);
@@ -48,7 +48,7 @@ test('a calibration summary round-trips the wire in 8 bytes: evidence never over
     [summary.free!, free!],
     [summary.queued!, queued!],
   ]) {
-    assert.ok(read.p99 >= sent.p99 && read.p99 - sent.p99 < 1 / 32, `p99 ${sent.p99} read as ${read.p99}`);
+    assert.ok(read.p90 >= sent.p90 && read.p90 - sent.p90 < 1 / 32, `p90 ${sent.p90} read as ${read.p90}`);
     assert.ok(Math.abs(read.median - sent.median) <= 1 / 64, `median ${sent.median} read as ${read.median}`);
   }
 });
@@ -59,8 +59,8 @@ test("the summary is signed with its entry: another summary is another state has
     s.localUpdate([{ ...podEstimate('node-a', 0), calibration }], EPOCH + 1);
     return stateHash(s.self.pods);
   };
-  const honest = stateWith({ queued: { observations: 256, median: 0.25, p99: 1.5 } });
-  const narrowed = stateWith({ queued: { observations: 256, median: 0.25, p99: 0.25 } });
+  const honest = stateWith({ queued: { observations: 256, median: 0.25, p90: 1.5 } });
+  const narrowed = stateWith({ queued: { observations: 256, median: 0.25, p90: 0.25 } });
   assert.notDeepEqual(honest, narrowed);
 });
 
@@ -85,7 +85,7 @@ test('a signed full state still fits one datagram: summaries are left out of one
 
 test("an origin speaks for its own node's pods only: its summary of another node's pod is not read", () => {
   const origin = new GossipState({ nodeId: 'node-a', incarnation: EPOCH });
-  const calibration: CalibrationSummary = { free: { observations: 256, median: 0, p99: 0.25 } };
+  const calibration: CalibrationSummary = { free: { observations: 256, median: 0, p90: 0.25 } };
   const elsewhere = podEstimate('node-c', 1);
   origin.localUpdate(
     [
@@ -107,31 +107,32 @@ test('malformed summaries are refused with the datagram: a wrong length, an unkn
     encodePayload({ deltas: [{ ...delta, pods: [{ ...delta.pods[0], calibration }] }] });
   assert.throws(() => decodePayload(withBytes(new Uint8Array(7))), WireError);
   assert.throws(() => decodePayload(withBytes(new Uint8Array(64))), WireError);
-  const layout = encodeCalibration({ free: { observations: 10, median: 0, p99: 1 } })!;
+  const layout = encodeCalibration({ free: { observations: 10, median: 0, p90: 1 } })!;
   layout[1] |= 0x10;
   assert.throws(() => decodePayload(withBytes(layout)), /layout/);
 });
 
 test('hostile values are clamped on both sides: saturated on the wire, sanitized as a prior', () => {
-  const wire = encodeCalibration({ queued: { observations: 1e12, median: -50, p99: 1e9 } })!;
-  assert.deepEqual(decodeCalibration(wire), { queued: { observations: 512, median: -4, p99: 127 / 32 } });
-  assert.equal(encodeCalibration({ free: { observations: 100, median: NaN, p99: 0.1 } }), undefined);
+  const wire = encodeCalibration({ queued: { observations: 1e12, median: -50, p90: 1e9 } })!;
+  assert.deepEqual(decodeCalibration(wire), { queued: { observations: 512, median: -4, p90: 127 / 32 } });
+  assert.equal(encodeCalibration({ free: { observations: 100, median: NaN, p90: 0.1 } }), undefined);
 
   const margin = (prior: CalibrationSummary) => {
     const c = new Calibration();
     c.setPrior('pod-a', prior);
-    return c.margin('pod-a', 0.99, 'free');
+    return c.margin('pod-a', 0.9, 'free');
   };
-  assert.equal(margin({ free: { observations: -5, median: 0, p99: 0.1 } }), COLD, 'negative evidence: no prior');
-  assert.equal(margin({ free: { observations: NaN, median: 0, p99: 0.1 } }), COLD, 'NaN evidence: no prior');
-  assert.equal(margin({ free: { observations: 100, median: NaN, p99: 0.1 } }), COLD, 'NaN margin: no prior');
-  assert.equal(margin({ free: { observations: 100, median: 0, p99: Infinity } }), COLD, 'infinite margin: no prior');
+  const cold = new Calibration().margin('pod-a', 0.9);
+  assert.equal(margin({ free: { observations: -5, median: 0, p90: 0.1 } }), cold, 'negative evidence: no prior');
+  assert.equal(margin({ free: { observations: NaN, median: 0, p90: 0.1 } }), cold, 'NaN evidence: no prior');
+  assert.equal(margin({ free: { observations: 100, median: NaN, p90: 0.1 } }), cold, 'NaN margin: no prior');
+  assert.equal(margin({ free: { observations: 100, median: 0, p90: Infinity } }), cold, 'infinite margin: no prior');
   assert.equal(
-    margin({ free: { observations: 1e12, median: -50, p99: -40 } }),
+    margin({ free: { observations: 1e12, median: -50, p90: -40 } }),
     0,
     'a tail never narrower than the mean',
   );
-  assert.equal(margin({ free: { observations: 1e12, median: 1e9, p99: 1e9 } }), 4, 'huge margins clamped');
+  assert.equal(margin({ free: { observations: 1e12, median: 1e9, p90: 1e9 } }), 4, 'huge margins clamped');
 });
 
 /** `n` TTFTs measured at exp(σ·z) times their prediction, for pod `uid`. */
@@ -144,11 +145,16 @@ function feed(c: Calibration, uid: string, n: number, sigma: number, seed: numbe
 }
 
 test("a prior stands for at most priorObservations: the agent's own observations replace it", () => {
-  const prior: CalibrationSummary = { free: { observations: 512, median: 0, p99: 0.2 } };
+  const prior: CalibrationSummary = { free: { observations: 512, median: 0, p90: 0.2 } };
   const withPrior = new Calibration();
   withPrior.setPrior('pod-a', prior);
   const without = new Calibration();
-  assert.equal(withPrior.margin('pod-a', 0.99), 0.2, 'from its first request: the gossiped 99% margin');
+  assert.equal(withPrior.margin('pod-a', 0.9), 0.2, 'from its first request: the gossiped 90% margin');
+  // Above it, the exponential tail through the median and the 90% margin: wider than a log-normal's.
+  const tail = (q: number) => Math.log(1 / (1 - q));
+  const p99 = (0.2 * (tail(0.99) - tail(0.5))) / (tail(0.9) - tail(0.5));
+  assert.ok(Math.abs(withPrior.margin('pod-a', 0.99) - p99) < 1e-12, `${withPrior.margin('pod-a', 0.99)}`);
+  assert.ok(p99 < COLD);
   assert.equal(without.margin('pod-a', 0.99), COLD);
   feed(withPrior, 'pod-a', 80, 0.5, 3);
   feed(without, 'pod-a', 80, 0.5, 3);
@@ -159,11 +165,11 @@ test("a prior stands for at most priorObservations: the agent's own observations
   assert.equal(withPrior.margin('pod-a', 0.99), without.margin('pod-a', 0.99), 'replaced by own evidence');
 });
 
-test("a thin prior is still widened by the node's own evidence: never narrower than the node says", () => {
+test("a prior never takes a pod below what its node's own window says, where that window answers", () => {
   const c = new Calibration();
   feed(c, 'pod-b', 400, 0.6, 5); // the node's other pod: wide errors, fully known
   const node = c.margin(undefined, 0.99);
-  c.setPrior('pod-a', { free: { observations: 48, median: 0, p99: 0.1 } });
+  c.setPrior('pod-a', { free: { observations: 48, median: 0, p90: 0.1 } });
   const a = c.margin('pod-a', 0.99);
   assert.ok(a > (0.1 + node) / 2 && a <= node, `pod-a ${a}, node ${node}`);
 });
@@ -194,7 +200,7 @@ test('a restarted agent starts from the calibration its previous incarnation gos
     now.t += 100;
     before.scrape();
   }
-  const learned = before.p.candidates()[0].logMargin!(0.99);
+  const learned = before.p.candidates()[0].logMargin!(0.9);
   assert.ok(learned < 0.3, `${learned}`);
   // What peers hold of it: the summary as the wire carries it.
   const gossiped = before.p.localEstimates().map((e) => ({
@@ -203,10 +209,12 @@ test('a restarted agent starts from the calibration its previous incarnation gos
   }));
 
   const after = localPool(now);
-  assert.equal(after.p.candidates()[0].logMargin!(0.99), COLD, 'nothing heard yet: cold');
+  const cold = after.p.candidates()[0].logMargin!(0.9);
+  assert.ok(cold > 0.5, `nothing heard yet: cold (${cold})`);
   after.p.setRemote(gossiped);
-  const restarted = after.p.candidates()[0].logMargin!(0.99);
+  const restarted = after.p.candidates()[0].logMargin!(0.9);
   assert.ok(restarted >= learned && restarted - learned < 1 / 32 + 1e-9, `learned ${learned}, restarted ${restarted}`);
+  assert.ok(after.p.candidates()[0].logMargin!(0.99) < COLD / 2, 'and well inside the cold margin at 99%');
 });
 
 test("a fresh agent judges a peer's pod by its own agent's summary; a warm one by its own evidence", () => {
@@ -214,15 +222,16 @@ test("a fresh agent judges a peer's pod by its own agent's summary; a warm one b
   const { p } = localPool(now);
   const peer: PodEstimate = {
     ...podEstimate('node-b', 0, { queuedNow: 0, running: 1 }, now.t),
-    calibration: { free: { observations: 256, median: 0, p99: 0.25 } },
+    calibration: { free: { observations: 256, median: 0, p90: 0.25 } },
   };
   p.setRemote([peer]);
-  const margin = () => p.candidates().find((c) => c.where === 'peer')!.logMargin!(0.99);
-  assert.equal(margin(), 0.25);
+  const margin = (q: number) => p.candidates().find((c) => c.where === 'peer')!.logMargin!(q);
+  assert.equal(margin(0.9), 0.25);
   p.setRemote([{ ...peer, calibration: undefined }]);
-  assert.equal(margin(), COLD, 'no summary: the node margin, cold');
+  assert.equal(margin(0.99), COLD, 'no summary: the node margin, cold');
 
   const warm = new Calibration();
   feed(warm, 'pod-a', 300, 0.3, 9);
-  assert.equal(warm.margin(undefined, 0.99, 'free', peer.calibration), warm.margin(undefined, 0.99, 'free'));
+  for (const q of [0.9, 0.99])
+    assert.equal(warm.margin(undefined, q, 'free', peer.calibration), warm.margin(undefined, q, 'free'));
 });

@@ -4,12 +4,13 @@
 //
 //   byte 0: evidence of the free (low 4 bits) and full (high 4 bits) regimes; byte 1: of the
 //   queued regime (low 4 bits), and the layout (high 4 bits, 0: this one).
-//   bytes 2-7: log margins in 1/32 steps (about 3% of TTFT), signed: free median, free p99,
-//   full median, full p99, queued median, queued p99.
+//   bytes 2-7: log margins in 1/32 steps (about 3% of TTFT), signed: free median, free p90,
+//   full median, full p90, queued median, queued p90 (calibration-prior.ts says why these two).
 //
 // Evidence is a 4-bit code for at least 0, 1, 2, 4, ... 200, 256 or 512 observations (read as
-// exactly that, so a receiver never counts more evidence than there was). The 99% margin is rounded up, so a
-// summary is never narrower than the margin it stands for; margins saturate at ±4 (×55).
+// exactly that, so a receiver never counts more evidence than there was). The 90% margin is
+// rounded up, so a summary is never narrower than the margin it stands for; margins saturate at
+// ±4 (×55).
 import { REGIMES, type CalibrationSummary } from '../predict/calibration-prior.ts';
 
 export const CALIBRATION_WIRE_BYTES = 8;
@@ -33,12 +34,12 @@ export function encodeCalibration(s: CalibrationSummary | undefined): Uint8Array
   let any = false;
   REGIMES.forEach((regime, i) => {
     const r = s[regime];
-    const code = r && Number.isFinite(r.median) && Number.isFinite(r.p99) ? evidenceCode(r.observations) : 0;
+    const code = r && Number.isFinite(r.median) && Number.isFinite(r.p90) ? evidenceCode(r.observations) : 0;
     if (code === 0) return;
     any = true;
     bytes[i >> 1] |= code << ((i & 1) * 4);
     margins[2 * i] = clampByte(Math.round(r!.median * STEP));
-    margins[2 * i + 1] = clampByte(Math.ceil(r!.p99 * STEP));
+    margins[2 * i + 1] = clampByte(Math.ceil(r!.p90 * STEP));
   });
   return any ? bytes : undefined;
 }
@@ -59,7 +60,7 @@ export function decodeCalibration(bytes: Uint8Array): CalibrationSummary | undef
     const code = (bytes[i >> 1] >> ((i & 1) * 4)) & 0xf;
     if (code === 0) return;
     any = true;
-    out[regime] = { observations: evidenceOf(code), median: margins[2 * i] / STEP, p99: margins[2 * i + 1] / STEP };
+    out[regime] = { observations: evidenceOf(code), median: margins[2 * i] / STEP, p90: margins[2 * i + 1] / STEP };
   });
   return any ? out : undefined;
 }

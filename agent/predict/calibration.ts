@@ -48,6 +48,7 @@ import {
   SUMMARY_QUANTILES,
   type CalibrationSummary,
   type Regime,
+  type RegimeSummary,
 } from './calibration-prior.ts';
 
 interface Residuals {
@@ -206,22 +207,28 @@ export class Calibration {
       const prior = peerPrior?.[regime];
       if (!prior) return nodeMargin;
       const node = this.#residuals[regime].get(NODE);
-      return this.#withPrior(node, prior, q, this.#cold(q));
+      return this.#withPrior(node, prior, q, this.#cold(q), this.#warmNode(q, regime, nodeMargin));
     }
     const pod = this.#residuals[regime].get(uid);
     const prior = this.#priors.size ? this.#priors.get(uid)?.[regime] : undefined;
-    if (prior) return this.#withPrior(pod, prior, q, nodeMargin);
+    if (prior) return this.#withPrior(pod, prior, q, nodeMargin, this.#warmNode(q, regime, nodeMargin));
     return pod ? this.#blend(pod, q, this.#needed(q), nodeMargin) : nodeMargin;
   }
 
-  #withPrior(r: Residuals | undefined, prior: CalibrationSummary[Regime] & {}, q: number, floor: number): number {
+  #withPrior(r: Residuals | undefined, prior: RegimeSummary, q: number, floor: number, bound: number): number {
     const own = r ? { count: r.count, margin: this.#own(r, q) } : undefined;
-    return blendWithPrior(own, prior, q, (x) => this.#needed(x), this.options.priorObservations, floor);
+    const needed = (x: number) => this.#needed(x);
+    return blendWithPrior(own, prior, q, needed, { cap: this.options.priorObservations, floor, bound });
+  }
+
+  /** The node's margin where its own window answers for q (what a prior may not go below), else -∞. */
+  #warmNode(q: number, regime: Regime, nodeMargin: number): number {
+    return (this.#residuals[regime].get(NODE)?.count ?? 0) >= this.#needed(q) ? nodeMargin : -Infinity;
   }
 
   /**
    * What this agent's own evidence says of a pod, for others: per regime with observations, its
-   * margins at the median and at 99% and the observations they stand on. A pod of a few requests
+   * margins at the median and at 90% and the observations they stand on. A pod of a few requests
    * a minute is judged by its node's window while its own is thin (as margin() does), so that
    * evidence counts; the cold floor does not travel (a receiver applies its own for thin evidence).
    */
@@ -237,7 +244,7 @@ export class Calibration {
         return pod ? this.#blend(pod, q, this.#needed(q), nodeOwn) : nodeOwn;
       };
       const median = at(SUMMARY_QUANTILES.median);
-      out[regime] = { observations: Math.max(pod?.count ?? 0, node.count), median, p99: at(SUMMARY_QUANTILES.p99) };
+      out[regime] = { observations: Math.max(pod?.count ?? 0, node.count), median, p90: at(SUMMARY_QUANTILES.p90) };
       any = true;
     }
     return any ? out : undefined;
