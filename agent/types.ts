@@ -2,6 +2,7 @@
 // and the I/O shells (server, telemetry, forward, providers, gossip, cluster) exchange these.
 
 import type { BudgetLimit, PriorityPolicy } from './budget/limits.ts';
+import type { CalibrationSummary } from './predict/calibration-prior.ts';
 
 export type Engine = 'vllm' | 'tgi' | 'sglang';
 export const ENGINES: readonly Engine[] = ['vllm', 'tgi', 'sglang'];
@@ -115,6 +116,11 @@ export interface PodEstimate {
   prefixSummary?: Uint8Array;
   /** The pod's LoRA slots (vLLM with --enable-lora): gossiped so other nodes send an adapter where it is loaded. */
   lora?: LoraState;
+  /**
+   * Its agent's calibration of the pod's prediction errors (agent/predict/calibration-prior.ts):
+   * a receiver's prior for the pod's margin. Only from the pod's own node's agent.
+   */
+  calibration?: CalibrationSummary;
 }
 
 /** Everything the router needs to know about one request; built by the ingress shell. */

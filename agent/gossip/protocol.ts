@@ -56,7 +56,7 @@ export class GossipProtocol {
   #cursor = 0;
 
   constructor(options: ProtocolOptions) {
-    this.state = new GossipState(options);
+    this.state = new GossipState({ maxStateBytes: options.maxPayload, ...options });
     this.fanout = options.fanout ?? 3;
     this.maxPayload = options.maxPayload;
     this.maxDatagramsPerReply = options.maxDatagramsPerReply ?? 4;

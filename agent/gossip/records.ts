@@ -3,6 +3,8 @@
 import type { KeyObject } from 'node:crypto';
 import type { Pod, PodEstimate } from '../types.ts';
 import { loraOf, loraWireOf, sameLora, withResident } from './lora-wire.ts';
+import { calibrationChanged, decodeCalibration, encodeCalibration } from './calibration-wire.ts';
+import { sanitizeSummary } from '../predict/calibration-prior.ts';
 import { engineCode, engineName, type PodEntryWire, type PodInfoWire } from './wire.ts';
 import { entrySize, infoFieldSize } from './wire-size.ts';
 
@@ -175,7 +177,13 @@ export function entryOf(e: PodEstimate, slot: number, version: number, incarnati
     at: Math.round(e.at - incarnation),
     ...(e.prefixSummary ? { prefixSummary: e.prefixSummary } : {}),
     ...(e.lora ? loraWireOf(e.lora) : {}),
+    ...calibrationField(e),
   };
+}
+
+function calibrationField(e: PodEstimate): { calibration?: Uint8Array } {
+  const calibration = encodeCalibration(e.calibration);
+  return calibration ? { calibration } : {};
 }
 
 export function tombstoneOf(slot: number, version: number): PodEntryWire {
@@ -197,6 +205,7 @@ export function loadChanged(prev: PodEntryWire, next: PodEntryWire): boolean {
   if (!near(prev.queued, next.queued, 0.1, 0.05)) return true;
   if (!sameBytes(prev.prefixSummary, next.prefixSummary)) return true;
   if (!sameLora(prev, next)) return true;
+  if (calibrationChanged(prev.calibration, next.calibration)) return true;
   if (Number.isNaN(prev.kvCache) !== Number.isNaN(next.kvCache)) return true;
   if (!Number.isNaN(next.kvCache) && !near(prev.kvCache, next.kvCache, 0.02, 0)) return true;
   return prev.params.some((x, i) => !near(x, next.params[i], 1, 0.02));
@@ -214,6 +223,9 @@ export function estimateOf(origin: OriginRecord, record: PodRecord, now: number)
   const e = record.entry;
   const lora = loraOf(e);
   record.pod ??= withResident(podOf(record.info!, origin.node), lora);
+  // An origin speaks for its own node's pods only: a summary of another node's pod is not read.
+  const calibration =
+    e.calibration && record.pod.node === origin.node ? sanitizeSummary(decodeCalibration(e.calibration)) : undefined;
   const ageMs = Math.max(0, now - origin.lastAdvance);
   return {
     pod: record.pod,
@@ -236,5 +248,6 @@ export function estimateOf(origin: OriginRecord, record: PodRecord, now: number)
     ageMs,
     ...(e.prefixSummary ? { prefixSummary: e.prefixSummary } : {}),
     ...(lora ? { lora } : {}),
+    ...(calibration ? { calibration } : {}),
   };
 }

@@ -20,6 +20,8 @@ import { OriginTable } from './origins.ts';
 import {
   EPOCH_BEATS,
   nextEpochStart,
+  PUBLIC_KEY_BYTES,
+  SIGNATURE_BYTES,
   stampMessage,
   stateHash,
   verifyStamp,
@@ -38,7 +40,7 @@ import {
   type OriginRecord,
 } from './records.ts';
 import { originId, type DigestWire, type OriginDeltaWire, type PodEntryWire, type PodInfoWire } from './wire.ts';
-import { fieldSize, entrySize, infoFieldSize } from './wire-size.ts';
+import { deltaHeaderSize, fieldSize, entrySize, infoFieldSize } from './wire-size.ts';
 
 export type { ApplyResult } from './apply.ts';
 
@@ -71,6 +73,11 @@ export interface GossipStateOptions {
   maxOriginsPerKey?: number;
   /** Checks a stamp (default verifyStamp); the simulation counts and shares its verdicts. */
   verify?: typeof verifyStamp;
+  /**
+   * Largest payload of one datagram: a signed full state is sent whole or not at all, so our pods'
+   * calibration summaries are left out while with them it would not fit (default: no bound).
+   */
+  maxStateBytes?: number;
 }
 
 export type RemoteEstimate = PodEstimate & { ageMs: number };
@@ -91,6 +98,7 @@ export class GossipState {
   readonly maxPodsPerOrigin: number;
   readonly maxTombstonesPerOrigin: number;
   readonly maxOriginsPerKey: number;
+  readonly maxStateBytes: number;
   /** Remote origins must be signed (a keyring was given). */
   readonly signed: boolean;
   readonly #signer: OriginSigner | undefined;
@@ -121,6 +129,7 @@ export class GossipState {
     this.maxPodsPerOrigin = options.maxPodsPerOrigin ?? 256;
     this.maxTombstonesPerOrigin = options.maxTombstonesPerOrigin ?? 64;
     this.maxOriginsPerKey = options.maxOriginsPerKey ?? 4;
+    this.maxStateBytes = options.maxStateBytes ?? Infinity;
     this.#signer = options.signer;
     this.signed = options.keyring !== undefined;
     const id = originId(this.nodeId, this.incarnation);
@@ -145,6 +154,8 @@ export class GossipState {
     const self = this.self;
     const next = new Map<string, PodEstimate>();
     for (const e of estimates) if (next.size < this.maxPodsPerOrigin) next.set(e.pod.uid, e);
+    if (this.#signer && !this.#fitsWhole(next))
+      for (const [uid, e] of next) if (e.calibration) next.set(uid, { ...e, calibration: undefined });
 
     const changes: { entry: PodEntryWire; info?: PodInfoWire; infoVersion?: number }[] = [];
     for (const [uid, slot] of this.#slotByUid) {
@@ -194,6 +205,39 @@ export class GossipState {
     evictTombstones(self, this.maxTombstonesPerOrigin, (slot) => this.#freeSlots.push(slot));
     this.#sign();
     return true;
+  }
+
+  /**
+   * Whether our full state with these estimates, summaries and all, fits `maxStateBytes` (counted
+   * at the largest numbers the header can carry): a signed state that does not is never sent, and
+   * the pods' loads matter more than their calibration (8 pods with their identities fit 1,400
+   * bytes, with their summaries not).
+   */
+  #fitsWhole(next: ReadonlyMap<string, PodEstimate>): boolean {
+    if (this.maxStateBytes === Infinity) return true;
+    const self = this.self;
+    const top = 0xffffffff;
+    let bytes =
+      3 +
+      deltaHeaderSize({
+        origin: self.id,
+        from: 0,
+        to: top,
+        ageMs: top,
+        node: self.node,
+        incarnation: self.incarnation,
+        floor: top,
+        continuesFull: false,
+        agent: self.agent,
+        key: new Uint8Array(PUBLIC_KEY_BYTES),
+        stamp: new Uint8Array(SIGNATURE_BYTES),
+      });
+    for (const e of next.values()) {
+      const entry = entryOf(e, 0xffff, top, this.incarnation);
+      bytes += fieldSize(entrySize(entry) + infoFieldSize(infoOf(e.pod, this.nodeId)));
+    }
+    for (const r of self.pods.values()) if (r.entry.removed) bytes += fieldSize(r.size);
+    return bytes <= this.maxStateBytes;
   }
 
   /** Signs our state in the epoch of our version (when we sign at all). */

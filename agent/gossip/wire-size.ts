@@ -38,7 +38,9 @@ export function entrySize(e: PodEntryWire): number {
     (e.at === 0 ? 0 : 1 + varintSize(zigzag(e.at))) +
     // Field 40: a two-byte tag.
     (e.prefixSummary?.length ? 1 + bytesField(e.prefixSummary.length) : 0) +
-    (e.maxLora ? loraSize(e as LoraWire) : 0)
+    (e.maxLora ? loraSize(e as LoraWire) : 0) +
+    // Field 60: a two-byte tag.
+    (e.calibration?.length ? 1 + bytesField(e.calibration.length) : 0)
   );
 }
 

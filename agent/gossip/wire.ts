@@ -7,6 +7,7 @@ import protobuf from 'protobufjs';
 import type { Engine } from '../types.ts';
 import type { ProbeKind, ProbeMessage } from './probe.ts';
 import { loraProblem, type LoraWire } from './lora-wire.ts';
+import { calibrationProblem } from './calibration-wire.ts';
 
 const PROTO_PATH = fileURLToPath(new URL('../../shared/proto/gossip.proto', import.meta.url));
 
@@ -53,6 +54,8 @@ export interface PodEntryWire extends Partial<LoraWire> {
   /** The pod's prefix summary (agent/prefix/summary.ts), when its agent follows its KV events. */
   prefixSummary?: Uint8Array;
   // LoRA slots (vLLM): LoraWire's fields 50-52, all absent without LoRA state.
+  /** The pod's calibration summary (calibration-wire.ts), when its agent has observations. */
+  calibration?: Uint8Array;
 }
 
 export interface OriginDeltaWire {
@@ -239,6 +242,9 @@ function decodeEntry(m: Decoded): PodEntryWire {
   const summary = m.prefixSummary as Uint8Array | undefined;
   if (summary?.length && summary.length > MAX_PREFIX_SUMMARY_BYTES) throw new WireError('prefix summary too large');
   const lora = decodeLora(m);
+  const calibration = m.calibration as Uint8Array | undefined;
+  const calibrationError = calibration?.length ? calibrationProblem(calibration) : undefined;
+  if (calibrationError) throw new WireError(calibrationError);
   return {
     slot: num(m.slot),
     version: num(m.version),
@@ -252,6 +258,8 @@ function decodeEntry(m: Decoded): PodEntryWire {
     at: num(m.at),
     ...(summary?.length ? { prefixSummary: summary } : {}),
     ...lora,
+    // A copy: 8 bytes should not keep the datagram they came in alive.
+    ...(calibration?.length ? { calibration: Uint8Array.from(calibration) } : {}),
   };
 }
 

@@ -264,11 +264,12 @@ class PeerCandidate implements Candidate {
   }
 
   /**
-   * Gossip carries one model and no error distribution: a peer's pod is judged with the node's
-   * own calibration (how far this agent's kind of prediction strays), floored cold.
+   * A peer's pod is judged with the node's own calibration (how far this agent's kind of
+   * prediction strays), floored cold; its own agent's gossiped summary is a prior while the node's
+   * evidence is thin (a fresh agent), not a verdict.
    */
   logMargin(q: number): number {
-    return this.#learner.logMargin(undefined, q, this.queuedNow + this.unseenSent);
+    return this.#learner.logMargin(undefined, q, this.queuedNow + this.unseenSent, 0, this.#estimate.calibration);
   }
 }
 

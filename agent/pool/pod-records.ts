@@ -80,7 +80,7 @@ export function localEstimate(
   now: number,
   params: PodEstimate['params'],
   options: Pick<PoolOptions, 'node' | 'referenceWindowMs'>,
-  extras: Pick<PodEstimate, 'prefixSummary' | 'lora'>,
+  extras: Pick<PodEstimate, 'prefixSummary' | 'lora' | 'calibration'>,
 ): PodEstimate {
   const queued = local.telemetry?.waiting.average(options.referenceWindowMs, now) ?? NaN;
   return {

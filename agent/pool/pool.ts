@@ -261,11 +261,13 @@ export class PodPool {
       const load = local.telemetry?.latest;
       if (!load) continue;
       // What the pod holds, for other nodes (only while its events are in step), and its LoRA slots.
+      const calibration = this.#learner.calibrationSummary(local.pod.uid);
       const extras = {
         ...(precise?.index.summary && precise.synced(local.pod.uid)
           ? this.#summaries.field(local.pod.uid, now, () => precise.index.summary!(local.pod.uid))
           : {}),
         ...(load.lora ? { lora: load.lora } : {}),
+        ...(calibration ? { calibration } : {}),
       };
       out.push(localEstimate(local, load, now, this.#learner.params(local.pod.uid), this.options, extras));
     }

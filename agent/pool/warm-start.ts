@@ -1,5 +1,6 @@
 // A warm start for local pods this agent has not measured yet: parameters learned before, by this
-// agent (gossiped back by peers) or on a pod of the same class elsewhere.
+// agent (gossiped back by peers) or on a pod of the same class elsewhere, and the calibration of
+// their errors this agent gossiped before (a prior its own observations replace).
 import type { Learner } from '../predict/learner.ts';
 import type { Pod, PodEstimate } from '../types.ts';
 import type { LocalPod } from './pod-records.ts';
@@ -21,7 +22,10 @@ export function warmStart(
 ): void {
   for (const e of estimates) {
     const local = locals.get(e.pod.uid);
-    if (local && e.origin === node) learner.adopt(local.pod.uid, e.params);
+    if (!local || e.origin !== node) continue;
+    learner.adopt(local.pod.uid, e.params);
+    // Its calibration too, as a bounded prior: only this node's own agent speaks for these pods.
+    if (e.calibration) learner.adoptCalibration(local.pod.uid, e.calibration);
   }
   for (const e of estimates) {
     if (e.origin === node) continue;

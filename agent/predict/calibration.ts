@@ -34,6 +34,22 @@
 // of its first seconds (a model not yet learned, a cold start's queues) long after the model had
 // learned, and its margin stayed wide for most of a peak (vllm 32 seqs at 4× costs: ×2 at 60 s,
 // ×1.3 at 120 s, no miss in between).
+//
+// A prior (calibration-prior.ts): a pod's calibration as its agent gossiped it (this agent's
+// previous incarnation, for its own pods after a restart; another node's agent, for that node's
+// pods) stands for at most `priorObservations` pseudo-observations, one fewer for each of this
+// agent's own, and still widened by the node's margin (or the cold one) while the evidence so
+// counted is thin: a prior, not a verdict, and gone once the agent's own window answers.
+
+import {
+  blendWithPrior,
+  REGIMES,
+  sanitizeSummary,
+  SUMMARY_QUANTILES,
+  type CalibrationSummary,
+  type Regime,
+  type RegimeSummary,
+} from './calibration-prior.ts';
 
 interface Residuals {
   values: Float64Array;
@@ -65,6 +81,8 @@ export interface CalibrationOptions {
   coldLogMargin: number;
   /** Fewest observations before a pod's own quantile is trusted fully, whatever q. */
   minWarmObservations: number;
+  /** The most pseudo-observations a gossiped summary stands for (the 99% quantile's need: 2/(1-q)). */
+  priorObservations: number;
 }
 
 export const DEFAULT_CALIBRATION: CalibrationOptions = {
@@ -74,10 +92,10 @@ export const DEFAULT_CALIBRATION: CalibrationOptions = {
   recent: 16,
   coldLogMargin: Math.log(3),
   minWarmObservations: 32,
+  priorObservations: 200,
 };
 
-/** Whether requests stood queued ahead of this one at the pod when it was sent, or its batch was full. */
-export type Regime = 'free' | 'full' | 'queued';
+export type { Regime } from './calibration-prior.ts';
 
 /** The quantile the cold margin is stated for. */
 const COLD_AT = 0.99;
@@ -149,6 +167,9 @@ export class Calibration {
     queued: { q: NaN, margin: 0 },
   };
 
+  /** Gossiped summaries by pod uid (sanitized): priors for pods this agent has little evidence of. */
+  readonly #priors = new Map<string, CalibrationSummary>();
+
   constructor(options: Partial<CalibrationOptions> = {}) {
     this.options = { ...DEFAULT_CALIBRATION, ...options };
   }
@@ -165,17 +186,68 @@ export class Calibration {
 
   forget(uid: string): void {
     for (const byPod of Object.values(this.#residuals)) byPod.delete(uid);
+    this.#priors.delete(uid);
+  }
+
+  /** A gossiped summary of a local pod's calibration becomes its prior (undefined: none); sanitized. */
+  setPrior(uid: string, summary: CalibrationSummary | undefined): void {
+    const clean = sanitizeSummary(summary);
+    if (clean) this.#priors.set(uid, clean);
+    else this.#priors.delete(uid);
   }
 
   /**
    * Log margin such that predicted · exp(margin) is the q-quantile of the pod's TTFT. `uid`
-   * undefined (a peer's pod, whose model this agent does not feed) gets the node's margin.
+   * undefined (a peer's pod, whose model this agent does not feed) gets the node's margin, with
+   * `peerPrior` (the pod's own agent's summary, sanitized by the caller) as a prior.
    */
-  margin(uid: string | undefined, q: number, regime: Regime = 'free'): number {
+  margin(uid: string | undefined, q: number, regime: Regime = 'free', peerPrior?: CalibrationSummary): number {
     const nodeMargin = this.#nodeMargin(q, regime);
-    if (uid === undefined) return nodeMargin;
+    if (uid === undefined) {
+      const prior = peerPrior?.[regime];
+      if (!prior) return nodeMargin;
+      const node = this.#residuals[regime].get(NODE);
+      return this.#withPrior(node, prior, q, this.#cold(q), this.#warmNode(q, regime, nodeMargin));
+    }
     const pod = this.#residuals[regime].get(uid);
+    const prior = this.#priors.size ? this.#priors.get(uid)?.[regime] : undefined;
+    if (prior) return this.#withPrior(pod, prior, q, nodeMargin, this.#warmNode(q, regime, nodeMargin));
     return pod ? this.#blend(pod, q, this.#needed(q), nodeMargin) : nodeMargin;
+  }
+
+  #withPrior(r: Residuals | undefined, prior: RegimeSummary, q: number, floor: number, bound: number): number {
+    const own = r ? { count: r.count, margin: this.#own(r, q) } : undefined;
+    const needed = (x: number) => this.#needed(x);
+    return blendWithPrior(own, prior, q, needed, { cap: this.options.priorObservations, floor, bound });
+  }
+
+  /** The node's margin where its own window answers for q (what a prior may not go below), else -∞. */
+  #warmNode(q: number, regime: Regime, nodeMargin: number): number {
+    return (this.#residuals[regime].get(NODE)?.count ?? 0) >= this.#needed(q) ? nodeMargin : -Infinity;
+  }
+
+  /**
+   * What this agent's own evidence says of a pod, for others: per regime with observations, its
+   * margins at the median and at 90% and the observations they stand on. A pod of a few requests
+   * a minute is judged by its node's window while its own is thin (as margin() does), so that
+   * evidence counts; the cold floor does not travel (a receiver applies its own for thin evidence).
+   */
+  summary(uid: string): CalibrationSummary | undefined {
+    const out: CalibrationSummary = {};
+    let any = false;
+    for (const regime of REGIMES) {
+      const pod = this.#residuals[regime].get(uid);
+      const node = this.#residuals[regime].get(NODE);
+      if (!node) continue; // every pod's observation is the node's too
+      const at = (q: number) => {
+        const nodeOwn = this.#own(node, q);
+        return pod ? this.#blend(pod, q, this.#needed(q), nodeOwn) : nodeOwn;
+      };
+      const median = at(SUMMARY_QUANTILES.median);
+      out[regime] = { observations: Math.max(pod?.count ?? 0, node.count), median, p90: at(SUMMARY_QUANTILES.p90) };
+      any = true;
+    }
+    return any ? out : undefined;
   }
 
   /** The cold margin for quantile q: log 3 at 99%, an exponential tail's scaling elsewhere. */

@@ -3,6 +3,7 @@
 // everything here is pure and time comes in as arguments.
 import type { IntervalDelta, PodLoad, PredictorParams, RequestKind } from '../types.ts';
 import { Calibration, type Regime } from './calibration.ts';
+import type { CalibrationSummary } from './calibration-prior.ts';
 import { NodeModel } from './node-model.ts';
 import type { Features, PredictorOptions } from './predictor.ts';
 
@@ -61,16 +62,33 @@ export class Learner {
     return this.#model.params(uid);
   }
 
+  /** A local pod's calibration as gossiped before (a prior: Calibration.setPrior). */
+  adoptCalibration(uid: string, summary: CalibrationSummary | undefined): void {
+    this.#calibration.setPrior(uid, summary);
+  }
+
+  /** What this agent's own evidence says of a local pod's errors, for gossip. */
+  calibrationSummary(uid: string): CalibrationSummary | undefined {
+    return this.#calibration.summary(uid);
+  }
+
   embeddingParams(uid: string): PredictorParams {
     return this.#embeddings.params(uid);
   }
 
   /**
    * Log-margin over the mean for quantile q of a request that finds `queuedAhead` queued and
-   * `running` in the batch; `uid` undefined: the node's (a peer's pod, whose batch limit is not known).
+   * `running` in the batch; `uid` undefined: the node's (a peer's pod, whose batch limit is not
+   * known), with `peerPrior` (what the pod's own agent gossiped of its calibration) as a prior.
    */
-  logMargin(uid: string | undefined, q: number, queuedAhead: number, running = 0): number {
-    return this.#calibration.margin(uid, q, this.#regime(uid, queuedAhead, running));
+  logMargin(
+    uid: string | undefined,
+    q: number,
+    queuedAhead: number,
+    running = 0,
+    peerPrior?: CalibrationSummary,
+  ): number {
+    return this.#calibration.margin(uid, q, this.#regime(uid, queuedAhead, running), peerPrior);
   }
 
   /**

@@ -12,6 +12,7 @@ import { engineFor, fitOracleModel, submitTracked, type PodShape } from '../rout
 import { generateArrivals, type PromptMix } from '../routing/workload.ts';
 import { benchRequest, oracleCandidate } from '../routing/strategies.ts';
 import { poolOptions } from '../../test/helpers/route-fixtures.ts';
+import { decodeCalibration, encodeCalibration } from '../../agent/gossip/calibration-wire.ts';
 import type { PeakAction, PeakArrival, PeakContext, PeakStrategyFactory } from './harness.ts';
 
 export const ATTAINMENT = 0.99;
@@ -82,7 +83,12 @@ function agent(rule: 'calibrated' | 'controlled'): PeakStrategyFactory {
     const loop = rule === 'controlled' ? new AdmissionThreshold(policy.sloAttainment) : undefined;
     return {
       scraped: (p, load) => pool.recordLoad(p.pod.uid, load, p.telemetry),
-      estimates: () => pool.localEstimates(),
+      // As peers hold them: the calibration summary as the wire carries it (8 bytes, rounded).
+      estimates: () =>
+        pool.localEstimates().map((e) => {
+          const wire = encodeCalibration(e.calibration);
+          return { ...e, calibration: wire && decodeCalibration(wire) };
+        }),
       decide: (a, waitedMs) => {
         const candidates = pool.candidates();
         loop?.expire(ctx.now());

@@ -1,0 +1,103 @@
+// A pod's calibration as its agent summarises it for others (gossip carries it), and what a
+// receiver makes of one: a bounded prior, never a verdict. Pure.
+//
+// Why a summary at all: a restarted agent (a rollout, a crash) and an agent routing to another
+// node's pod otherwise start from the cold margin (×3 at 99%): right after a restart mid-peak on
+// a slow pool that kept about 0.7 of the local share a learned margin keeps.
+//
+// What it holds, per regime: the evidence behind it (observations) and two log margins, at the
+// median (the full-batch bias reads it) and at 90%. Margins at other quantiles follow an
+// exponential tail through both: linear in log(1/(1-q)), the scaling the cold margin uses too,
+// which overstates a log-normal's 99% (3.1σ for 2.3σ). Not at 99%: the admission loop asks for
+// p80-p99, and a window of under 100 observations reads its 99% as its largest error (one
+// outlier: ×15 on a full batch of vllm 16 seqs, which held a restarted agent at 0.7 of the share
+// the cold margin kept). Two numbers, because a round of gossip (a digest and a node's 8 pods with
+// their identities) has to fit one datagram, and that left about ten bytes per pod.
+
+/** Whether requests stood queued ahead of this one at the pod when it was sent, or its batch was full. */
+export type Regime = 'free' | 'full' | 'queued';
+
+export interface RegimeSummary {
+  /** Observations the margins stand on (the summarising agent's evidence for this regime). */
+  observations: number;
+  /** Log margins over the mean prediction at the median and at 90%. */
+  median: number;
+  p90: number;
+}
+
+/** Per regime; a regime without observations is absent. */
+export type CalibrationSummary = Partial<Record<Regime, RegimeSummary>>;
+
+export const REGIMES: readonly Regime[] = ['free', 'full', 'queued'];
+
+/** The quantiles a summary states, and their position on the exponential tail's axis. */
+export const SUMMARY_QUANTILES = { median: 0.5, p90: 0.9 } as const;
+const tail = (q: number): number => Math.log(1 / (1 - q));
+const X_MEDIAN = tail(SUMMARY_QUANTILES.median);
+const X_P90 = tail(SUMMARY_QUANTILES.p90);
+
+/** What a receiver accepts of a summary: log margins within ±`maxLogMargin`, evidence up to `maxObservations`. */
+export const SUMMARY_LIMITS = { maxLogMargin: 4, maxObservations: 1 << 20 };
+
+/**
+ * The summary's log margin at quantile q: its median below the median (never lower: a prior
+ * errs wide), the straight line through both on log(1/(1-q)) between and above them.
+ */
+export function summaryMargin(s: RegimeSummary, q: number): number {
+  const x = tail(Math.min(q, 1 - 1e-9));
+  if (x <= X_MEDIAN) return s.median;
+  const t = (x - X_MEDIAN) / (X_P90 - X_MEDIAN);
+  return (1 - t) * s.median + t * s.p90; // exactly each stated margin at its own quantile
+}
+
+/**
+ * A summary made safe to use as a prior, whoever sent it: non-finite or non-positive evidence
+ * drops the regime, margins are clamped into range, the 90% margin is at least the median and
+ * at least 0 (a prior never claims a pod's tail beats its mean prediction). Undefined: nothing left.
+ */
+export function sanitizeSummary(raw: CalibrationSummary | undefined): CalibrationSummary | undefined {
+  if (!raw) return undefined;
+  const { maxLogMargin, maxObservations } = SUMMARY_LIMITS;
+  const clamp = (x: number) => Math.min(maxLogMargin, Math.max(-maxLogMargin, x));
+  const out: CalibrationSummary = {};
+  let any = false;
+  for (const regime of REGIMES) {
+    const r = raw[regime];
+    if (!r || !(r.observations >= 1) || !Number.isFinite(r.median) || !Number.isFinite(r.p90)) continue;
+    const median = clamp(r.median);
+    out[regime] = {
+      observations: Math.min(maxObservations, Math.floor(r.observations)),
+      median,
+      p90: Math.max(clamp(r.p90), median, 0),
+    };
+    any = true;
+  }
+  return any ? out : undefined;
+}
+
+/**
+ * A margin with a prior: `prior` stands for at most `cap` pseudo-observations at its margins,
+ * one fewer for each of the agent's own `own.count` (own evidence replaces it), mixed with the
+ * own window's margin by weight. The evidence so counted decides how far `floor` (the node's
+ * margin, or the cold one) still widens it, as it does for a pod's own window; `needed(q)` is
+ * what a window needs to answer for q. The prior's evidence is counted against the need of the
+ * quantiles it states (90% at most): above them it claims no evidence, its tail is extrapolated
+ * (summaryMargin), wider than a log-normal's. Counted against q's need, a restarted agent's margin
+ * stayed near cold at the p99-p99.9 its admission loop starts at (0.5 of the steady local share
+ * for 60 s on the slowest pool). `bound`: the node's own margin where its window answers for q;
+ * a prior never takes a pod below it.
+ */
+export function blendWithPrior(
+  own: { count: number; margin: number } | undefined,
+  prior: RegimeSummary,
+  q: number,
+  needed: (q: number) => number,
+  limits: { cap: number; floor: number; bound: number },
+): number {
+  const n = own?.count ?? 0;
+  const k = Math.max(0, Math.min(limits.cap, prior.observations) - n);
+  const p = summaryMargin(prior, q);
+  const mixed = n > 0 && own ? (n * own.margin + k * p) / (n + k) : p;
+  const w = Math.min(1, n / needed(q) + k / needed(Math.min(q, SUMMARY_QUANTILES.p90)));
+  return Math.max(limits.bound, w * mixed + (1 - w) * Math.max(mixed, limits.floor));
+}
