@@ -93,7 +93,8 @@ function agent(rule: 'calibrated' | 'controlled'): PeakStrategyFactory {
             a.mayLeave && d.action === 'pod'
               ? loop?.admitted(a.at, policy.sloTtftMs, plannedMissChance(d.chosen, policy.sloTtftMs))
               : undefined;
-          const ticket = pool.begin(c, a.promptTokens);
+          const stayWithinMs = a.mayLeave ? undefined : policy.sloTtftMs - waitedMs;
+          const ticket = pool.begin(c, a.promptTokens, 'chat', true, undefined, undefined, stayWithinMs);
           return {
             firstToken: (ms) => {
               ticket.firstByte(ms);
