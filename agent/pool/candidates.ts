@@ -6,7 +6,7 @@ import type { Candidate, WindowedMetric } from '../route/candidate.ts';
 import { staleAfterMs } from '../telemetry/scraper.ts';
 import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
 import type { Pod, PodEstimate, PodLoad, PredictorParams, RouteRequest } from '../types.ts';
-import type { PoolOptions } from './options.ts';
+import { DEFAULT_LEAVABLE_BATCH_RESERVE, type PoolOptions } from './options.ts';
 import { localHealthy, sendRate, type LocalPod } from './pod-records.ts';
 import type { PeerTraffic } from './peer-traffic.ts';
 
@@ -30,6 +30,7 @@ export type CandidateSettings = Pick<
   | 'maxInFlightPerPod'
   | 'referenceWindowMs'
   | 'loraCosts'
+  | 'leavableBatchReserve'
 >;
 
 export function localCandidate(
@@ -123,7 +124,7 @@ class LocalCandidate implements Candidate {
     this.#windowMs = settings.referenceWindowMs;
     this.#sentAdapters = local.sentAdapters;
     this.#loraCosts = settings.loraCosts;
-    this.#reserve = local.batchReserve;
+    this.#reserve = settings.leavableBatchReserve ?? DEFAULT_LEAVABLE_BATCH_RESERVE;
   }
 
   /** What running `adapter` here adds to the TTFT (0 when it is no adapter of this pod). */

@@ -2,7 +2,6 @@
 import type { PredictorOptions } from '../predict/predictor.ts';
 import type { EjectionOptions } from './ejection.ts';
 import type { LoraCosts } from '../route/lora.ts';
-import { DEFAULT_BATCH_RESERVE, type BatchReserveOptions } from '../admission/batch-reserve.ts';
 
 export interface PoolOptions {
   node: string;
@@ -35,24 +34,14 @@ export interface PoolOptions {
   /** What loading a LoRA adapter, or waiting for a slot, adds to a pod's TTFT (default DEFAULT_LORA_COSTS). */
   loraCosts?: LoraCosts;
   /**
-   * Highest share of a local pod's batch (as far as seen: Learner.batchLimit) that a request which may
+   * Share of a local pod's batch (as far as seen: Learner.batchLimit) that a request which may
    * leave does not take: it is priced as if that many more were running, so past that point it
    * meets the full batch's margin. Requests that cannot leave have nowhere else to go; without a
    * reserve, leavable ones admitted to every free slot made them queue (default 0.375: 2 of 4
    * slots, 3 of 8; compared with 0.25 on bench:peak's 4- and 8-slot shapes, where 0.25 cost
-   * must-stay requests 4–7 points of attainment at 1.5×). The most a pod keeps, and where a new
-   * pod starts: its must-stay requests' answers lower it (admission/batch-reserve.ts).
+   * must-stay requests 4–7 points of attainment at 1.5×).
    */
   leavableBatchReserve?: number;
-  /** How must-stay requests' answers steer each pod's reserve below it (admission/batch-reserve.ts). */
-  batchReserve?: Partial<Omit<BatchReserveOptions, 'max'>>;
-}
-
-/** The batch reserve's law as configured. */
-export function batchReserveOptions(
-  o: Pick<PoolOptions, 'leavableBatchReserve' | 'batchReserve'>,
-): BatchReserveOptions {
-  return { ...DEFAULT_BATCH_RESERVE, ...o.batchReserve, max: o.leavableBatchReserve ?? DEFAULT_LEAVABLE_BATCH_RESERVE };
 }
 
 /** Default for `PoolOptions.leavableBatchReserve`. */

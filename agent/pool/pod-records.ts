@@ -1,11 +1,8 @@
 // What the pool keeps per pod. This agent's own counts of what it sent a pod cover the gap
 // between two reports of that pod (a scrape for its own, a gossip update for a peer's), when
 // every agent would otherwise see the same stale queue.
-import { nextBatchReserve } from '../admission/batch-reserve.ts';
-import { regimeOf, type Learner } from '../predict/learner.ts';
-import type { Features } from '../predict/predictor.ts';
 import type { Pod, PodEstimate, PodLoad } from '../types.ts';
-import { batchReserveOptions, type PoolOptions } from './options.ts';
+import type { PoolOptions } from './options.ts';
 import type { PodTelemetry } from '../telemetry/pod-telemetry.ts';
 
 /** Counts a request ticket moves, the same for local and peers' pods. */
@@ -36,8 +33,6 @@ export interface LocalPod extends RequestCounters {
   recentSendsAt: number;
   /** LoRA adapters this agent sent to the pod since its last scrape, and when (absent: none yet). */
   sentAdapters?: Map<string, number>;
-  /** Share of its batch leavable requests leave free, steered by its must-stay requests (admission/batch-reserve.ts). */
-  batchReserve: number;
 }
 
 /** Adds one send to `local`'s fading count: each counts exp(−age / windowMs). */
@@ -55,10 +50,9 @@ export function sendRate(
   return (local.recentSends * Math.exp(-Math.max(0, now - local.recentSendsAt) / windowMs)) / windowMs;
 }
 
-export function newLocalPod(pod: Pod, batchReserve: number): LocalPod {
+export function newLocalPod(pod: Pod): LocalPod {
   return {
     pod,
-    batchReserve,
     telemetry: undefined,
     inFlight: 0,
     pendingPromptTokens: 0,
@@ -71,25 +65,6 @@ export function newLocalPod(pod: Pod, batchReserve: number): LocalPod {
     computedTokens: 0,
     recentSends: 0,
     recentSendsAt: 0,
-  };
-}
-
-/**
- * The first-token hook of a must-stay request sent to `local` with `features`: its TTFT against
- * `withinMs` (what its SLO left when it was sent), and whether it found the pod's batch (as far as
- * learned) without a free slot, steer the pod's batch reserve.
- */
-export function steerBatchReserve(
-  local: LocalPod,
-  features: Pick<Features, 'queued' | 'running'>,
-  learner: Pick<Learner, 'batchLimit'>,
-  withinMs: number,
-  options: Pick<PoolOptions, 'leavableBatchReserve' | 'batchReserve'>,
-): (ms: number) => void {
-  const foundFull = regimeOf(features.queued, features.running, learner.batchLimit(local.pod.uid)) !== 'free';
-  const law = batchReserveOptions(options);
-  return (ms) => {
-    local.batchReserve = nextBatchReserve(local.batchReserve, foundFull, ms > withinMs, law);
   };
 }
 

@@ -22,9 +22,9 @@ import type { Pod, PodEstimate, PodLoad, RequestKind } from '../types.ts';
 import { localCandidate, peerCandidate, REFERENCE_REQUEST } from './candidates.ts';
 import { poolDebugState } from './debug-state.ts';
 import { fastestPerNode, indexByModel, peerShortlists } from './model-index.ts';
-import { batchReserveOptions, DEFAULT_PEER_SHORTLIST, type PoolOptions } from './options.ts';
+import { DEFAULT_PEER_SHORTLIST, type PoolOptions } from './options.ts';
 import { PeerTrafficBook } from './peer-traffic.ts';
-import { countSend, localEstimate, newLocalPod, steerBatchReserve, type LocalPod } from './pod-records.ts';
+import { countSend, localEstimate, newLocalPod, type LocalPod } from './pod-records.ts';
 import { Ejections } from './ejection.ts';
 import { PoolChanges } from './changes.ts';
 import { warmStart } from './warm-start.ts';
@@ -117,7 +117,7 @@ export class PodPool {
     for (const pod of pods) {
       const existing = this.#local.get(pod.uid);
       if (existing) existing.pod = { ...pod, engine: pod.engine ?? existing.pod.engine };
-      else this.#local.set(pod.uid, newLocalPod(pod, batchReserveOptions(this.options).max));
+      else this.#local.set(pod.uid, newLocalPod(pod));
     }
     this.#localByModel = indexByModel(this.#local.values());
     this.#podsVersion++;
@@ -277,7 +277,6 @@ export class PodPool {
    * request; `answered` the whole answer of a non-streamed one. Returns the mean prediction the
    * request was sent on (what calibration measures against). Prediction, learning and the pending
    * count use the prompt tokens `c` has not cached; `promptBlocks` (local pods) join its prefix index.
-   * `mustStayWithinMs`: a request that may not leave, and what its SLO leaves it from now.
    */
   begin(
     c: Candidate,
@@ -286,7 +285,6 @@ export class PodPool {
     stream = true,
     promptBlocks?: readonly number[],
     model?: string,
-    mustStayWithinMs?: number,
   ): PodTicket {
     const features = {
       queued: c.queuedNow + c.unseenSent,
@@ -311,10 +309,6 @@ export class PodPool {
       now: () => this.options.now(),
       changed: () => this.#changed(),
       prefilled: sent,
-      firstToken:
-        local && mustStayWithinMs !== undefined
-          ? steerBatchReserve(local, features, this.#learner, mustStayWithinMs, this.options)
-          : undefined,
       ended: (ok) => {
         // The engine frees the prompt's blocks into its LRU now: they age from here (prefix/index.ts).
         if (ok && local && promptBlocks?.length && this.#local.get(local.pod.uid) === local)

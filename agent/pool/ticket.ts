@@ -27,8 +27,6 @@ export interface TicketRequest {
   changed: () => void;
   /** Called once, when its prompt has been prefilled (first token, answer or end). */
   prefilled?: () => void;
-  /** Called with the measured TTFT (ms from send) when the first token of a streamed request is out. */
-  firstToken?: (ms: number) => void;
   /** Called once, when the request ends (`ok`: answered). */
   ended?: (ok: boolean) => void;
 }
@@ -73,7 +71,6 @@ export function openTicket(r: TicketRequest): PodTicket {
     firstByte: (ms: number) => {
       prefilled();
       learn(ms);
-      r.firstToken?.(ms);
     },
     answered: (ms: number) => {
       prefilled();

@@ -93,8 +93,7 @@ function agent(rule: 'calibrated' | 'controlled'): PeakStrategyFactory {
             a.mayLeave && d.action === 'pod'
               ? loop?.admitted(a.at, policy.sloTtftMs, plannedMissChance(d.chosen, policy.sloTtftMs))
               : undefined;
-          const stayWithinMs = a.mayLeave ? undefined : policy.sloTtftMs - waitedMs;
-          const ticket = pool.begin(c, a.promptTokens, 'chat', true, undefined, undefined, stayWithinMs);
+          const ticket = pool.begin(c, a.promptTokens);
           return {
             firstToken: (ms) => {
               ticket.firstByte(ms);

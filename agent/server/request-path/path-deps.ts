@@ -98,8 +98,6 @@ export interface RequestPathDeps {
       promptBlocks?: readonly number[],
       /** The requested model: a LoRA adapter of the pod's takes a slot there. */
       model?: string,
-      /** A request that may not leave: what its SLO leaves it from now (it steers the pod's batch reserve). */
-      mustStayWithinMs?: number,
     ): { firstByte(ms: number): void; answered(ms: number): void; end(ok: boolean): void };
     /** The pod failed before its first byte: unreachable (ejected until a probe) or answered an error (a moment out). */
     markFailed(c: Candidate, how?: 'unreachable' | 'answered'): void;

@@ -67,8 +67,6 @@ export async function attemptPod(
         parsed.stream,
         request.promptBlocks,
         request.model,
-        // A must-stay request's answer steers the pod's batch reserve (admission/batch-reserve.ts).
-        slo.leavable ? undefined : slo.sloTtftMs - (deps.now() - slo.started),
       );
       deps.metrics.prefixTokens.add(request.promptTokens, 'prompt');
       const cached = Math.min(candidate.expectedCachedTokens ?? 0, request.promptTokens);
