@@ -160,9 +160,15 @@ test("a prior stands for at most priorObservations: the agent's own observations
   feed(without, 'pod-a', 80, 0.5, 3);
   const mixed = withPrior.margin('pod-a', 0.99);
   assert.ok(mixed > 0.2 && mixed < without.margin('pod-a', 0.99), `${mixed}: own wider errors pull it up`);
+  assert.deepEqual(
+    [withPrior.stats('pod-a').priorWeight, without.stats('pod-a').priorWeight],
+    [200 - 80, 0],
+    '/debug/state says what the prior still stands for',
+  );
   feed(withPrior, 'pod-a', 200, 0.5, 4);
   feed(without, 'pod-a', 200, 0.5, 4);
   assert.equal(withPrior.margin('pod-a', 0.99), without.margin('pod-a', 0.99), 'replaced by own evidence');
+  assert.equal(withPrior.stats('pod-a').priorWeight, 0);
 });
 
 test("a prior never takes a pod below what its node's own window says, where that window answers", () => {

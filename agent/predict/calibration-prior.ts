@@ -75,6 +75,11 @@ export function sanitizeSummary(raw: CalibrationSummary | undefined): Calibratio
   return any ? out : undefined;
 }
 
+/** The pseudo-observations a prior still stands for: at most `cap`, one fewer per own observation. */
+export function priorWeight(prior: RegimeSummary, cap: number, ownObservations: number): number {
+  return Math.max(0, Math.min(cap, prior.observations) - ownObservations);
+}
+
 /**
  * A margin with a prior: `prior` stands for at most `cap` pseudo-observations at its margins,
  * one fewer for each of the agent's own `own.count` (own evidence replaces it), mixed with the
@@ -95,7 +100,7 @@ export function blendWithPrior(
   limits: { cap: number; floor: number; bound: number },
 ): number {
   const n = own?.count ?? 0;
-  const k = Math.max(0, Math.min(limits.cap, prior.observations) - n);
+  const k = priorWeight(prior, limits.cap, n);
   const p = summaryMargin(prior, q);
   const mixed = n > 0 && own ? (n * own.margin + k * p) / (n + k) : p;
   const w = Math.min(1, n / needed(q) + k / needed(Math.min(q, SUMMARY_QUANTILES.p90)));

@@ -43,6 +43,7 @@
 
 import {
   blendWithPrior,
+  priorWeight,
   REGIMES,
   sanitizeSummary,
   SUMMARY_QUANTILES,
@@ -283,9 +284,16 @@ export class Calibration {
     return w * own + (1 - w) * Math.max(own, floor);
   }
 
-  stats(uid: string, regime: Regime = 'free'): { observations: number; recentBias: number } {
+  /**
+   * The pod's own evidence, and the pseudo-observations a gossiped prior still stands for beside
+   * it (0: its margin is its own and its node's alone).
+   */
+  stats(uid: string, regime: Regime = 'free'): { observations: number; recentBias: number; priorWeight: number } {
     const r = this.#residuals[regime].get(uid);
-    return { observations: r?.count ?? 0, recentBias: r ? this.#shift(r) : 0 };
+    const prior = this.#priors.get(uid)?.[regime];
+    const observations = r?.count ?? 0;
+    const weight = prior ? priorWeight(prior, this.options.priorObservations, observations) : 0;
+    return { observations, recentBias: r ? this.#shift(r) : 0, priorWeight: weight };
   }
 
   /** The window's q-quantile, raised by a recent shift; kept until the window's next observation. */
