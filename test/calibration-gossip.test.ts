@@ -77,10 +77,14 @@ test('a signed full state still fits one datagram: summaries are left out of one
     p.state.localUpdate(podEstimates(node, pods), EPOCH + 1);
     const written = writeDelta(p.state.self, 0, p.maxPayload, EPOCH + 2);
     assert.ok(written?.done, `${pods} pods: a signed state is sent whole or not at all`);
-    return written.delta.pods.filter((e) => e.calibration).length;
+    return [written.delta.pods.filter((e) => e.calibration).length, p.state.calibrationOmitted];
   };
-  assert.equal(fullState(7), 7, 'room for every summary');
-  assert.equal(fullState(8), 0, '8 pods with their identities fill the datagram: their loads, not their summaries');
+  assert.deepEqual(fullState(7), [7, false], 'room for every summary');
+  assert.deepEqual(
+    fullState(8),
+    [0, true],
+    '8 pods with their identities fill the datagram: their loads, not their summaries (and the agent says so)',
+  );
 });
 
 test("an origin speaks for its own node's pods only: its summary of another node's pod is not read", () => {

@@ -61,6 +61,14 @@ export function registerGossipMetrics(registry: Registry, source: { stats(): Gos
       this.set(source.stats().originsKnown);
     },
   });
+  new Gauge({
+    name: 'kinference_gossip_calibration_omitted',
+    help: "1 while this agent's signed gossip state leaves its pods' calibration summaries out (with them it would not fit one datagram), else 0.",
+    registers: [registry],
+    collect() {
+      this.set(source.stats().calibrationOmitted ? 1 : 0);
+    },
+  });
 }
 
 /** kinference_gossip_key_bindings_total{verdict}: Kubernetes key bindings decided (binding.ts). */

@@ -70,6 +70,8 @@ export interface GossipStats {
   untrusted: number;
   expired: number;
   originsKnown: number;
+  /** Our signed state leaves our pods' calibration summaries out: with them it would not fit a datagram. */
+  calibrationOmitted: boolean;
   origins: { origin: string; agent: string; pods: number; version: number; ageMs: number }[];
   /** Failure detection: probes started, ones that needed others' help, agents declared down, refutations; agents out now. */
   probes: FailureDetector['counters'] & { agentsOut: string[] };
@@ -289,6 +291,7 @@ export class GossipNode {
       untrusted: counters.untrusted,
       expired: counters.expired,
       originsKnown: origins.length,
+      calibrationOmitted: this.#protocol.state.calibrationOmitted,
       origins,
       probes: {
         probes: 0,

@@ -99,6 +99,8 @@ export class GossipState {
   readonly maxTombstonesPerOrigin: number;
   readonly maxOriginsPerKey: number;
   readonly maxStateBytes: number;
+  /** Our last update left the pods' calibration summaries out (the signed state would not fit). */
+  calibrationOmitted = false;
   /** Remote origins must be signed (a keyring was given). */
   readonly signed: boolean;
   readonly #signer: OriginSigner | undefined;
@@ -154,7 +156,8 @@ export class GossipState {
     const self = this.self;
     const next = new Map<string, PodEstimate>();
     for (const e of estimates) if (next.size < this.maxPodsPerOrigin) next.set(e.pod.uid, e);
-    if (this.#signer && !this.#fitsWhole(next))
+    this.calibrationOmitted = this.#signer !== undefined && !this.#fitsWhole(next);
+    if (this.calibrationOmitted)
       for (const [uid, e] of next) if (e.calibration) next.set(uid, { ...e, calibration: undefined });
 
     const changes: { entry: PodEntryWire; info?: PodInfoWire; infoVersion?: number }[] = [];
