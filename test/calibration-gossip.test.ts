@@ -154,9 +154,9 @@ test("a prior stands for at most priorObservations: the agent's own observations
   withPrior.setPrior('pod-a', prior);
   const without = new Calibration();
   assert.equal(withPrior.margin('pod-a', 0.9), 0.2, 'from its first request: the gossiped 90% margin');
-  // Above it, the exponential tail through the median and the 90% margin: wider than a log-normal's.
+  // Above it, an exponential tail from the 90% margin, at the cold margin's slope (steeper than the summary's own).
   const tail = (q: number) => Math.log(1 / (1 - q));
-  const p99 = (0.2 * (tail(0.99) - tail(0.5))) / (tail(0.9) - tail(0.5));
+  const p99 = 0.2 + (COLD / tail(0.99)) * (tail(0.99) - tail(0.9));
   assert.ok(Math.abs(withPrior.margin('pod-a', 0.99) - p99) < 1e-12, `${withPrior.margin('pod-a', 0.99)}`);
   assert.ok(p99 < COLD);
   assert.equal(without.margin('pod-a', 0.99), COLD);
@@ -173,6 +173,30 @@ test("a prior stands for at most priorObservations: the agent's own observations
   feed(without, 'pod-a', 200, 0.5, 4);
   assert.equal(withPrior.margin('pod-a', 0.99), without.margin('pod-a', 0.99), 'replaced by own evidence');
   assert.equal(withPrior.stats('pod-a').priorWeight, 0);
+});
+
+test("above 90% a prior's tail rises at least at the cold margin's slope; a steeper summary keeps its own", () => {
+  const tail = (q: number) => Math.log(1 / (1 - q));
+  const coldSlope = COLD / tail(0.99);
+  const marginWith = (prior: CalibrationSummary, q: number) => {
+    const c = new Calibration();
+    c.setPrior('pod-a', prior);
+    return c.margin('pod-a', q);
+  };
+  // A flat summary (median = 90%): two points say nothing of a heavy tail beyond them.
+  const flat: CalibrationSummary = { free: { observations: 512, median: 0.3, p90: 0.3 } };
+  assert.equal(marginWith(flat, 0.9), 0.3, 'the stated 90% margin unchanged');
+  assert.equal(marginWith(flat, 0.5), 0.3, 'the stated median unchanged');
+  for (const q of [0.95, 0.99, 0.999]) {
+    const m = marginWith(flat, q);
+    assert.ok(Math.abs(m - (0.3 + coldSlope * (tail(q) - tail(0.9)))) < 1e-12, `flat tail at ${q}: ${m}`);
+  }
+  // A steep summary: its own line through the median and 90%, unchanged.
+  const steep: CalibrationSummary = { free: { observations: 512, median: 0, p90: 1 } };
+  const ownSlope = 1 / (tail(0.9) - tail(0.5));
+  assert.ok(ownSlope > coldSlope);
+  const m = marginWith(steep, 0.99);
+  assert.ok(Math.abs(m - (1 + ownSlope * (tail(0.99) - tail(0.9)))) < 1e-12, `steep tail at 0.99: ${m}`);
 });
 
 test("a prior never takes a pod below what its node's own window says, where that window answers", () => {
@@ -224,7 +248,9 @@ test('a restarted agent starts from the calibration its previous incarnation gos
   after.p.setRemote(gossiped);
   const restarted = after.p.candidates()[0].logMargin!(0.9);
   assert.ok(restarted >= learned && restarted - learned < 1 / 32 + 1e-9, `learned ${learned}, restarted ${restarted}`);
-  assert.ok(after.p.candidates()[0].logMargin!(0.99) < COLD / 2, 'and well inside the cold margin at 99%');
+  // At 99%: the gossiped 90% margin plus the cold tail's rise from 90% to 99% (half the cold margin).
+  const p99 = after.p.candidates()[0].logMargin!(0.99);
+  assert.ok(Math.abs(p99 - (restarted + COLD / 2)) < 1e-9 && p99 < COLD, `inside the cold margin at 99%: ${p99}`);
 });
 
 test("a fresh agent judges a peer's pod by its own agent's summary; a warm one by its own evidence", () => {

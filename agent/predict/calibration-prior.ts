@@ -8,7 +8,8 @@
 // What it holds, per regime: the evidence behind it (observations) and two log margins, at the
 // median (the full-batch bias reads it) and at 90%. Margins at other quantiles follow an
 // exponential tail through both: linear in log(1/(1-q)), the scaling the cold margin uses too,
-// which overstates a log-normal's 99% (3.1σ for 2.3σ). Not at 99%: the admission loop asks for
+// which overstates a log-normal's 99% (3.1σ for 2.3σ); above 90% never less steep than the cold
+// margin (summaryMargin). Not at 99%: the admission loop asks for
 // p80-p99, and a window of under 100 observations reads its 99% as its largest error (one
 // outlier: ×15 on a full batch of vllm 16 seqs, which held a restarted agent at 0.7 of the share
 // the cold margin kept). Two numbers, because a round of gossip (a digest and a node's 8 pods with
@@ -41,13 +42,18 @@ export const SUMMARY_LIMITS = { maxLogMargin: 4, maxObservations: 1 << 20 };
 
 /**
  * The summary's log margin at quantile q: its median below the median (never lower: a prior
- * errs wide), the straight line through both on log(1/(1-q)) between and above them.
+ * errs wide), the straight line through both on log(1/(1-q)) between them, and above 90% that
+ * line at a slope of at least `minTailSlope` (per unit of log(1/(1-q)); the cold margin's). Two
+ * points say nothing of the tail beyond them: extrapolated at their own slope, a heavy tail's
+ * prior came out narrow (a restarted agent's leavable attainment fell to 98.0% on a TGI pool of
+ * 8 sequences at 1.5× costs); the cold slope puts it back, for ~0.05 of the local share at most.
  */
-export function summaryMargin(s: RegimeSummary, q: number): number {
+export function summaryMargin(s: RegimeSummary, q: number, minTailSlope = 0): number {
   const x = tail(Math.min(q, 1 - 1e-9));
   if (x <= X_MEDIAN) return s.median;
-  const t = (x - X_MEDIAN) / (X_P90 - X_MEDIAN);
-  return (1 - t) * s.median + t * s.p90; // exactly each stated margin at its own quantile
+  const slope = (s.p90 - s.median) / (X_P90 - X_MEDIAN);
+  if (x <= X_P90) return s.median + slope * (x - X_MEDIAN); // exactly each stated margin at its own quantile
+  return s.p90 + Math.max(slope, minTailSlope) * (x - X_P90);
 }
 
 /**
@@ -90,18 +96,18 @@ export function priorWeight(prior: RegimeSummary, cap: number, ownObservations: 
  * (summaryMargin), wider than a log-normal's. Counted against q's need, a restarted agent's margin
  * stayed near cold at the p99-p99.9 its admission loop starts at (0.5 of the steady local share
  * for 60 s on the slowest pool). `bound`: the node's own margin where its window answers for q;
- * a prior never takes a pod below it.
+ * a prior never takes a pod below it. `tailSlope`: the least slope of the prior's tail above 90%.
  */
 export function blendWithPrior(
   own: { count: number; margin: number } | undefined,
   prior: RegimeSummary,
   q: number,
   needed: (q: number) => number,
-  limits: { cap: number; floor: number; bound: number },
+  limits: { cap: number; floor: number; bound: number; tailSlope: number },
 ): number {
   const n = own?.count ?? 0;
   const k = priorWeight(prior, limits.cap, n);
-  const p = summaryMargin(prior, q);
+  const p = summaryMargin(prior, q, limits.tailSlope);
   const mixed = n > 0 && own ? (n * own.margin + k * p) / (n + k) : p;
   const w = Math.min(1, n / needed(q) + k / needed(Math.min(q, SUMMARY_QUANTILES.p90)));
   return Math.max(limits.bound, w * mixed + (1 - w) * Math.max(mixed, limits.floor));

@@ -219,7 +219,8 @@ export class Calibration {
   #withPrior(r: Residuals | undefined, prior: RegimeSummary, q: number, floor: number, bound: number): number {
     const own = r ? { count: r.count, margin: this.#own(r, q) } : undefined;
     const needed = (x: number) => this.#needed(x);
-    return blendWithPrior(own, prior, q, needed, { cap: this.options.priorObservations, floor, bound });
+    const tailSlope = this.options.coldLogMargin / Math.log(1 / (1 - COLD_AT));
+    return blendWithPrior(own, prior, q, needed, { cap: this.options.priorObservations, floor, bound, tailSlope });
   }
 
   /** The node's margin where its own window answers for q (what a prior may not go below), else -∞. */
