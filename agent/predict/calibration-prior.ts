@@ -9,11 +9,11 @@
 // median (the full-batch bias reads it) and at 90%. Margins at other quantiles follow an
 // exponential tail through both: linear in log(1/(1-q)), the scaling the cold margin uses too,
 // which overstates a log-normal's 99% (3.1σ for 2.3σ); above 90% never less steep than the cold
-// margin (summaryMargin). Not at 99%: the admission loop asks for
-// p80-p99, and a window of under 100 observations reads its 99% as its largest error (one
-// outlier: ×15 on a full batch of vllm 16 seqs, which held a restarted agent at 0.7 of the share
-// the cold margin kept). Two numbers, because a round of gossip (a digest and a node's 8 pods with
-// their identities) has to fit one datagram, and that left about ten bytes per pod.
+// margin (summaryMargin). Not at 99%: the admission loop asks for p80-p99, and a window of under
+// 100 observations reads its 99% as its largest error (one outlier: ×15 on a full batch of vllm 16
+// seqs, which held a restarted agent at 0.7 of the share the cold margin kept). Two numbers,
+// because a round of gossip (a digest and a node's 8 pods with their identities) has to fit one
+// datagram, and that left about ten bytes per pod.
 
 /** Whether requests stood queued ahead of this one at the pod when it was sent, or its batch was full. */
 export type Regime = 'free' | 'full' | 'queued';
