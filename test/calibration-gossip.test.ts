@@ -13,7 +13,6 @@ import { GossipState } from '../agent/gossip/state.ts';
 import { decodePayload, encodePayload, wireTypes, WireError } from '../agent/gossip/wire.ts';
 import { entrySize, envelopeOverhead } from '../agent/gossip/wire-size.ts';
 import { PodPool } from '../agent/pool/pool.ts';
-import { AdmissionThreshold } from '../agent/admission/threshold.ts';
 import { PodTelemetry } from '../agent/telemetry/pod-telemetry.ts';
 import type { PodEstimate, PodLoad } from '../agent/types.ts';
 import { mulberry32 } from '../shared/sim/random.ts';
@@ -252,37 +251,6 @@ test('a restarted agent starts from the calibration its previous incarnation gos
   // At 99%: the gossiped 90% margin plus the cold tail's rise from 90% to 99% (half the cold margin).
   const p99 = after.p.candidates()[0].logMargin!(0.99);
   assert.ok(Math.abs(p99 - (restarted + COLD / 2)) < 1e-9 && p99 < COLD, `inside the cold margin at 99%: ${p99}`);
-});
-
-test("a restarted agent whose pods' calibration came back by gossip starts its admission loop at p99, not p99.9", () => {
-  const now = { t: 1000 };
-  const before = localPool(now);
-  for (let i = 0; i < 300; i++) {
-    const ticket = before.p.begin(before.p.candidates()[0], 200);
-    ticket.firstByte(ticket.predictedMs * 1.1);
-    ticket.end(true);
-    now.t += 100;
-    before.scrape();
-  }
-  const gossiped = before.p.localEstimates();
-  const startOf = (pool: PodPool) => {
-    const loop = new AdmissionThreshold(0.99);
-    // As the request path and bench:peak start it.
-    if (loop.awaitingFeedback && pool.calibrationCarried()) loop.feedbackCarried();
-    return loop.quantile;
-  };
-
-  const fresh = localPool(now);
-  assert.equal(fresh.p.calibrationCarried(), false, 'nothing heard: a fresh agent');
-  assert.ok(Math.abs(startOf(fresh.p) - 0.999) < 1e-12, 'strict until feedback');
-  const thin = localPool(now);
-  thin.p.setRemote(gossiped.map((e) => ({ ...e, calibration: { free: { observations: 50, median: 0, p90: 0.1 } } })));
-  assert.equal(thin.p.calibrationCarried(), false, 'too little evidence to answer for p99');
-  assert.ok(Math.abs(startOf(thin.p) - 0.999) < 1e-12);
-  const restarted = localPool(now);
-  restarted.p.setRemote(gossiped);
-  assert.equal(restarted.p.calibrationCarried(), true);
-  assert.ok(Math.abs(startOf(restarted.p) - 0.99) < 1e-12, `${startOf(restarted.p)}`);
 });
 
 test("a fresh agent judges a peer's pod by its own agent's summary; a warm one by its own evidence", () => {

@@ -13,7 +13,7 @@ import { RequestPath, type OverflowResult, type RequestPathDeps } from '../agent
 import { createMetrics } from '../agent/server/observability/metrics.ts';
 import { nodeRequest } from '../agent/server/exchange.ts';
 import type { RouteRequest } from '../agent/types.ts';
-import { routeCandidate, routePod, routePolicy, routeRequest } from './helpers/route-fixtures.ts';
+import { routeCandidate, routePod, routePolicy } from './helpers/route-fixtures.ts';
 
 const MODEL = 'm';
 const POLICY = routePolicy({
@@ -64,8 +64,6 @@ interface Fakes {
   overflow?: (request: RouteRequest, providers: readonly string[]) => Promise<OverflowResult>;
   classify?: () => string[];
   logSample?: number;
-  /** What the pool says of its pods' calibration carried from before (absent: a pool that cannot say). */
-  carried?: boolean;
 }
 
 function requestPath(f: Fakes) {
@@ -104,7 +102,6 @@ function requestPath(f: Fakes) {
       },
       markFailed: () => void calls.failed++,
       nextChange: async () => 'timeout',
-      ...(f.carried === undefined ? {} : { calibrationCarried: () => f.carried! }),
     },
     overflow: async (request, _parsed, providers) => {
       calls.overflowed.push([...providers]);
@@ -324,15 +321,4 @@ test("the pod's learning and slot wait for the answer's bytes, and are done when
     streaming.close();
     streaming.closeAllConnections();
   }
-});
-
-test("the admission loop starts at p99 where the pool's calibration was carried from before, else strict", () => {
-  const startedAt = (carried?: boolean) => {
-    const { path } = requestPath({ candidates: [], leave: LEAVE, ...(carried === undefined ? {} : { carried }) });
-    path.explain(routeRequest({ model: MODEL }), { namespace: 'ns', tenant: 'team' });
-    return path.admission.quantile(POLICY.name, POLICY.sloAttainment);
-  };
-  assert.ok(Math.abs(startedAt(true) - 0.99) < 1e-12, `a restarted agent: ${startedAt(true)}`);
-  assert.ok(Math.abs(startedAt(false) - 0.999) < 1e-12, 'a fresh one: strict until feedback');
-  assert.ok(Math.abs(startedAt() - 0.999) < 1e-12);
 });

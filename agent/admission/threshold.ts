@@ -18,8 +18,7 @@
 // which a pool serving few requests a minute needs, as its outcomes are too few to tell 99.3%
 // from 100%). The quantile is bounded on both sides (p80–p99.9 at 99%), so the loop can neither
 // admit coin flips nor turn the pods off; a fresh loop holds the strict bound until its first
-// admitted request's SLO has passed, or until told its pods' calibration was carried from before
-// (feedbackCarried). Pure: time comes in as arguments.
+// admitted request's SLO has passed. Pure: time comes in as arguments.
 
 export interface ThresholdOptions {
   /** Share of the target's error budget held back (0.3: aim at 99.3% when the target is 99%). */
@@ -134,21 +133,6 @@ export class AdmissionThreshold {
   /** The quantile a request that may leave must meet the SLO at to be admitted to a pod. */
   get quantile(): number {
     return 1 - Math.exp(this.#feedback ? this.#logMiss : this.#minLogMiss);
-  }
-
-  /** Whether the loop still holds its strict start (no admitted request's SLO has passed). */
-  get awaitingFeedback(): boolean {
-    return !this.#feedback;
-  }
-
-  /**
-   * The pods' calibration was carried from before (a restarted agent's, gossiped back): it holds
-   * the feedback the strict start waits for, so the loop goes on from its starting quantile now.
-   * The strict start is for a calibration that has seen none of its pods' errors; held by a
-   * restarted agent, it kept ~20 s of a slow pool's leavable traffic away from warm pods.
-   */
-  feedbackCarried(): void {
-    this.#feedback = true;
   }
 
   /**

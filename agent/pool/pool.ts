@@ -27,7 +27,7 @@ import { PeerTrafficBook } from './peer-traffic.ts';
 import { countSend, localEstimate, newLocalPod, type LocalPod } from './pod-records.ts';
 import { Ejections } from './ejection.ts';
 import { PoolChanges } from './changes.ts';
-import { calibrationCarried, warmStart } from './warm-start.ts';
+import { warmStart } from './warm-start.ts';
 import { openTicket, type PodTicket } from './ticket.ts';
 
 // Importers name the pool's types from here, wherever they are defined.
@@ -187,11 +187,6 @@ export class PodPool {
     this.#peerNodesRanked = fastestPerNode(this.#peersRanked);
     this.#podsVersion++;
     this.#changed();
-  }
-
-  /** Whether every local pod's calibration was carried by gossip from before (warm-start.ts). */
-  calibrationCarried(): boolean {
-    return calibrationCarried(this.#learner, this.#local);
   }
 
   /** A warm start for the local pods not measured yet (warm-start.ts). */

@@ -36,14 +36,3 @@ export function warmStart(
     }
   }
 }
-
-/**
- * Whether every local pod's calibration was carried from before (a restarted agent's own pods,
- * gossiped back by peers) on enough evidence to answer for p99: then what the admission loop's
- * strict start waits for (feedback on its pods' errors) is already in hand.
- */
-export function calibrationCarried(learner: Learner, locals: ReadonlyMap<string, LocalPod>): boolean {
-  if (locals.size === 0) return false;
-  for (const uid of locals.keys()) if (!learner.calibrationCarried(uid)) return false;
-  return true;
-}

@@ -286,17 +286,6 @@ export class Calibration {
   }
 
   /**
-   * Whether a local pod's gossiped prior carries at least `priorObservations` observations over
-   * its regimes (the 99% quantile's need): enough to stand for the feedback a strict start awaits.
-   */
-  priorCarried(uid: string): boolean {
-    const prior = this.#priors.get(uid);
-    if (!prior) return false;
-    const evidence = REGIMES.reduce((n, regime) => n + (prior[regime]?.observations ?? 0), 0);
-    return evidence >= this.options.priorObservations;
-  }
-
-  /**
    * The pod's own evidence, and the pseudo-observations a gossiped prior still stands for beside
    * it (0: its margin is its own and its node's alone).
    */

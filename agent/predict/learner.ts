@@ -67,11 +67,6 @@ export class Learner {
     this.#calibration.setPrior(uid, summary);
   }
 
-  /** Whether a local pod's calibration was carried by gossip on enough evidence (Calibration.priorCarried). */
-  calibrationCarried(uid: string): boolean {
-    return this.#calibration.priorCarried(uid);
-  }
-
   /** What this agent's own evidence says of a local pod's errors, for gossip. */
   calibrationSummary(uid: string): CalibrationSummary | undefined {
     return this.#calibration.summary(uid);

@@ -91,8 +91,6 @@ function agent(rule: 'calibrated' | 'controlled'): PeakStrategyFactory {
         }),
       decide: (a, waitedMs) => {
         const candidates = pool.candidates();
-        // As the request path does: a restarted agent's carried calibration ends the strict start.
-        if (loop?.awaitingFeedback && pool.calibrationCarried()) loop.feedbackCarried();
         loop?.expire(ctx.now());
         const d = decideArrival(ctx, policy, a, waitedMs, candidates, loop?.quantile);
         return toAction(d, ctx.pods, (c) => {

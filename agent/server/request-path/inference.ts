@@ -8,7 +8,7 @@ import type { ApiRequest, ApiResponse } from '../exchange.ts';
 import { randomUUID } from 'node:crypto';
 import { candidateName, decide, type Decision, type LeaveVerdict } from '../../route/router.ts';
 import type { Candidate } from '../../route/candidate.ts';
-import type { EffectivePolicy, RequestKind, RouteRequest } from '../../types.ts';
+import type { RequestKind, RouteRequest } from '../../types.ts';
 import { BoundedLabel } from '../observability/metrics.ts';
 import { parseInferenceRequest, readBoundedBody, RequestError, type ParsedRequest } from '../bodies/request.ts';
 import type { Identity } from './identify.ts';
@@ -96,16 +96,6 @@ export class RequestPath {
     });
   }
 
-  /**
-   * The policy's admission loop; its strict start ends at once where the pool's calibration was
-   * carried from before (a restarted agent, warm-start.ts): that is the feedback it waits for.
-   */
-  #admission(policy: EffectivePolicy): AdmissionThreshold {
-    const loop = this.admission.for(policy.name, policy.sloAttainment);
-    if (loop.awaitingFeedback && this.deps.pool.calibrationCarried?.()) loop.feedbackCarried();
-    return loop;
-  }
-
   /** The routing input for a parsed request (also used by /explain). */
   routeRequest(parsed: ParsedRequest, identity: Identity, tags: string[]): RouteRequest {
     return this.#withTokens(buildRouteRequest(parsed, identity, tags, this.deps.limits.prefixMaxBlocks), parsed);
@@ -132,7 +122,7 @@ export class RequestPath {
       candidates: this.deps.pool.candidates(request.model, request.promptBlocks, tokensOf(request)),
       leave: this.deps.leaveVerdict(policy, request),
       rand: this.deps.rand,
-      admissionQuantile: this.#admission(policy).quantile,
+      admissionQuantile: this.admission.quantile(policy.name, policy.sloAttainment),
     });
   }
 
@@ -241,7 +231,7 @@ export class RequestPath {
     let podAttempts = 0;
     let waited = false;
     const priority = priorityOf(policy.priority ?? DEFAULT_PRIORITY, req.headers.get(PRIORITY_HEADER) ?? undefined);
-    const admission = this.#admission(policy);
+    const admission = this.admission.for(policy.name, policy.sloAttainment);
     /** A decision on the pool as it is now, for this request's leave verdict; no side effect. */
     const decideNow = (leave: LeaveVerdict) =>
       decide({

@@ -101,8 +101,6 @@ export interface RequestPathDeps {
     ): { firstByte(ms: number): void; answered(ms: number): void; end(ok: boolean): void };
     /** The pod failed before its first byte: unreachable (ejected until a probe) or answered an error (a moment out). */
     markFailed(c: Candidate, how?: 'unreachable' | 'answered'): void;
-    /** Whether every local pod's calibration was carried by gossip from before (a restart): the loop starts warm. */
-    calibrationCarried?(): boolean;
     /** Resolves at the next change of any candidate (scrape, gossip, a request ending). */
     nextChange(timeoutMs: number, signal: AbortSignal): Promise<'change' | 'timeout' | 'aborted'>;
   };
