@@ -33,9 +33,10 @@ export const REGIMES: readonly Regime[] = ['free', 'full', 'queued'];
 
 /** The quantiles a summary states, and their position on the exponential tail's axis. */
 export const SUMMARY_QUANTILES = { median: 0.5, p90: 0.9 } as const;
-const tail = (q: number): number => Math.log(1 / (1 - q));
-const X_MEDIAN = tail(SUMMARY_QUANTILES.median);
-const X_P90 = tail(SUMMARY_QUANTILES.p90);
+/** A quantile's position on the exponential tail's axis, log(1/(1-q)): margins are linear in it. */
+export const tailPosition = (q: number): number => Math.log(1 / (1 - q));
+const X_MEDIAN = tailPosition(SUMMARY_QUANTILES.median);
+const X_P90 = tailPosition(SUMMARY_QUANTILES.p90);
 
 /** What a receiver accepts of a summary: log margins within ±`maxLogMargin`, evidence up to `maxObservations`. */
 export const SUMMARY_LIMITS = { maxLogMargin: 4, maxObservations: 1 << 20 };
@@ -49,7 +50,7 @@ export const SUMMARY_LIMITS = { maxLogMargin: 4, maxObservations: 1 << 20 };
  * 8 sequences at 1.5× costs); the cold slope puts it back, for ~0.05 of the local share at most.
  */
 export function summaryMargin(s: RegimeSummary, q: number, minTailSlope = 0): number {
-  const x = tail(Math.min(q, 1 - 1e-9));
+  const x = tailPosition(Math.min(q, 1 - 1e-9));
   if (x <= X_MEDIAN) return s.median;
   const slope = (s.p90 - s.median) / (X_P90 - X_MEDIAN);
   if (x <= X_P90) return s.median + slope * (x - X_MEDIAN); // exactly each stated margin at its own quantile
@@ -81,6 +82,15 @@ export function sanitizeSummary(raw: CalibrationSummary | undefined): Calibratio
   return any ? out : undefined;
 }
 
+/**
+ * A margin widened to `floor` as far as its evidence is thin (`weight` 0: none, 1: enough for the
+ * quantile). The floor is a floor, not an addition: a cold start must still admit idle pods, or no
+ * request would ever reach them to teach the calibration.
+ */
+export function flooredByEvidence(margin: number, weight: number, floor: number): number {
+  return weight * margin + (1 - weight) * Math.max(margin, floor);
+}
+
 /** The pseudo-observations a prior still stands for: at most `cap`, one fewer per own observation. */
 export function priorWeight(prior: RegimeSummary, cap: number, ownObservations: number): number {
   return Math.max(0, Math.min(cap, prior.observations) - ownObservations);
@@ -110,5 +120,5 @@ export function blendWithPrior(
   const p = summaryMargin(prior, q, limits.tailSlope);
   const mixed = n > 0 && own ? (n * own.margin + k * p) / (n + k) : p;
   const w = Math.min(1, n / needed(q) + k / needed(Math.min(q, SUMMARY_QUANTILES.p90)));
-  return Math.max(limits.bound, w * mixed + (1 - w) * Math.max(mixed, limits.floor));
+  return Math.max(limits.bound, flooredByEvidence(mixed, w, limits.floor));
 }

@@ -43,10 +43,12 @@
 
 import {
   blendWithPrior,
+  flooredByEvidence,
   priorWeight,
   REGIMES,
   sanitizeSummary,
   SUMMARY_QUANTILES,
+  tailPosition,
   type CalibrationSummary,
   type Regime,
   type RegimeSummary,
@@ -219,8 +221,8 @@ export class Calibration {
   #withPrior(r: Residuals | undefined, prior: RegimeSummary, q: number, floor: number, bound: number): number {
     const own = r ? { count: r.count, margin: this.#own(r, q) } : undefined;
     const needed = (x: number) => this.#needed(x);
-    const tailSlope = this.options.coldLogMargin / Math.log(1 / (1 - COLD_AT));
-    return blendWithPrior(own, prior, q, needed, { cap: this.options.priorObservations, floor, bound, tailSlope });
+    const limits = { cap: this.options.priorObservations, floor, bound, tailSlope: this.#coldSlope() };
+    return blendWithPrior(own, prior, q, needed, limits);
   }
 
   /** The node's margin where its own window answers for q (what a prior may not go below), else -∞. */
@@ -254,7 +256,12 @@ export class Calibration {
 
   /** The cold margin for quantile q: log 3 at 99%, an exponential tail's scaling elsewhere. */
   #cold(q: number): number {
-    return (this.options.coldLogMargin * Math.log(1 / (1 - q))) / Math.log(1 / (1 - COLD_AT));
+    return (this.options.coldLogMargin * tailPosition(q)) / tailPosition(COLD_AT);
+  }
+
+  /** The cold margin's slope per unit of log(1/(1-q)): a gossiped prior's tail rises at least this steeply. */
+  #coldSlope(): number {
+    return this.options.coldLogMargin / tailPosition(COLD_AT);
   }
 
   /** Observations before a window's own q-quantile is trusted fully. */
@@ -275,14 +282,10 @@ export class Calibration {
     return kept.margin;
   }
 
-  /**
-   * The cold margin is a floor while evidence is thin, not an addition: a cold start must still
-   * admit idle pods, or no request would ever reach them to teach the calibration.
-   */
+  /** A window's margin at q, widened to `floor` while its evidence is thin (flooredByEvidence). */
   #blend(r: Residuals, q: number, needed: number, floor: number): number {
     const own = this.#own(r, q);
-    const w = Math.min(1, r.count / needed);
-    return w * own + (1 - w) * Math.max(own, floor);
+    return flooredByEvidence(own, Math.min(1, r.count / needed), floor);
   }
 
   /**
