@@ -5,8 +5,8 @@
 // (performance.now(), which allocates nothing; hrtime.bigint() makes a BigInt per reading);
 // p50 / p99 / p99.9 over every block. This VM stalls a running thread for 40–50 µs about 2,000
 // times a second, so an operation's p99 depends on how long it runs: the reference loops of two
-// lengths show that floor. The production image runs the agent with --max-semi-space-size=2
-// (Dockerfile); pass it to node to measure with that young generation.
+// lengths show that floor. The production image runs the agent with --max-semi-space-size=16
+// (Dockerfile); a smaller young generation (2) scavenges more often and shows more of the GC's tail.
 // Run: node [--max-semi-space-size=2] bench/decide-tail.ts [--before DIR] [--known 10,100,1000,10000]
 //        [--blocks 20] [--block 5000] [--history MS: each local pod's windows hold that much history]
 //        [--observations N: TTFTs measured per local pod] [--reference 2000,4000: loop lengths]

@@ -105,7 +105,7 @@ export class MemorySampler {
  * The node flags the container image runs the agent with (Dockerfile ENTRYPOINT, kept equal by
  * test/manifests.test.ts): the soak and bench:memory measure the agent as it is deployed.
  */
-export const IMAGE_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=2'];
+export const IMAGE_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=16'];
 
 /**
  * glibc malloc settings of the image (Dockerfile ENV, checked the same way). MALLOC_MMAP_THRESHOLD_:
