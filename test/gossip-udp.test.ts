@@ -81,8 +81,18 @@ test('three agents on loopback converge, and a stopped one’s pods disappear wi
 });
 
 test('two agents of one node (a surge) are both heard as origins, and one leaving the members stops being read', async () => {
+  // A surge's agent boots seconds after the one it replaces; two made here could share a
+  // millisecond, and an origin instance is named by its node and boot ms (agent/gossip/wire.ts).
+  let boot = Date.now();
   const make = async (nodeId: string) => {
-    const n = new GossipNode({ nodeId, bind: '127.0.0.1:0', peers: [], key: KEY, intervalMs: INTERVAL_MS });
+    const n = new GossipNode({
+      nodeId,
+      bind: '127.0.0.1:0',
+      peers: [],
+      key: KEY,
+      intervalMs: INTERVAL_MS,
+      incarnation: (boot += 1_000),
+    });
     await n.start();
     nodes.push(n);
     return n;
