@@ -44,10 +44,10 @@ EXPOSE 8080 9090 7946/udp
 # `kinference …`; the DaemonSet passes `agent --config /etc/kinference/agent.yaml`.
 # Node flags (kept equal to bench/process-memory.ts IMAGE_NODE_FLAGS by test/manifests.test.ts, so
 # `npm run soak` and `npm run bench:memory` measure the agent as deployed; figures in docs/benchmarks.md, "Memory"):
-# --max-semi-space-size=16: the young generation V8 gives a 64-bit host with memory to spare, fixed
-#   so that a container's memory limit does not shrink it: with 2 MB the agent spent ~16 % of its main thread in
-#   scavenges at saturation and reached 0.34x nginx's throughput, with 16 MB 0.49x; it costs
-#   RSS after a hostile burst (the soak), not under the lines of bench:memory.
+# --max-semi-space-size=16: the young generation V8 gives a 64-bit host with memory to spare,
+#   fixed so that a container's memory limit does not shrink it: with 2 MB the agent spent ~16 %
+#   of its main thread in scavenges at saturation and reached 0.34x nginx's throughput, with 16 MB
+#   0.49x; it costs RSS after a hostile burst (the soak), not under the lines of bench:memory.
 # No --memory-saver-mode: it makes every major GC a memory-reducing one and, measured, roughly
 #   doubles the CPU per request at saturation; the agent's own idle release (a memory-reducing GC
 #   once quiet) gives the pages back after a burst instead (docs/decisions/0004-image-memory-flags.md).
