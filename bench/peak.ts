@@ -14,8 +14,9 @@
 //   --unseen       a third set, chosen before the last round of tuning and kept out of it
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { calibrateCapacity, DEFAULT_SHAPE, POOL_SHAPES, type PodShape } from './routing/harness.ts';
-import { runPeak, type PeakScenario, type PeakStrategyFactory, type PhaseResult } from './peak/harness.ts';
+import { calibrateCapacity } from './routing/harness.ts';
+import { both, runPeak, shares, type PeakStrategyFactory, type Shares } from './peak/harness.ts';
+import { HALF_MS, MIX, peakScenario, SHAPE_SETS, SLO_MS, SWEEP } from './peak/shapes.ts';
 import { ATTAINMENT, fitOracle, fixedMargin, PEAK_STRATEGIES } from './peak/strategies.ts';
 
 const { values } = parseArgs({
@@ -27,113 +28,10 @@ const { values } = parseArgs({
   },
 });
 const SEEDS = Number(values.seeds);
-const HALF_MS = 60_000;
 const LOADS = [1, 1.5, 2, 3];
-const MIX = { longShare: 0 };
-const SLO_MS = 800;
-/** The reference's sweep, tightest first: factors over the oracle's mean prediction. */
-const SWEEP = [10, 6, 4, 3, 2.5, 2, 1.75, 1.5, 1.25, 1];
-
-/** Shapes no constant of the agent was chosen on, beyond bench:routing's held-out ones. */
-const PEAK_SHAPES: PodShape[] = [
-  ...POOL_SHAPES,
-  { ...DEFAULT_SHAPE, name: 'vllm 8 seqs, batch slowdown 4x', maxSeqs: 8, batchSlowdown: 3, heldOut: true },
-  { ...DEFAULT_SHAPE, name: 'vllm 16 seqs, one pod 3x faster', speeds: [3, 1, 1, 1], heldOut: true },
-];
-
-/**
- * Held out for real: chosen and added after every admission constant was fixed (the shapes above
- * were all in the runs those constants were compared on), and run once, not tuned on.
- */
-const FRESH_SHAPES: PodShape[] = [
-  {
-    ...DEFAULT_SHAPE,
-    name: 'tgi 8 seqs, 2x costs',
-    engine: 'tgi',
-    maxSeqs: 8,
-    prefillScale: 2,
-    decodeScale: 2,
-    heldOut: true,
-  },
-  {
-    ...DEFAULT_SHAPE,
-    name: 'sglang 64 seqs, two pods 2x slower',
-    engine: 'sglang',
-    maxSeqs: 64,
-    speeds: [1, 1, 0.5, 0.5],
-    heldOut: true,
-  },
-  {
-    ...DEFAULT_SHAPE,
-    name: 'vllm 24 seqs, batch slowdown 3x, decode 0.5x',
-    maxSeqs: 24,
-    batchSlowdown: 2,
-    decodeScale: 0.5,
-    heldOut: true,
-  },
-  { ...DEFAULT_SHAPE, name: 'vllm 16 seqs, 2 pods', speeds: [1, 1], heldOut: true },
-];
-
-/**
- * Chosen and committed before the tuning that followed the fresh shapes' first run (which made
- * those shapes seen): run only to report, never while choosing a constant.
- */
-const UNSEEN_SHAPES: PodShape[] = [
-  { ...DEFAULT_SHAPE, name: 'vllm 32 seqs, 3 pods, one 2x slower', maxSeqs: 32, speeds: [1, 1, 0.5], heldOut: true },
-  {
-    ...DEFAULT_SHAPE,
-    name: 'tgi 48 seqs, 6 pods, decode 2x',
-    engine: 'tgi',
-    maxSeqs: 48,
-    decodeScale: 2,
-    speeds: [1, 1, 1, 1, 1, 1],
-    heldOut: true,
-  },
-  {
-    ...DEFAULT_SHAPE,
-    name: 'sglang 8 seqs, prefill 0.5x, batch slowdown 2x',
-    engine: 'sglang',
-    maxSeqs: 8,
-    prefillScale: 0.5,
-    batchSlowdown: 1,
-    heldOut: true,
-  },
-  {
-    ...DEFAULT_SHAPE,
-    name: 'vllm 12 seqs, 3x costs, no chunked prefill',
-    maxSeqs: 12,
-    prefillScale: 3,
-    decodeScale: 3,
-    chunkedPrefill: false,
-    heldOut: true,
-  },
-];
 
 const SHAPE_SET = values.unseen ? 'unseen' : values.fresh ? 'fresh' : 'main';
-const shapes = (values.unseen ? UNSEEN_SHAPES : values.fresh ? FRESH_SHAPES : PEAK_SHAPES).filter(
-  (s) => !values.shape || s.name.includes(values.shape),
-);
-
-interface Shares {
-  leavable: number;
-  staying: number;
-  local: number;
-  rejected: number;
-}
-const shares = (r: PhaseResult): Shares => {
-  const n = r.leavable + r.staying;
-  return {
-    leavable: r.leavable ? r.leavableWithin / r.leavable : NaN,
-    staying: r.staying ? r.stayingWithin / r.staying : NaN,
-    local: r.local / n,
-    rejected: r.rejected / n,
-  };
-};
-const both = (a: PhaseResult, b: PhaseResult): PhaseResult => {
-  const out = { ...a };
-  for (const k of Object.keys(a) as (keyof PhaseResult)[]) out[k] = a[k] + b[k];
-  return out;
-};
+const shapes = SHAPE_SETS[SHAPE_SET].filter((s) => !values.shape || s.name.includes(values.shape));
 
 type Window = 'cold' | 'steady' | 'restart';
 const WINDOWS: Window[] = ['steady', 'cold', 'restart'];
@@ -159,22 +57,8 @@ for (const shape of shapes) {
   const oracle = fitOracle(shape, MIX, capacity);
   for (let i = 0; i < SEEDS; i++) {
     for (const load of LOADS) {
-      const scenario = (restartAtMs?: number): PeakScenario => ({
-        shape,
-        speeds: shape.speeds ?? [1, 1, 1, 1],
-        phases: [
-          { ms: HALF_MS, load },
-          { ms: HALF_MS, load },
-        ],
-        mix: MIX,
-        sloMs: SLO_MS,
-        stayShare: 0.3,
-        waitMs: 2000,
-        seed: 31 + 1000 * i,
-        restartAtMs,
-      });
       const run = (factory: PeakStrategyFactory, restartAtMs?: number) =>
-        runPeak(scenario(restartAtMs), factory, capacity, oracle);
+        runPeak(peakScenario(shape, load, i, restartAtMs), factory, capacity, oracle);
       // Tightest first, loosening while the target holds: the local share grows as the margin
       // shrinks, and the first miss of the target ends the sweep (the looser runs, with their
       // runaway queues, are the slow ones to simulate and could only miss it by more).

@@ -81,6 +81,29 @@ const emptyPhase = (): PhaseResult => ({
   calibratedWithin: 0,
 });
 
+/** A window's figures as shares: of leavable and must-stay requests within the SLO, of all served locally, refused. */
+export interface Shares {
+  leavable: number;
+  staying: number;
+  local: number;
+  rejected: number;
+}
+export const shares = (r: PhaseResult): Shares => {
+  const n = r.leavable + r.staying;
+  return {
+    leavable: r.leavable ? r.leavableWithin / r.leavable : NaN,
+    staying: r.staying ? r.stayingWithin / r.staying : NaN,
+    local: r.local / n,
+    rejected: r.rejected / n,
+  };
+};
+/** Two windows' counts as one. */
+export const both = (a: PhaseResult, b: PhaseResult): PhaseResult => {
+  const out = { ...a };
+  for (const k of Object.keys(a) as (keyof PhaseResult)[]) out[k] = a[k] + b[k];
+  return out;
+};
+
 /** A hosted provider's TTFT: 150–400 ms, skewed toward the low end (a log-uniform draw). */
 export function providerTtftMs(rand: () => number): number {
   return 150 * Math.exp(rand() * Math.log(400 / 150));

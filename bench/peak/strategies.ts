@@ -117,27 +117,33 @@ function agent(rule: 'calibrated' | 'controlled'): PeakStrategyFactory {
  * Perfect information: each pod's true queue, batch, pending prompt tokens and speed at the instant
  * of decision, the TTFT model fitted offline on that truth, and the q-quantile of that model's
  * error measured offline. The best admission a predictor can do without seeing the future.
+ * With `reservedSlots`, a request that may leave is admitted only to a pod with more batch slots
+ * free than that (of the engine's configured batch, true queue counted against it): a trunk
+ * reservation for must-stay requests, which the agent approximates with its batch reserve.
  */
-const oracle: PeakStrategyFactory = (ctx) => {
-  const policy = policyFor(ctx);
-  return {
-    scraped: () => {},
-    decide: (a, waitedMs) => {
-      const candidates = ctx.pods.map((p) => ({
-        ...oracleCandidate(p, ctx.oracle.params),
-        logMargin: () => ctx.oracle.logMargin,
-      }));
-      return toAction(decideArrival(ctx, policy, a, waitedMs, candidates), ctx.pods, () => ({}));
-    },
+function oracle(reservedSlots = 0): PeakStrategyFactory {
+  return (ctx) => {
+    const policy = policyFor(ctx);
+    const batch = ctx.scenario.shape.maxSeqs;
+    return {
+      scraped: () => {},
+      decide: (a, waitedMs) => {
+        const candidates = ctx.pods
+          .map((p) => ({ ...oracleCandidate(p, ctx.oracle.params), logMargin: () => ctx.oracle.logMargin }))
+          .filter((c) => !a.mayLeave || reservedSlots === 0 || batch - c.running - c.queuedNow > reservedSlots);
+        return toAction(decideArrival(ctx, policy, a, waitedMs, candidates), ctx.pods, () => ({}));
+      },
+    };
   };
-};
+}
 
 /**
  * The oracle's perfect information with a fixed log margin: swept offline per shape and load, the
  * loosest margin whose leavable requests still meet the target gives the reference local share.
+ * `reservedSlots` as for the oracle (bench:peak-frontier; the reference keeps none).
  */
-export function fixedMargin(logMargin: number): PeakStrategyFactory {
-  return (ctx) => oracle({ ...ctx, oracle: { ...ctx.oracle, logMargin } });
+export function fixedMargin(logMargin: number, reservedSlots = 0): PeakStrategyFactory {
+  return (ctx) => oracle(reservedSlots)({ ...ctx, oracle: { ...ctx.oracle, logMargin } });
 }
 
 /** The oracle's model for a shape, and the q-quantile of its error on the true state (offline). */
