@@ -13,7 +13,7 @@ import { parseArgs } from 'node:util';
 import { calibrateCapacity } from './routing/harness.ts';
 import { both, runPeak, shares, type PeakStrategyFactory } from './peak/harness.ts';
 import { MIX, peakScenario, SHAPE_SETS, SWEEP } from './peak/shapes.ts';
-import { ATTAINMENT, fitOracle, fixedMargin, PEAK_STRATEGIES } from './peak/strategies.ts';
+import { ATTAINMENT, fitOracle, fixedMargin, PEAK_STRATEGIES, sweepReference } from './peak/strategies.ts';
 
 const { values } = parseArgs({
   options: {
@@ -91,16 +91,7 @@ for (const shape of shapes) {
     return mean(seeds.map((seed) => shares(run(factory, seed)[1]).staying));
   };
   // The reference as bench:peak takes it: per seed, the loosest margin that seed's run allows.
-  const references = seeds.map((seed) => {
-    let best = { local: 0, staying: NaN };
-    for (const factor of SWEEP) {
-      const [cold, steady] = runOracle(factor, 0, seed);
-      const whole = shares(both(cold, steady));
-      if (whole.leavable < ATTAINMENT) break;
-      if (whole.local > best.local) best = { local: whole.local, staying: shares(steady).staying };
-    }
-    return best;
-  });
+  const references = seeds.map((seed) => sweepReference((factor) => runOracle(factor, 0, seed)));
   rows.push({
     shape: shape.name,
     heldOut: shape.heldOut,

@@ -15,9 +15,16 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { calibrateCapacity } from './routing/harness.ts';
-import { both, runPeak, shares, type PeakStrategyFactory, type Shares } from './peak/harness.ts';
-import { HALF_MS, MIX, peakScenario, SHAPE_SETS, SLO_MS, SWEEP } from './peak/shapes.ts';
-import { ATTAINMENT, fitOracle, fixedMargin, PEAK_STRATEGIES } from './peak/strategies.ts';
+import { runPeak, shares, type PeakStrategyFactory, type Shares } from './peak/harness.ts';
+import { HALF_MS, MIX, peakScenario, SHAPE_SETS, SLO_MS } from './peak/shapes.ts';
+import {
+  ATTAINMENT,
+  fitOracle,
+  fixedMargin,
+  PEAK_STRATEGIES,
+  sweepReference,
+  type Reference,
+} from './peak/strategies.ts';
 
 const { values } = parseArgs({
   options: {
@@ -45,7 +52,7 @@ interface Row {
    * must-stay requests got in the steady window (the same FCFS pods serve both: the free batch
    * slots a looser admission gives leavable requests are the ones must-stay requests wait for).
    */
-  reference: { local: number; factor: number; leavable: number; staying: number };
+  reference: Reference;
   /** strategy → window → shares. */
   runs: Record<string, Record<Window, Shares>>;
 }
@@ -59,17 +66,7 @@ for (const shape of shapes) {
     for (const load of LOADS) {
       const run = (factory: PeakStrategyFactory, restartAtMs?: number) =>
         runPeak(peakScenario(shape, load, i, restartAtMs), factory, capacity, oracle);
-      // Tightest first, loosening while the target holds: the local share grows as the margin
-      // shrinks, and the first miss of the target ends the sweep (the looser runs, with their
-      // runaway queues, are the slow ones to simulate and could only miss it by more).
-      let reference = { local: 0, factor: NaN, leavable: NaN, staying: NaN };
-      for (const factor of SWEEP) {
-        const [cold, steady] = run(fixedMargin(Math.log(factor)));
-        const whole = shares(both(cold, steady));
-        if (whole.leavable < ATTAINMENT) break;
-        if (whole.local > reference.local)
-          reference = { local: whole.local, factor, leavable: whole.leavable, staying: shares(steady).staying };
-      }
+      const reference = sweepReference((factor) => run(fixedMargin(Math.log(factor))));
       const runs: Row['runs'] = {};
       for (const [name, factory] of PEAK_STRATEGIES) {
         const [cold, steady] = run(factory);

@@ -13,7 +13,16 @@ import { generateArrivals, type PromptMix } from '../routing/workload.ts';
 import { benchRequest, oracleCandidate } from '../routing/strategies.ts';
 import { poolOptions } from '../../test/helpers/route-fixtures.ts';
 import { decodeCalibration, encodeCalibration } from '../../agent/gossip/calibration-wire.ts';
-import type { PeakAction, PeakArrival, PeakContext, PeakStrategyFactory } from './harness.ts';
+import {
+  both,
+  shares,
+  type PeakAction,
+  type PeakArrival,
+  type PeakContext,
+  type PeakStrategyFactory,
+  type PhaseResult,
+} from './harness.ts';
+import { SWEEP } from './shapes.ts';
 
 export const ATTAINMENT = 0.99;
 const LEAVE: LeaveVerdict = { allowed: true, reason: 'bench', providers: ['hosted'] };
@@ -144,6 +153,33 @@ function oracle(reservedSlots = 0): PeakStrategyFactory {
  */
 export function fixedMargin(logMargin: number, reservedSlots = 0): PeakStrategyFactory {
   return (ctx) => oracle(reservedSlots)({ ...ctx, oracle: { ...ctx.oracle, logMargin } });
+}
+
+/** The reference's figures: the best local share at the target, the factor that gave it, and the rest of that run. */
+export interface Reference {
+  local: number;
+  factor: number;
+  leavable: number;
+  staying: number;
+}
+
+/**
+ * The reference for one shape, load and seed: the oracle with no reserve, swept over SWEEP's
+ * margins, keeping the largest local share whose leavable requests met the target over the run.
+ * Tightest first, loosening while the target holds: the local share grows as the margin shrinks,
+ * and the first miss of the target ends the sweep (the looser runs, with their runaway queues, are
+ * the slow ones to simulate and could only miss it by more). `runAt` runs the oracle at a factor.
+ */
+export function sweepReference(runAt: (factor: number) => PhaseResult[]): Reference {
+  let reference: Reference = { local: 0, factor: NaN, leavable: NaN, staying: NaN };
+  for (const factor of SWEEP) {
+    const [cold, steady] = runAt(factor);
+    const whole = shares(both(cold, steady));
+    if (whole.leavable < ATTAINMENT) break;
+    if (whole.local > reference.local)
+      reference = { local: whole.local, factor, leavable: whole.leavable, staying: shares(steady).staying };
+  }
+  return reference;
 }
 
 /** The oracle's model for a shape, and the q-quantile of its error on the true state (offline). */
