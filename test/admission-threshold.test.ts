@@ -191,7 +191,24 @@ test('a window with no miss loosens with time as well: a pool admitting a reques
   assert.ok(withTime.quantile < 0.85, `with time: ${withTime.quantile}`);
   assert.match(withTime.state(t).why, /loosening with time|loosest bound/);
   assert.ok(perOutcome.quantile > 0.99, `31 successes alone: ${perOutcome.quantile}`);
-  assert.ok(planned.quantile > 0.99, `admissions planned at the aim hold it to the outcomes' pace: ${planned.quantile}`);
+  assert.ok(
+    planned.quantile > 0.99,
+    `admissions planned at the aim hold it to the outcomes' pace: ${planned.quantile}`,
+  );
+
+  // Admissions planned near the edge earlier in the window, none lately: still near the edge.
+  const [edge, edgeOutcomes] = [LAW, { ...LAW, cleanLoosenPerS: 0 }].map((o) => new AdmissionThreshold(0.99, o, 0.999));
+  for (let u = 0; u <= 50_000; u += 2000) {
+    for (const loop of [edge, edgeOutcomes]) {
+      loop.expire(u);
+      loop.admitted(u, 800, u < 40_000 ? 2 * loop.aimMiss : 1e-4)(u + 300, true);
+    }
+  }
+  assert.equal(
+    edge.quantile,
+    edgeOutcomes.quantile,
+    'no loosening with time while the window was planned near the edge',
+  );
 
   // One miss, and the window is no longer clean: only outcomes move it for the next minute.
   const settle = withTime.admitted(t, 800, 1e-4);

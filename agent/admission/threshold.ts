@@ -16,12 +16,12 @@
 // slow, and faster only while the window's error budget is mostly unspent, counted both in
 // misses measured and in misses planned (each admission's miss chance by its pod's calibration,
 // which a pool serving few requests a minute needs, as its outcomes are too few to tell 99.3%
-// from 100%). While the window holds no miss at all and the last seconds' admissions were planned
-// far below the aim, it also loosens with time: per outcome alone, a pool admitting two requests a
-// second took two minutes to climb from its strictest bound to where its budget is spent. The
-// quantile is bounded on both sides (p80–p99.9 at 99%), so the loop can neither
-// admit coin flips nor turn the pods off; a fresh loop holds the strict bound until its first
-// admitted request's SLO has passed. Pure: time comes in as arguments.
+// from 100%). While the window holds no miss at all and its admissions were planned far below the
+// aim (over the window, and over its last seconds), it also loosens with time: per outcome alone,
+// a pool admitting two requests a second took two minutes to climb from its strictest bound to
+// where its budget is spent. The quantile is bounded on both sides (p80–p99.9 at 99%), so the
+// loop can neither admit coin flips nor turn the pods off; a fresh loop holds the strict bound
+// until its first admitted request's SLO has passed. Pure: time comes in as arguments.
 
 export interface ThresholdOptions {
   /** Share of the target's error budget held back (0.3: aim at 99.3% when the target is 99%). */
@@ -45,9 +45,10 @@ export interface ThresholdOptions {
   windowMs: number;
   bucketMs: number;
   /**
-   * While no admitted request in the window missed and the admissions of the last `cleanSpanMs`
-   * were planned at under half the aim's misses, log(1 - quantile) also grows by this much per
-   * second (0.1: the miss chance a request may carry grows 10% a second, p99.9 to p98 in 30 s).
+   * While no admitted request in the window missed, and its admissions, in the whole window and
+   * in its last `cleanSpanMs`, were planned at under half the aim's misses (far from the edge),
+   * log(1 - quantile) also grows by this much per second (0.1: the miss chance a request may
+   * carry grows 10% a second, p99.9 to p98 in 30 s). Near the edge, outcomes alone move it.
    */
   cleanLoosenPerS: number;
   cleanSpanMs: number;
@@ -241,10 +242,11 @@ export class AdmissionThreshold {
     this.#cleanSince = now;
   }
 
-  /** No miss among the window's measured requests, and the recent admissions planned well below the aim. */
+  /** No miss among the window's measured requests, and its admissions (all, and recent) planned well below the aim. */
   #clean(now: number): boolean {
     const window = this.#window(now);
     if (window.measured === 0 || window.within < window.measured) return false;
+    if (window.plannedMiss > (window.planned * this.aimMiss) / 2) return false;
     const recent = this.#window(now, this.options.cleanSpanMs);
     return recent.planned > 0 && recent.plannedMiss / recent.planned <= this.aimMiss / 2;
   }
