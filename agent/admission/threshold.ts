@@ -184,7 +184,6 @@ export class AdmissionThreshold {
    */
   expire(now: number): void {
     if (!this.#feedback && now >= this.#feedbackFrom) this.#feedback = true;
-    this.#loosenWhileClean(now);
     const pending = this.#pending;
     while (this.#pendingHead < pending.length && pending[this.#pendingHead].deadline < now) {
       const entry = pending[this.#pendingHead++];
@@ -196,6 +195,7 @@ export class AdmissionThreshold {
       pending.splice(0, this.#pendingHead);
       this.#pendingHead = 0;
     }
+    this.#loosenWhileClean(now);
   }
 
   /** One request admitted to a pod, measured at `now`: within the SLO or not. */
@@ -263,7 +263,7 @@ export class AdmissionThreshold {
     else if (this.#logMiss >= this.#maxLogMiss) why = `budget unspent: at the loosest bound (${pct(quantile)})`;
     else if (this.#lastMove === 'tightened') why = `a miss: tightened (measured ${pct(within / measured)})`;
     else if (this.#lastMove === 'loosened with time')
-      why = `no miss in the last ${this.options.windowMs / 1000}s and recent admissions planned far below the aim: loosening with time`;
+      why = `no miss in the last ${this.options.windowMs / 1000}s and admissions planned far below the aim: loosening with time`;
     else
       why = `measured ${pct(within / measured)}${planned ? `, planned ${pct(1 - plannedMiss / planned)}` : ''} against aim ${pct(1 - this.aimMiss)}: loosening, ${pct(Math.max(0, budgetLeft))} of the budget left`;
     return {
