@@ -174,3 +174,48 @@ test("a request's planned miss chance is what its pod's calibration says of its 
   assert.equal(at(900), 0.5, 'over the SLO: at most the cap');
   assert.equal(plannedMissChance({ candidate: { networkCostMs: 0 }, predictedMs: 100 }, 800), undefined);
 });
+
+test('a window with no miss loosens with time as well: a pool admitting a request every 2 s reaches its loosest bound in a minute, not in minutes', () => {
+  // Three loops from p99.9, the same successes every 2 s: with time (default), per outcome only,
+  // and with time but admissions planned at the aim's miss chance (the budget spent as planned).
+  const withTime = new AdmissionThreshold(0.99, LAW, 0.999);
+  const perOutcome = new AdmissionThreshold(0.99, { ...LAW, cleanLoosenPerS: 0 }, 0.999);
+  const planned = new AdmissionThreshold(0.99, LAW, 0.999);
+  let t = 0;
+  for (; t <= 60_000; t += 2000) {
+    for (const loop of [withTime, perOutcome, planned]) {
+      loop.expire(t);
+      loop.admitted(t, 800, loop === planned ? loop.aimMiss : 1e-4)(t + 300, true);
+    }
+  }
+  assert.ok(withTime.quantile < 0.85, `with time: ${withTime.quantile}`);
+  assert.match(withTime.state(t).why, /loosening with time|loosest bound/);
+  assert.ok(perOutcome.quantile > 0.99, `31 successes alone: ${perOutcome.quantile}`);
+  assert.ok(
+    planned.quantile > 0.99,
+    `admissions planned at the aim hold it to the outcomes' pace: ${planned.quantile}`,
+  );
+
+  // Admissions planned near the edge earlier in the window, none lately: still near the edge.
+  const [edge, edgeOutcomes] = [LAW, { ...LAW, cleanLoosenPerS: 0 }].map((o) => new AdmissionThreshold(0.99, o, 0.999));
+  for (let u = 0; u <= 50_000; u += 2000) {
+    for (const loop of [edge, edgeOutcomes]) {
+      loop.expire(u);
+      loop.admitted(u, 800, u < 40_000 ? 2 * loop.aimMiss : 1e-4)(u + 300, true);
+    }
+  }
+  assert.equal(
+    edge.quantile,
+    edgeOutcomes.quantile,
+    'no loosening with time while the window was planned near the edge',
+  );
+
+  // One miss, and the window is no longer clean: only outcomes move it for the next minute.
+  const settle = withTime.admitted(t, 800, 1e-4);
+  settle(t + 900, false);
+  const afterMiss = withTime.quantile;
+  for (t += 2000; t <= 110_000; t += 2000) withTime.expire(t);
+  assert.equal(withTime.quantile, afterMiss, 'no loosening with time while the miss is in the window');
+  withTime.expire(t + 20_000);
+  assert.ok(withTime.quantile === afterMiss, 'nor once the window is empty of measurements');
+});

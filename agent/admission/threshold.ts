@@ -16,9 +16,12 @@
 // slow, and faster only while the window's error budget is mostly unspent, counted both in
 // misses measured and in misses planned (each admission's miss chance by its pod's calibration,
 // which a pool serving few requests a minute needs, as its outcomes are too few to tell 99.3%
-// from 100%). The quantile is bounded on both sides (p80–p99.9 at 99%), so the loop can neither
-// admit coin flips nor turn the pods off; a fresh loop holds the strict bound until its first
-// admitted request's SLO has passed. Pure: time comes in as arguments.
+// from 100%). While the window holds no miss at all and its admissions were planned far below the
+// aim (over the window, and over its last seconds), it also loosens with time: per outcome alone,
+// a pool admitting two requests a second took two minutes to climb from its strictest bound to
+// where its budget is spent. The quantile is bounded on both sides (p80–p99.9 at 99%), so the
+// loop can neither admit coin flips nor turn the pods off; a fresh loop holds the strict bound
+// until its first admitted request's SLO has passed. Pure: time comes in as arguments.
 
 export interface ThresholdOptions {
   /** Share of the target's error budget held back (0.3: aim at 99.3% when the target is 99%). */
@@ -41,6 +44,14 @@ export interface ThresholdOptions {
   /** Sliding window over which attainment is measured (ms), and its bucket width. */
   windowMs: number;
   bucketMs: number;
+  /**
+   * While no admitted request in the window missed, and its admissions, in the whole window and
+   * in its last `cleanSpanMs`, were planned at under half the aim's misses (far from the edge),
+   * log(1 - quantile) also grows by this much per second (0.1: the miss chance a request may
+   * carry grows 10% a second, p99.9 to p98 in 30 s). Near the edge, outcomes alone move it.
+   */
+  cleanLoosenPerS: number;
+  cleanSpanMs: number;
   /** Admitted requests awaiting their first token that the loop keeps (the oldest drop out). */
   maxPending: number;
   /**
@@ -59,6 +70,8 @@ export const DEFAULT_THRESHOLD: ThresholdOptions = {
   tightenStep: 0.5,
   unspentBoost: 8,
   missesAllowed: 1,
+  cleanLoosenPerS: 0.1,
+  cleanSpanMs: 5000,
   windowMs: 60_000,
   bucketMs: 1000,
   maxPending: 100_000,
@@ -98,7 +111,10 @@ export class AdmissionThreshold {
   readonly #planned: Float64Array;
   readonly #plannedMiss: Float64Array;
   readonly #start: Float64Array;
-  #lastMove: 'none' | 'tightened' | 'loosened' = 'none';
+  #lastMove: 'none' | 'tightened' | 'loosened' | 'loosened with time' = 'none';
+  /** When the window was last found clean (no miss, little planned), NaN when it was not. */
+  #cleanSince = NaN;
+  #cleanCheckedAt = -Infinity;
   /** Admitted requests not yet settled, oldest first from #pendingHead. */
   readonly #pending: { deadline: number; settled: boolean }[] = [];
   #pendingHead = 0;
@@ -162,7 +178,10 @@ export class AdmissionThreshold {
     };
   }
 
-  /** Counts as misses the admitted requests whose SLO passed without a first token. */
+  /**
+   * Counts as misses the admitted requests whose SLO passed without a first token, and loosens
+   * with time while the window is clean. Called before each decision.
+   */
   expire(now: number): void {
     if (!this.#feedback && now >= this.#feedbackFrom) this.#feedback = true;
     const pending = this.#pending;
@@ -176,6 +195,7 @@ export class AdmissionThreshold {
       pending.splice(0, this.#pendingHead);
       this.#pendingHead = 0;
     }
+    this.#loosenWhileClean(now);
   }
 
   /** One request admitted to a pod, measured at `now`: within the SLO or not. */
@@ -206,6 +226,31 @@ export class AdmissionThreshold {
     if (this.#logMiss !== before) this.#lastMove = 'loosened';
   }
 
+  /** The time-based part of loosening (cleanLoosenPerS); looked at every CLEAN_CHECK_MS at most. */
+  #loosenWhileClean(now: number): void {
+    if (!this.#feedback || !(this.options.cleanLoosenPerS > 0) || now - this.#cleanCheckedAt < CLEAN_CHECK_MS) return;
+    this.#cleanCheckedAt = now;
+    if (!this.#clean(now)) {
+      this.#cleanSince = NaN;
+      return;
+    }
+    if (!Number.isNaN(this.#cleanSince)) {
+      const before = this.#logMiss;
+      this.#logMiss = this.#bounded(this.#logMiss + (this.options.cleanLoosenPerS * (now - this.#cleanSince)) / 1000);
+      if (this.#logMiss !== before) this.#lastMove = 'loosened with time';
+    }
+    this.#cleanSince = now;
+  }
+
+  /** No miss among the window's measured requests, and its admissions (all, and recent) planned well below the aim. */
+  #clean(now: number): boolean {
+    const window = this.#window(now);
+    if (window.measured === 0 || window.within < window.measured) return false;
+    if (window.plannedMiss > (window.planned * this.aimMiss) / 2) return false;
+    const recent = this.#window(now, this.options.cleanSpanMs);
+    return recent.planned > 0 && recent.plannedMiss / recent.planned <= this.aimMiss / 2;
+  }
+
   state(now: number): ThresholdState {
     const { measured, within, planned, plannedMiss } = this.#window(now);
     const quantile = this.quantile;
@@ -217,6 +262,8 @@ export class AdmissionThreshold {
     else if (this.#logMiss <= this.#minLogMiss) why = `misses above the aim: at the strictest bound (${pct(quantile)})`;
     else if (this.#logMiss >= this.#maxLogMiss) why = `budget unspent: at the loosest bound (${pct(quantile)})`;
     else if (this.#lastMove === 'tightened') why = `a miss: tightened (measured ${pct(within / measured)})`;
+    else if (this.#lastMove === 'loosened with time')
+      why = `no miss in the last ${this.options.windowMs / 1000}s and admissions planned far below the aim: loosening with time`;
     else
       why = `measured ${pct(within / measured)}${planned ? `, planned ${pct(1 - plannedMiss / planned)}` : ''} against aim ${pct(1 - this.aimMiss)}: loosening, ${pct(Math.max(0, budgetLeft))} of the budget left`;
     return {
@@ -258,12 +305,16 @@ export class AdmissionThreshold {
     return i;
   }
 
-  #window(now: number): { measured: number; within: number; planned: number; plannedMiss: number } {
+  /** The window's counts, or those of its last `spanMs`. */
+  #window(
+    now: number,
+    spanMs = this.options.windowMs,
+  ): { measured: number; within: number; planned: number; plannedMiss: number } {
     let measured = 0;
     let within = 0;
     let planned = 0;
     let plannedMiss = 0;
-    const from = now - this.options.windowMs;
+    const from = now - spanMs;
     for (let i = 0; i < this.#start.length; i++) {
       if (this.#start[i] > from && this.#start[i] <= now) {
         measured += this.#measured[i];
@@ -277,6 +328,9 @@ export class AdmissionThreshold {
 }
 
 const clamp01 = (x: number) => Math.min(1, Math.max(0, x));
+
+/** How often, at most, the loop looks whether its window is clean (two passes over its buckets). */
+const CLEAN_CHECK_MS = 100;
 
 /** The least miss chance plannedMissChance resolves, and the most it reports. */
 const LEAST_MISS = 1e-4;
