@@ -244,11 +244,12 @@ export class AdmissionThreshold {
 
   /** No miss among the window's measured requests, and its admissions (all, and recent) planned well below the aim. */
   #clean(now: number): boolean {
+    const farBelowAim = (c: { planned: number; plannedMiss: number }) =>
+      c.plannedMiss <= (c.planned * this.aimMiss) / 2;
     const window = this.#window(now);
-    if (window.measured === 0 || window.within < window.measured) return false;
-    if (window.plannedMiss > (window.planned * this.aimMiss) / 2) return false;
+    if (window.measured === 0 || window.within < window.measured || !farBelowAim(window)) return false;
     const recent = this.#window(now, this.options.cleanSpanMs);
-    return recent.planned > 0 && recent.plannedMiss / recent.planned <= this.aimMiss / 2;
+    return recent.planned > 0 && farBelowAim(recent);
   }
 
   state(now: number): ThresholdState {
