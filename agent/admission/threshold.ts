@@ -21,9 +21,10 @@
 // a pool admitting two requests a second took two minutes to climb from its strictest bound to
 // where its budget is spent. A request that may not leave and missed its SLO behind requests the
 // loop admitted (still awaiting their first token at its pod: leavable-ahead.ts) counts as one of
-// its misses: the slots those took are what it waited for. The quantile is bounded on both sides (p80–p99.9 at 99%), so the
-// loop can neither admit coin flips nor turn the pods off; a fresh loop holds the strict bound
-// until its first admitted request's SLO has passed. Pure: time comes in as arguments.
+// its misses: the slots those took are what it waited for. The quantile is bounded on both sides
+// (p80–p99.9 at 99%), so the loop can neither admit coin flips nor turn the pods off; a fresh loop
+// holds the strict bound until its first admitted request's SLO has passed. Pure: time comes in as
+// arguments.
 
 export interface ThresholdOptions {
   /** Share of the target's error budget held back (0.3: aim at 99.3% when the target is 99%). */
