@@ -3,6 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { AdmissionThreshold, AdmissionThresholds, plannedMissChance } from '../agent/admission/threshold.ts';
+import { LeavableAhead } from '../agent/admission/leavable-ahead.ts';
 import { PodPool } from '../agent/pool/pool.ts';
 import { mulberry32 } from '../shared/sim/random.ts';
 import type { PodEstimate } from '../agent/types.ts';
@@ -218,4 +219,36 @@ test('a window with no miss loosens with time as well: a pool admitting a reques
   assert.equal(withTime.quantile, afterMiss, 'no loosening with time while the miss is in the window');
   withTime.expire(t + 20_000);
   assert.ok(withTime.quantile === afterMiss, 'nor once the window is empty of measurements');
+});
+
+test('a must-stay request late behind admitted ones is a miss of the loops that admitted them, and says so', () => {
+  const ahead = new LeavableAhead<string>();
+  const first = ahead.sent('pod-a', 'loop-1');
+  const second = ahead.sent('pod-a', 'loop-1');
+  const other = ahead.sent('pod-a', 'loop-2');
+  ahead.sent('pod-b', 'loop-3');
+  assert.deepEqual(ahead.at('pod-a'), ['loop-1', 'loop-2']);
+  first();
+  first(); // a second call changes nothing
+  assert.deepEqual(ahead.at('pod-a'), ['loop-1', 'loop-2'], 'loop-1 still has a request awaiting its first token');
+  second();
+  other();
+  assert.deepEqual(ahead.at('pod-a'), [], 'every first token is out: nothing ahead');
+  assert.deepEqual(ahead.at('pod-b'), ['loop-3']);
+  assert.deepEqual(ahead.at('pod-c'), []);
+
+  // The same successes, and one loop also charged with a starved must-stay request.
+  const charged = new AdmissionThreshold(0.99, LAW);
+  const spared = new AdmissionThreshold(0.99, LAW);
+  const t = feed(charged, 0, 500, 0, mulberry32(11));
+  feed(spared, 0, 500, 0, mulberry32(11));
+  assert.equal(charged.quantile, spared.quantile);
+  charged.starved(t);
+  assert.ok(charged.quantile > spared.quantile, `tightened: ${charged.quantile} vs ${spared.quantile}`);
+  const state = charged.state(t);
+  assert.equal(state.starved, 1);
+  assert.equal(state.measured - state.within, 1, 'counted among the window misses');
+  assert.match(state.why, /must-stay request missed its SLO behind admitted ones/);
+  assert.equal(spared.state(t).starved, 0);
+  assert.equal(charged.state(t + 61_000).starved, 0, 'it leaves with the window');
 });

@@ -263,3 +263,67 @@ describe('calibrated admission when a pod slows down mid-run', () => {
     );
   });
 });
+
+describe('a must-stay request late behind a request the loop admitted', () => {
+  let stack: Stack;
+  let provider: OpenAIStandin;
+  before(async () => {
+    provider = await startOpenAIStandin();
+    stack = await startStack({
+      // One slot, and a prefill of 4 ms a token: a 100-token prompt holds the pod ~0.4 s before its
+      // first token, which the fresh agent's prior (an 8B model's ~50 ms) does not foresee.
+      pods: [{ maxSeqs: 1, latency: { prefillMsPerToken: 4 } }],
+      config: {
+        providers: [{ name: 'hosted', kind: 'openai', endpoint: provider.url, models: { [MODEL]: 'hosted-llama' } }],
+        policies: [
+          {
+            metadata: { name: 'default', namespace: '*' },
+            spec: {
+              slo: { ttft: '500ms' },
+              exclude: [],
+              overflow: { providers: ['hosted'], deny: { tags: ['pii'] } },
+              wait: { max: '2s' },
+            },
+          },
+        ],
+      },
+    });
+  });
+  after(async () => {
+    await stack.close();
+    await provider.close();
+  });
+
+  it('is a miss of the loop that admitted the request ahead of it, and /debug/state says so', async () => {
+    const prompt = 'Summarise the quarterly figures for the board. '.repeat(10);
+    const stream = async (content: string) => {
+      const response = await postJson(
+        `${stack.api}/v1/chat/completions`,
+        chatBody(content, { stream: true, max_tokens: 1 }),
+      );
+      await response.text();
+      return response.headers.get('x-kinference-route');
+    };
+    // A request that may leave, admitted to the idle pod; then, while its prefill runs, one whose
+    // address keeps it in the cluster: it waits for the only slot and misses its 500 ms.
+    const leavable = stream(prompt);
+    await new Promise((r) => setTimeout(r, 50));
+    const started = Date.now();
+    const mustStay = stream(`${prompt} Send it to jane.doe@example.com.`);
+    assert.equal(await leavable, 'local/pod-0');
+    assert.equal(await mustStay, 'local/pod-0');
+    assert.ok(Date.now() - started > 500, 'the must-stay request was late');
+    const state = (await (await fetch(`${stack.admin}/debug/state`)).json()) as {
+      admission: { policy: string; state: ThresholdState }[];
+    };
+    assert.equal(state.admission.length, 1, JSON.stringify(state.admission));
+    const loop = state.admission[0].state;
+    assert.equal(loop.starved, 1, JSON.stringify(loop));
+    assert.ok(loop.measured - loop.within >= 1, 'counted among its misses');
+    const metrics = await (await fetch(`${stack.admin}/metrics`)).text();
+    assert.equal(
+      metric(metrics, /^kinference_slo_requests_total\{route="local",leavable="false",within_slo="false"\} (\d+)$/m),
+      1,
+    );
+  });
+});

@@ -55,7 +55,7 @@ export function formatExplanation(e: Explanation & BodyEvidence): string {
     const p = (x: number) => `${Math.round(x * 1000) / 10}%`;
     const a = e.admission;
     lines.push(
-      `admission: a request that may leave goes to a pod if it meets the SLO with ≥ ${p(a.quantile)} chance (target ${p(a.target)}, aim ${p(a.aim)}); measured ${a.measured ? p(a.attainment) : '–'} of ${a.measured} admitted, planned misses ${Number.isNaN(a.plannedMiss) ? '–' : p(a.plannedMiss)}, error budget left ${p(Math.max(0, a.budgetLeft))}: ${a.why}`,
+      `admission: a request that may leave goes to a pod if it meets the SLO with ≥ ${p(a.quantile)} chance (target ${p(a.target)}, aim ${p(a.aim)}); measured ${a.measured ? p(a.attainment) : '–'} of ${a.measured} admitted, planned misses ${Number.isNaN(a.plannedMiss) ? '–' : p(a.plannedMiss)}${a.starved ? `, ${a.starved} must-stay late behind admitted ones` : ''}, error budget left ${p(Math.max(0, a.budgetLeft))}: ${a.why}`,
     );
   }
   for (const b of e.budget ?? []) {

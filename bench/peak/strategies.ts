@@ -6,6 +6,7 @@ import type { Candidate } from '../../agent/route/candidate.ts';
 import { decide, type Decision, type LeaveVerdict } from '../../agent/route/router.ts';
 import { TtftPredictor } from '../../agent/predict/predictor.ts';
 import { AdmissionThreshold, plannedMissChance } from '../../agent/admission/threshold.ts';
+import { LeavableAhead } from '../../agent/admission/leavable-ahead.ts';
 import type { EffectivePolicy } from '../../agent/types.ts';
 import { VirtualClock } from '../../shared/sim/clock.ts';
 import { engineFor, fitOracleModel, submitTracked, type PodShape } from '../routing/harness.ts';
@@ -80,7 +81,8 @@ function toAction(
 /**
  * The production pool and router; `calibrated` admits each request on its own quantile at the
  * target, `controlled` steers the admission quantile with the agent's loop on measured attainment
- * (agent/admission/threshold.ts), fed as the agent feeds it: leavable requests served by a pod.
+ * (agent/admission/threshold.ts), fed as the agent feeds it: leavable requests served by a pod,
+ * and must-stay requests that missed behind them.
  */
 function agent(rule: 'calibrated' | 'controlled'): PeakStrategyFactory {
   return (ctx) => {
@@ -90,6 +92,7 @@ function agent(rule: 'calibrated' | 'controlled'): PeakStrategyFactory {
     if (ctx.gossiped) pool.setRemote(ctx.gossiped);
     const policy = policyFor(ctx);
     const loop = rule === 'controlled' ? new AdmissionThreshold(policy.sloAttainment) : undefined;
+    const leavableAhead = new LeavableAhead<AdmissionThreshold>();
     return {
       scraped: (p, load) => pool.recordLoad(p.pod.uid, load, p.telemetry),
       // As peers hold them: the calibration summary as the wire carries it (8 bytes, rounded).
@@ -108,11 +111,17 @@ function agent(rule: 'calibrated' | 'controlled'): PeakStrategyFactory {
             a.mayLeave && d.action === 'pod'
               ? loop?.admitted(a.at, policy.sloTtftMs, plannedMissChance(d.chosen, policy.sloTtftMs))
               : undefined;
+          // As the request path does: a must-stay miss is a miss of the loops whose requests were ahead.
+          const ahead = a.mayLeave ? [] : leavableAhead.at(c.pod.uid);
+          const firstTokenOut = loop && a.mayLeave ? leavableAhead.sent(c.pod.uid, loop) : undefined;
           const ticket = pool.begin(c, a.promptTokens);
           return {
             firstToken: (ms) => {
               ticket.firstByte(ms);
-              settle?.(ctx.now(), ms + waitedMs <= policy.sloTtftMs);
+              firstTokenOut?.();
+              const within = ms + waitedMs <= policy.sloTtftMs;
+              if (settle) settle(ctx.now(), within);
+              else if (!within) for (const starved of ahead) starved.starved(ctx.now());
             },
             done: () => ticket.end(true),
           };

@@ -15,6 +15,7 @@ import type { Identity } from './identify.ts';
 import type { RequestRecord } from '../observability/evidence.ts';
 import { WaitingRoom } from '../../admission/waiting.ts';
 import { AdmissionThresholds, plannedMissChance, type AdmissionThreshold } from '../../admission/threshold.ts';
+import { LeavableAhead } from '../../admission/leavable-ahead.ts';
 import { DEFAULT_PRIORITY, PRIORITY_HEADER, priorityOf, type Priority } from '../../budget/limits.ts';
 import type { RequestContext, RequestPathDeps } from './path-deps.ts';
 import { RequestRecorder } from './serve.ts';
@@ -82,6 +83,8 @@ export class RequestPath {
   readonly waiting: WaitingRoom;
   /** Per policy, the admission quantile steered by the attainment measured of what pods served. */
   readonly admission = new AdmissionThresholds();
+  /** Per pod, the loops whose admitted requests await their first token there (ahead of later ones). */
+  readonly leavableAhead = new LeavableAhead<AdmissionThreshold>();
   readonly #tenantLabel: BoundedLabel;
   readonly #recorder: RequestRecorder;
 
@@ -306,15 +309,24 @@ export class RequestPath {
     const chosen = decision.chosen.candidate;
     // Requests that may leave were admitted on the loop's quantile: their TTFT steers it (those
     // whose TTFT is measured: streams and embeddings), or their deadline if it passes first.
-    const measurable = leave.allowed && (parsed.stream || parsed.kind === 'embeddings');
-    const settle = measurable
-      ? admission.admitted(started, policy.sloTtftMs, plannedMissChance(decision.chosen, policy.sloTtftMs))
-      : undefined;
+    const ttftMeasured = parsed.stream || parsed.kind === 'embeddings';
+    const settle =
+      leave.allowed && ttftMeasured
+        ? admission.admitted(started, policy.sloTtftMs, plannedMissChance(decision.chosen, policy.sloTtftMs))
+        : undefined;
+    // A request that may not leave and misses its SLO is a miss of the loops whose requests were
+    // ahead of it at the pod (leavable-ahead.ts); one that may leave is ahead of later ones until
+    // its first token.
+    const ahead = !leave.allowed && ttftMeasured ? this.leavableAhead.at(chosen.pod.uid) : [];
+    const firstTokenOut = settle && this.leavableAhead.sent(chosen.pod.uid, admission);
     const slo = {
       leavable: leave.allowed,
       started,
       sloTtftMs: policy.sloTtftMs,
-      measured: settle && ((within: boolean) => settle(deps.now(), within)),
+      measured: (within: boolean) => {
+        if (settle) settle(deps.now(), within);
+        else if (!within) for (const loop of ahead) loop.starved(deps.now());
+      },
     };
     const span = spans.attempt(chosen, decision.chosen.predictedMs);
     let answer: Answer | undefined;
@@ -323,6 +335,8 @@ export class RequestPath {
     } catch (error) {
       span.end({ ok: false, error: (error as Error).message });
       throw error;
+    } finally {
+      firstTokenOut?.(); // its first byte is in hand, or it failed
     }
     span.end(
       answer
