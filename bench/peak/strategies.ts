@@ -121,7 +121,7 @@ function agent(rule: 'calibrated' | 'controlled'): PeakStrategyFactory {
               firstTokenOut?.();
               const within = ms + waitedMs <= policy.sloTtftMs;
               if (settle) settle(ctx.now(), within);
-              else if (!within) for (const starved of ahead) starved.starved(ctx.now());
+              else if (!within) for (const admittedBy of ahead) admittedBy.starved(ctx.now());
             },
             done: () => ticket.end(true),
           };

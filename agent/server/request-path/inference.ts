@@ -84,7 +84,7 @@ export class RequestPath {
   /** Per policy, the admission quantile steered by the attainment measured of what pods served. */
   readonly admission = new AdmissionThresholds();
   /** Per pod, the loops whose admitted requests await their first token there (ahead of later ones). */
-  readonly leavableAhead = new LeavableAhead<AdmissionThreshold>();
+  readonly #leavableAhead = new LeavableAhead<AdmissionThreshold>();
   readonly #tenantLabel: BoundedLabel;
   readonly #recorder: RequestRecorder;
 
@@ -317,8 +317,8 @@ export class RequestPath {
     // A request that may not leave and misses its SLO is a miss of the loops whose requests were
     // ahead of it at the pod (leavable-ahead.ts); one that may leave is ahead of later ones until
     // its first token.
-    const ahead = !leave.allowed && ttftMeasured ? this.leavableAhead.at(chosen.pod.uid) : [];
-    const firstTokenOut = settle && this.leavableAhead.sent(chosen.pod.uid, admission);
+    const ahead = !leave.allowed && ttftMeasured ? this.#leavableAhead.at(chosen.pod.uid) : [];
+    const firstTokenOut = settle && this.#leavableAhead.sent(chosen.pod.uid, admission);
     const slo = {
       leavable: leave.allowed,
       started,
