@@ -12,8 +12,7 @@
 // The law, per outcome, in log(1 - quantile) (the log of the miss chance a request may carry):
 // a miss tightens by `tightenStep`, a success loosens by tightenStep · aim / (1 - aim), so the
 // drift is zero exactly when the share of misses is `aim` (stochastic approximation of a
-// quantile); misses soon after the first of an episode tighten by a quarter step each. Tightening
-// is fast (one miss undoes ~140 successes' loosening at 99%); loosening is
+// quantile). Tightening is fast (one miss undoes ~140 successes' loosening at 99%); loosening is
 // slow, and faster only while the window's error budget is mostly unspent, counted both in
 // misses measured and in misses planned (each admission's miss chance by its pod's calibration,
 // which a pool serving few requests a minute needs, as its outcomes are too few to tell 99.3%
@@ -38,17 +37,6 @@ export interface ThresholdOptions {
   maxQuantileBudgetFactor: number;
   /** How much one miss tightens log(1 - quantile). */
   tightenStep: number;
-  /**
-   * Misses soon after the one that began an episode (a pod's queue surging: requests admitted
-   * together, late together) tighten by `episodeStepShare` of a step each. Soon: within
-   * `episodeMs`, or less where outcomes come fast, so that misses arriving one by one at the aim
-   * seldom fall inside (at most `episodeShare` of the time) and the loop still settles at its aim.
-   * Counted one by one, six misses in five seconds took a loop from p96.7 to p99.8 and held it
-   * there for the window's minute (TGI 48 seqs, 6 pods, at 1.5× in bench:peak: 0.84× the reference).
-   */
-  episodeMs: number;
-  episodeShare: number;
-  episodeStepShare: number;
   /**
    * Loosening runs up to this many times faster while the window has spent none of its budget,
    * by the misses measured and by the misses its admissions planned (their calibrated miss chances).
@@ -83,9 +71,6 @@ export const DEFAULT_THRESHOLD: ThresholdOptions = {
   minQuantileBudgetFactor: 20,
   maxQuantileBudgetFactor: 0.1,
   tightenStep: 0.5,
-  episodeMs: 1000,
-  episodeShare: 0.1,
-  episodeStepShare: 0.25,
   unspentBoost: 8,
   missesAllowed: 1,
   cleanLoosenPerS: 0.1,
@@ -136,8 +121,6 @@ export class AdmissionThreshold {
   #lastMove: 'none' | 'tightened' | 'starved' | 'loosened' | 'loosened with time' = 'none';
   /** When the window was last found clean (no miss, little planned), NaN when it was not. */
   #cleanSince = NaN;
-  /** When the current episode of misses began (its first miss tightened by a full step). */
-  #episodeAt = -Infinity;
   #cleanCheckedAt = -Infinity;
   /** Admitted requests not yet settled, oldest first from #pendingHead. */
   readonly #pending: { deadline: number; settled: boolean }[] = [];
@@ -182,7 +165,7 @@ export class AdmissionThreshold {
    * at the onset of a peak TTFTs grow to seconds, and the loop must tighten before they end.
    * The returned function settles it at `at` (`within`), or drops it (`within` undefined: the
    * attempt failed, or its TTFT is not measured), and does nothing once the request was counted.
-   * `missChance` is the chance of a miss its pod's calibration gave it (planned-miss.ts): the
+   * `missChance` is the chance of a miss its pod's calibration gave it (plannedMissChance): the
    * window's planned misses say at once, long before outcomes can, whether the budget is spent.
    */
   admitted(now: number, sloMs: number, missChance?: number): (at: number, within?: boolean) => void {
@@ -230,10 +213,7 @@ export class AdmissionThreshold {
     if (within) this.#within[i]++;
     const aim = this.aimMiss;
     if (!within) {
-      const episode = now - this.#episodeAt < this.#episodeSpan(now, aim);
-      if (!episode) this.#episodeAt = now;
-      const step = this.options.tightenStep * (episode ? this.options.episodeStepShare : 1);
-      this.#logMiss = this.#bounded(this.#logMiss - step);
+      this.#logMiss = this.#bounded(this.#logMiss - this.options.tightenStep);
       this.#lastMove = 'tightened';
       return;
     }
@@ -252,17 +232,6 @@ export class AdmissionThreshold {
     const before = this.#logMiss;
     this.#logMiss = this.#bounded(this.#logMiss + step);
     if (this.#logMiss !== before) this.#lastMove = 'loosened';
-  }
-
-  /**
-   * How soon after an episode's first miss another belongs to it: `episodeMs`, or, where outcomes
-   * come fast, the span in which misses at the aim, arriving independently (Poisson at the window's
-   * rate of outcomes times the aim), fall with chance `episodeShare`.
-   */
-  #episodeSpan(now: number, aim: number): number {
-    const perMs = this.#window(now).measured / this.options.windowMs;
-    const independent = -Math.log(1 - this.options.episodeShare) / (perMs * aim);
-    return Math.min(this.options.episodeMs, independent);
   }
 
   /**
@@ -390,6 +359,38 @@ const clamp01 = (x: number) => Math.min(1, Math.max(0, x));
 
 /** How often, at most, the loop looks whether its window is clean (two passes over its buckets). */
 const CLEAN_CHECK_MS = 100;
+
+/** The least miss chance plannedMissChance resolves, and the most it reports. */
+const LEAST_MISS = 1e-4;
+const MOST_MISS = 0.5;
+
+/**
+ * The chance that a request admitted to this pod misses the SLO, by the pod's calibration: 1 − q
+ * for the strictest q whose q-quantile TTFT is still within the SLO (found by bisection in
+ * log(1 − q), the margin growing with q). A request far below the SLO carries almost none; one
+ * admitted at the edge carries about 1 − (the admission quantile). Undefined without a calibration.
+ */
+export function plannedMissChance(
+  chosen: { candidate: { networkCostMs: number; logMargin?: (q: number) => number }; predictedMs: number },
+  sloMs: number,
+): number | undefined {
+  const { candidate, predictedMs } = chosen;
+  if (!candidate.logMargin) return undefined;
+  const podMs = predictedMs - candidate.networkCostMs;
+  if (!(podMs > 0)) return LEAST_MISS;
+  const slack = Math.log((sloMs - candidate.networkCostMs) / podMs);
+  const within = (logMiss: number) => candidate.logMargin!(1 - Math.exp(logMiss)) <= slack;
+  let strict = Math.log(LEAST_MISS);
+  let loose = Math.log(MOST_MISS);
+  if (within(strict)) return LEAST_MISS;
+  if (!within(loose)) return MOST_MISS;
+  for (let i = 0; i < 12; i++) {
+    const mid = (strict + loose) / 2;
+    if (within(mid)) loose = mid;
+    else strict = mid;
+  }
+  return Math.exp(loose);
+}
 
 /** One loop per policy (the policies' targets and SLOs differ), created on first use. */
 export class AdmissionThresholds {

@@ -14,8 +14,7 @@ import { parseInferenceRequest, readBoundedBody, RequestError, type ParsedReques
 import type { Identity } from './identify.ts';
 import type { RequestRecord } from '../observability/evidence.ts';
 import { WaitingRoom } from '../../admission/waiting.ts';
-import { AdmissionThresholds, type AdmissionThreshold } from '../../admission/threshold.ts';
-import { plannedMissChance } from '../../admission/planned-miss.ts';
+import { AdmissionThresholds, plannedMissChance, type AdmissionThreshold } from '../../admission/threshold.ts';
 import { LeavableAhead } from '../../admission/leavable-ahead.ts';
 import { DEFAULT_PRIORITY, PRIORITY_HEADER, priorityOf, type Priority } from '../../budget/limits.ts';
 import type { RequestContext, RequestPathDeps } from './path-deps.ts';
