@@ -123,7 +123,10 @@ function agent(rule: 'calibrated' | 'controlled'): PeakStrategyFactory {
               if (settle) settle(ctx.now(), within);
               else if (!within) for (const admittedBy of ahead) admittedBy.starved(ctx.now());
             },
-            done: () => ticket.end(true),
+            done: () => {
+              firstTokenOut?.(); // ended without a first token: no longer ahead of anyone
+              ticket.end(true);
+            },
           };
         });
       },
