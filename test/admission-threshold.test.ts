@@ -2,7 +2,8 @@
 // restarted agent (agent/pool, agent/predict): pure, with time passed in.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { AdmissionThreshold, AdmissionThresholds, plannedMissChance } from '../agent/admission/threshold.ts';
+import { AdmissionThreshold, AdmissionThresholds } from '../agent/admission/threshold.ts';
+import { plannedMissChance } from '../agent/admission/planned-miss.ts';
 import { LeavableAhead } from '../agent/admission/leavable-ahead.ts';
 import { PodPool } from '../agent/pool/pool.ts';
 import { mulberry32 } from '../shared/sim/random.ts';
@@ -69,6 +70,54 @@ test('at a steady miss rate the loop settles where misses equal its aim, without
   assert.ok(atBound < 50_000 * 0.02, `rarely at a bound: ${atBound}`);
 });
 
+test('misses of requests in flight together are one episode: a step, then a quarter step each', () => {
+  const warm = () => {
+    const loop = new AdmissionThreshold(0.99, LAW);
+    feed(loop, 0, 2000, 0, mulberry32(3));
+    return loop;
+  };
+  const together = warm();
+  const loose = together.quantile;
+  const t = 200_000;
+  // Five requests admitted together, late together (a pod's queue surged): one piece of evidence.
+  const settles = [0, 1, 2, 3, 4].map(() => together.admitted(t, 500));
+  settles.forEach((settle, i) => settle(t + 600 + 50 * i, false));
+  const missChance = (loop: AdmissionThreshold) => (1 - loop.quantile) / (1 - loose);
+  assert.ok(Math.abs(missChance(together) - Math.exp(-0.5 - 4 * 0.125)) < 1e-9, `${together.quantile}`);
+  assert.equal(together.state(t + 1000).measured - together.state(t + 1000).within, 5, 'each still a miss');
+  // Five sent one after the other, each after the last one's miss showed, as close in time: each
+  // was admitted on the tightened quantile, so each is evidence of its own.
+  const oneByOne = warm();
+  for (let i = 0; i < 5; i++) oneByOne.admitted(t + 150 * i, 50)(t + 150 * i + 100, false);
+  assert.ok(Math.abs(missChance(oneByOne) - Math.exp(-2.5)) < 1e-9, `${oneByOne.quantile}`);
+  // A must-stay request sent before the episode began, late behind admitted ones: part of it.
+  const starved = warm();
+  const sentWith = starved.admissions;
+  starved.admitted(t, 500)(t + 600, false);
+  starved.starved(t + 700, sentWith);
+  assert.ok(Math.abs(missChance(starved) - Math.exp(-0.5 - 0.125)) < 1e-9, `${starved.quantile}`);
+});
+
+test('misses that come one by one seldom share an episode: with many requests in flight the loop still settles at its aim', () => {
+  // As above (miss = 2·(1 - q)), each request in flight for 1.5 s, 50 admitted a second: misses a
+  // second apart would share episodes with the ~75 in flight, and the loop would settle 1.5× above its aim.
+  const loop = new AdmissionThreshold(0.99, LAW);
+  const rand = mulberry32(12);
+  const inFlight: { at: number; miss: boolean; settle: (at: number, within?: boolean) => void }[] = [];
+  let misses = 0;
+  for (let t = 0; t < 1_200_000; t += 20) {
+    while (inFlight.length && inFlight[0].at <= t) {
+      const { at, miss, settle } = inFlight.shift()!;
+      settle(at, !miss);
+    }
+    const miss = rand() < 2 * (1 - loop.quantile);
+    if (miss) misses++;
+    inFlight.push({ at: t + 1500, miss, settle: loop.admitted(t, 2000) });
+  }
+  const missShare = misses / 60_000;
+  assert.ok(Math.abs(missShare - loop.aimMiss) < loop.aimMiss * 0.25, `misses ${missShare} vs aim ${loop.aimMiss}`);
+});
+
 test('attainment is measured over a sliding window: old outcomes leave it', () => {
   const loop = new AdmissionThreshold(0.99, { ...LAW, windowMs: 10_000, bucketMs: 1000 });
   feed(loop, 0, 10, 1, mulberry32(7), 100);
@@ -80,11 +129,11 @@ test('attainment is measured over a sliding window: old outcomes leave it', () =
 
 test('one loop per policy, a changed target starts afresh, and the number of loops is bounded', () => {
   const loops = new AdmissionThresholds(LAW, 2);
-  loops.observe('a', 0.99, 0, false);
-  assert.ok(loops.quantile('a', 0.99) > 0.99);
-  assert.equal(loops.quantile('b', 0.95), 0.95);
-  assert.equal(loops.quantile('a', 0.9), 0.9, 'a new target, a new loop');
-  loops.quantile('c', 0.99);
+  loops.for('a', 0.99).observe(0, false);
+  assert.ok(loops.for('a', 0.99).quantile > 0.99);
+  assert.equal(loops.for('b', 0.95).quantile, 0.95);
+  assert.equal(loops.for('a', 0.9).quantile, 0.9, 'a new target, a new loop');
+  loops.for('c', 0.99);
   assert.equal(loops.states(0).length, 2);
 });
 

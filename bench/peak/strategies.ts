@@ -5,7 +5,8 @@ import { PodPool } from '../../agent/pool/pool.ts';
 import type { Candidate } from '../../agent/route/candidate.ts';
 import { decide, type Decision, type LeaveVerdict } from '../../agent/route/router.ts';
 import { TtftPredictor } from '../../agent/predict/predictor.ts';
-import { AdmissionThreshold, plannedMissChance } from '../../agent/admission/threshold.ts';
+import { AdmissionThreshold } from '../../agent/admission/threshold.ts';
+import { plannedMissChance } from '../../agent/admission/planned-miss.ts';
 import { LeavableAhead } from '../../agent/admission/leavable-ahead.ts';
 import type { EffectivePolicy } from '../../agent/types.ts';
 import { VirtualClock } from '../../shared/sim/clock.ts';
@@ -113,6 +114,7 @@ function agent(rule: 'calibrated' | 'controlled'): PeakStrategyFactory {
               : undefined;
           // As the request path does: a must-stay miss is a miss of the loops whose requests were ahead.
           const ahead = a.mayLeave ? [] : leavableAhead.at(c.pod.uid);
+          const admissionsAhead = ahead.map((admittedBy) => admittedBy.admissions);
           const firstTokenOut = loop && a.mayLeave ? leavableAhead.sent(c.pod.uid, loop) : undefined;
           const ticket = pool.begin(c, a.promptTokens);
           return {
@@ -121,7 +123,7 @@ function agent(rule: 'calibrated' | 'controlled'): PeakStrategyFactory {
               firstTokenOut?.();
               const within = ms + waitedMs <= policy.sloTtftMs;
               if (settle) settle(ctx.now(), within);
-              else if (!within) for (const admittedBy of ahead) admittedBy.starved(ctx.now());
+              else if (!within) ahead.forEach((admittedBy, i) => admittedBy.starved(ctx.now(), admissionsAhead[i]));
             },
             done: () => {
               firstTokenOut?.(); // ended without a first token: no longer ahead of anyone

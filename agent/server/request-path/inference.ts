@@ -14,7 +14,8 @@ import { parseInferenceRequest, readBoundedBody, RequestError, type ParsedReques
 import type { Identity } from './identify.ts';
 import type { RequestRecord } from '../observability/evidence.ts';
 import { WaitingRoom } from '../../admission/waiting.ts';
-import { AdmissionThresholds, plannedMissChance, type AdmissionThreshold } from '../../admission/threshold.ts';
+import { AdmissionThresholds, type AdmissionThreshold } from '../../admission/threshold.ts';
+import { plannedMissChance } from '../../admission/planned-miss.ts';
 import { LeavableAhead } from '../../admission/leavable-ahead.ts';
 import { DEFAULT_PRIORITY, PRIORITY_HEADER, priorityOf, type Priority } from '../../budget/limits.ts';
 import type { RequestContext, RequestPathDeps } from './path-deps.ts';
@@ -125,7 +126,7 @@ export class RequestPath {
       candidates: this.deps.pool.candidates(request.model, request.promptBlocks, tokensOf(request)),
       leave: this.deps.leaveVerdict(policy, request),
       rand: this.deps.rand,
-      admissionQuantile: this.admission.quantile(policy.name, policy.sloAttainment),
+      admissionQuantile: this.admission.for(policy.name, policy.sloAttainment).quantile,
     });
   }
 
@@ -318,6 +319,7 @@ export class RequestPath {
     // ahead of it at the pod (leavable-ahead.ts); one that may leave is ahead of later ones until
     // its first token.
     const ahead = !leave.allowed && ttftMeasured ? this.#leavableAhead.at(chosen.pod.uid) : [];
+    const admissionsAhead = ahead.map((loop) => loop.admissions);
     const firstTokenOut = settle && this.#leavableAhead.sent(chosen.pod.uid, admission);
     const slo = {
       leavable: leave.allowed,
@@ -325,7 +327,7 @@ export class RequestPath {
       sloTtftMs: policy.sloTtftMs,
       measured: (within: boolean) => {
         if (settle) settle(deps.now(), within);
-        else if (!within) for (const loop of ahead) loop.starved(deps.now());
+        else if (!within) ahead.forEach((loop, i) => loop.starved(deps.now(), admissionsAhead[i]));
       },
     };
     const span = spans.attempt(chosen, decision.chosen.predictedMs);
