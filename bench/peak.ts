@@ -128,6 +128,18 @@ const perShape = shapes.map((s) => {
   ];
   return `| ${s.name}${s.heldOut ? ' (held out)' : ''} | ${[1.5, 2].map((l) => cell(l, 'steady')).join(' | ')} | ${[1.5, 2].map((l) => cell(l, 'cold')).join(' | ')} | ${[1.5, 2].map((l) => cell(l, 'restart')).join(' | ')} | ×${factors} | ${staying.map(pct).join(' / ')} |`;
 });
+/** Must-stay requests at 1.5×, the loop against the p99 rule on the same arrivals: mean and standard error of the difference. */
+function pairedStaying(): string {
+  const diffs = rows
+    .filter((r) => r.load === 1.5)
+    .map((r) => r.runs.controlled.steady.staying - r.runs.calibrated.steady.staying)
+    .filter((d) => !Number.isNaN(d));
+  const m = mean(diffs);
+  const sd = Math.sqrt(diffs.reduce((a, d) => a + (d - m) ** 2, 0) / Math.max(1, diffs.length - 1));
+  const points = (x: number) => `${x >= 0 ? '+' : '−'}${Math.abs(x * 100).toFixed(1)}`;
+  return `Must-stay within SLO at 1.5×, controlled − calibrated, paired over ${diffs.length} runs (shape × seed): ${points(m)} ± ${Math.abs((sd / Math.sqrt(diffs.length)) * 100).toFixed(1)} points (mean ± standard error)`;
+}
+
 const out = [
   ...summary(
     `All ${shapes.length} pool shapes, ${SEEDS} seed(s) each, SLO ${SLO_MS} ms, target ${ATTAINMENT * 100}%:`,
@@ -141,6 +153,8 @@ const out = [
   `| shape | steady 1.5× | steady 2× | cold 1.5× | cold 2× | restart 1.5× | restart 2× | reference margin at 1/1.5/2/3× | must-stay within SLO at 1.5×: ${[...strategies, 'reference'].join(' / ')} |`,
   '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
   ...perShape,
+  '',
+  pairedStaying(),
 ];
 console.log(out.join('\n'));
 console.log(`\ntotal ${((performance.now() - started) / 1000).toFixed(1)} s`);
