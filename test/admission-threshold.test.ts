@@ -85,6 +85,7 @@ test('misses of requests in flight together are one episode: a step, then a quar
   const missChance = (loop: AdmissionThreshold) => (1 - loop.quantile) / (1 - loose);
   assert.ok(Math.abs(missChance(together) - Math.exp(-0.5 - 4 * 0.125)) < 1e-9, `${together.quantile}`);
   assert.equal(together.state(t + 1000).measured - together.state(t + 1000).within, 5, 'each still a miss');
+  assert.match(together.state(t + 1000).why, /in flight with an earlier one: tightened by a quarter step/);
   // Five sent one after the other, each after the last one's miss showed, as close in time: each
   // was admitted on the tightened quantile, so each is evidence of its own.
   const oneByOne = warm();

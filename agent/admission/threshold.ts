@@ -134,7 +134,7 @@ export class AdmissionThreshold {
   /** Must-stay requests that missed behind this loop's admissions, per bucket (also among its misses). */
   readonly #starved: Float64Array;
   readonly #start: Float64Array;
-  #lastMove: 'none' | 'tightened' | 'starved' | 'loosened' | 'loosened with time' = 'none';
+  #lastMove: 'none' | 'tightened' | 'same episode' | 'starved' | 'loosened' | 'loosened with time' = 'none';
   /** When the window was last found clean (no miss, little planned), NaN when it was not. */
   #cleanSince = NaN;
   #cleanCheckedAt = -Infinity;
@@ -252,7 +252,7 @@ export class AdmissionThreshold {
       }
       const step = this.options.tightenStep * (episode ? this.options.episodeStepShare : 1);
       this.#logMiss = this.#bounded(this.#logMiss - step);
-      this.#lastMove = 'tightened';
+      this.#lastMove = episode ? 'same episode' : 'tightened';
       return;
     }
     // Loosen faster the further the window's misses are below the aim (not the target: boosted
@@ -333,6 +333,8 @@ export class AdmissionThreshold {
     else if (this.#logMiss <= this.#minLogMiss) why = `misses above the aim: at the strictest bound (${pct(quantile)})`;
     else if (this.#logMiss >= this.#maxLogMiss) why = `budget unspent: at the loosest bound (${pct(quantile)})`;
     else if (this.#lastMove === 'tightened') why = `a miss: tightened (measured ${pct(within / measured)})`;
+    else if (this.#lastMove === 'same episode')
+      why = `a miss of a request in flight with an earlier one: tightened by a quarter step (measured ${pct(within / measured)})`;
     else if (this.#lastMove === 'starved')
       why = `a must-stay request missed its SLO behind admitted ones: tightened (measured ${pct(within / measured)}, ${starved} such in the window)`;
     else if (this.#lastMove === 'loosened with time')
