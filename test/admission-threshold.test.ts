@@ -100,8 +100,8 @@ test('misses of requests in flight together are one episode: a step, then a quar
 });
 
 test('misses that come one by one seldom share an episode: with many requests in flight the loop still settles at its aim', () => {
-  // As above (miss = 2·(1 - q)), each request in flight for 1.5 s, 50 admitted a second: misses a
-  // second apart would share episodes with the ~75 in flight, and the loop would settle 1.5× above its aim.
+  // As above (miss = 2·(1 - q)), each request in flight for 1.5 s, 50 admitted a second: were any
+  // misses among the ~75 in flight one episode, however far apart, it would settle 1.5× above its aim.
   const loop = new AdmissionThreshold(0.99, LAW);
   const rand = mulberry32(12);
   const inFlight: { at: number; miss: boolean; settle: (at: number, within?: boolean) => void }[] = [];

@@ -15,18 +15,18 @@
 // quantile). Tightening is fast (one miss undoes ~140 successes' loosening at 99%), once per
 // episode: a miss of a request that was already in flight when an earlier miss tightened (admitted
 // before it, on the same quantile) and that shows soon after is part of that miss's episode and
-// tightens by a quarter step. Loosening is slow, and faster only while the window's error budget is mostly unspent, counted both in
-// misses measured and in misses planned (each admission's miss chance by its pod's calibration,
-// which a pool serving few requests a minute needs, as its outcomes are too few to tell 99.3%
-// from 100%). While the window holds no miss at all and its admissions were planned far below the
-// aim (over the window, and over its last seconds), it also loosens with time: per outcome alone,
-// a pool admitting two requests a second took two minutes to climb from its strictest bound to
-// where its budget is spent. A request that may not leave and missed its SLO behind requests the
-// loop admitted (still awaiting their first token at its pod: leavable-ahead.ts) counts as one of
-// its misses: the slots those took are what it waited for. The quantile is bounded on both sides
-// (p80–p99.9 at 99%), so the loop can neither admit coin flips nor turn the pods off; a fresh loop
-// holds the strict bound until its first admitted request's SLO has passed. Pure: time comes in as
-// arguments.
+// tightens by a quarter step. Loosening is slow, and faster only while the window's error budget
+// is mostly unspent, counted both in misses measured and in misses planned (each admission's miss
+// chance by its pod's calibration, which a pool serving few requests a minute needs, as its
+// outcomes are too few to tell 99.3% from 100%). While the window holds no miss at all and its
+// admissions were planned far below the aim (over the window, and over its last seconds), it also
+// loosens with time: per outcome alone, a pool admitting two requests a second took two minutes to
+// climb from its strictest bound to where its budget is spent. A request that may not leave and
+// missed its SLO behind requests the loop admitted (still awaiting their first token at its pod:
+// leavable-ahead.ts) counts as one of its misses: the slots those took are what it waited for.
+// The quantile is bounded on both sides (p80–p99.9 at 99%), so the loop can neither admit coin
+// flips nor turn the pods off; a fresh loop holds the strict bound until its first admitted
+// request's SLO has passed. Pure: time comes in as arguments.
 
 export interface ThresholdOptions {
   /** Share of the target's error budget held back (0.3: aim at 99.3% when the target is 99%). */

@@ -113,8 +113,10 @@ function agent(rule: 'calibrated' | 'controlled'): PeakStrategyFactory {
               ? loop?.admitted(a.at, policy.sloTtftMs, plannedMissChance(d.chosen, policy.sloTtftMs))
               : undefined;
           // As the request path does: a must-stay miss is a miss of the loops whose requests were ahead.
-          const ahead = a.mayLeave ? [] : leavableAhead.at(c.pod.uid);
-          const admissionsAhead = ahead.map((admittedBy) => admittedBy.admissions);
+          const ahead = (a.mayLeave ? [] : leavableAhead.at(c.pod.uid)).map((loop) => ({
+            loop,
+            admissionsThen: loop.admissions,
+          }));
           const firstTokenOut = loop && a.mayLeave ? leavableAhead.sent(c.pod.uid, loop) : undefined;
           const ticket = pool.begin(c, a.promptTokens);
           return {
@@ -123,7 +125,8 @@ function agent(rule: 'calibrated' | 'controlled'): PeakStrategyFactory {
               firstTokenOut?.();
               const within = ms + waitedMs <= policy.sloTtftMs;
               if (settle) settle(ctx.now(), within);
-              else if (!within) ahead.forEach((admittedBy, i) => admittedBy.starved(ctx.now(), admissionsAhead[i]));
+              else if (!within)
+                for (const { loop: admittedBy, admissionsThen } of ahead) admittedBy.starved(ctx.now(), admissionsThen);
             },
             done: () => {
               firstTokenOut?.(); // ended without a first token: no longer ahead of anyone

@@ -318,8 +318,10 @@ export class RequestPath {
     // A request that may not leave and misses its SLO is a miss of the loops whose requests were
     // ahead of it at the pod (leavable-ahead.ts); one that may leave is ahead of later ones until
     // its first token.
-    const ahead = !leave.allowed && ttftMeasured ? this.#leavableAhead.at(chosen.pod.uid) : [];
-    const admissionsAhead = ahead.map((loop) => loop.admissions);
+    const ahead = (!leave.allowed && ttftMeasured ? this.#leavableAhead.at(chosen.pod.uid) : []).map((loop) => ({
+      loop,
+      admissionsThen: loop.admissions, // those ahead were admitted by then: an episode's if it began later
+    }));
     const firstTokenOut = settle && this.#leavableAhead.sent(chosen.pod.uid, admission);
     const slo = {
       leavable: leave.allowed,
@@ -327,7 +329,7 @@ export class RequestPath {
       sloTtftMs: policy.sloTtftMs,
       measured: (within: boolean) => {
         if (settle) settle(deps.now(), within);
-        else if (!within) ahead.forEach((loop, i) => loop.starved(deps.now(), admissionsAhead[i]));
+        else if (!within) for (const { loop, admissionsThen } of ahead) loop.starved(deps.now(), admissionsThen);
       },
     };
     const span = spans.attempt(chosen, decision.chosen.predictedMs);
