@@ -30,11 +30,11 @@ export const ATTAINMENT = 0.99;
 const LEAVE: LeaveVerdict = { allowed: true, reason: 'bench', providers: ['hosted'] };
 const STAY: LeaveVerdict = { allowed: false, reason: 'bench: may not leave', providers: [] };
 
-function policyFor(ctx: PeakContext): EffectivePolicy {
+function policyFor(ctx: PeakContext, attainment = ATTAINMENT): EffectivePolicy {
   return {
     name: 'bench',
     sloTtftMs: ctx.scenario.sloMs,
-    sloAttainment: ATTAINMENT,
+    sloAttainment: attainment,
     exclude: [],
     overflow: { providers: ['hosted'], denyTags: [], denyTenants: [] },
     waitMaxMs: ctx.scenario.waitMs,
@@ -83,15 +83,16 @@ function toAction(
  * The production pool and router; `calibrated` admits each request on its own quantile at the
  * target, `controlled` steers the admission quantile with the agent's loop on measured attainment
  * (agent/admission/threshold.ts), fed as the agent feeds it: leavable requests served by a pod,
- * and must-stay requests that missed behind them.
+ * and must-stay requests that missed behind them. `attainment`: the policy's target (the loop's
+ * to steer to, the quantile the p99 rule admits on).
  */
-function agent(rule: 'calibrated' | 'controlled'): PeakStrategyFactory {
+function agent(rule: 'calibrated' | 'controlled', attainment = ATTAINMENT): PeakStrategyFactory {
   return (ctx) => {
     const pool = new PodPool(poolOptions(ctx.now, { node: 'bench', networkCostMs: 0 }));
     pool.setLocalPods(ctx.pods.map((p) => p.pod));
     // A restarted agent hears of its own pods from peers first (what it gossiped before).
     if (ctx.gossiped) pool.setRemote(ctx.gossiped);
-    const policy = policyFor(ctx);
+    const policy = policyFor(ctx, attainment);
     const loop = rule === 'controlled' ? new AdmissionThreshold(policy.sloAttainment) : undefined;
     const leavableAhead = new LeavableAhead<AdmissionThreshold>();
     return {
@@ -233,8 +234,14 @@ export function fitOracle(
   return { params, logMargin: errors[Math.min(errors.length - 1, Math.ceil(q * errors.length) - 1)] };
 }
 
-/** Today's rule (each request on its own p99) and the loop on measured attainment. */
-export const PEAK_STRATEGIES: [string, PeakStrategyFactory][] = [
-  ['calibrated', agent('calibrated')],
-  ['controlled', agent('controlled')],
-];
+/**
+ * Today's rule (each request on its own p99) and the loop on measured attainment, its target
+ * `loopAttainment` (ATTAINMENT unless a run asks what a stricter target trades).
+ */
+export function peakStrategies(loopAttainment = ATTAINMENT): [string, PeakStrategyFactory][] {
+  return [
+    ['calibrated', agent('calibrated')],
+    ['controlled', agent('controlled', loopAttainment)],
+  ];
+}
+export const PEAK_STRATEGIES = peakStrategies();
