@@ -40,8 +40,6 @@ const { values } = parseArgs({
 const LOOP_ATTAINMENT = Number(values['loop-attainment']);
 if (!(LOOP_ATTAINMENT > 0 && LOOP_ATTAINMENT < 1)) throw new Error('--loop-attainment: a share above 0 and below 1');
 const PEAK_STRATEGIES = peakStrategies(LOOP_ATTAINMENT);
-/** A share as a percentage without float noise (0.995 → 99.5). */
-const percent = (share: number) => Number((share * 100).toFixed(3));
 const SEEDS = Number(values.seeds);
 const LOADS = [1, 1.5, 2, 3];
 
@@ -150,7 +148,7 @@ function pairedStaying(): string {
 
 const out = [
   ...summary(
-    `All ${shapes.length} pool shapes, ${SEEDS} seed(s) each, SLO ${SLO_MS} ms, target ${percent(ATTAINMENT)}%${LOOP_ATTAINMENT === ATTAINMENT ? '' : ` (the loop's ${percent(LOOP_ATTAINMENT)}%)`}:`,
+    `All ${shapes.length} pool shapes, ${SEEDS} seed(s) each, SLO ${SLO_MS} ms, target ${ATTAINMENT * 100}%${LOOP_ATTAINMENT === ATTAINMENT ? '' : ` (the loop's ${LOOP_ATTAINMENT * 100}%)`}:`,
     rows,
   ),
   '',
@@ -169,7 +167,7 @@ console.log(`\ntotal ${((performance.now() - started) / 1000).toFixed(1)} s`);
 if (!values.shape) {
   mkdirSync('bench/results', { recursive: true });
   writeFileSync(
-    `bench/results/peak${SHAPE_SET === 'main' ? '' : `-${SHAPE_SET}`}${LOOP_ATTAINMENT === ATTAINMENT ? '' : `-loop${percent(LOOP_ATTAINMENT)}`}.json`,
+    `bench/results/peak${SHAPE_SET === 'main' ? '' : `-${SHAPE_SET}`}${LOOP_ATTAINMENT === ATTAINMENT ? '' : `-loop${LOOP_ATTAINMENT * 100}`}.json`,
     JSON.stringify(
       { date: new Date().toISOString(), node: process.version, seeds: SEEDS, sloMs: SLO_MS, shapes, rows },
       null,
